@@ -1,0 +1,36 @@
+# One entry point for everything. Every target depends on `setup`, so a fresh
+# clone needs nothing but `make train` or `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# `make setup CUDA=1` installs TensorFlow's CUDA build (Linux + NVIDIA GPU).
+CUDA ?= 0
+
+.PHONY: setup test bench clean help
+
+help:
+	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
+	@echo "make test     run the test suite (CPU, a few minutes)"
+	@echo "make bench    run the benchmarks in tools/ (installs requirements-bench.txt)"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	if [ "$(CUDA)" = "1" ]; then $(PY) -m pip install --quiet "tensorflow[and-cuda]==$$(sed -n 's/^tensorflow==//p' requirements.txt)"; fi
+	touch $@
+
+$(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet -r requirements-bench.txt
+	touch $@
+
+test: setup
+	$(PY) -m pytest tests
+
+bench: setup $(VENV)/.bench-installed
+	$(PY) tools/bench_core.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,141 @@
+"""The LLP objective: aggregation loss, categorisation loss, their weighted
+total (paper eq. 2-4 and 9) and the weight-decay penalty.
+
+Per-example losses are float32 [B]; the reductions divide by the *global*
+batch size so that, under `tf.distribute`, summing the replicas' losses gives
+the mean over the global batch.
+"""
+
+import tensorflow as tf
+
+from llp_tf import label_encoding
+from llp_tf.propagation import DEFAULT_TEMPERATURE
+
+
+def aggregation_loss(embeddings, bank, bank_labels, labels, temperature=DEFAULT_TEMPERATURE):
+    """Aggregation loss of eq. 2-4 over the whole memory bank.
+
+    ``L_A(v) = -log( sum_{i: bank_labels_i = y} exp(bank_i . v / tau)
+                     / sum_i exp(bank_i . v / tau) )``
+
+    computed as the difference of two log-sum-exps, so it is exact in float32
+    at tau = 0.07 with millions of rows. The bank is a constant: gradients
+    reach ``embeddings`` only.
+
+    Every label must occur in ``bank_labels`` (it does when labels are read
+    from the bank's own label state, since an example's row carries its own
+    label); a label with no matching row gives an infinite loss.
+
+    Args:
+      embeddings: float32 [B, D], L2-normalised.
+      bank: float32 [N, D].
+      bank_labels: int64 [N], label of every bank row (class or instance id).
+      labels: int64 [B], the batch's current labels.
+      temperature: float.
+
+    Returns:
+      float32 [B].
+    """
+    embeddings = tf.convert_to_tensor(embeddings, tf.float32)
+    bank = tf.stop_gradient(tf.convert_to_tensor(bank, tf.float32))
+    return _aggregation_loss(embeddings, bank, tf.cast(bank_labels, tf.int64),
+                             tf.cast(labels, tf.int64), float(temperature))
+
+
+@tf.custom_gradient
+def _aggregation_loss_and_grad(logits_scale, embeddings, bank, same):
+    """-log P(A|v) with a hand-written backward pass.
+
+    Autodiff of two log-sum-exps would recompute both softmaxes over the
+    [B, N] similarities; here the forward pass keeps one array of shifted
+    exponentials and the backward pass reuses it, so the step costs two
+    matmuls plus a few passes over [B, N].
+    """
+    logits = tf.matmul(embeddings, bank, transpose_b=True) * logits_scale
+    row_max = tf.reduce_max(logits, axis=1, keepdims=True)
+    exp_logits = tf.exp(logits - row_max)
+    total = tf.reduce_sum(exp_logits, axis=1)
+    same_exp = tf.where(same, exp_logits, tf.zeros_like(exp_logits))
+    same_total = tf.reduce_sum(same_exp, axis=1)
+    loss = tf.math.log(total) - tf.math.log(same_total)
+
+    def grad(upstream):
+        # dL/dlogits = softmax over all rows - softmax over the same-label rows.
+        upstream = upstream[:, tf.newaxis]
+        dlogits = (exp_logits * (upstream / total[:, tf.newaxis])
+                   - same_exp * (upstream / same_total[:, tf.newaxis]))
+        dembeddings = tf.matmul(dlogits, bank) * logits_scale
+        return None, dembeddings, None, None
+
+    return loss, grad
+
+
+@tf.function(reduce_retracing=True)
+def _aggregation_loss(embeddings, bank, bank_labels, labels, temperature):
+    same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
+    return _aggregation_loss_and_grad(tf.constant(1.0 / temperature), embeddings, bank, same)
+
+
+def categorisation_loss(logits, labels):
+    """Cross-entropy of the category head, zero where the label is an instance id.
+
+    Args:
+      logits: float [B, C].
+      labels: int64 [B], classes in [0, C) or instance ids (>= C).
+
+    Returns:
+      float32 [B].
+    """
+    logits = tf.cast(logits, tf.float32)
+    num_classes = tf.shape(logits, out_type=tf.int64)[1]
+    labels = tf.cast(labels, tf.int64)
+    has_class = label_encoding.is_class(labels, num_classes)
+    safe_labels = tf.where(has_class, labels, tf.zeros_like(labels))
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(safe_labels, logits)
+    return tf.where(has_class, cross_entropy, tf.zeros_like(cross_entropy))
+
+
+def llp_loss(aggregation, categorisation, confidence, global_batch_size=None,
+             weight_by_confidence=True, use_categorisation=True):
+    """The data term of eq. 9: mean over the batch of c * (L_C + L_A).
+
+    Args:
+      aggregation: float32 [B], `aggregation_loss`.
+      categorisation: float32 [B], `categorisation_loss` (ignored when
+        ``use_categorisation`` is False; may then be None).
+      confidence: float32 [B], the batch's confidences.
+      global_batch_size: the divisor; defaults to B (set it to the global
+        batch under `tf.distribute` so that replica losses sum to the mean).
+      weight_by_confidence: False for the "woc" ablation (c = 1).
+      use_categorisation: False to drop L_C (the warm start, or an ablation).
+
+    Returns:
+      float32 scalar.
+    """
+    per_example = tf.convert_to_tensor(aggregation, tf.float32)
+    if use_categorisation:
+        per_example += tf.convert_to_tensor(categorisation, tf.float32)
+    if weight_by_confidence:
+        per_example *= tf.convert_to_tensor(confidence, tf.float32)
+    if global_batch_size is None:
+        global_batch_size = tf.shape(per_example)[0]
+    return tf.reduce_sum(per_example) / tf.cast(global_batch_size, tf.float32)
+
+
+def l2_penalty(weights, weight_decay):
+    """``weight_decay * sum ||w||^2`` over the given weights (eq. 9's last term).
+
+    The caller passes the weights that decay (not batch-norm parameters).
+
+    Args:
+      weights: iterable of float tensors or variables.
+      weight_decay: float, lambda.
+
+    Returns:
+      float32 scalar.
+    """
+    weights = list(weights)
+    if not weights or weight_decay == 0:
+        return tf.constant(0.0)
+    return weight_decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(w, tf.float32)))
+                                    for w in weights])

@@ -1,0 +1,190 @@
+"""The memory bank: per-example state that LLP keeps across steps.
+
+For each of the N training examples (the examples used, with dense indices
+``[0, N)``) the bank holds, as non-trainable variables saved in checkpoints:
+
+- ``embeddings`` float32 [N, D]: the running average of the example's
+  embedding, initialised uniform in ``[-s, s]`` with ``s = 1 / sqrt(D / 3)``
+  (rows then have unit norm in expectation);
+- ``labels`` int64 [N]: a class or an instance id, see `label_encoding`;
+  labelled examples hold their true class for good, the others start with
+  their instance id and take pseudo classes once propagated to;
+- ``confidence`` float32 [N]: 1 for labelled examples; the propagation
+  confidence for pseudo-labelled ones; 1 for examples not yet propagated to,
+  so that their loss is plain instance discrimination;
+- ``density`` float32 [M]: rho of each labelled example (eq. 7), in the order
+  of ``labeled_index``; refreshed by the trainer, 1 until then;
+- ``labeled_index`` int64 [M] (sorted) and ``is_labeled`` bool [N]: the split,
+  fixed at construction and kept in the checkpoint so a resumed run cannot
+  silently change it.
+
+Multi-replica updates. Under `tf.distribute.MirroredStrategy` every variable
+is mirrored with ``aggregation=NONE``: a scatter issued in replica context
+changes that replica's copy only. `update` therefore first all-gathers the
+global batch (indices, embeddings, pseudo labels, confidences) from every
+replica and then applies the identical scatter on each, so all copies stay
+identical. Called in cross-replica context it expects the global batch and
+updates every copy. Create the bank inside ``strategy.scope()``.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf import label_encoding
+
+DEFAULT_MOMENTUM = 0.5
+
+
+def _validate_split(num_examples, num_classes, labeled_index, labeled_classes):
+    labeled_index = np.asarray(labeled_index, dtype=np.int64).reshape(-1)
+    labeled_classes = np.asarray(labeled_classes, dtype=np.int64).reshape(-1)
+    if labeled_index.shape != labeled_classes.shape:
+        raise ValueError(
+            f"labeled_index has {labeled_index.size} entries but labeled_classes has "
+            f"{labeled_classes.size}; give one class per labelled example.")
+    if labeled_index.size and (labeled_index.min() < 0 or labeled_index.max() >= num_examples):
+        raise ValueError(
+            f"labeled_index must lie in [0, {num_examples}); found values from "
+            f"{labeled_index.min()} to {labeled_index.max()}.")
+    if np.unique(labeled_index).size != labeled_index.size:
+        raise ValueError("labeled_index contains duplicate example indices.")
+    if labeled_classes.size and (labeled_classes.min() < 0
+                                 or labeled_classes.max() >= num_classes):
+        raise ValueError(
+            f"labeled_classes must lie in [0, {num_classes}); found values from "
+            f"{labeled_classes.min()} to {labeled_classes.max()}.")
+    order = np.argsort(labeled_index)
+    return labeled_index[order], labeled_classes[order]
+
+
+def _gather_global_batch(tensors):
+    """All-gather a replica's tensors along axis 0 into the global batch.
+
+    In cross-replica context, or with a single replica, the tensors already
+    are the global batch and are returned as they are.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tensors
+    return context.all_gather(tensors, axis=0)
+
+
+class MemoryBank(tf.Module):
+    """State of all N examples; see the module docstring."""
+
+    def __init__(self, num_examples, dim, num_classes, labeled_index, labeled_classes,
+                 momentum=DEFAULT_MOMENTUM, seed=0, name="memory_bank"):
+        """Creates the variables (inside the current distribution strategy's scope).
+
+        Args:
+          num_examples: int, N.
+          dim: int, D.
+          num_classes: int, C.
+          labeled_index: int [M], distinct indices in [0, N) of labelled examples.
+          labeled_classes: int [M], their classes in [0, C).
+          momentum: float m in [0, 1) of the row update.
+          seed: int, seed of the initial rows.
+        """
+        super().__init__(name=name)
+        if num_examples <= 0 or dim <= 0 or num_classes <= 0:
+            raise ValueError(
+                f"num_examples, dim and num_classes must be positive; got {num_examples}, "
+                f"{dim}, {num_classes}.")
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
+        labeled_index, labeled_classes = _validate_split(
+            num_examples, num_classes, labeled_index, labeled_classes)
+        self.num_examples = int(num_examples)
+        self.dim = int(dim)
+        self.num_classes = int(num_classes)
+        self.num_labeled = int(labeled_index.size)
+        self.momentum = float(momentum)
+
+        scale = 1.0 / np.sqrt(dim / 3.0)
+        rng = np.random.default_rng(seed)
+        initial_rows = rng.random((num_examples, dim), dtype=np.float32)
+        initial_rows = (2.0 * scale) * initial_rows - scale
+        labels = np.asarray(label_encoding.instance_labels(
+            np.arange(num_examples, dtype=np.int64), num_classes))
+        labels[labeled_index] = labeled_classes
+        is_labeled = np.zeros(num_examples, dtype=bool)
+        is_labeled[labeled_index] = True
+
+        def variable(value, name):
+            return tf.Variable(value, trainable=False, name=name,
+                               aggregation=tf.VariableAggregation.NONE)
+
+        self.embeddings = variable(initial_rows, "embeddings")
+        self.labels = variable(labels, "labels")
+        self.confidence = variable(np.ones(num_examples, np.float32), "confidence")
+        self.density = variable(np.ones(self.num_labeled, np.float32), "density")
+        self.labeled_index = variable(labeled_index, "labeled_index")
+        self.is_labeled = variable(is_labeled, "is_labeled")
+
+    def read(self, indices):
+        """Labels and confidences of a batch as they are now.
+
+        Args:
+          indices: int [B].
+
+        Returns:
+          (labels int64 [B], confidence float32 [B]).
+        """
+        return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)
+
+    def labeled_embeddings(self):
+        """float32 [M, D]: bank rows of the labelled examples, in `labeled_index` order."""
+        return tf.gather(self.embeddings, self.labeled_index)
+
+    def labeled_classes(self):
+        """int64 [M]: classes of the labelled examples, in `labeled_index` order."""
+        return tf.gather(self.labels, self.labeled_index)
+
+    def update(self, indices, embeddings, classes=None, confidence=None):
+        """Writes a batch into the bank, identically on every replica.
+
+        Rows: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``. Labels and
+        confidences, when given: pseudo labels for the unlabelled examples of
+        the batch; a labelled example keeps its class and confidence 1.
+
+        Indices must be distinct across the global batch.
+
+        Args:
+          indices: int [B], this replica's (or, in cross-replica context, the
+            global) example indices.
+          embeddings: float32 [B, D], their new embeddings.
+          classes: optional int64 [B], pseudo classes.
+          confidence: optional float32 [B], their confidences (with classes).
+
+        Returns:
+          None; the variables are updated.
+        """
+        if (classes is None) != (confidence is None):
+            raise ValueError("Give both classes and confidence, or neither.")
+        batch = {"indices": tf.cast(indices, tf.int64),
+                 "embeddings": tf.cast(embeddings, tf.float32)}
+        if classes is not None:
+            batch["classes"] = tf.cast(classes, tf.int64)
+            batch["confidence"] = tf.cast(confidence, tf.float32)
+        batch = _gather_global_batch(batch)
+        indices = batch["indices"]
+
+        old_rows = tf.gather(self.embeddings, indices)
+        new_rows = tf.math.l2_normalize(
+            self.momentum * old_rows + (1.0 - self.momentum) * batch["embeddings"], axis=1)
+        self.embeddings.scatter_update(tf.IndexedSlices(new_rows, indices))
+
+        if classes is not None:
+            labeled = tf.gather(self.is_labeled, indices)
+            new_labels = tf.where(labeled, tf.gather(self.labels, indices), batch["classes"])
+            new_confidence = tf.where(labeled, tf.ones_like(batch["confidence"]),
+                                      batch["confidence"])
+            self.labels.scatter_update(tf.IndexedSlices(new_labels, indices))
+            self.confidence.scatter_update(tf.IndexedSlices(new_confidence, indices))
+
+    def assign_density(self, density):
+        """Stores rho of every labelled example (float32 [M], `labeled_index` order).
+
+        Call in cross-replica context (or with one replica) so every copy is set.
+        """
+        self.density.assign(tf.cast(density, tf.float32))

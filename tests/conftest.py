@@ -1,0 +1,26 @@
+"""Test session setup: TensorFlow quiet, CPU split into two logical devices.
+
+The split must happen before TensorFlow initialises its devices, so it runs at
+import time, before any test module touches TensorFlow. Tests that need two
+replicas build `tf.distribute.MirroredStrategy(LOGICAL_CPUS)`; everything else
+runs on the first logical CPU as usual.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+NUM_LOGICAL_CPUS = 2
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+LOGICAL_CPUS = [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+@pytest.fixture
+def two_replica_strategy():
+    """MirroredStrategy over two logical CPU devices."""
+    return tf.distribute.MirroredStrategy(LOGICAL_CPUS)
