@@ -103,8 +103,8 @@ class MemoryBank(tf.Module):
         scale = 1.0 / np.sqrt(dim / 3.0)
         rng = np.random.default_rng(seed)
         initial_rows = rng.random((num_examples, dim), dtype=np.float32)
-        initial_rows = (2.0 * scale) * initial_rows - scale
-        labels = np.asarray(label_encoding.instance_labels(
+        initial_rows = ((2.0 * scale) * initial_rows - scale).astype(np.float32)
+        labels = np.array(label_encoding.instance_labels(
             np.arange(num_examples, dtype=np.int64), num_classes))
         labels[labeled_index] = labeled_classes
         is_labeled = np.zeros(num_examples, dtype=bool)

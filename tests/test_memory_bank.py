@@ -1,0 +1,182 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import label_encoding
+from llp_tf.memory_bank import MemoryBank
+from tests import reference
+
+N, D, C = 40, 8, 5
+LABELED_INDEX = np.array([30, 2, 11, 7, 25])  # unsorted on purpose
+LABELED_CLASSES = np.array([4, 0, 1, 3, 0])
+
+
+def _bank(**kwargs):
+    return MemoryBank(N, D, C, LABELED_INDEX, LABELED_CLASSES, **kwargs)
+
+
+def _numpy_update(rows, indices, embeddings, momentum=0.5):
+    rows = rows.astype(np.float64).copy()
+    new = momentum * rows[indices] + (1 - momentum) * embeddings
+    rows[indices] = new / np.linalg.norm(new, axis=1, keepdims=True)
+    return rows
+
+
+def test_initial_state():
+    bank = _bank(seed=3)
+    rows = bank.embeddings.numpy()
+    scale = 1.0 / np.sqrt(D / 3.0)
+    assert rows.shape == (N, D) and rows.dtype == np.float32
+    assert rows.min() >= -scale and rows.max() <= scale
+    assert rows.min() < -0.8 * scale and rows.max() > 0.8 * scale  # fills the range
+    # Rows have unit norm in expectation.
+    big = MemoryBank(5000, 128, 3, [0], [0], seed=0).embeddings.numpy()
+    assert abs(np.mean(np.sum(big.astype(np.float64) ** 2, axis=1)) - 1.0) < 0.01
+
+    order = np.argsort(LABELED_INDEX)
+    np.testing.assert_array_equal(bank.labeled_index.numpy(), LABELED_INDEX[order])
+    np.testing.assert_array_equal(bank.labeled_classes().numpy(), LABELED_CLASSES[order])
+    labels = bank.labels.numpy()
+    want = C + np.arange(N)
+    want[LABELED_INDEX] = LABELED_CLASSES
+    np.testing.assert_array_equal(labels, want)
+    assert len(np.unique(labels[~np.isin(np.arange(N), LABELED_INDEX)])) == N - 5
+    np.testing.assert_array_equal(bank.confidence.numpy(), np.ones(N))
+    np.testing.assert_array_equal(bank.is_labeled.numpy(), np.isin(np.arange(N), LABELED_INDEX))
+    assert bank.density.shape == (5,)
+    assert all(not v.trainable for v in bank.variables)
+
+
+def test_same_seed_same_rows():
+    np.testing.assert_array_equal(_bank(seed=1).embeddings.numpy(),
+                                  _bank(seed=1).embeddings.numpy())
+    assert not np.array_equal(_bank(seed=1).embeddings.numpy(), _bank(seed=2).embeddings.numpy())
+
+
+def test_label_encoding_round_trip():
+    labels = label_encoding.instance_labels(np.array([0, 3, 9]), C).numpy()
+    np.testing.assert_array_equal(labels, [5, 8, 14])
+    np.testing.assert_array_equal(label_encoding.is_class([0, 4, 5, 14], C).numpy(),
+                                  [True, True, False, False])
+
+
+@pytest.mark.parametrize("momentum", [0.5, 0.0, 0.9])
+def test_update_moves_rows_and_renormalises(momentum):
+    bank = _bank(momentum=momentum)
+    before = bank.embeddings.numpy()
+    rng = np.random.default_rng(0)
+    indices = np.array([3, 30, 17, 0])
+    embeddings = reference.unit_rows(rng, 4, D)
+    bank.update(indices, embeddings)
+    want = _numpy_update(before, indices, embeddings, momentum)
+    np.testing.assert_allclose(bank.embeddings.numpy(), want, atol=1e-6)
+    # Only the batch's rows changed; labels untouched without classes.
+    untouched = np.setdiff1d(np.arange(N), indices)
+    np.testing.assert_array_equal(bank.embeddings.numpy()[untouched], before[untouched])
+    np.testing.assert_array_equal(bank.labels.numpy()[:], _bank().labels.numpy())
+
+
+def test_pseudo_labels_never_overwrite_labelled_examples():
+    bank = _bank()
+    indices = np.array([2, 3, 30, 8])        # 2 and 30 are labelled
+    classes = np.array([3, 1, 2, 4])
+    confidence = np.array([0.2, 0.6, 0.3, 0.9], np.float32)
+    bank.update(indices, reference.unit_rows(np.random.default_rng(1), 4, D), classes,
+                confidence)
+    labels, conf = bank.read(indices)
+    np.testing.assert_array_equal(labels.numpy(), [0, 1, 4, 4])
+    np.testing.assert_allclose(conf.numpy(), [1.0, 0.6, 1.0, 0.9])
+    # Examples outside the batch keep their instance ids.
+    assert bank.labels.numpy()[5] == C + 5
+
+
+def test_update_requires_classes_and_confidence_together():
+    with pytest.raises(ValueError, match="both"):
+        _bank().update([0], np.zeros((1, D), np.float32), classes=[1])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(labeled_index=[0, 0], labeled_classes=[1, 1]), "duplicate"),
+    (dict(labeled_index=[0, N], labeled_classes=[1, 1]), r"\[0, 40\)"),
+    (dict(labeled_index=[0, -1], labeled_classes=[1, 1]), r"\[0, 40\)"),
+    (dict(labeled_index=[0, 1], labeled_classes=[1, C]), r"\[0, 5\)"),
+    (dict(labeled_index=[0, 1], labeled_classes=[1]), "one class per"),
+])
+def test_bad_split_is_a_clear_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MemoryBank(N, D, C, **kwargs)
+
+
+def test_bad_sizes_are_clear_errors():
+    with pytest.raises(ValueError, match="positive"):
+        MemoryBank(0, D, C, [], [])
+    with pytest.raises(ValueError, match="momentum"):
+        MemoryBank(N, D, C, [0], [0], momentum=1.0)
+
+
+def test_assign_density():
+    bank = _bank()
+    bank.assign_density(np.arange(5, dtype=np.float32) + 1)
+    np.testing.assert_array_equal(bank.density.numpy(), [1, 2, 3, 4, 5])
+
+
+def test_checkpoint_round_trip(tmp_path):
+    bank = _bank(seed=4)
+    bank.update([1, 2], reference.unit_rows(np.random.default_rng(2), 2, D), [3, 3], [0.5, 0.5])
+    path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ck"))
+    restored = _bank(seed=9)
+    tf.train.Checkpoint(bank=restored).restore(path).assert_existing_objects_matched()
+    for a, b in zip(bank.variables, restored.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _replica_copies(variable):
+    return [v.numpy() for v in variable.values]
+
+
+def test_two_replica_update_is_identical_everywhere_and_equals_one_device(two_replica_strategy):
+    strategy = two_replica_strategy
+    rng = np.random.default_rng(3)
+    indices = np.array([3, 30, 17, 0, 2, 9, 11, 39])  # 30, 2, 11 are labelled
+    embeddings = reference.unit_rows(rng, 8, D)
+    classes = rng.integers(0, C, 8)
+    confidence = rng.uniform(0.1, 1.0, 8).astype(np.float32)
+
+    single = _bank(seed=5)
+    single.update(indices, embeddings, classes, confidence)
+
+    with strategy.scope():
+        mirrored = _bank(seed=5)
+
+    def halves(array):
+        return strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(np.split(array, 2)[ctx.replica_id_in_sync_group]))
+
+    @tf.function
+    def step(i, e, c, p):
+        strategy.run(mirrored.update, args=(i, e, c, p))
+
+    step(halves(indices), halves(embeddings), halves(classes), halves(confidence))
+
+    for name in ("embeddings", "labels", "confidence"):
+        first, second = _replica_copies(getattr(mirrored, name))
+        np.testing.assert_array_equal(first, second, err_msg=name)
+        np.testing.assert_allclose(first, getattr(single, name).numpy(), atol=1e-6,
+                                   err_msg=name)
+    # And the result is the equation's, not just self-consistent.
+    want = _numpy_update(_bank(seed=5).embeddings.numpy(), indices, embeddings)
+    np.testing.assert_allclose(_replica_copies(mirrored.embeddings)[0], want, atol=1e-6)
+
+
+def test_cross_replica_update_and_density_reach_every_copy(two_replica_strategy):
+    strategy = two_replica_strategy
+    with strategy.scope():
+        bank = _bank(seed=6)
+    embeddings = reference.unit_rows(np.random.default_rng(4), 3, D)
+    bank.update([4, 5, 6], embeddings, [1, 2, 3], [0.5, 0.6, 0.7])
+    bank.assign_density(np.full(5, 7.0, np.float32))
+    for name in ("embeddings", "labels", "confidence", "density"):
+        first, second = _replica_copies(getattr(bank, name))
+        np.testing.assert_array_equal(first, second, err_msg=name)
+    np.testing.assert_array_equal(_replica_copies(bank.labels)[1][4:7], [1, 2, 3])
+    np.testing.assert_array_equal(_replica_copies(bank.density)[1], np.full(5, 7.0))

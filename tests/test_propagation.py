@@ -1,0 +1,186 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import propagation
+from tests import reference
+
+TAU = 0.07
+
+
+@pytest.mark.parametrize("seed,num_queries,num_rows,t,chunk_size", [
+    (0, 50, 300, 25, 16),     # several chunks, last one partial
+    (1, 33, 500, 50, 1024),   # one chunk larger than Q
+    (2, 7, 10, 25, 3),        # t > N: every row counts
+    (3, 64, 2000, 1, 64),     # t = 1: the nearest row only
+])
+def test_local_density_matches_equation(seed, num_queries, num_rows, t, chunk_size):
+    rng = np.random.default_rng(seed)
+    queries = reference.unit_rows(rng, num_queries, 16)
+    bank = reference.unit_rows(rng, num_rows, 16)
+    got = propagation.local_density(queries, bank, t=t, temperature=TAU,
+                                    chunk_size=chunk_size).numpy()
+    want = reference.local_density(queries, bank, t, TAU)
+    assert got.shape == (num_queries,) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_local_density_of_bank_rows_counts_the_row_itself():
+    rng = np.random.default_rng(4)
+    bank = reference.unit_rows(rng, 100, 8)
+    got = propagation.log_local_density(bank, bank, t=1, temperature=TAU).numpy()
+    # The nearest row of a unit row is itself: rho = exp(1 / tau).
+    np.testing.assert_allclose(got, np.full(100, 1.0 / TAU), rtol=1e-5)
+
+
+def test_local_density_is_exact_at_temperature_0_07_with_100k_rows():
+    rng = np.random.default_rng(5)
+    bank = reference.unit_rows(rng, 100_000, 128)
+    queries = np.concatenate([bank[:20], reference.unit_rows(rng, 20, 128)])
+    got = propagation.local_density(queries, bank, t=25, temperature=TAU,
+                                    chunk_size=8).numpy()
+    want = reference.local_density(queries, bank, 25, TAU)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_local_density_chunk_size_does_not_change_the_result():
+    rng = np.random.default_rng(6)
+    queries = reference.unit_rows(rng, 37, 32)
+    bank = reference.unit_rows(rng, 400, 32)
+    results = [propagation.local_density(queries, bank, t=10, chunk_size=c).numpy()
+               for c in (1, 5, 37, 100)]
+    for r in results[1:]:
+        np.testing.assert_allclose(r, results[0], rtol=1e-5)
+
+
+def test_local_density_inside_tf_function():
+    rng = np.random.default_rng(7)
+    queries = reference.unit_rows(rng, 10, 8)
+    bank = reference.unit_rows(rng, 50, 8)
+    fn = tf.function(lambda q, b: propagation.local_density(q, b, t=5, chunk_size=4))
+    np.testing.assert_allclose(fn(queries, bank).numpy(),
+                               reference.local_density(queries, bank, 5, TAU), rtol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [dict(t=0), dict(temperature=0.0), dict(chunk_size=0)])
+def test_local_density_rejects_non_positive_settings(bad):
+    x = np.eye(3, dtype=np.float32)
+    with pytest.raises(ValueError, match="must be positive"):
+        propagation.local_density(x, x, **bad)
+
+
+def _check_propagation(got_classes, got_confidence, want_classes, want_confidence,
+                       class_weights):
+    got_classes = got_classes.numpy()
+    got_confidence = got_confidence.numpy()
+    assert got_classes.dtype == np.int64 and got_confidence.dtype == np.float32
+    np.testing.assert_allclose(got_confidence, want_confidence, atol=1e-4)
+    # Classes must agree except where the two best classes tie (to 1e-4).
+    top2 = -np.sort(-class_weights, axis=1)[:, :2]
+    tied = (top2[:, 0] - top2[:, 1]) < 1e-4 if class_weights.shape[1] > 1 else np.zeros(
+        len(got_classes), bool)
+    assert np.array_equal(got_classes[~tied], want_classes[~tied])
+    # At a tie the chosen class must still be one of the best.
+    chosen = class_weights[np.arange(len(got_classes)), got_classes]
+    np.testing.assert_allclose(chosen, want_confidence, atol=1e-4)
+
+
+@pytest.mark.parametrize("use_density", [False, True])
+@pytest.mark.parametrize("seed,batch,labeled,classes,k,dim", [
+    (0, 32, 200, 10, 10, 16),
+    (1, 17, 50, 7, 3, 8),
+    (2, 8, 6, 4, 10, 8),       # k > M: every labelled row votes
+    (3, 16, 40, 1, 10, 8),     # a single class: confidence 1
+    (4, 64, 1000, 100, 10, 32),
+])
+def test_propagate_matches_equation(use_density, seed, batch, labeled, classes, k, dim):
+    rng = np.random.default_rng(seed)
+    embeddings = reference.unit_rows(rng, batch, dim)
+    labeled_bank = reference.unit_rows(rng, labeled, dim)
+    labeled_classes = rng.integers(0, classes, labeled)
+    density = None
+    if use_density:
+        density = reference.local_density(labeled_bank, labeled_bank, 5, TAU).astype(np.float32)
+    got = propagation.propagate(embeddings, labeled_bank, labeled_classes, classes, k=k,
+                                temperature=TAU, density=density)
+    want = reference.propagate(embeddings, labeled_bank, labeled_classes, classes, k, TAU,
+                               density)
+    _check_propagation(*got, *want)
+    if classes == 1:
+        np.testing.assert_allclose(got[1].numpy(), 1.0, atol=1e-6)
+        assert np.all(got[0].numpy() == 0)
+
+
+@pytest.mark.parametrize("use_density", [False, True])
+def test_propagate_is_exact_at_temperature_0_07_with_100k_labelled_rows(use_density):
+    rng = np.random.default_rng(8)
+    labeled_bank = reference.unit_rows(rng, 100_000, 128)
+    labeled_classes = rng.integers(0, 1000, 100_000)
+    # Queries near some labelled rows, so the votes are far from uniform.
+    embeddings = labeled_bank[:64] + 0.05 * reference.unit_rows(rng, 64, 128)
+    embeddings = (embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)).astype(
+        np.float32)
+    density = None
+    if use_density:
+        density = rng.uniform(1e6, 4e7, 100_000).astype(np.float32)
+    got = propagation.propagate(embeddings, labeled_bank, labeled_classes, 1000, k=10,
+                                temperature=TAU, density=density)
+    want = reference.propagate(embeddings, labeled_bank, labeled_classes, 1000, 10, TAU,
+                               density)
+    _check_propagation(*got, *want)
+
+
+def test_propagate_exact_tie_gives_half_confidence():
+    # Two labelled rows at the same similarity, one of each class.
+    labeled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    query = np.array([[np.sqrt(0.5), np.sqrt(0.5)]], np.float32)
+    classes, confidence = propagation.propagate(query, labeled_bank, [0, 1], 2, k=2)
+    assert classes.numpy()[0] in (0, 1)
+    np.testing.assert_allclose(confidence.numpy(), [0.5], atol=1e-6)
+
+
+def test_local_weighting_can_change_the_vote():
+    # Class 0 has three rows packed in a clump (rho ~ 3 exp(1/tau)), class 1 one
+    # isolated row (rho ~ exp(1/tau)). The query is a little closer to the
+    # isolated row: the naive vote sums three clump weights and picks class 0;
+    # dividing by the clump's density hands the vote to class 1.
+    angles = np.array([0.0, 0.01, 0.02, 1.0])
+    labeled_bank = np.stack([np.cos(angles), np.sin(angles)], 1).astype(np.float32)
+    labeled_classes = np.array([0, 0, 0, 1])
+    query = np.array([[np.cos(0.52), np.sin(0.52)]], np.float32)
+    density = propagation.local_density(labeled_bank, labeled_bank, t=3).numpy()
+    naive = propagation.propagate(query, labeled_bank, labeled_classes, 2, k=4)
+    local = propagation.propagate(query, labeled_bank, labeled_classes, 2, k=4,
+                                  density=density)
+    assert naive[0].numpy()[0] == 0
+    assert local[0].numpy()[0] == 1
+    want = reference.propagate(query, labeled_bank, labeled_classes, 2, 4, TAU, density)
+    np.testing.assert_allclose(local[1].numpy(), want[1], atol=1e-5)
+
+
+def test_propagate_local_weights_choose_the_voters():
+    # With k = 1 the single voter is the row with the largest P/rho, not the nearest.
+    labeled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    query = np.array([[0.8, 0.6]], np.float32)
+    density = np.array([1e6, 1.0], np.float32)  # row 0 sits in a very dense region
+    classes, _ = propagation.propagate(query, labeled_bank, [0, 1], 2, k=1, density=density)
+    assert classes.numpy()[0] == 1
+    classes, _ = propagation.propagate(query, labeled_bank, [0, 1], 2, k=1)
+    assert classes.numpy()[0] == 0
+
+
+def test_propagate_inside_tf_function_with_unknown_sizes():
+    rng = np.random.default_rng(9)
+    embeddings = reference.unit_rows(rng, 12, 8)
+    labeled_bank = reference.unit_rows(rng, 5, 8)
+    labeled_classes = np.array([0, 1, 2, 1, 0])
+    spec = tf.TensorSpec([None, 8], tf.float32)
+
+    @tf.function(input_signature=[spec, spec, tf.TensorSpec([None], tf.int64)])
+    def run(e, b, c):
+        return propagation.propagate(e, b, c, 3, k=10)
+
+    got = run(embeddings, labeled_bank, labeled_classes)
+    want = reference.propagate(embeddings, labeled_bank, labeled_classes, 3, 10, TAU)
+    _check_propagation(*got, *want)
