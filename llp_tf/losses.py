@@ -38,42 +38,60 @@ def aggregation_loss(embeddings, bank, bank_labels, labels, temperature=DEFAULT_
     """
     embeddings = tf.convert_to_tensor(embeddings, tf.float32)
     bank = tf.stop_gradient(tf.convert_to_tensor(bank, tf.float32))
-    return _aggregation_loss(embeddings, bank, tf.cast(bank_labels, tf.int64),
-                             tf.cast(labels, tf.int64), float(temperature))
+    bank_labels = tf.cast(bank_labels, tf.int64)
+    labels = tf.cast(labels, tf.int64)
+    inverse_temperature = 1.0 / float(temperature)
+
+    # A hand-written backward pass: the forward keeps only the [B, N] logits
+    # (needed anyway by the matmul) and three [B] sums; the backward rebuilds
+    # the softmaxes from them inside one fused kernel.
+    @tf.custom_gradient
+    def loss_and_gradient(embeddings):
+        # Scaling the [B, D] embeddings is cheaper than scaling [B, N] logits.
+        logits = tf.matmul(embeddings * inverse_temperature, bank, transpose_b=True)
+        row_max, total, same_total = _partition_sums(logits, labels, bank_labels)
+
+        def gradient(upstream):
+            dlogits = _logits_gradient(logits, labels, bank_labels, row_max, total, same_total,
+                                       upstream)
+            return tf.matmul(dlogits, bank) * inverse_temperature
+
+        return tf.math.log(total) - tf.math.log(same_total), gradient
+
+    return loss_and_gradient(embeddings)
 
 
-@tf.custom_gradient
-def _aggregation_loss_and_grad(logits_scale, embeddings, bank, same):
-    """-log P(A|v) with a hand-written backward pass.
+# The two element-wise kernels below run over all B x N logits. XLA fuses
+# each into a single pass (max, exp, masked sums) and never materialises the
+# [B, N] label mask; the matmuls stay outside, where TensorFlow's own kernels
+# are faster than XLA's on CPU.
+@tf.function(jit_compile=True)
+def _partition_sums(logits, labels, bank_labels):
+    """Shifted sums of exp(logits): over all rows and over same-label rows.
 
-    Autodiff of two log-sum-exps would recompute both softmaxes over the
-    [B, N] similarities; here the forward pass keeps one array of shifted
-    exponentials and the backward pass reuses it, so the step costs two
-    matmuls plus a few passes over [B, N].
+    Args:
+      logits: float32 [B, N].
+      labels: int64 [B]; bank_labels: int64 [N].
+
+    Returns:
+      row_max float32 [B, 1]; total, same_total float32 [B], both of
+      exp(logits - row_max), so -log P(A|v) = log total - log same_total.
     """
-    logits = tf.matmul(embeddings, bank, transpose_b=True) * logits_scale
     row_max = tf.reduce_max(logits, axis=1, keepdims=True)
-    exp_logits = tf.exp(logits - row_max)
-    total = tf.reduce_sum(exp_logits, axis=1)
-    same_exp = tf.where(same, exp_logits, tf.zeros_like(exp_logits))
-    same_total = tf.reduce_sum(same_exp, axis=1)
-    loss = tf.math.log(total) - tf.math.log(same_total)
-
-    def grad(upstream):
-        # dL/dlogits = softmax over all rows - softmax over the same-label rows.
-        upstream = upstream[:, tf.newaxis]
-        dlogits = (exp_logits * (upstream / total[:, tf.newaxis])
-                   - same_exp * (upstream / same_total[:, tf.newaxis]))
-        dembeddings = tf.matmul(dlogits, bank) * logits_scale
-        return None, dembeddings, None, None
-
-    return loss, grad
-
-
-@tf.function(reduce_retracing=True)
-def _aggregation_loss(embeddings, bank, bank_labels, labels, temperature):
+    shifted = tf.exp(logits - row_max)
     same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
-    return _aggregation_loss_and_grad(tf.constant(1.0 / temperature), embeddings, bank, same)
+    return (row_max, tf.reduce_sum(shifted, axis=1),
+            tf.reduce_sum(tf.where(same, shifted, tf.zeros_like(shifted)), axis=1))
+
+
+@tf.function(jit_compile=True)
+def _logits_gradient(logits, labels, bank_labels, row_max, total, same_total, upstream):
+    """d(sum upstream * L_A)/dlogits = upstream * (softmax_all - softmax_same), [B, N]."""
+    shifted = tf.exp(logits - row_max)
+    same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
+    all_weight = (upstream / total)[:, tf.newaxis]
+    same_weight = (upstream / same_total)[:, tf.newaxis]
+    return shifted * tf.where(same, all_weight - same_weight, all_weight)
 
 
 def categorisation_loss(logits, labels):

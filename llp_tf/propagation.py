@@ -6,12 +6,16 @@ sum of exponentials here is computed as a log-sum-exp and every ratio as a
 difference of logs.
 """
 
+import functools
+import math
+
 import tensorflow as tf
 
 DEFAULT_TEMPERATURE = 0.07
 DEFAULT_K = 10
 DEFAULT_T = 25
 DEFAULT_DENSITY_CHUNK = 1024
+DEFAULT_BLOCK_ROWS = 16384
 
 
 def _static_or_dynamic_min(k, size):
@@ -25,6 +29,120 @@ def _static_or_dynamic_min(k, size):
 def _validate_positive(name, value):
     if isinstance(value, (int, float)) and value <= 0:
         raise ValueError(f"{name} must be positive, got {value}.")
+
+
+def _group_size(num_rows, k):
+    """Rows per group for `nearest_rows`, or 0 to use a plain top-k.
+
+    The grouped search costs about ``num_rows / g`` (top-k over group maxima)
+    plus ``k * g`` (top-k over the candidates), smallest near sqrt(rows / k);
+    a power of two keeps the reshape aligned.
+    """
+    if not isinstance(num_rows, int) or not isinstance(k, int):
+        return 0
+    group = 2 ** int(round(math.log2(max(math.sqrt(num_rows / k), 1.0))))
+    group = min(max(group, 16), 512)
+    return group if num_rows >= 8 * k * group else 0
+
+
+def _nearest_in_block(queries, rows, k, row_offsets):
+    """`nearest_rows` for one block of rows: plain or grouped top-k."""
+    num_rows = tf.get_static_value(tf.shape(rows)[0])
+    group = _group_size(int(num_rows) if num_rows is not None else None, k)
+    if not group:
+        scores = tf.matmul(queries, rows, transpose_b=True)
+        if row_offsets is not None:
+            scores -= row_offsets[tf.newaxis, :]
+        return tf.math.top_k(scores, k=k, sorted=False)
+
+    num_groups = int(num_rows) // group
+    grouped_rows = num_groups * group
+    batch = tf.shape(queries)[0]
+    # Slicing rows along axis 0 shares the buffer; no [B, M] copy is made.
+    grouped = tf.reshape(tf.matmul(queries, rows[:grouped_rows], transpose_b=True),
+                         [batch, num_groups, group])
+    if row_offsets is not None:
+        grouped -= tf.reshape(row_offsets[:grouped_rows], [1, num_groups, group])
+    _, best_groups = tf.math.top_k(tf.reduce_max(grouped, axis=2), k=k, sorted=False)
+    candidates = tf.reshape(tf.gather(grouped, best_groups, batch_dims=1), [batch, k * group])
+    if grouped_rows < num_rows:
+        tail = tf.matmul(queries, rows[grouped_rows:], transpose_b=True)
+        if row_offsets is not None:
+            tail -= row_offsets[tf.newaxis, grouped_rows:]
+        candidates = tf.concat([candidates, tail], axis=1)
+    scores, position = tf.math.top_k(candidates, k=k, sorted=False)
+    in_group = position < k * group
+    grouped_index = (tf.gather(best_groups, position // group, batch_dims=1) * group
+                     + position % group)
+    tail_index = grouped_rows + position - k * group
+    return scores, tf.where(in_group, grouped_index, tail_index)
+
+
+def _merge_nearest(best, candidate, k):
+    """Top-k of two (scores [B, *], indices [B, *]) sets, as (scores, indices) [B, k]."""
+    scores = tf.concat([best[0], candidate[0]], axis=1)
+    indices = tf.concat([best[1], candidate[1]], axis=1)
+    scores, position = tf.math.top_k(scores, k=k, sorted=False)
+    return scores, tf.gather(indices, position, batch_dims=1)
+
+
+def nearest_rows(queries, rows, k, row_offsets=None, block_rows=DEFAULT_BLOCK_ROWS):
+    """Exact top-k of ``scores = queries @ rows^T - row_offsets`` per query.
+
+    Two things make this faster than `tf.math.top_k` over the full score
+    matrix (which is slower than the matmul that feeds it):
+
+    - Rows are taken ``block_rows`` at a time with a running top-k, so the
+      [B, block] scores stay in cache instead of streaming B x M floats
+      through memory (and memory stays bounded by the block).
+    - Within a block the columns are cut into groups of g: the k largest
+      scores lie in at most k groups, and those are among the k groups with
+      the largest maximum, so a top-k over the block / g group maxima and one
+      over the k * g candidates is exact (up to which of exactly tied scores
+      is returned).
+
+    Args:
+      queries: float32 [B, D].
+      rows: float32 [M, D].
+      k: int or int32 scalar, at most M.
+      row_offsets: optional float32 [M], subtracted from every query's scores.
+      block_rows: int, rows per block.
+
+    Returns:
+      (scores float32 [B, k], row indices int32 [B, k]), in no set order.
+    """
+    num_rows = tf.get_static_value(tf.shape(rows)[0])
+    if num_rows is None or not isinstance(k, int) or num_rows < 2 * block_rows:
+        return _nearest_in_block(queries, rows, k, row_offsets)
+
+    num_blocks = int(num_rows) // block_rows
+    blocked_rows = num_blocks * block_rows
+
+    def block(start):
+        # The reshapes give the dynamic slices the static shape the grouped
+        # search needs.
+        rows_j = tf.reshape(rows[start:start + block_rows], [block_rows, -1])
+        offsets = None
+        if row_offsets is not None:
+            offsets = tf.reshape(row_offsets[start:start + block_rows], [block_rows])
+        scores, index = _nearest_in_block(queries, rows_j, k, offsets)
+        return scores, index + start
+
+    def body(j, best_scores, best_index):
+        return (j + 1,) + _merge_nearest((best_scores, best_index), block(j * block_rows), k)
+
+    best = block(0)
+    # parallel_iterations=1 keeps one block of scores alive at a time.
+    _, *best = tf.while_loop(lambda j, *_: j < num_blocks, body, (1,) + best,
+                             parallel_iterations=1)
+    if blocked_rows < num_rows:
+        tail_size = int(num_rows) - blocked_rows
+        tail_k = min(k, tail_size)
+        offsets = None if row_offsets is None else row_offsets[blocked_rows:]
+        tail_scores, tail_index = _nearest_in_block(queries, rows[blocked_rows:], tail_k,
+                                                    offsets)
+        best = _merge_nearest(best, (tail_scores, tail_index + blocked_rows), k)
+    return tuple(best)
 
 
 def log_local_density(queries, bank, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE,
@@ -53,11 +171,27 @@ def log_local_density(queries, bank, t=DEFAULT_T, temperature=DEFAULT_TEMPERATUR
     _validate_positive("chunk_size", chunk_size)
     queries = tf.convert_to_tensor(queries, tf.float32)
     bank = tf.convert_to_tensor(bank, tf.float32)
-    return _log_local_density(queries, bank, _static_or_dynamic_min(t, tf.shape(bank)[0]),
-                              float(temperature), int(chunk_size))
+    t = _static_or_dynamic_min(t, tf.shape(bank)[0])
+    if not tf.executing_eagerly():
+        return _log_local_density(queries, bank, t, float(temperature), int(chunk_size))
+    function = _traced_log_local_density(tuple(bank.shape.as_list()), t, float(temperature),
+                                         int(chunk_size))
+    return function(queries, bank)
 
 
-@tf.function(reduce_retracing=True)
+@functools.lru_cache(maxsize=32)
+def _traced_log_local_density(bank_shape, t, temperature, chunk_size):
+    """One graph per bank shape: the blocked search needs N to be static, and
+    a retracing function would relax it to None after seeing two shapes."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, bank_shape[1]], tf.float32),
+                                  tf.TensorSpec(bank_shape, tf.float32)])
+    def function(queries, bank):
+        return _log_local_density(queries, bank, t, temperature, chunk_size)
+
+    return function
+
+
 def _log_local_density(queries, bank, t, temperature, chunk_size):
     num_queries = tf.shape(queries)[0]
     num_chunks = (num_queries + chunk_size - 1) // chunk_size
@@ -65,10 +199,10 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
                              element_shape=tf.TensorShape([None]))
 
     def body(i, results):
-        chunk = queries[i * chunk_size:(i + 1) * chunk_size]
-        similarities = tf.matmul(chunk, bank, transpose_b=True)
-        nearest = tf.math.top_k(similarities, k=t, sorted=False).values
-        return i + 1, results.write(i, tf.reduce_logsumexp(nearest / temperature, axis=1))
+        # Scaling the [c, D] chunk by 1/tau is cheaper than scaling [c, N] scores.
+        chunk = queries[i * chunk_size:(i + 1) * chunk_size] / temperature
+        nearest, _ = nearest_rows(chunk, bank, t)
+        return i + 1, results.write(i, tf.reduce_logsumexp(nearest, axis=1))
 
     # parallel_iterations=1 keeps a single chunk of similarities alive at a time.
     _, results = tf.while_loop(lambda i, _: i < num_chunks, body, (0, results),
@@ -122,12 +256,13 @@ def propagate(embeddings, labeled_bank, labeled_classes, num_classes, k=DEFAULT_
     labeled_bank = tf.convert_to_tensor(labeled_bank, tf.float32)
     labeled_classes = tf.cast(labeled_classes, tf.int64)
 
-    # log P(i|v) + log Z: the scores whose softmax over the voters is the vote.
-    scores = tf.matmul(embeddings, labeled_bank, transpose_b=True) / temperature
+    # Scores are log P(i|v) + log Z (minus log rho_i with local weighting);
+    # their softmax over the k voters is the vote.
+    log_density = None
     if density is not None:
-        scores -= tf.math.log(tf.convert_to_tensor(density, tf.float32))[tf.newaxis, :]
+        log_density = tf.math.log(tf.convert_to_tensor(density, tf.float32))
     k = _static_or_dynamic_min(k, tf.shape(labeled_bank)[0])
-    top_scores, voters = tf.math.top_k(scores, k=k, sorted=False)
+    top_scores, voters = nearest_rows(embeddings / temperature, labeled_bank, k, log_density)
     vote_weights = tf.nn.softmax(top_scores, axis=1)
 
     # Sum the weights per (example, class) without a [B, k, C] one-hot.

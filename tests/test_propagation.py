@@ -184,3 +184,48 @@ def test_propagate_inside_tf_function_with_unknown_sizes():
     got = run(embeddings, labeled_bank, labeled_classes)
     want = reference.propagate(embeddings, labeled_bank, labeled_classes, 3, 10, TAU)
     _check_propagation(*got, *want)
+
+
+@pytest.mark.parametrize("seed,batch,rows,k,offsets", [
+    (0, 16, 4096, 10, False),    # grouped, rows a multiple of the group
+    (1, 16, 5000, 10, True),     # grouped with a tail and offsets
+    (2, 8, 20000, 25, True),
+    (3, 8, 100, 10, False),      # too few rows: plain top-k
+])
+def test_nearest_rows_is_an_exact_top_k(seed, batch, rows, k, offsets):
+    rng = np.random.default_rng(seed)
+    queries = reference.unit_rows(rng, batch, 16)
+    bank = reference.unit_rows(rng, rows, 16)
+    row_offsets = rng.uniform(0, 0.5, rows).astype(np.float32) if offsets else None
+    if rows >= 5000:
+        assert propagation._group_size(rows, k) > 0, "the grouped path must be exercised"
+    scores, index = propagation.nearest_rows(queries, bank, k, row_offsets)
+    want = queries.astype(np.float64) @ bank.astype(np.float64).T
+    if offsets:
+        want -= row_offsets
+    want_index = np.argsort(-want, axis=1)[:, :k]
+    got_index = np.sort(index.numpy(), axis=1)
+    np.testing.assert_array_equal(got_index, np.sort(want_index, axis=1))
+    np.testing.assert_allclose(scores.numpy(), np.take_along_axis(want, index.numpy(), 1),
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("rows,block_rows,offsets", [
+    (10_000, 2_000, False),   # five blocks, no tail
+    (10_700, 2_000, True),    # five blocks and a tail of 700 rows
+    (4_010, 2_000, True),     # a tail smaller than the group size
+])
+def test_nearest_rows_in_blocks_is_an_exact_top_k(rows, block_rows, offsets):
+    rng = np.random.default_rng(rows)
+    queries = reference.unit_rows(rng, 9, 16)
+    bank = reference.unit_rows(rng, rows, 16)
+    row_offsets = rng.uniform(0, 0.5, rows).astype(np.float32) if offsets else None
+    scores, index = propagation.nearest_rows(queries, bank, 10, row_offsets,
+                                             block_rows=block_rows)
+    want = queries.astype(np.float64) @ bank.astype(np.float64).T
+    if offsets:
+        want -= row_offsets
+    np.testing.assert_array_equal(np.sort(index.numpy(), axis=1),
+                                  np.sort(np.argsort(-want, axis=1)[:, :10], axis=1))
+    np.testing.assert_allclose(scores.numpy(), np.take_along_axis(want, index.numpy(), 1),
+                               atol=1e-5)

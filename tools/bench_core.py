@@ -1,0 +1,226 @@
+"""Benchmark of the LLP core against reference implementations, in one run.
+
+Prints, on the same arrays and with the same thread count:
+  1. per-batch propagation (B queries against M labelled rows, top-k voting)
+     next to faiss `IndexFlatIP.search` doing the same neighbour search;
+  2. a density refresh (Q labelled rows against the N-row bank, top-t) next
+     to faiss doing the same search;
+  3. the aggregation loss forward + backward (B x N bank) in GFLOP/s, counting
+     4 B N D, next to a plain `tf.matmul` of the same [B, D] x [D, N] shape;
+  4. peak resident memory of the density refresh at two chunk sizes and two
+     query counts (each in a fresh subprocess), showing it follows the chunk.
+
+Contenders run in turn (ours, theirs, ours, ...) after a warm-up and the
+medians are compared, so the ratios (faiss time / our time; our GFLOP/s /
+matmul GFLOP/s) hold even on a machine whose speed drifts.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("threads", os.cpu_count(),
+                     "Threads for TensorFlow (intra-op) and faiss (OpenMP) alike.")
+flags.DEFINE_integer("repeats", 5, "Timed runs per measurement; the median is reported.")
+flags.DEFINE_integer("batch", 128, "B: queries per propagation batch and loss batch.")
+flags.DEFINE_integer("labeled", 12_800, "M: labelled rows for per-batch propagation.")
+flags.DEFINE_integer("bank", 128_000, "N: bank rows for the density refresh and the loss.")
+flags.DEFINE_integer("density_queries", 12_800, "Q: rows whose density is refreshed.")
+flags.DEFINE_integer("dim", 128, "D: embedding size.")
+flags.DEFINE_integer("k", 10, "Voters per propagation.")
+flags.DEFINE_integer("t", 25, "Neighbours in the density estimate.")
+flags.DEFINE_list("memory_chunks", ["256", "2048"],
+                  "Two chunk sizes for the density memory measurement.")
+flags.DEFINE_string("output", "", "Optional path of a JSON file for the figures.")
+flags.DEFINE_integer("memory_probe_chunk", 0,
+                     "Internal: run one density refresh with this chunk size and print "
+                     "the peak RSS growth (used by the memory measurement).")
+flags.DEFINE_integer("memory_probe_queries", 0, "Internal: Q for --memory_probe_chunk.")
+
+
+def _unit_rows(rng, n, d):
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _interleaved_seconds(functions, repeats):
+    """Median seconds of each function, run in turn (A B A B ...) after a warm-up.
+
+    Interleaving exposes every contender to the same machine load, so the
+    ratio between them holds even when the machine's speed drifts.
+    """
+    for fn in functions:
+        fn()  # warm-up: tracing, compilation, allocation, thread pools
+    times = [[] for _ in functions]
+    for _ in range(repeats):
+        for fn, record in zip(functions, times):
+            start = time.perf_counter()
+            fn()
+            record.append(time.perf_counter() - start)
+    return [float(np.median(t)) for t in times]
+
+
+def _configure_threads(threads):
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_probe(chunk_size, num_queries):
+    """Runs one density refresh in this process; prints its peak RSS growth in MiB."""
+    import tensorflow as tf
+    from llp_tf import propagation
+    _configure_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    bank = tf.constant(_unit_rows(rng, FLAGS.bank, FLAGS.dim))
+    queries = tf.constant(bank[:num_queries])
+    # A small call first, so TF's start-up allocations are in the baseline.
+    propagation.local_density(queries[:8], bank[:64], t=FLAGS.t, chunk_size=8).numpy()
+    # Writing 5 to clear_refs resets the peak (VmHWM) to the current RSS.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    baseline = _status_kib("VmRSS")
+    propagation.local_density(queries, bank, t=FLAGS.t, chunk_size=chunk_size).numpy()
+    print(json.dumps({"growth_mib": (_status_kib("VmHWM") - baseline) / 1024.0}))
+
+
+def _density_memory(chunks, query_counts):
+    rows = []
+    for chunk in chunks:
+        for queries in query_counts:
+            out = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), f"--memory_probe_chunk={chunk}",
+                 f"--memory_probe_queries={queries}", f"--bank={FLAGS.bank}",
+                 f"--dim={FLAGS.dim}", f"--t={FLAGS.t}", f"--threads={FLAGS.threads}"],
+                check=True, capture_output=True, text=True).stdout
+            growth = json.loads(out.strip().splitlines()[-1])["growth_mib"]
+            rows.append({"chunk": chunk, "queries": queries, "growth_mib": growth,
+                         "chunk_scores_mib": chunk * FLAGS.bank * 4 / 2**20})
+    return rows
+
+
+def run_benchmarks():
+    import faiss
+    import tensorflow as tf
+    from llp_tf import losses, propagation
+
+    _configure_threads(FLAGS.threads)
+    faiss.omp_set_num_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    b, m, n, d, q = FLAGS.batch, FLAGS.labeled, FLAGS.bank, FLAGS.dim, FLAGS.density_queries
+    results = {"threads": FLAGS.threads, "sizes": dict(B=b, M=m, N=n, Q=q, D=d, k=FLAGS.k,
+                                                        t=FLAGS.t)}
+
+    # 1. Per-batch propagation (LLP's locally weighted vote, the default).
+    queries = _unit_rows(rng, b, d)
+    labeled = _unit_rows(rng, m, d)
+    classes = rng.integers(0, 1000, m)
+    density = rng.uniform(1e6, 4e7, m).astype(np.float32)
+    tf_args = [tf.constant(x) for x in (queries, labeled, classes, density)]
+    propagate = tf.function(lambda e, l, c, r: propagation.propagate(
+        e, l, c, 1000, k=FLAGS.k, density=r))
+    index = faiss.IndexFlatIP(d)
+    index.add(labeled)
+    ours, theirs = _interleaved_seconds(
+        [lambda: [x.numpy() for x in propagate(*tf_args)],
+         lambda: index.search(queries, FLAGS.k)], FLAGS.repeats * 10)
+    results["propagation"] = {"ours_ms": ours * 1e3, "faiss_ms": theirs * 1e3,
+                              "faiss_over_ours": theirs / ours}
+
+    # 2. Density refresh of Q rows against the whole bank.
+    bank = _unit_rows(rng, n, d)
+    density_queries = bank[:q]
+    bank_t, density_queries_t = tf.constant(bank), tf.constant(density_queries)
+    index = faiss.IndexFlatIP(d)
+    index.add(bank)
+    ours, theirs = _interleaved_seconds(
+        [lambda: propagation.local_density(density_queries_t, bank_t, t=FLAGS.t).numpy(),
+         lambda: index.search(density_queries, FLAGS.t)], FLAGS.repeats)
+    results["density"] = {"ours_s": ours, "faiss_s": theirs, "faiss_over_ours": theirs / ours}
+
+    # 3. Aggregation loss forward + backward against the whole bank.
+    embeddings = tf.Variable(_unit_rows(rng, b, d))
+    bank_labels = tf.constant(rng.integers(0, 1000, n))
+    labels = tf.gather(bank_labels, tf.range(b))
+
+    @tf.function
+    def loss_step():
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(losses.aggregation_loss(embeddings, bank_t, bank_labels,
+                                                          labels))
+        return tape.gradient(total, embeddings)
+
+    @tf.function
+    def matmul():
+        return tf.matmul(embeddings, bank_t, transpose_b=True)
+
+    # The matmul is reduced on device so that neither side pays a copy to numpy.
+    loss_s, matmul_s = _interleaved_seconds(
+        [lambda: loss_step().numpy(), lambda: tf.reduce_sum(matmul()[:, :1]).numpy()],
+        FLAGS.repeats * 4)
+    loss_gflops = 4 * b * n * d / loss_s / 1e9
+    matmul_gflops = 2 * b * n * d / matmul_s / 1e9
+    results["aggregation_loss"] = {"loss_ms": loss_s * 1e3, "matmul_ms": matmul_s * 1e3,
+                                   "loss_gflops": loss_gflops, "matmul_gflops": matmul_gflops,
+                                   "ratio": loss_gflops / matmul_gflops}
+
+    # 4. Memory of the density refresh: bounded by the chunk, not by Q.
+    chunks = [int(c) for c in FLAGS.memory_chunks]
+    results["density_memory"] = _density_memory(chunks, [q // 4, q])
+    return results
+
+
+def print_report(r):
+    s = r["sizes"]
+    print(f"LLP core benchmark  ({r['threads']} threads for TensorFlow and faiss alike)")
+    print("-" * 78)
+    p = r["propagation"]
+    print(f"propagation  B={s['B']} vs M={s['M']}, D={s['D']}, k={s['k']} (local weights)")
+    print(f"  ours {p['ours_ms']:8.2f} ms   faiss IndexFlatIP {p['faiss_ms']:8.2f} ms   "
+          f"faiss/ours = {p['faiss_over_ours']:.2f}   (target >= 1.0)")
+    dn = r["density"]
+    print(f"density refresh  Q={s['Q']} vs N={s['N']}, t={s['t']}")
+    print(f"  ours {dn['ours_s']:8.2f} s    faiss IndexFlatIP {dn['faiss_s']:8.2f} s    "
+          f"faiss/ours = {dn['faiss_over_ours']:.2f}   (target >= 1.0)")
+    a = r["aggregation_loss"]
+    print(f"aggregation loss fwd+bwd  B={s['B']} vs N={s['N']}, D={s['D']} (4BND flops)")
+    print(f"  loss {a['loss_ms']:8.2f} ms = {a['loss_gflops']:6.1f} GFLOP/s   "
+          f"tf.matmul {a['matmul_ms']:7.2f} ms = {a['matmul_gflops']:6.1f} GFLOP/s   "
+          f"ratio = {a['ratio']:.2f}   (target >= 0.7)")
+    print(f"density refresh peak RSS growth (N={s['N']}, fresh process each)")
+    for row in r["density_memory"]:
+        print(f"  chunk {row['chunk']:5d}  Q={row['queries']:6d}: {row['growth_mib']:8.1f} MiB"
+              f"   (one chunk of scores: {row['chunk_scores_mib']:.0f} MiB)")
+
+
+def main(argv):
+    del argv
+    if FLAGS.memory_probe_chunk:
+        memory_probe(FLAGS.memory_probe_chunk, FLAGS.memory_probe_queries)
+        return
+    results = run_benchmarks()
+    print_report(results)
+    if FLAGS.output:
+        with open(FLAGS.output, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)
