@@ -1,0 +1,69 @@
+"""Build an `LLPModel` from an architecture name."""
+
+from typing import NamedTuple
+
+from llp_tf.errors import ConfigError
+from llp_tf.models.llp_model import DEFAULT_EMBEDDING_DIM, LLPModel
+from llp_tf.models.batch_norm import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
+from llp_tf.models.resnet_v2 import ResNetV2
+
+
+class Architecture(NamedTuple):
+    blocks_per_stage: tuple
+    bottleneck: bool
+
+
+# TF official's ResNet sizes, plus "resnet10" (one basic block per stage), the
+# tiny network for tests and CPU demos (combine with a small `width`).
+ARCHITECTURES = {
+    "resnet10": Architecture((1, 1, 1, 1), bottleneck=False),
+    "resnet18": Architecture((2, 2, 2, 2), bottleneck=False),
+    "resnet34": Architecture((3, 4, 6, 3), bottleneck=False),
+    "resnet50": Architecture((3, 4, 6, 3), bottleneck=True),
+    "resnet101": Architecture((3, 4, 23, 3), bottleneck=True),
+    "resnet152": Architecture((3, 8, 36, 3), bottleneck=True),
+}
+
+
+def build_model(architecture, num_classes,
+                embedding_dim=DEFAULT_EMBEDDING_DIM, width=1.0,
+                small_inputs=False, blocks_per_stage=None,
+                sync_batch_norm=False,
+                batch_norm_momentum=BATCH_NORM_MOMENTUM,
+                batch_norm_epsilon=BATCH_NORM_EPSILON):
+    """An unbuilt `LLPModel` (its weights are created on the first call).
+
+    Args:
+      architecture: one of `ARCHITECTURES`, e.g. "resnet18", "resnet50".
+      num_classes: C, the category head's number of logits.
+      embedding_dim: D, the embedding size.
+      width: filter-count multiplier (0.25: 16 first-stage filters, not 64).
+      small_inputs: CIFAR-style stem for 28-32 px images.
+      blocks_per_stage: overrides the architecture's blocks per stage (the
+        block type stays the architecture's), e.g. [1, 1] for a two-stage toy.
+      sync_batch_norm: batch-norm statistics over the global batch of all
+        replicas rather than each replica's share.
+      batch_norm_momentum, batch_norm_epsilon: of every batch norm; default
+        to the release's 0.997 and 1e-5.
+
+    Raises:
+      ConfigError: for an unknown architecture or an invalid setting.
+
+    Create the model inside `strategy.scope()` when using a strategy.
+    """
+    if architecture not in ARCHITECTURES:
+        raise ConfigError(
+            f"Unknown architecture {architecture!r}; choose one of "
+            f"{', '.join(sorted(ARCHITECTURES))}.")
+    spec = ARCHITECTURES[architecture]
+    trunk = ResNetV2(
+        blocks_per_stage=(spec.blocks_per_stage if blocks_per_stage is None
+                          else blocks_per_stage),
+        bottleneck=spec.bottleneck,
+        width=width,
+        small_inputs=small_inputs,
+        sync_batch_norm=sync_batch_norm,
+        batch_norm_momentum=batch_norm_momentum,
+        batch_norm_epsilon=batch_norm_epsilon)
+    return LLPModel(trunk, num_classes=num_classes,
+                    embedding_dim=embedding_dim)

@@ -1,0 +1,119 @@
+"""The LLP network: a ResNet-v2 trunk and two heads side by side.
+
+After global pooling the trunk's features feed, in parallel,
+
+- the embedding head: dense to D (128), then L2-normalised, so embeddings lie
+  on the unit sphere; the memory bank, label propagation and the aggregation
+  loss use these;
+- the category head: dense to C class logits, trained with cross-entropy on
+  (pseudo-)labelled examples.
+
+The linear probe of the evaluation reads the pooled features before both.
+"""
+
+import keras
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+
+DEFAULT_EMBEDDING_DIM = 128
+
+
+class LLPModel(keras.Model):
+    """Trunk plus embedding and category heads.
+
+    Args:
+      trunk: a `ResNetV2` (or any layer mapping images [B, H, W, 3] to
+        features [B, F] that has `feature_dim` and `batch_norm_layers()`).
+      num_classes: C, the number of category logits.
+      embedding_dim: D, the size of the unit-norm embedding.
+
+    `call(images, training=False)` takes float32 [B, H, W, 3] images,
+    normalised with the ImageNet mean and std, channels last, and returns a
+    dict of float32 tensors:
+
+    - "features": [B, F], the pooled trunk output;
+    - "embedding": [B, D], unit L2 norm;
+    - "logits": [B, C].
+
+    Create it inside `strategy.scope()` to train with a distribution strategy;
+    it is trackable, so `tf.train.Checkpoint(model=model)` saves every weight
+    and batch-norm moving statistic. Keras creates the weights on the first
+    call, and a checkpoint read before that restores nothing into them (no
+    deferred restoration for Keras 3 variables): call `create_weights()` (or
+    the model) before restoring.
+    """
+
+    def __init__(self, trunk, num_classes,
+                 embedding_dim=DEFAULT_EMBEDDING_DIM, name="llp_model",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        for setting, value in (("num_classes", num_classes),
+                               ("embedding_dim", embedding_dim)):
+            if not (isinstance(value, int) and not isinstance(value, bool)
+                    and value > 0):
+                raise ConfigError(
+                    f"LLP model {setting} {value!r} must be a positive "
+                    "integer.")
+        self.trunk = trunk
+        self.num_classes = num_classes
+        self.embedding_dim = embedding_dim
+        # Initialisers as in the release: `tf.layers.dense` defaults
+        # (Glorot uniform) for the embedding head, variance scaling for the
+        # category head; both with a zero-initialised bias.
+        self.embedding_head = keras.layers.Dense(
+            embedding_dim, name="embedding_head")
+        self.category_head = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=keras.initializers.VarianceScaling(
+                scale=1.0, mode="fan_in", distribution="truncated_normal"),
+            name="category_head")
+
+    @property
+    def feature_dim(self):
+        """F, the size of the pooled trunk features."""
+        return self.trunk.feature_dim
+
+    def create_weights(self, image_size=32):
+        """Creates every weight by one inference call on a zero batch.
+
+        Inference mode leaves the batch-norm moving statistics untouched.
+        Weight shapes do not depend on `image_size`. Returns the model.
+        """
+        if not self.built:
+            self(tf.zeros([1, image_size, image_size, 3]), training=False)
+        return self
+
+    def call(self, images, training=False):
+        features = self.trunk(images, training=training)
+        # The heads may compute in a lower precision under a mixed-precision
+        # policy; normalise and report in float32.
+        embedding = tf.cast(self.embedding_head(features), tf.float32)
+        embedding = tf.math.l2_normalize(embedding, axis=-1)
+        logits = tf.cast(self.category_head(features), tf.float32)
+        return {
+            "features": tf.cast(features, tf.float32),
+            "embedding": embedding,
+            "logits": logits,
+        }
+
+    def batch_norm_variables(self):
+        """The batch-norm gamma and beta variables (trainable, no decay)."""
+        return [variable for norm in self.trunk.batch_norm_layers()
+                for variable in norm.trainable_weights]
+
+    def weight_decay_variables(self):
+        """The variables that take weight decay.
+
+        Every trainable variable except batch-norm gamma and beta, as in the
+        release (TF official's filter on "batch_normalization" in the
+        variable name): every conv kernel and dense kernel, and also the two
+        heads' dense biases. Build the model (call it once) first.
+        """
+        if not self.built:
+            raise ValueError(
+                "LLPModel.weight_decay_variables() needs a built model; call "
+                "the model on a batch of images first.")
+        excluded = {id(variable) for variable in self.batch_norm_variables()}
+        return [variable for variable in self.trainable_variables
+                if id(variable) not in excluded]

@@ -1,0 +1,326 @@
+"""Pre-activation ResNet trunks (ResNet-v2; He et al. 2016, Identity mappings).
+
+The layout follows TF official `resnet_model.py` (version 2), which is the
+network the LLP release trains:
+
+- stem: a bias-free conv (7x7 stride 2, then a 3x3 stride-2 max-pool, for
+  ImageNet-sized inputs; 3x3 stride 1 and no pool for 28-32 px inputs), with
+  no batch norm or ReLU after it: the first block's pre-activation does that;
+- stages of blocks; stage ``i`` has ``base_filters * 2**i`` filters and
+  strides 1, 2, 2, 2 ...; the stride sits in the stage's *first* block, on the
+  3x3 conv and on the shortcut;
+- each block computes ``x + F(relu(bn(x)))``; the first block of every stage
+  replaces the identity shortcut by a bias-free 1x1 conv of
+  ``relu(bn(x))`` (even in stage 1 of ResNet-18, where shapes already match:
+  TF official always projects there, so we do too, which adds 4,096 weights
+  to ResNet-18 at full width);
+- a final batch norm and ReLU after the last block, then global average
+  pooling.
+
+Convolutions with stride > 1 pad by ``(k - 1) // 2`` before and
+``k - 1 - (k - 1) // 2`` after, independently of the input size ("fixed
+padding"), as TF official does, instead of Keras's input-dependent "same".
+
+Differences from `keras.applications.ResNet50V2` (same conv kernels and
+batch norms, so it serves as a cross-check): it strides in the *last* block of
+each stage, with a max-pooled identity shortcut, and its stem conv, shortcut
+projections and last 1x1 conv of every block have biases (19,008 of them at
+full width, the whole difference between its 23,564,800 parameters and our
+23,545,792).
+"""
+
+import math
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+from llp_tf.models.batch_norm import (BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM,
+                                      batch_norm)
+
+# Filters of the first stage at width 1.
+BASE_FILTERS = 64
+
+# Bottleneck blocks output this many times the stage's filter count.
+BOTTLENECK_EXPANSION = 4
+
+
+def _conv_initializer():
+    # TF1 `tf.variance_scaling_initializer()` defaults, used by the release:
+    # scale 1, fan-in, truncated normal.
+    return keras.initializers.VarianceScaling(
+        scale=1.0, mode="fan_in", distribution="truncated_normal")
+
+
+class FixedPaddingConv2D(keras.layers.Layer):
+    """Bias-free 2-D convolution with size-independent padding.
+
+    Stride 1 uses "same" padding (identical to fixed padding for odd
+    kernels); stride > 1 pads explicitly, then convolves with "valid".
+
+    Input float [B, H, W, C_in]; output [B, ceil(H / s), ceil(W / s), filters]
+    for odd kernel sizes.
+    """
+
+    def __init__(self, filters, kernel_size, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.kernel_size = int(kernel_size)
+        self.strides = int(strides)
+        self.conv = keras.layers.Conv2D(
+            filters, self.kernel_size, strides=self.strides,
+            padding="same" if self.strides == 1 else "valid",
+            use_bias=False, kernel_initializer=_conv_initializer(),
+            name="conv")
+
+    @property
+    def kernel(self):
+        """The conv kernel, float32 [k, k, C_in, filters]."""
+        return self.conv.kernel
+
+    def call(self, inputs):
+        if self.strides > 1:
+            pad_total = self.kernel_size - 1
+            pad_before = pad_total // 2
+            pad_after = pad_total - pad_before
+            inputs = tf.pad(inputs, [[0, 0], [pad_before, pad_after],
+                                     [pad_before, pad_after], [0, 0]])
+        return self.conv(inputs)
+
+
+class _PreActivationBlock(keras.layers.Layer):
+    """Shared plumbing of the two block types.
+
+    Subclasses create their residual-branch layers as attributes (never in
+    lists: Keras 3 lists are invisible to `tf.train.Checkpoint`), name them in
+    `_residual_conv_names` / `_residual_norm_names`, and implement
+    `_residual(preactivated, training)`.
+    """
+
+    _residual_conv_names = ()
+    _residual_norm_names = ()
+
+    def __init__(self, output_filters, strides, project_shortcut,
+                 sync_batch_norm, batch_norm_momentum, batch_norm_epsilon,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self._norm_settings = (sync_batch_norm, batch_norm_momentum,
+                               batch_norm_epsilon)
+        self.preactivation_bn = self._make_norm("preactivation_bn")
+        self.shortcut_conv = (
+            FixedPaddingConv2D(output_filters, 1, strides,
+                               name="shortcut_conv")
+            if project_shortcut else None)
+
+    def _make_norm(self, name):
+        return batch_norm(name, *self._norm_settings)
+
+    def batch_norm_layers(self):
+        """The block's `keras.layers.BatchNormalization` layers."""
+        return [self.preactivation_bn] + [
+            getattr(self, name) for name in self._residual_norm_names]
+
+    def conv_layers(self):
+        """The block's `FixedPaddingConv2D` layers (shortcut first if any)."""
+        shortcut = [self.shortcut_conv] if self.shortcut_conv else []
+        return shortcut + [
+            getattr(self, name) for name in self._residual_conv_names]
+
+    def call(self, inputs, training=False):
+        preactivated = tf.nn.relu(
+            self.preactivation_bn(inputs, training=training))
+        # The projection reads the pre-activated input (TF official v2), the
+        # identity shortcut the raw input.
+        shortcut = (self.shortcut_conv(preactivated)
+                    if self.shortcut_conv is not None else inputs)
+        return shortcut + self._residual(preactivated, training)
+
+
+class PreActivationBasicBlock(_PreActivationBlock):
+    """Two 3x3 convs: bn-relu-conv3x3(stride)-bn-relu-conv3x3, plus shortcut.
+
+    Input float32 [B, H, W, C_in]; output [B, H / s, W / s, filters].
+    """
+
+    _residual_conv_names = ("conv1", "conv2")
+    _residual_norm_names = ("bn2",)
+
+    def __init__(self, filters, strides=1, project_shortcut=False,
+                 sync_batch_norm=False,
+                 batch_norm_momentum=BATCH_NORM_MOMENTUM,
+                 batch_norm_epsilon=BATCH_NORM_EPSILON, **kwargs):
+        super().__init__(filters, strides, project_shortcut, sync_batch_norm,
+                         batch_norm_momentum, batch_norm_epsilon, **kwargs)
+        self.conv1 = FixedPaddingConv2D(filters, 3, strides, name="conv1")
+        self.bn2 = self._make_norm("bn2")
+        self.conv2 = FixedPaddingConv2D(filters, 3, 1, name="conv2")
+
+    def _residual(self, preactivated, training):
+        x = self.conv1(preactivated)
+        x = tf.nn.relu(self.bn2(x, training=training))
+        return self.conv2(x)
+
+
+class PreActivationBottleneckBlock(_PreActivationBlock):
+    """Bottleneck: bn-relu-conv1x1-bn-relu-conv3x3(stride)-bn-relu-conv1x1.
+
+    Input float32 [B, H, W, C_in]; output [B, H / s, W / s, 4 * filters].
+    """
+
+    _residual_conv_names = ("conv1", "conv2", "conv3")
+    _residual_norm_names = ("bn2", "bn3")
+
+    def __init__(self, filters, strides=1, project_shortcut=False,
+                 sync_batch_norm=False,
+                 batch_norm_momentum=BATCH_NORM_MOMENTUM,
+                 batch_norm_epsilon=BATCH_NORM_EPSILON, **kwargs):
+        super().__init__(BOTTLENECK_EXPANSION * filters, strides,
+                         project_shortcut, sync_batch_norm,
+                         batch_norm_momentum, batch_norm_epsilon, **kwargs)
+        self.conv1 = FixedPaddingConv2D(filters, 1, 1, name="conv1")
+        self.bn2 = self._make_norm("bn2")
+        self.conv2 = FixedPaddingConv2D(filters, 3, strides, name="conv2")
+        self.bn3 = self._make_norm("bn3")
+        self.conv3 = FixedPaddingConv2D(BOTTLENECK_EXPANSION * filters, 1, 1,
+                                        name="conv3")
+
+    def _residual(self, preactivated, training):
+        x = self.conv1(preactivated)
+        x = tf.nn.relu(self.bn2(x, training=training))
+        x = self.conv2(x)
+        x = tf.nn.relu(self.bn3(x, training=training))
+        return self.conv3(x)
+
+
+def scaled_filters(width):
+    """First-stage filter count at width multiplier `width` (64 at 1.0)."""
+    return max(1, int(round(BASE_FILTERS * width)))
+
+
+class ResNetV2(keras.layers.Layer):
+    """A pre-activation ResNet trunk, from images to pooled features.
+
+    Args:
+      blocks_per_stage: number of blocks in each stage, e.g. (2, 2, 2, 2) for
+        ResNet-18; at least one stage, each with at least one block.
+      bottleneck: bottleneck blocks (ResNet-50 and deeper) or basic blocks.
+      width: multiplier of every layer's filter count (0.25 gives 16 filters
+        in the first stage instead of 64).
+      small_inputs: CIFAR-style stem (3x3 stride-1 conv, no pool) for 28-32 px
+        images instead of the ImageNet stem (7x7 stride-2 conv, max-pool).
+      sync_batch_norm: synchronise batch-norm statistics across replicas.
+      batch_norm_momentum, batch_norm_epsilon: of every batch norm.
+
+    `call(images, training=False)`: images float32 [B, H, W, 3] ->
+    features float32 [B, feature_dim].
+    """
+
+    def __init__(self, blocks_per_stage, bottleneck, width=1.0,
+                 small_inputs=False, sync_batch_norm=False,
+                 batch_norm_momentum=BATCH_NORM_MOMENTUM,
+                 batch_norm_epsilon=BATCH_NORM_EPSILON, name="resnet_v2",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        blocks_per_stage = _validated_blocks_per_stage(blocks_per_stage)
+        if not (isinstance(width, (int, float)) and math.isfinite(width)
+                and width > 0):
+            raise ConfigError(
+                f"ResNet width multiplier {width!r} must be a positive "
+                "number (1.0 is the standard network, 0.25 a quarter as many "
+                "filters per layer).")
+        self.blocks_per_stage = blocks_per_stage
+        self.bottleneck = bool(bottleneck)
+        self.width = float(width)
+        self.small_inputs = bool(small_inputs)
+        self.sync_batch_norm = bool(sync_batch_norm)
+
+        base = scaled_filters(width)
+        if self.small_inputs:
+            self.stem_conv = FixedPaddingConv2D(base, 3, 1, name="stem_conv")
+            self.stem_pool = None
+        else:
+            self.stem_conv = FixedPaddingConv2D(base, 7, 2, name="stem_conv")
+            self.stem_pool = keras.layers.MaxPooling2D(
+                pool_size=3, strides=2, padding="same", name="stem_pool")
+
+        block_class = (PreActivationBottleneckBlock if self.bottleneck
+                       else PreActivationBasicBlock)
+        # One attribute per block, not a list: Keras 3 lists of layers are
+        # left out of `tf.train.Checkpoint`'s object graph.
+        self._block_names = []
+        for stage, num_blocks in enumerate(blocks_per_stage):
+            for index in range(num_blocks):
+                first = index == 0
+                block_name = f"stage{stage + 1}_block{index + 1}"
+                setattr(self, block_name, block_class(
+                    base * 2**stage,
+                    strides=2 if first and stage > 0 else 1,
+                    project_shortcut=first,
+                    sync_batch_norm=self.sync_batch_norm,
+                    batch_norm_momentum=batch_norm_momentum,
+                    batch_norm_epsilon=batch_norm_epsilon,
+                    name=block_name))
+                self._block_names.append(block_name)
+        self.final_bn = batch_norm(
+            "final_bn", self.sync_batch_norm, batch_norm_momentum,
+            batch_norm_epsilon)
+
+        expansion = BOTTLENECK_EXPANSION if self.bottleneck else 1
+        self.feature_dim = expansion * base * 2**(len(blocks_per_stage) - 1)
+        # Total downsampling from image to final feature map.
+        self.output_stride = ((1 if self.small_inputs else 4)
+                              * 2**(len(blocks_per_stage) - 1))
+
+    @property
+    def blocks(self):
+        """The residual blocks, in order of application."""
+        return [getattr(self, name) for name in self._block_names]
+
+    def feature_map(self, images, training=False):
+        """The last feature map, after the final batch norm and ReLU.
+
+        Args:
+          images: float32 [B, H, W, 3], normalised, channels last.
+          training: batch statistics (and moving-average updates) if True.
+
+        Returns:
+          float32 [B, H', W', feature_dim]; H' = H / output_stride for the
+          ImageNet stem at 224 (7), and for the CIFAR stem at 32 (4) with
+          four stages.
+        """
+        x = self.stem_conv(images)
+        if self.stem_pool is not None:
+            x = self.stem_pool(x)
+        for block in self.blocks:
+            x = block(x, training=training)
+        return tf.nn.relu(self.final_bn(x, training=training))
+
+    def call(self, images, training=False):
+        """Pooled features float32 [B, feature_dim] of images [B, H, W, 3]."""
+        return tf.reduce_mean(self.feature_map(images, training=training),
+                              axis=[1, 2])
+
+    def batch_norm_layers(self):
+        """Every `keras.layers.BatchNormalization` layer of the trunk."""
+        norms = [norm for block in self.blocks
+                 for norm in block.batch_norm_layers()]
+        return norms + [self.final_bn]
+
+    def conv_layers(self):
+        """Every `FixedPaddingConv2D` of the trunk, stem first."""
+        return [self.stem_conv] + [conv for block in self.blocks
+                                   for conv in block.conv_layers()]
+
+
+def _validated_blocks_per_stage(blocks_per_stage):
+    valid = (isinstance(blocks_per_stage, Sequence)
+             and not isinstance(blocks_per_stage, str)
+             and len(blocks_per_stage) > 0
+             and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                     for n in blocks_per_stage))
+    if not valid:
+        raise ConfigError(
+            f"ResNet blocks per stage {blocks_per_stage!r} must be a "
+            "non-empty list of positive integers, e.g. [2, 2, 2, 2] for "
+            "ResNet-18 or [1, 1, 1, 1] for a tiny test network.")
+    return tuple(blocks_per_stage)

@@ -1,0 +1,180 @@
+"""LLPModel: outputs, batch norm, weight decay, tf.function, checkpoints."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+from llp_tf.models import LLPModel, ResNetV2
+from tests.models.helpers import (TINY_EMBEDDING_DIM, TINY_NUM_CLASSES,
+                                  tiny_model)
+
+
+def moving_statistics(model):
+    return [norm.moving_mean.numpy().copy()
+            for norm in model.trunk.batch_norm_layers()]
+
+
+def test_outputs_keys_shapes_dtypes(images):
+    model = tiny_model()
+    outputs = model(images)
+    assert set(outputs) == {"features", "embedding", "logits"}
+    assert outputs["features"].shape == (8, model.feature_dim)
+    assert model.feature_dim == 64
+    assert outputs["embedding"].shape == (8, TINY_EMBEDDING_DIM)
+    assert outputs["logits"].shape == (8, TINY_NUM_CLASSES)
+    for value in outputs.values():
+        assert value.dtype == tf.float32
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_embeddings_have_unit_norm(images, training):
+    model = tiny_model()
+    embedding = model(images * 5.0, training=training)["embedding"]
+    np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0,
+                               atol=1e-5)
+
+
+def test_heads_read_the_pooled_features(images):
+    model = tiny_model()
+    outputs = model(images)
+    np.testing.assert_allclose(
+        outputs["logits"], model.category_head(outputs["features"]),
+        rtol=1e-5, atol=1e-5)
+    unnormalised = model.embedding_head(outputs["features"]).numpy()
+    np.testing.assert_allclose(
+        outputs["embedding"],
+        unnormalised / np.linalg.norm(unnormalised, axis=1, keepdims=True),
+        rtol=1e-5, atol=1e-5)
+
+
+def test_inference_is_the_default_and_leaves_moving_statistics(images):
+    model = tiny_model()
+    first = model(images)
+    before = moving_statistics(model)
+    second = model(images, training=False)
+    for name in first:
+        np.testing.assert_array_equal(first[name], second[name])
+    for old, new in zip(before, moving_statistics(model)):
+        np.testing.assert_array_equal(old, new)
+
+
+def test_training_mode_uses_batch_statistics_and_updates_moving_ones(images):
+    model = tiny_model()
+    inference = model(images, training=False)
+    before = moving_statistics(model)
+    training = model(images, training=True)
+    assert not np.allclose(inference["features"], training["features"],
+                           atol=1e-3)
+    after = moving_statistics(model)
+    assert all(not np.array_equal(old, new)
+               for old, new in zip(before, after))
+    # Each update moves 1 - 0.997 of the way to the batch mean; the first
+    # batch norm sees the stem output directly.
+    stem_output = model.trunk.stem_conv(images).numpy()
+    np.testing.assert_allclose(
+        after[0], 0.003 * stem_output.mean(axis=(0, 1, 2)),
+        rtol=1e-4, atol=1e-7)
+
+
+def test_tf_function_matches_eager(images):
+    model = tiny_model()
+    eager = model(images)
+    compiled = tf.function(lambda x: model(x, training=False))(
+        tf.constant(images))
+    for name in eager:
+        np.testing.assert_allclose(eager[name], compiled[name],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_weight_decay_excludes_batch_norm_and_covers_every_kernel(images):
+    model = tiny_model()
+    model(images)
+    decayed = {id(v) for v in model.weight_decay_variables()}
+    batch_norm = {id(v) for v in model.batch_norm_variables()}
+    paths = {id(v): v.path for v in model.trainable_variables}
+
+    # Found by variable name, independently of the model's own bookkeeping.
+    norm_params = {i for i, p in paths.items()
+                   if p.endswith("/gamma") or p.endswith("/beta")}
+    conv_kernels = {id(v) for v in model.trainable_variables
+                    if len(v.shape) == 4}
+    dense_params = {id(v) for layer in (model.embedding_head,
+                                        model.category_head)
+                    for v in layer.trainable_weights}
+
+    assert batch_norm == norm_params
+    assert not decayed & norm_params
+    assert conv_kernels <= decayed
+    # resnet10: stem + 4 blocks of (projection + two 3x3 convs).
+    assert len(conv_kernels) == 1 + 4 * 3
+    # The dense kernels and (a choice, as in the release) their biases.
+    assert dense_params <= decayed and len(dense_params) == 4
+    assert decayed | norm_params == set(paths)
+    assert len(decayed) == len(model.weight_decay_variables())
+
+
+def test_weight_decay_variables_need_a_built_model():
+    with pytest.raises(ValueError, match="built"):
+        tiny_model().weight_decay_variables()
+
+
+def test_bottleneck_model_outputs(images):
+    model = tiny_model(architecture="resnet50", blocks_per_stage=[1, 1])
+    outputs = model(images)
+    assert outputs["features"].shape == (8, 4 * 16)
+
+
+def test_checkpoint_round_trip_restores_every_weight(images, tmp_path):
+    model = tiny_model()
+    model(images, training=True)  # non-trivial moving statistics
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+
+    restored = tiny_model()
+    restored(images[:1])
+    assert not all(np.array_equal(a, b) for a, b in
+                   zip(model.get_weights(), restored.get_weights()))
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+
+    assert len(model.weights) == len(restored.weights)
+    for saved, loaded in zip(model.weights, restored.weights):
+        assert saved.path == loaded.path
+        np.testing.assert_array_equal(saved.numpy(), loaded.numpy())
+    expected, actual = model(images), restored(images)
+    for name in expected:
+        np.testing.assert_array_equal(expected[name], actual[name])
+
+
+def test_checkpoint_holds_every_variable(images, tmp_path):
+    model = tiny_model()
+    model(images)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+    shapes = sorted(tuple(shape) for name, shape in
+                    tf.train.list_variables(path)
+                    if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
+    assert shapes == sorted(tuple(v.shape) for v in model.weights)
+
+
+@pytest.mark.parametrize("setting", ["num_classes", "embedding_dim"])
+@pytest.mark.parametrize("value", [0, -3, 2.0, True])
+def test_invalid_head_sizes(setting, value):
+    trunk = ResNetV2((1,), bottleneck=False)
+    arguments = {"num_classes": 10, "embedding_dim": 8, setting: value}
+    with pytest.raises(ConfigError, match=setting):
+        LLPModel(trunk, **arguments)
+
+
+def test_create_weights_then_restore(images, tmp_path):
+    model = tiny_model()
+    model(images, training=True)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+
+    restored = tiny_model().create_weights()
+    assert restored.built
+    before = [v.numpy().copy() for v in restored.weights]
+    restored.create_weights()  # a no-op once built
+    for old, variable in zip(before, restored.weights):
+        np.testing.assert_array_equal(old, variable.numpy())
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+    for saved, loaded in zip(model.get_weights(), restored.get_weights()):
+        np.testing.assert_array_equal(saved, loaded)
