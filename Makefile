@@ -15,10 +15,11 @@ help:
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	if [ "$(CUDA)" = "1" ]; then $(PY) -m pip install --quiet "tensorflow[and-cuda]==$$(sed -n 's/^tensorflow==//p' requirements.txt)"; fi
 	touch $@
 

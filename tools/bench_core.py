@@ -22,8 +22,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 
