@@ -1,0 +1,78 @@
+"""Progress of an epoch: a live bar on a terminal, plain log lines elsewhere.
+
+On an interactive terminal the bar is rewritten in place (step, loss terms,
+images/s, ETA). When output goes to a file or pipe, or ``CI`` is set, a
+plain line is printed at most every ``log_every_seconds`` and at the end of
+the epoch, so logs stay readable.
+"""
+
+import os
+import sys
+import time
+
+
+def is_interactive(stream):
+    return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("CI")
+
+
+def _format_duration(seconds):
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
+
+
+class EpochProgress:
+    """Reports the steps of one epoch.
+
+    Args:
+      description: str, e.g. "epoch 3/10 (llp)".
+      total_steps: int, steps in the epoch.
+      images_per_step: int, the global batch size.
+      start_step: int, steps already done (resumed mid-epoch).
+      stream: where to write; default stdout.
+      log_every_seconds: float, the interval of plain lines.
+    """
+
+    BAR_WIDTH = 20
+
+    def __init__(self, description, total_steps, images_per_step, start_step=0, stream=None,
+                 log_every_seconds=30.0):
+        self.description = description
+        self.total_steps = int(total_steps)
+        self.images_per_step = int(images_per_step)
+        self.stream = stream or sys.stdout
+        self.interactive = is_interactive(self.stream)
+        self.log_every_seconds = float(log_every_seconds)
+        self.step = int(start_step)
+        self._start_step = int(start_step)
+        self._start = time.monotonic()
+        self._last_log = self._start
+
+    def update(self, step, metrics):
+        """Reports that ``step`` steps of the epoch are done; metrics: name -> float."""
+        self.step = int(step)
+        now = time.monotonic()
+        done = self.step >= self.total_steps
+        if self.interactive:
+            self.stream.write("\r" + self._line(metrics, now) + ("\n" if done else ""))
+            self.stream.flush()
+        elif done or now - self._last_log >= self.log_every_seconds:
+            self.stream.write(self._line(metrics, now) + "\n")
+            self.stream.flush()
+            self._last_log = now
+
+    def _line(self, metrics, now):
+        elapsed = now - self._start
+        steps_done = self.step - self._start_step
+        rate = steps_done * self.images_per_step / elapsed if elapsed > 0 else 0.0
+        remaining = ((self.total_steps - self.step) * elapsed / steps_done
+                     if steps_done > 0 else 0.0)
+        filled = int(self.BAR_WIDTH * self.step / max(self.total_steps, 1))
+        bar = "#" * filled + "." * (self.BAR_WIDTH - filled)
+        terms = " ".join(f"{name} {value:.4g}" for name, value in metrics.items())
+        timing = (f"{rate:.0f} img/s ETA {_format_duration(remaining)}"
+                  if self.step < self.total_steps else f"{rate:.0f} img/s "
+                  f"in {_format_duration(elapsed)}")
+        return (f"{self.description} [{bar}] {self.step}/{self.total_steps} {terms} "
+                f"{timing}")

@@ -1,0 +1,147 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import label_encoding
+from llp_tf.memory_bank import MemoryBank
+from llp_tf.models import build_model
+from llp_tf.trainer import LLPTrainer
+
+N, C, D, B, SIZE = 32, 4, 16, 16, 8
+LABELED = np.arange(8)
+LABELED_CLASSES = np.arange(8) % C
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"image": rng.normal(size=(N, SIZE, SIZE, 3)).astype(np.float32),
+            "label": (np.arange(N) % C).astype(np.int64),
+            "index": rng.permutation(N).astype(np.int64)}
+
+
+def _setup(strategy, propagation="local", sync_batch_norm=True):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = build_model("resnet10", C, embedding_dim=D, width=0.125, small_inputs=True,
+                            sync_batch_norm=sync_batch_norm).create_weights(SIZE)
+        optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
+        optimizer.build(model.trainable_variables)
+        bank = MemoryBank(N, D, C, LABELED, LABELED_CLASSES, seed=3)
+    trainer = LLPTrainer(strategy, model, optimizer, bank, num_classes=C, global_batch_size=B,
+                         weight_decay=1e-4, temperature=0.07, k=3, t=4,
+                         propagation_method=propagation, weight_by_confidence=True,
+                         use_categorisation=True, density_chunk_size=8)
+    return trainer
+
+
+def _iterator(strategy, data):
+    dataset = tf.data.Dataset.from_tensor_slices(data)
+    replicas = strategy.num_replicas_in_sync
+    # Consecutive per-replica batches make up one global batch, as in the pipeline.
+    return iter(strategy.distribute_datasets_from_function(
+        lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True)))
+
+
+def _run(trainer, data):
+    iterator = _iterator(trainer.strategy, data)
+    warmup = trainer.train(iterator, 2, "warmup")
+    trainer.refresh_density()
+    llp = trainer.train(iterator, 4, "llp")
+    return warmup, llp
+
+
+def _values(variable):
+    values = getattr(variable, "values", None)
+    return [v.numpy() for v in values] if values else [variable.numpy()]
+
+
+def test_two_replicas_match_one_replica_on_the_same_global_batches(two_replica_strategy):
+    data = _data()
+    single = _setup(tf.distribute.get_strategy())
+    mirrored = _setup(two_replica_strategy)
+    single_metrics = _run(single, data)
+    mirrored_metrics = _run(mirrored, data)
+    for one, two in zip(single_metrics, mirrored_metrics):
+        for name in one:
+            np.testing.assert_allclose(two[name], one[name], rtol=2e-4, atol=2e-5,
+                                       err_msg=name)
+    for name in ("embeddings", "labels", "confidence", "density"):
+        copies = _values(getattr(mirrored.bank, name))
+        np.testing.assert_array_equal(copies[0], copies[1], err_msg=name)
+        reference = getattr(single.bank, name).numpy()
+        if name == "labels":
+            np.testing.assert_array_equal(copies[0], reference)
+        else:
+            np.testing.assert_allclose(copies[0], reference, rtol=1e-3, atol=1e-4,
+                                       err_msg=name)
+    for a, b in zip(single.model.weights, mirrored.model.weights):
+        np.testing.assert_allclose(_values(b)[0], a.numpy(), rtol=1e-3, atol=1e-4,
+                                   err_msg=a.path)
+
+
+def test_llp_never_reads_the_true_labels_of_unlabelled_examples():
+    data = _data()
+    scrambled = dict(data)
+    unlabeled = ~np.isin(data["index"], LABELED)
+    scrambled["label"] = np.where(unlabeled, (data["label"] + 1) % C, data["label"])
+    honest, cheated = _setup(tf.distribute.get_strategy()), _setup(tf.distribute.get_strategy())
+    metrics_a = _run(honest, data)
+    metrics_b = _run(cheated, scrambled)
+    for a, b in zip(metrics_a, metrics_b):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    np.testing.assert_array_equal(honest.bank.labels.numpy(), cheated.bank.labels.numpy())
+
+
+@pytest.mark.parametrize("propagation", ["local", "knn", "classifier"])
+def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation):
+    trainer = _setup(tf.distribute.get_strategy(), propagation, sync_batch_norm=False)
+    before = trainer.bank.embeddings.numpy()
+    data = _data()
+    _, llp = _run(trainer, data)
+    labels = trainer.bank.labels.numpy()
+    confidence = trainer.bank.confidence.numpy()
+    np.testing.assert_array_equal(labels[LABELED], LABELED_CLASSES)
+    np.testing.assert_array_equal(confidence[LABELED], 1.0)
+    unlabeled = np.setdiff1d(np.arange(N), LABELED)
+    # Four LLP steps of 16 cover every example twice: all have pseudo classes now.
+    assert np.all(label_encoding.is_class(labels[unlabeled], C).numpy())
+    assert np.all((confidence[unlabeled] > 0) & (confidence[unlabeled] <= 1))
+    assert not np.allclose(trainer.bank.embeddings.numpy(), before)
+    np.testing.assert_allclose(np.linalg.norm(trainer.bank.embeddings.numpy(), axis=1), 1.0,
+                               atol=1e-5)
+    # The first LLP epoch reads instance ids for unlabelled examples, so only
+    # the labelled ones of each batch count; the second reads the pseudo labels
+    # written in the first.
+    labeled_share = [np.isin(data["index"][:B], LABELED).mean(),
+                     np.isin(data["index"][B:], LABELED).mean()]
+    np.testing.assert_allclose(llp["pseudo_labelled"], labeled_share + [1.0, 1.0], atol=1e-6)
+    assert np.all(np.isfinite(llp["loss"]))
+
+
+def test_warmup_loss_is_instance_discrimination_over_the_bank():
+    trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
+    data = _data()
+    bank_before = trainer.bank.embeddings.numpy().astype(np.float64)
+    batch = {k: v[:B] for k, v in data.items()}
+    embeddings = trainer.model(batch["image"], training=True)["embedding"].numpy()
+    # Recreate the state the step starts from (the forward above moved BN statistics).
+    trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
+    metrics = trainer.train(_iterator(trainer.strategy, data), 1, "warmup")
+    logits = embeddings.astype(np.float64) @ bank_before.T / 0.07
+    own = logits[np.arange(B), batch["index"]]
+    want = np.mean(np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
+                   + logits.max(1) - own)
+    np.testing.assert_allclose(metrics["aggregation"][0], want, rtol=1e-4)
+
+
+def test_supervised_phase_needs_no_bank():
+    strategy = tf.distribute.get_strategy()
+    trainer = _setup(strategy, sync_batch_norm=False)
+    trainer.bank = None
+    metrics = trainer.train(_iterator(strategy, _data()), 3, "supervised")
+    assert set(metrics) == {"loss", "categorisation", "weight_decay"}
+    assert metrics["categorisation"][0] == pytest.approx(np.log(C), rel=0.5)
+    with pytest.raises(ValueError, match="memory bank"):
+        trainer.train(_iterator(strategy, _data()), 1, "llp")
