@@ -2,8 +2,9 @@
 
 The split must happen before TensorFlow initialises its devices, so it runs at
 import time, before any test module touches TensorFlow. Tests that need two
-replicas build `tf.distribute.MirroredStrategy(LOGICAL_CPUS)`; everything else
-runs on the first logical CPU as usual.
+replicas use the `two_replica_strategy` fixture (one strategy for the whole
+session: see `llp_tf.distribution`); everything else runs on the first
+logical CPU as usual.
 """
 
 import os
@@ -23,4 +24,5 @@ LOGICAL_CPUS = [d.name for d in tf.config.list_logical_devices("CPU")]
 @pytest.fixture
 def two_replica_strategy():
     """MirroredStrategy over two logical CPU devices."""
-    return tf.distribute.MirroredStrategy(LOGICAL_CPUS)
+    from llp_tf.distribution import mirrored_strategy
+    return mirrored_strategy(LOGICAL_CPUS)

@@ -1,0 +1,273 @@
+"""Image augmentation of the release (train) and the evaluation transform.
+
+Pure functions of one image: no flags, no hidden state. Every random choice
+is a stateless op driven by an explicit ``seed`` (int32/int64 [2]), so an
+image's augmentation depends only on that seed: not on the order in which
+tf.data runs its parallel calls, the number of replicas, or where a resumed
+epoch starts. The input pipeline derives the seed from
+``(run seed, epoch, example index)``.
+
+Train (the release's torchvision-style recipe, in its order):
+random resized crop (area 0.2-1 of the image, aspect ratio 3/4-4/3,
+log-uniform), random grayscale with p = 0.2, colour jitter in a random order
+(brightness, contrast, saturation: factor in [0.6, 1.4]; hue: shift in
+[-0.4, 0.4] of the hue circle), horizontal flip with p = 0.5, ImageNet
+mean/std normalisation.
+
+Evaluation: resize the short side to ``round(size * 256 / 224)`` (keeping the
+aspect ratio), centre crop ``size`` x ``size``, normalise.
+
+Images come in as uint8 [H, W, 3] (grayscale sources already expanded to
+three channels) and leave as float32 [size, size, 3]; before normalisation
+pixel values lie in [0, 1], after it channel c lies in
+``[(0 - MEAN[c]) / STD[c], (1 - MEAN[c]) / STD[c]]``.
+"""
+
+import math
+
+import tensorflow as tf
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+CROP_AREA_RANGE = (0.2, 1.0)
+CROP_ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
+GRAYSCALE_PROBABILITY = 0.2
+JITTER_FACTOR_RANGE = (0.6, 1.4)
+HUE_MAX_DELTA = 0.4
+FLIP_PROBABILITY = 0.5
+EVAL_RESIZE_RATIO = 256.0 / 224.0
+
+# torchvision's RandomResizedCrop tries ten boxes before falling back to a
+# centre crop; the same here keeps the crop distribution of the release.
+_CROP_ATTEMPTS = 10
+
+# Sub-seeds of one example's seed, one per random decision.
+_SEED_CROP, _SEED_GRAY, _SEED_JITTER, _SEED_FLIP = range(4)
+_NUM_SUBSEEDS = 4
+
+
+_LUMA_WEIGHTS = (0.299, 0.587, 0.114)
+
+
+def _grayscale_luma(image):
+    """float32 [H, W, 1]: ITU-R 601 luma, as PIL's 'L' conversion."""
+    # A matrix-vector product is several times faster than multiply + sum
+    # over a last axis of 3.
+    return tf.linalg.matvec(image, tf.constant(_LUMA_WEIGHTS, tf.float32))[..., None]
+
+
+def _mean_luma(image):
+    """float32 []: mean luma of [H, W, 3], from the channel means (cheaper)."""
+    return tf.tensordot(tf.reduce_mean(image, axis=[0, 1]),
+                        tf.constant(_LUMA_WEIGHTS, tf.float32), 1)
+
+
+def crop_window(image_shape, seed, area_range=CROP_AREA_RANGE,
+                aspect_range=CROP_ASPECT_RANGE):
+    """Samples the box of a random resized crop.
+
+    Draws ``_CROP_ATTEMPTS`` candidate boxes with area fraction uniform in
+    ``area_range`` and log-uniform aspect ratio (width / height) in
+    ``aspect_range`` and takes the first that fits in the image, at a uniform
+    position; if none fits, the largest centred box whose aspect ratio is
+    clipped into ``aspect_range``.
+
+    Args:
+      image_shape: int [3] (or [2]), the image's height and width first.
+      seed: int [2], stateless seed.
+      area_range: (low, high) fractions of the image area.
+      aspect_range: (low, high) width / height ratios.
+
+    Returns:
+      (top, left, height, width), int32 scalars, a box inside the image.
+    """
+    height = tf.cast(image_shape[0], tf.float32)
+    width = tf.cast(image_shape[1], tf.float32)
+    area_seed, aspect_seed, position_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, num=3))
+    area = height * width * tf.random.stateless_uniform(
+        [_CROP_ATTEMPTS], area_seed, area_range[0], area_range[1])
+    log_aspect = tf.random.stateless_uniform(
+        [_CROP_ATTEMPTS], aspect_seed, math.log(aspect_range[0]), math.log(aspect_range[1]))
+    aspect = tf.exp(log_aspect)
+    box_w = tf.round(tf.sqrt(area * aspect))
+    box_h = tf.round(tf.sqrt(area / aspect))
+    fits = (box_w >= 1.0) & (box_h >= 1.0) & (box_w <= width) & (box_h <= height)
+    first_fit = tf.argmax(tf.cast(fits, tf.int32), output_type=tf.int32)
+    any_fit = tf.reduce_any(fits)
+
+    # Fallback: centre crop of the whole image with the ratio clipped.
+    ratio = width / height
+    fallback_w = tf.where(ratio < aspect_range[0], width,
+                          tf.where(ratio > aspect_range[1],
+                                   tf.round(height * aspect_range[1]), width))
+    fallback_h = tf.where(ratio < aspect_range[0], tf.round(width / aspect_range[0]),
+                          height)
+    crop_w = tf.where(any_fit, tf.gather(box_w, first_fit), fallback_w)
+    crop_h = tf.where(any_fit, tf.gather(box_h, first_fit), fallback_h)
+    crop_w = tf.clip_by_value(crop_w, 1.0, width)
+    crop_h = tf.clip_by_value(crop_h, 1.0, height)
+
+    position = tf.random.stateless_uniform([2], position_seed, 0.0, 1.0)
+    random_top = tf.floor(position[0] * (height - crop_h + 1.0))
+    random_left = tf.floor(position[1] * (width - crop_w + 1.0))
+    top = tf.where(any_fit, random_top, tf.floor((height - crop_h) / 2.0))
+    left = tf.where(any_fit, random_left, tf.floor((width - crop_w) / 2.0))
+    # floor(u * (n + 1)) can reach n + 1 - crop only for u == 1, which
+    # stateless_uniform excludes; the clip guards float rounding.
+    top = tf.clip_by_value(top, 0.0, height - crop_h)
+    left = tf.clip_by_value(left, 0.0, width - crop_w)
+    return (tf.cast(top, tf.int32), tf.cast(left, tf.int32),
+            tf.cast(crop_h, tf.int32), tf.cast(crop_w, tf.int32))
+
+
+def random_resized_crop(image, seed, size, area_range=CROP_AREA_RANGE,
+                        aspect_range=CROP_ASPECT_RANGE):
+    """Random resized crop (see `crop_window`) resized to ``size`` x ``size``.
+
+    Args:
+      image: uint8 or float32 [H, W, 3].
+      seed: int [2].
+      size: int, output side.
+
+    Returns:
+      float32 [size, size, 3] in [0, 1].
+    """
+    top, left, crop_h, crop_w = crop_window(tf.shape(image), seed, area_range, aspect_range)
+    # Crop before converting to float: only the window is touched.
+    crop = tf.image.crop_to_bounding_box(image, top, left, crop_h, crop_w)
+    scale = 1.0 / 255.0 if image.dtype == tf.uint8 else 1.0
+    resized = tf.image.resize(crop, [size, size], method="bilinear", antialias=True)
+    return tf.clip_by_value(resized * scale, 0.0, 1.0)
+
+
+def random_grayscale(image, seed, probability=GRAYSCALE_PROBABILITY):
+    """float32 [H, W, 3] in [0, 1] -> same, replaced by its luma (in all three
+    channels) with the given probability."""
+    draw = tf.random.stateless_uniform([], seed)
+    return tf.cond(draw < probability, lambda: tf.tile(_grayscale_luma(image), [1, 1, 3]),
+                   lambda: image)
+
+
+def adjust_brightness(image, factor):
+    """Multiplies intensities by ``factor`` (torchvision's brightness)."""
+    return tf.clip_by_value(image * factor, 0.0, 1.0)
+
+
+def adjust_contrast(image, factor):
+    """Blends with the mean luma of the image (torchvision's contrast)."""
+    mean = _mean_luma(image)
+    return tf.clip_by_value(mean + factor * (image - mean), 0.0, 1.0)
+
+
+def adjust_saturation(image, factor):
+    """Blends with the image's own luma (torchvision's saturation)."""
+    gray = _grayscale_luma(image)
+    return tf.clip_by_value(gray + factor * (image - gray), 0.0, 1.0)
+
+
+def adjust_hue(image, delta):
+    """Rotates hue by ``delta`` of the full circle, delta in [-0.5, 0.5]."""
+    return tf.clip_by_value(tf.image.adjust_hue(image, delta), 0.0, 1.0)
+
+
+def color_jitter(image, seed, factor_range=JITTER_FACTOR_RANGE, hue_max_delta=HUE_MAX_DELTA):
+    """Brightness, contrast, saturation and hue jitter, applied in a random order.
+
+    Args:
+      image: float32 [H, W, 3] in [0, 1].
+      seed: int [2].
+
+    Returns:
+      float32 [H, W, 3] in [0, 1].
+    """
+    factor_seed, hue_seed, order_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, num=3))
+    factors = tf.random.stateless_uniform([3], factor_seed, factor_range[0], factor_range[1])
+    hue_delta = tf.random.stateless_uniform([], hue_seed, -hue_max_delta, hue_max_delta)
+    order = tf.argsort(tf.random.stateless_uniform([4], order_seed))
+    for step in range(4):
+        image = tf.switch_case(order[step], [
+            lambda image=image: adjust_brightness(image, factors[0]),
+            lambda image=image: adjust_contrast(image, factors[1]),
+            lambda image=image: adjust_saturation(image, factors[2]),
+            lambda image=image: adjust_hue(image, hue_delta),
+        ])
+    return image
+
+
+def random_flip(image, seed, probability=FLIP_PROBABILITY):
+    """Mirrors [H, W, C] left-right with the given probability."""
+    draw = tf.random.stateless_uniform([], seed)
+    return tf.cond(draw < probability, lambda: tf.reverse(image, axis=[1]), lambda: image)
+
+
+def normalize(image):
+    """float32 [..., 3] in [0, 1] -> ImageNet mean/std normalised."""
+    std = tf.constant(IMAGENET_STD, tf.float32)
+    mean = tf.constant(IMAGENET_MEAN, tf.float32)
+    return image * (1.0 / std) - mean / std
+
+
+def train_augment(image, seed, size):
+    """The training augmentation.
+
+    Args:
+      image: uint8 [H, W, 3].
+      seed: int32/int64 [2], this example's stateless seed.
+      size: int, output side S.
+
+    Returns:
+      float32 [S, S, 3], normalised.
+    """
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
+    image = random_resized_crop(image, seeds[_SEED_CROP], size)
+    image = random_grayscale(image, seeds[_SEED_GRAY])
+    image = color_jitter(image, seeds[_SEED_JITTER])
+    image = random_flip(image, seeds[_SEED_FLIP])
+    image = normalize(image)
+    image.set_shape([size, size, 3])
+    return image
+
+
+def resize_short_side(image, short_side):
+    """Resizes [H, W, 3] so that min(H, W) == short_side, keeping the aspect
+    ratio (the long side rounded). Returns float32 in the input's range."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = tf.cast(short_side, tf.float32) / tf.reduce_min(shape)
+    new_shape = tf.maximum(tf.cast(tf.round(shape * scale), tf.int32), short_side)
+    # The short side is set exactly so rounding cannot leave it one pixel short.
+    new_shape = tf.where(shape <= tf.reduce_min(shape), short_side, new_shape)
+    return tf.image.resize(image, new_shape, method="bilinear", antialias=True)
+
+
+def center_crop(image, size):
+    """Central ``size`` x ``size`` window of [H, W, C] (H, W >= size)."""
+    shape = tf.shape(image)
+    top = (shape[0] - size) // 2
+    left = (shape[1] - size) // 2
+    return image[top:top + size, left:left + size, :]
+
+
+def eval_short_side(size):
+    """int: the short side the evaluation transform resizes to."""
+    return int(round(size * EVAL_RESIZE_RATIO))
+
+
+def eval_preprocess(image, size):
+    """The evaluation transform.
+
+    Args:
+      image: uint8 [H, W, 3].
+      size: int, output side S.
+
+    Returns:
+      float32 [S, S, 3], normalised.
+    """
+    scale = 1.0 / 255.0 if image.dtype == tf.uint8 else 1.0
+    # Crop before scaling and normalising: only the window is touched.
+    image = center_crop(resize_short_side(image, eval_short_side(size)), size)
+    image = normalize(tf.clip_by_value(image * scale, 0.0, 1.0))
+    image.set_shape([size, size, 3])
+    return image

@@ -1,0 +1,109 @@
+"""Image decoding that names the file or record it could not decode.
+
+A decode op that fails inside tf.data raises TensorFlow's own error, which
+says "Invalid JPEG data" but not which of a million images it was.
+`decode_checked` runs each decode in a one-element dataset whose error is
+caught (`ignore_errors`); when nothing comes out, a second branch raises an
+assertion whose text names the example (file path, or shard and record) and
+is marked so that `data_errors` can turn it into a one-paragraph
+`DataError`. The cost is a tiny dataset per image (about 0.1 ms of CPU),
+negligible beside decoding a real JPEG; sources whose bytes were already
+decoded once when they were written (TFDS) can use `decode_image` directly.
+"""
+
+import contextlib
+import re
+
+import tensorflow as tf
+
+from llp_tf.errors import DataError
+
+_MARK_OPEN = "<<LLP_DATA_ERROR:"
+_MARK_CLOSE = ":LLP_DATA_ERROR>>"
+_MARKED = re.compile(re.escape(_MARK_OPEN) + r"(.*?)" + re.escape(_MARK_CLOSE), re.S)
+
+
+def decode_image(encoded):
+    """Decodes JPEG, PNG, GIF (first frame) or BMP bytes.
+
+    Args:
+      encoded: string [], the file's bytes.
+
+    Returns:
+      uint8 [H, W, 3]; grayscale images are expanded to three channels and an
+      alpha channel is dropped.
+    """
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def fail(message):
+    """Raises, inside a tf.data function, an error that `data_errors` turns
+    into `DataError(message)`. ``message`` is a string tensor or str.
+
+    Returns a uint8 [1, 1, 3] placeholder image so that both branches of a
+    decode have the same structure; it is never produced.
+    """
+    text = tf.strings.join([_MARK_OPEN, message, _MARK_CLOSE])
+    check = tf.debugging.Assert(False, [text], summarize=1)
+    with tf.control_dependencies([check]):
+        return tf.zeros([1, 1, 3], tf.uint8)
+
+
+def decode_checked(records, load_fn, describe_fn):
+    """Maps records to decoded images, failing with a message naming the bad one.
+
+    Args:
+      records: tf.data.Dataset of dicts (one example's record each).
+      load_fn: record -> uint8 [H, W, 3]; may read a file and decode.
+      describe_fn: record -> string [], names the example for the message,
+        e.g. "file /data/cat/1.jpg" or "shard /data/train-00003-of-00016,
+        record 17".
+
+    Returns:
+      Dataset of (record, image) in the order of ``records``.
+    """
+    def one(record):
+        single = tf.data.Dataset.from_tensors(record)
+        decoded = single.map(lambda r: (r, load_fn(r))).ignore_errors()
+        failure = single.map(lambda r: (r, fail(tf.strings.join([
+            "Cannot read or decode the image of ", describe_fn(r),
+            ": it is missing, empty, truncated, or not a JPEG, PNG, GIF or BMP image. "
+            "Replace or remove it (for a TFRecord shard, rebuild the shard) and run again."]))))
+        return decoded.concatenate(failure).take(1)
+
+    # Each inner dataset yields exactly one element, so a deterministic
+    # interleave keeps the input order while decoding in parallel.
+    return records.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def decode_unchecked(records, load_fn):
+    """Like `decode_checked` for trusted bytes: Dataset of (record, image)."""
+    return records.map(lambda r: (r, load_fn(r)), num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=True)
+
+
+def data_error_message(error):
+    """The marked message inside a TensorFlow error raised by `fail`, or None."""
+    match = _MARKED.search(str(getattr(error, "message", error)))
+    return match.group(1) if match else None
+
+
+@contextlib.contextmanager
+def data_errors():
+    """Turns a data error raised inside a tf.data pipeline into `DataError`.
+
+    Wrap the loop that iterates a dataset of this package (the trainer's step
+    loop, a tool's loop): a bad image then surfaces as a one-paragraph
+    `DataError` naming the file or shard and record instead of a TensorFlow
+    traceback. Other errors pass through unchanged.
+    """
+    try:
+        yield
+    except tf.errors.OpError as error:
+        message = data_error_message(error)
+        if message is None:
+            raise
+        raise DataError(message) from None

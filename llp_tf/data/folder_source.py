@@ -1,0 +1,149 @@
+"""Image folders read directly: one sub-folder per class.
+
+Layouts:
+
+- ``root/train/<class>/<image>`` and optionally
+  ``root/validation/<class>/<image>`` (or ``root/val/...``);
+- ``root/<class>/<image>``: a train split only.
+
+Classes are the train split's sub-folder names in sorted order (label = position);
+a validation sub-folder must name one of them. Images are files ending in
+.jpg, .jpeg, .png, .gif or .bmp (any case); names starting with "." are
+skipped, any other file or a nested folder is an error rather than being
+silently left out. An example's stable index is its position in the listing
+sorted by class, then by file name, so it does not change while the folder
+does not. Files are read when an example is needed, so a corrupt file only
+shows up then (the error names it).
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.data import decode
+from llp_tf.data.source import TRAIN, VALIDATION, Source, SourceInfo
+from llp_tf.errors import DataError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+VALIDATION_FOLDERS = ("validation", "val")
+
+
+def _visible_entries(folder):
+    return sorted(name for name in os.listdir(folder) if not name.startswith("."))
+
+
+def list_image_folder(folder, class_names=None):
+    """Lists a folder of class sub-folders.
+
+    Args:
+      folder: str, a folder whose sub-folders are classes.
+      class_names: optional tuple of str; when given, every sub-folder must be
+        one of them and labels are positions in it (for a validation split).
+
+    Returns:
+      (paths, labels, class_names): list of str sorted by class then file
+      name, int64 [N] labels, tuple of str.
+    """
+    if not os.path.isdir(folder):
+        raise DataError(f"Image folder {folder} does not exist or is not a folder.")
+    entries = _visible_entries(folder)
+    stray = [e for e in entries if not os.path.isdir(os.path.join(folder, e))]
+    if stray:
+        raise DataError(
+            f"Image folder {folder} holds {os.path.join(folder, stray[0])}, which is not a "
+            "class sub-folder. Put every image in a sub-folder named after its class "
+            "(folder/<class>/<image>) and move other files away.")
+    if not entries:
+        raise DataError(
+            f"Image folder {folder} has no class sub-folders, so the dataset is empty. "
+            "Expected folder/<class>/<image>.")
+    if class_names is None:
+        class_names = tuple(entries)
+    else:
+        unknown = [e for e in entries if e not in class_names]
+        if unknown:
+            raise DataError(
+                f"Image folder {folder} has a class sub-folder {unknown[0]!r} that the train "
+                f"split does not have ({len(class_names)} train classes). Every validation "
+                "class must also be a train class.")
+    paths, labels = [], []
+    for name in entries:
+        class_folder = os.path.join(folder, name)
+        files = _visible_entries(class_folder)
+        for file_name in files:
+            path = os.path.join(class_folder, file_name)
+            if os.path.isdir(path) or not file_name.lower().endswith(IMAGE_EXTENSIONS):
+                raise DataError(
+                    f"{path} is not an image file (expected names ending in "
+                    f"{', '.join(IMAGE_EXTENSIONS)}, and no nested folders). Move it out of "
+                    f"{folder}.")
+            paths.append(path)
+            labels.append(class_names.index(name))
+        if not files:
+            raise DataError(
+                f"Class folder {class_folder} has no images. Remove the empty class folder "
+                "or add its images.")
+    return paths, np.asarray(labels, np.int64), class_names
+
+
+class FolderSource(Source):
+    """Images read straight from class sub-folders (see the module docstring)."""
+
+    # Records are file paths, so a whole split fits in one shuffle block.
+    shuffle_block = None
+
+    def __init__(self, folder):
+        folder = os.path.abspath(os.path.expanduser(folder))
+        if not os.path.isdir(folder):
+            raise DataError(
+                f"Image folder {folder} does not exist or is not a folder. Give a folder "
+                "with class sub-folders, or with train/ (and validation/) folders of class "
+                "sub-folders.")
+        if os.path.isdir(os.path.join(folder, TRAIN)):
+            train_folder = os.path.join(folder, TRAIN)
+            validation_folder = next(
+                (os.path.join(folder, v) for v in VALIDATION_FOLDERS
+                 if os.path.isdir(os.path.join(folder, v))), None)
+        else:
+            train_folder, validation_folder = folder, None
+        paths, labels, class_names = list_image_folder(train_folder)
+        self._paths = {TRAIN: paths}
+        self._labels = {TRAIN: labels}
+        if validation_folder is not None:
+            paths, labels, _ = list_image_folder(validation_folder, class_names)
+        else:
+            paths, labels = [], np.zeros(0, np.int64)
+        self._paths[VALIDATION] = paths
+        self._labels[VALIDATION] = labels
+        super().__init__(SourceInfo(
+            name=f"folder:{folder}", num_classes=len(class_names), class_names=class_names,
+            num_train=len(self._paths[TRAIN]), num_validation=len(self._paths[VALIDATION]),
+            image_size=None, channels=3))
+
+    def labels(self, split):
+        self.info.num_examples(split)
+        return self._labels[split].copy()
+
+    def paths(self, split):
+        """list of str: the image files of ``split`` by index."""
+        self.info.num_examples(split)
+        return list(self._paths[split])
+
+    def num_shards(self, split):
+        return 1
+
+    def read_shard(self, split, shard):
+        del shard  # One shard: the listing.
+        count = len(self._paths[split])
+        index = np.arange(count, dtype=np.int64)
+        return tf.data.Dataset.from_tensor_slices({
+            "data": tf.constant(self._paths[split], tf.string, shape=[count]),
+            "label": self._labels[split], "index": index,
+            "shard": np.zeros(count, np.int64), "position": index})
+
+    def load_image(self, record):
+        return decode.decode_image(tf.io.read_file(record["data"]))
+
+    def describe(self, split, record):
+        return tf.strings.join(["file ", record["data"]])

@@ -1,0 +1,122 @@
+"""Scanning TFRecord shards once for their small fields (labels, indices).
+
+Sources stored as TFRecord shards (the authors' format, TFDS) need every
+record's label, and the authors' format its ``index``, before training:
+for the split files, for pseudo-label accuracy, and to check the data (no
+duplicate index, no label out of range). That takes one pass over the
+shards, which for ImageNet reads its 140 GB. The result is therefore cached
+in ``$LLP_TF_CACHE_DIR`` (default ``~/.cache/llp_tf``) under a key made of
+the shards' paths, sizes and modification times, for sets of at least
+``CACHE_MIN_BYTES``; small sets are simply scanned again.
+
+A shard that cannot be read (truncated, bad checksum) or a record that cannot
+be parsed raises a `DataError` naming the shard and the record number.
+"""
+
+import concurrent.futures
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.errors import DataError
+
+CACHE_MIN_BYTES = 64 * 1024 * 1024
+_SCAN_BATCH = 4096
+_SCAN_THREADS = 4
+
+
+def cache_dir():
+    """str: where scans are cached."""
+    return os.environ.get("LLP_TF_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "llp_tf")
+
+
+def _signature(files, tag):
+    digest = hashlib.sha256(tag.encode())
+    for path in files:
+        stat = os.stat(path)
+        digest.update(json.dumps([os.path.abspath(path), stat.st_size, stat.st_mtime_ns]).encode())
+    return digest.hexdigest()[:32]
+
+
+def _locate_bad_record(path, parse_fn):
+    """Index of the first record of ``path`` that cannot be read or parsed."""
+    position = 0
+    try:
+        for serialized in tf.data.TFRecordDataset(path):
+            parse_fn(tf.expand_dims(serialized, 0))
+            position += 1
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+        return position
+    return None
+
+
+def _scan_one(path, parse_fn, what):
+    parts = []
+    count = 0
+    try:
+        for batch in tf.data.TFRecordDataset(path).batch(_SCAN_BATCH).map(parse_fn):
+            batch = {key: value.numpy() for key, value in batch.items()}
+            parts.append(batch)
+            count += len(next(iter(batch.values())))
+    except tf.errors.DataLossError as error:
+        raise DataError(
+            f"{what}: shard {path} is corrupt or truncated after record {count + 1} "
+            f"({error.message.splitlines()[0]}). Rebuild or re-copy this shard.") from None
+    except tf.errors.InvalidArgumentError as error:
+        bad = _locate_bad_record(path, parse_fn)
+        place = f"record {bad}" if bad is not None else f"a record after record {count}"
+        raise DataError(
+            f"{what}: cannot parse {place} of shard {path}: "
+            f"{error.message.splitlines()[0]}. Check that the shard has the expected "
+            "format and rebuild it.") from None
+    if not parts:
+        return None
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+def scan(files, parse_fn, keys, what, tag):
+    """Reads the small fields of every record of a list of shards.
+
+    Args:
+      files: list of str, shard paths in shard order.
+      parse_fn: string [B] serialized records -> dict of int64 [B] tensors
+        with ``keys``.
+      keys: tuple of str.
+      what: str naming the dataset and split, for messages.
+      tag: str that identifies ``parse_fn`` in the cache key.
+
+    Returns:
+      (counts, fields): int64 [S] records per shard, and a dict key ->
+      int64 [sum(counts)], records of all shards in shard order.
+    """
+    total_bytes = sum(os.path.getsize(path) for path in files)
+    cache_path = None
+    if files and total_bytes >= CACHE_MIN_BYTES:
+        cache_path = os.path.join(cache_dir(), f"scan-{_signature(files, tag)}.npz")
+        if os.path.exists(cache_path):
+            try:
+                with np.load(cache_path, allow_pickle=False) as cached:
+                    return cached["counts"], {key: cached[key] for key in keys}
+            except (OSError, KeyError, ValueError):
+                pass  # An unreadable cache is only a lost shortcut: scan again.
+
+    with concurrent.futures.ThreadPoolExecutor(_SCAN_THREADS) as pool:
+        results = list(pool.map(lambda path: _scan_one(path, parse_fn, what), files))
+    counts = np.array([0 if r is None else len(r[keys[0]]) for r in results], np.int64)
+    fields = {key: np.concatenate([r[key] for r in results if r is not None]
+                                  or [np.zeros(0, np.int64)]).astype(np.int64)
+              for key in keys}
+
+    if cache_path is not None:
+        try:
+            os.makedirs(os.path.dirname(cache_path), exist_ok=True)
+            temporary = cache_path + f".{os.getpid()}.tmp.npz"
+            np.savez(temporary, counts=counts, **fields)
+            os.replace(temporary, cache_path)
+        except OSError:
+            pass  # Caching is an optimisation; a read-only home still works.
+    return counts, fields

@@ -1,0 +1,185 @@
+"""The contract every data source meets, and what it tells about its data.
+
+A source is one dataset on disk (TFDS, the authors' TFRecords, an image
+folder, an embedded set). It has two splits, "train" and "validation"; each
+example of a split has a stable integer ``index`` in ``[0, N)``: the same on
+every pass, after a restart and on every replica, because it is part of the
+data (the TFRecord ``index`` feature) or a function of the fixed storage
+order (position in the sorted file list, or shard offset + position in the
+shard).
+
+The input pipeline reads every source the same way: a split is a list of
+shards, each a dataset of *records* in storage order; records are filtered,
+ordered and sharded before `load_image` does the expensive reading and
+decoding. A record is a dict:
+
+- ``data``: string [], the encoded image bytes or a file path (per source);
+- ``label``: int64 [], the true class in ``[0, num_classes)``;
+- ``index``: int64 [], the stable example index in ``[0, N)``;
+- ``shard``, ``position``: int64 [], where the record is stored (for messages).
+"""
+
+import abc
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.data import decode
+from llp_tf.errors import DataError
+
+TRAIN = "train"
+VALIDATION = "validation"
+SPLITS = (TRAIN, VALIDATION)
+#: The forms of a dataset name accepted by `llp_tf.data.load_source`.
+NAME_FORMS = ('"mnist5k", "digits", "tfds:<name>" (e.g. "tfds:imagenet2012"), '
+              '"tfrecord:<folder>", "folder:<folder>"')
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceInfo:
+    """What the trainer needs to know about a dataset.
+
+    Attributes:
+      name: the name it was loaded by, e.g. "mnist5k", "tfds:imagenet2012",
+        "tfrecord:/abs/path".
+      num_classes: C; labels lie in ``[0, C)``.
+      class_names: tuple of C str.
+      num_train: N, examples in the train split (indices ``[0, N)``).
+      num_validation: examples in the validation split (0 if there is none).
+      image_size: (height, width) if every image has that native size, else None.
+      channels: native channels (1 for grayscale sources); decoded examples
+        always have 3.
+    """
+
+    name: str
+    num_classes: int
+    class_names: tuple
+    num_train: int
+    num_validation: int
+    image_size: tuple | None
+    channels: int
+
+    def num_examples(self, split):
+        check_split(split)
+        return self.num_train if split == TRAIN else self.num_validation
+
+
+def check_split(split):
+    if split not in SPLITS:
+        raise DataError(f"Unknown split {split!r}; the splits are {', '.join(SPLITS)}.")
+
+
+def validate_labels(labels, num_classes, what, where=None):
+    """Raises DataError if any label is outside [0, num_classes).
+
+    Args:
+      labels: int64 [N] by index.
+      num_classes: C.
+      what: str naming the split and dataset, for the message.
+      where: optional callable, index -> str naming that example's file or
+        shard and record.
+    """
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if bad.size:
+        first = int(bad[0])
+        place = where(first) if where else f"example {first}"
+        raise DataError(
+            f"{what}: {bad.size} label(s) lie outside [0, {num_classes}); the first is "
+            f"{int(labels[first])} at {place}. Labels must be class numbers 0..{num_classes - 1}; "
+            "fix or rebuild the data, or declare the right classes.")
+
+
+class Source(abc.ABC):
+    """A dataset with a train and a validation split (see the module docstring)."""
+
+    #: True if images were already decoded successfully when the data was
+    #: written (TFDS), so a decode failure cannot come from a bad file.
+    trusted_bytes = False
+    #: Records of a shuffle block; None: the whole split (records are small).
+    #: Records hold the encoded image, so for ImageNet a block of 8192 takes
+    #: about 0.9 GB (two blocks are in memory at once).
+    shuffle_block = 8192
+
+    def __init__(self, info):
+        self.info = info
+
+    # -- labels ----------------------------------------------------------
+    @abc.abstractmethod
+    def labels(self, split):
+        """np.int64 [N]: the true class of each example of ``split`` by index."""
+
+    def train_labels(self):
+        """np.int64 [num_train]: class of each training example by its index."""
+        return self.labels(TRAIN)
+
+    def validation_labels(self):
+        """np.int64 [num_validation]: class of each validation example by index."""
+        return self.labels(VALIDATION)
+
+    # -- reading -----------------------------------------------------------
+    @abc.abstractmethod
+    def num_shards(self, split):
+        """int: number of shards of ``split``."""
+
+    @abc.abstractmethod
+    def read_shard(self, split, shard):
+        """Records of one shard in storage order.
+
+        Args:
+          split: "train" or "validation".
+          shard: int64 [] tensor, in ``[0, num_shards(split))``.
+
+        Returns:
+          tf.data.Dataset of records (see the module docstring).
+        """
+
+    @abc.abstractmethod
+    def load_image(self, record):
+        """uint8 [H, W, 3] of a record (reads the file if ``data`` is a path)."""
+
+    @abc.abstractmethod
+    def describe(self, split, record):
+        """string []: names the record's file, or shard and record, for messages."""
+
+    # -- derived -----------------------------------------------------------
+    def require_split(self, split):
+        """Raises DataError if ``split`` is unknown or has no examples."""
+        check_split(split)
+        if self.info.num_examples(split) == 0:
+            raise DataError(
+                f"Dataset {self.info.name} has no {split} examples; give a source with a "
+                f"{split} split (for image folders a '{split}' sub-folder, for TFRecords "
+                f"'{split}-*' shards).")
+
+    def records(self, split, cycle_length=16):
+        """Dataset of all records of ``split``, shards read in order and interleaved
+        deterministically (so the order is fixed, though not index order)."""
+        self.require_split(split)
+        shards = tf.data.Dataset.range(self.num_shards(split))
+        cycle = max(1, min(cycle_length, self.num_shards(split)))
+        return shards.interleave(lambda s: self.read_shard(split, s), cycle_length=cycle,
+                                 block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=True)
+
+    def decode(self, records, split):
+        """Dataset of (record, uint8 [H, W, 3] image); see `decode.decode_checked`."""
+        if self.trusted_bytes:
+            return decode.decode_unchecked(records, self.load_image)
+        return decode.decode_checked(records, self.load_image,
+                                     lambda r: self.describe(split, r))
+
+    def raw_dataset(self, split):
+        """Decoded examples of ``split`` in storage order (shard by shard), which is
+        index order for TFDS, embedded and folder sources.
+
+        Returns:
+          tf.data.Dataset of {"image": uint8 [H, W, 3], "label": int64 [],
+          "index": int64 []}. Iterate it inside `decode.data_errors()` to get
+          a `DataError` for a bad image.
+        """
+        return self.decode(self.records(split, cycle_length=1), split).map(
+            lambda r, image: {"image": image, "label": r["label"], "index": r["index"]})
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.info.name!r})"

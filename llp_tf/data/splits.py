@@ -1,0 +1,257 @@
+"""The regime split: which training examples are labelled and which are used.
+
+A regime ``pPP_qQQ`` labels PP% of the training images, balanced per class,
+and trains on QQ% of them (always including the labelled ones).
+
+`make_splits` rule, per class c with n_c training examples:
+
+- labelled: ``k_c = round(PP% * n_c)`` examples (round half up). With
+  ``seed=None`` they are the k_c lowest indices of the class (the release's
+  rule: its ImageNet index order is a seeded permutation, so "first" is a
+  random but fixed choice); with a seed, a uniform draw without replacement
+  (``numpy.random.default_rng(seed)``, classes in increasing order).
+- used: ``max(k_c, round(QQ% * n_c))`` examples: the labelled ones, plus the
+  lowest remaining indices (``seed=None``) or a seeded draw of the rest.
+
+A class that would get no labelled example is an error: raise PP.
+
+The split used by a run must not change when the run resumes (a re-drawn
+split silently adds labels), so it is written to a file (`save_splits`) and
+read back (`load_splits`) with a check that the file was made for the same
+dataset: same number of training examples and the same labels, compared by a
+SHA-256 fingerprint of ``train_labels``.
+
+When ``used_index`` is not every example, the bank holds only the used
+examples, numbered densely: the example with original index
+``used_index[j]`` is bank row j (`dense_index`).
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from llp_tf.errors import ConfigError, DataError
+
+SPLIT_FORMAT = "llp-split-v1"
+
+
+def _round_half_up(x):
+    # The small epsilon keeps e.g. 10% of 1300 (130.00000000000003 or
+    # 129.99999999999997 in floating point) at 130.
+    return int(np.floor(x + 0.5 + 1e-9))
+
+
+def _check_percent(name, value):
+    if not isinstance(value, (int, float, np.integer, np.floating)) or not 0 < value <= 100:
+        raise ConfigError(f"{name} must be a percentage in (0, 100]; got {value!r}.")
+
+
+def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None):
+    """The labelled and used subsets of a regime (see the module docstring).
+
+    Args:
+      labels: int [N], the true class of each training example by index.
+      label_percent: PP, percentage of each class that is labelled.
+      data_percent: QQ >= PP, percentage of each class that is used.
+      seed: None for the release's lowest-index rule, or an int for a seeded
+        random draw.
+      num_classes: optional C; if given, a class in [0, C) without any
+        training example is an error too.
+
+    Returns:
+      (labeled_index, used_index): sorted int64 arrays of distinct example
+      indices; labeled_index is a subset of used_index.
+
+    Raises:
+      ConfigError: a percentage out of range, or QQ < PP.
+      DataError: a class would get no labelled example; labels are invalid.
+    """
+    _check_percent("label_percent", label_percent)
+    _check_percent("data_percent", data_percent)
+    if data_percent < label_percent:
+        raise ConfigError(
+            f"data_percent ({data_percent}) is below label_percent ({label_percent}); the "
+            "used subset must contain the labelled set.")
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
+        raise DataError("make_splits needs a non-empty 1-D integer array of training labels.")
+    if labels.min() < 0:
+        raise DataError(f"Training labels must be classes >= 0; found {labels.min()}.")
+    classes = np.unique(labels)
+    if num_classes is not None:
+        missing = np.setdiff1d(np.arange(num_classes), classes)
+        if missing.size:
+            raise DataError(
+                f"Class(es) {missing[:10].tolist()} have no training example, so they cannot "
+                f"get a labelled example ({missing.size} of {num_classes} classes).")
+    rng = None if seed is None else np.random.default_rng(seed)
+    labeled, used, starved = [], [], []
+    for c in classes:
+        members = np.flatnonzero(labels == c)  # increasing index order
+        k = _round_half_up(label_percent * members.size / 100.0)
+        u = max(k, _round_half_up(data_percent * members.size / 100.0))
+        if k == 0:
+            starved.append((int(c), members.size))
+            continue
+        if rng is None:
+            chosen, extra = members[:k], members[k:u]
+        else:
+            chosen = rng.choice(members, size=k, replace=False)
+            rest = np.setdiff1d(members, chosen)
+            extra = rng.choice(rest, size=u - k, replace=False)
+        labeled.append(chosen)
+        used.extend([chosen, extra])
+    if starved:
+        c, n = min(starved, key=lambda item: item[1])
+        needed = 50.0 / n
+        shown = ", ".join(f"class {cls} ({cnt} examples)" for cls, cnt in starved[:5])
+        raise DataError(
+            f"With label_percent={label_percent}, {len(starved)} class(es) would get no "
+            f"labelled example: {shown}{', ...' if len(starved) > 5 else ''}. Every class "
+            f"needs at least one; class {c} has {n} examples, so label_percent must be at "
+            f"least {needed:.3g}.")
+    labeled_index = np.sort(np.concatenate(labeled)).astype(np.int64)
+    used_index = np.sort(np.concatenate(used)).astype(np.int64)
+    return labeled_index, used_index
+
+
+def labels_fingerprint(train_labels):
+    """str: SHA-256 of the training labels as int64, to recognise a dataset."""
+    return hashlib.sha256(np.ascontiguousarray(train_labels, dtype="<i8").tobytes()).hexdigest()
+
+
+def dense_index(used_index, index):
+    """Positions of original indices in ``used_index`` (bank rows when q < 100).
+
+    Args:
+      used_index: sorted int64 [U].
+      index: int [...], original indices, each in used_index.
+
+    Returns:
+      int64 [...], ``np.searchsorted(used_index, index)``.
+    """
+    used_index = np.asarray(used_index, np.int64)
+    index = np.asarray(index, np.int64)
+    dense = np.searchsorted(used_index, index)
+    if np.any(dense >= used_index.size) or np.any(used_index[np.minimum(
+            dense, used_index.size - 1)] != index):
+        raise DataError("dense_index: some indices are not in used_index.")
+    return dense.astype(np.int64)
+
+
+def check_index_set(name, index, num_examples):
+    """Returns ``index`` as int64 after checking it is sorted, distinct, in range.
+
+    Raises DataError naming ``name`` otherwise.
+    """
+    index = np.asarray(index)
+    if index.ndim != 1 or (index.size and not np.issubdtype(index.dtype, np.integer)):
+        raise DataError(f"{name} must be a 1-D integer array of example indices.")
+    index = index.astype(np.int64)
+    if index.size and (index.min() < 0 or index.max() >= num_examples):
+        raise DataError(
+            f"{name} has indices outside [0, {num_examples}): from {index.min()} to "
+            f"{index.max()}. It was made for a different dataset.")
+    if np.any(np.diff(index) <= 0):
+        raise DataError(f"{name} must be sorted and without duplicates.")
+    return index
+
+
+def save_splits(path, labeled_index, used_index, train_labels, dataset_name="",
+                label_percent=None, data_percent=None, seed=None):
+    """Writes a split file (NumPy .npz: the two index arrays and a JSON header).
+
+    Args:
+      path: str, file to write (atomically: a temporary file then a rename).
+      labeled_index, used_index: sorted int64 arrays from `make_splits`.
+      train_labels: int [N], the dataset's training labels (fingerprinted).
+      dataset_name: str, recorded for messages.
+      label_percent, data_percent, seed: recorded for reference.
+    """
+    train_labels = np.asarray(train_labels, np.int64)
+    n = train_labels.size
+    labeled_index = check_index_set("labeled_index", labeled_index, n)
+    used_index = check_index_set("used_index", used_index, n)
+    if np.setdiff1d(labeled_index, used_index).size:
+        raise DataError("labeled_index must be a subset of used_index.")
+    header = {
+        "format": SPLIT_FORMAT, "dataset_name": dataset_name, "num_train": int(n),
+        "train_labels_sha256": labels_fingerprint(train_labels),
+        "label_percent": label_percent, "data_percent": data_percent, "seed": seed,
+        "num_labeled": int(labeled_index.size), "num_used": int(used_index.size),
+    }
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npz")
+    try:
+        with os.fdopen(handle, "wb") as f:
+            np.savez(f, labeled_index=labeled_index, used_index=used_index,
+                     header=np.array(json.dumps(header)))
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def read_split_header(path):
+    """dict: the JSON header of a split file (DataError if it is not one)."""
+    return _read(path)[0]
+
+
+def _read(path):
+    if not os.path.isfile(path):
+        raise DataError(f"Split file {path} does not exist. Write one with tools/make_splits.py "
+                        "(a run keeps its own in its run directory).")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = json.loads(str(data["header"]))
+            labeled_index, used_index = data["labeled_index"], data["used_index"]
+        if header.get("format") != SPLIT_FORMAT:
+            raise ValueError(f"format is {header.get('format')!r}, not {SPLIT_FORMAT!r}")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise DataError(f"{path} is not a readable split file ({error}). Write it again with "
+                        "tools/make_splits.py.") from None
+    return header, labeled_index, used_index
+
+
+def load_splits(path, train_labels, dataset_name=""):
+    """Reads a split file and checks it against the dataset it is used with.
+
+    Args:
+      path: str.
+      train_labels: int [N], the training labels of the dataset in use.
+      dataset_name: str, for messages.
+
+    Returns:
+      (labeled_index, used_index): sorted int64 arrays.
+
+    Raises:
+      DataError: the file is missing or unreadable, or was made for another
+        dataset (different N or different labels).
+    """
+    header, labeled_index, used_index = _read(path)
+    train_labels = np.asarray(train_labels, np.int64)
+    made_for = f"{header.get('dataset_name') or 'a dataset'} with {header.get('num_train')} " \
+               "training examples"
+    if header.get("num_train") != train_labels.size or \
+            header.get("train_labels_sha256") != labels_fingerprint(train_labels):
+        if header.get("num_train") != train_labels.size:
+            difference = f"has {train_labels.size} training examples"
+        else:
+            difference = (f"has other labels for its {train_labels.size} training examples "
+                          "(other classes, or the examples in another order)")
+        raise DataError(
+            f"Split file {path} was made for {made_for}, but {dataset_name or 'the dataset'} "
+            f"{difference}. Use the split file made for this dataset, or make a new one with "
+            "tools/make_splits.py (for a new run only).")
+    n = train_labels.size
+    labeled_index = check_index_set(f"labeled_index in {path}", labeled_index, n)
+    used_index = check_index_set(f"used_index in {path}", used_index, n)
+    if np.setdiff1d(labeled_index, used_index).size:
+        raise DataError(f"Split file {path} is inconsistent: some labelled examples are not in "
+                        "its used subset. Write it again with tools/make_splits.py.")
+    return labeled_index, used_index

@@ -1,0 +1,192 @@
+"""TensorFlow Datasets image-classification datasets by name.
+
+``tfds:imagenet2012`` (with its archives in ``<data_dir>/downloads/manual``),
+``tfds:places365_small``, or any dataset with one image feature and one class
+label (``tfds:name``, ``tfds:name/config``, ``tfds:name:version`` as TFDS
+accepts). A dataset that is not prepared in ``data_dir`` is prepared first,
+as ``tfds.load`` does (which downloads unless the dataset needs a manual
+download); where that fails, the error says why.
+
+The train split is "train"; the validation split is "validation", else
+"test", else none. The dataset must be stored as TFRecord shards (TFDS's
+default format), which are read directly: an example's stable index is the
+number of examples in the shards before its own plus its position in its
+shard, so it is fixed by the prepared files. Labels are read once by a scan
+(cached for large sets, see `llp_tf.data.shards`).
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from llp_tf.data import decode, shards
+from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, Source, SourceInfo,
+                                validate_labels)
+from llp_tf.errors import DataError
+
+_VALIDATION_SPLITS = ("validation", "test")
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def builder_by_name(name, data_dir=None):
+    """tfds.core.DatasetBuilder for ``name``; DataError if TFDS has no such dataset."""
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise DataError(
+            f"TFDS has no dataset named {name!r} (see `tfds.list_builders()` or the TFDS "
+            f"catalog for names). Dataset names have the forms {NAME_FORMS}.") from None
+    except (ValueError, AssertionError) as error:
+        raise DataError(f"TFDS cannot open dataset {name!r}: {_first_line(error)}") from None
+
+
+def prepare(builder):
+    """Prepares ``builder``'s data in its data_dir if it is not there yet."""
+    if builder.is_prepared():
+        return
+    manual_dir = os.path.join(builder.data_dir_root, "downloads", "manual")
+    try:
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=manual_dir, try_download_gcs=False))
+    except DataError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- any failure of TFDS, reported in one paragraph
+        raise DataError(
+            f"TFDS could not prepare dataset {builder.name!r} in {builder.data_dir_root}: "
+            f"{_first_line(error)} Datasets that need a manual download (imagenet2012) "
+            f"expect their archives in {manual_dir}; others are downloaded, which needs "
+            "internet access. Prepare it where that works and pass its data_dir.") from None
+
+
+def _pick_features(builder):
+    """(image_key, label_key) of an image-classification dataset."""
+    features = builder.info.features
+    keys = builder.info.supervised_keys
+    if (isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys)
+            and isinstance(features[keys[0]], tfds.features.Image)
+            and isinstance(features[keys[1]], tfds.features.ClassLabel)):
+        return keys
+    images = [k for k, f in features.items() if isinstance(f, tfds.features.Image)]
+    labels = [k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)]
+    if len(images) != 1 or len(labels) != 1:
+        raise DataError(
+            f"TFDS dataset {builder.name!r} is not an image-classification dataset: it needs "
+            f"exactly one Image and one ClassLabel feature, and has {features}.")
+    return images[0], labels[0]
+
+
+class TFDSSource(Source):
+    """A prepared TFDS dataset (see the module docstring)."""
+
+    # TFDS decoded or encoded each image when it prepared the data.
+    trusted_bytes = True
+
+    def __init__(self, builder, name=None):
+        name = name or f"tfds:{builder.name}"
+        if str(builder.info.file_format) not in ("tfrecord", "FileFormat.TFRECORD"):
+            raise DataError(
+                f"TFDS dataset {builder.name!r} in {builder.data_dir} is stored as "
+                f"{builder.info.file_format}; only TFRecord shards are read. Prepare it again "
+                "with file_format='tfrecord' (TFDS's default).")
+        self._image_key, self._label_key = _pick_features(builder)
+        self._builder = builder
+        available = builder.info.splits
+        split_names = {TRAIN: TRAIN if TRAIN in available else None,
+                       VALIDATION: next((s for s in _VALIDATION_SPLITS if s in available), None)}
+        if split_names[TRAIN] is None:
+            raise DataError(f"TFDS dataset {builder.name!r} has no 'train' split "
+                            f"(it has {', '.join(available) or 'none'}).")
+        self._files, self._offsets, labels_by_index = {}, {}, {}
+        label_feature = builder.info.features[self._label_key]
+        num_classes = label_feature.num_classes
+        for split in SPLITS:
+            files, counts, labels = [], np.zeros(0, np.int64), np.zeros(0, np.int64)
+            if split_names[split] is not None:
+                info = available[split_names[split]]
+                files = [os.fspath(p) for p in info.filepaths]
+                counts, labels = self._scan(files, f"TFDS {name} {split_names[split]} split")
+                expected = np.asarray(info.shard_lengths, np.int64)
+                if not np.array_equal(counts, expected):
+                    raise DataError(
+                        f"TFDS {name} {split_names[split]} split in {builder.data_dir}: the "
+                        f"shards hold {counts.tolist()} records, its metadata says "
+                        f"{expected.tolist()}. The prepared files are incomplete or changed; "
+                        "prepare the dataset again.")
+            self._files[split] = files
+            self._offsets[split] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            validate_labels(labels, num_classes, f"TFDS {name} {split} split",
+                            lambda i, split=split: self._where(split, i))
+            labels_by_index[split] = labels
+        if labels_by_index[TRAIN].size == 0:
+            raise DataError(f"TFDS dataset {name} has an empty train split.")
+        self._labels = labels_by_index
+        shape = builder.info.features[self._image_key].shape
+        image_size = tuple(int(d) for d in shape[:2]) if None not in shape[:2] else None
+        super().__init__(SourceInfo(
+            name=name, num_classes=int(num_classes), class_names=tuple(label_feature.names),
+            num_train=int(labels_by_index[TRAIN].size),
+            num_validation=int(labels_by_index[VALIDATION].size),
+            image_size=image_size, channels=int(shape[2] or 3)))
+
+    def _scan(self, files, what):
+        spec = {self._label_key: tf.io.FixedLenFeature([], tf.int64)}
+        label_key = self._label_key
+
+        def parse(serialized):
+            return {"label": tf.io.parse_example(serialized, spec)[label_key]}
+
+        counts, fields = shards.scan(files, parse, ("label",), what, tag=f"tfds-label-{label_key}")
+        return counts, fields["label"]
+
+    def _where(self, split, index):
+        offsets = self._offsets[split]
+        shard = int(np.searchsorted(offsets, index, side="right")) - 1
+        return f"shard {self._files[split][shard]}, record {index - int(offsets[shard])}"
+
+    @property
+    def builder(self):
+        """The tfds.core.DatasetBuilder read."""
+        return self._builder
+
+    def labels(self, split):
+        self.info.num_examples(split)
+        return self._labels[split].copy()
+
+    def num_shards(self, split):
+        return len(self._files[split])
+
+    def read_shard(self, split, shard):
+        files = tf.constant(self._files[split] or [""], tf.string)
+        offsets = tf.constant(self._offsets[split] if len(self._offsets[split]) else [0], tf.int64)
+        spec = {self._image_key: tf.io.FixedLenFeature([], tf.string),
+                self._label_key: tf.io.FixedLenFeature([], tf.int64)}
+        image_key, label_key = self._image_key, self._label_key
+
+        def parse(position, serialized):
+            parsed = tf.io.parse_single_example(serialized, spec)
+            return {"data": parsed[image_key], "label": parsed[label_key],
+                    "index": tf.gather(offsets, shard) + position,
+                    "shard": shard, "position": position}
+
+        return tf.data.TFRecordDataset(tf.gather(files, shard)).enumerate().map(parse)
+
+    def load_image(self, record):
+        return decode.decode_image(record["data"])
+
+    def describe(self, split, record):
+        files = tf.constant(self._files[split] or [""], tf.string)
+        return tf.strings.join(["shard ", tf.gather(files, record["shard"]), ", record ",
+                                tf.strings.as_string(record["position"])])
+
+
+def load(name, data_dir=None):
+    """TFDSSource for TFDS dataset ``name``, prepared in ``data_dir`` if needed."""
+    builder = builder_by_name(name, data_dir)
+    prepare(builder)
+    return TFDSSource(builder)

@@ -1,0 +1,127 @@
+"""Writes an image folder as TFRecord shards in the authors' format.
+
+Like the release's builder: the training images are listed (classes sorted,
+files sorted), put in the order of ``numpy.random.RandomState(seed)
+.permutation`` (seed 0 by default), and numbered 0..N-1 in that order; the
+``index`` feature is that number and records are written in that order, so
+the shards are already shuffled. Validation images keep the listing order.
+Labels are the class folder's position in the sorted class list.
+
+JPEG files that TensorFlow decodes are stored as they are; other images
+(PNG, GIF, BMP) are decoded and stored as JPEG (quality 95). Every image is
+decoded once here, so a corrupt file stops the build with its name.
+Shards are ``train-SSSSS-of-TTTTT`` / ``validation-...`` (records split as
+evenly as possible), and ``dataset_info.json`` names the classes.
+"""
+
+import concurrent.futures
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.data.folder_source import list_image_folder
+from llp_tf.data.source import TRAIN, VALIDATION
+from llp_tf.data.tfrecord_source import INFO_FILE, list_shards, serialize_example, shard_name
+from llp_tf.errors import DataError
+
+JPEG_QUALITY = 95
+_JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+def encode_for_record(path):
+    """bytes: the JPEG to store for the image file ``path`` (DataError if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            content = f.read()
+    except OSError as error:
+        raise DataError(f"Cannot read image file {path}: {error.strerror}.") from None
+    try:
+        image = tf.io.decode_image(content, channels=3, expand_animations=False)
+        if content.startswith(_JPEG_MAGIC):
+            return content
+        return tf.io.encode_jpeg(image, quality=JPEG_QUALITY).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as error:
+        raise DataError(
+            f"Cannot decode image file {path} ({error.message.splitlines()[0].strip()}): it is "
+            "empty, truncated, or not a JPEG, PNG, GIF or BMP image. Replace or remove it and "
+            "build again.") from None
+
+
+def _shard_bounds(count, num_shards):
+    return [(s * count // num_shards, (s + 1) * count // num_shards) for s in range(num_shards)]
+
+
+def _write_split(split, paths, labels, indices, output_dir, num_shards, pool, log):
+    count = len(paths)
+    num_shards = max(1, min(num_shards, count))
+    for shard, (start, end) in enumerate(_shard_bounds(count, num_shards)):
+        target = os.path.join(output_dir, shard_name(split, shard, num_shards))
+        encoded = pool.map(encode_for_record, paths[start:end])
+        with tf.io.TFRecordWriter(target) as writer:
+            for position, image in enumerate(encoded, start):
+                writer.write(serialize_example(image, labels[position], indices[position]))
+        log(f"wrote {shard_name(split, shard, num_shards)} ({end - start} records)")
+    return num_shards
+
+
+def build_tfrecords(train_dir, output_dir, validation_dir=None, train_shards=1024,
+                    validation_shards=128, seed=0, num_threads=None, log=print):
+    """Writes ``train_dir`` (and ``validation_dir``) as shards into ``output_dir``.
+
+    Args:
+      train_dir: str, folder of class sub-folders of training images.
+      output_dir: str, created if needed; must hold no shards yet.
+      validation_dir: optional str, the same for validation images (its
+        classes must be training classes).
+      train_shards, validation_shards: int, shards per split (at most one per
+        image).
+      seed: int, seed of the training permutation.
+      num_threads: images encoded in parallel (default: CPU count).
+      log: callable taking a progress line.
+
+    Returns:
+      dict with num_train, num_validation, num_classes, train_shards,
+      validation_shards.
+    """
+    if train_shards < 1 or validation_shards < 1:
+        raise DataError("train_shards and validation_shards must be at least 1.")
+    paths, labels, class_names = list_image_folder(os.path.abspath(train_dir))
+    order = np.random.RandomState(seed).permutation(len(paths))
+    train = ([paths[i] for i in order], labels[order], np.arange(len(paths), dtype=np.int64))
+    validation = ([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if validation_dir is not None:
+        v_paths, v_labels, _ = list_image_folder(os.path.abspath(validation_dir), class_names)
+        validation = (v_paths, v_labels, np.arange(len(v_paths), dtype=np.int64))
+
+    os.makedirs(output_dir, exist_ok=True)
+    existing = list_shards(output_dir, TRAIN) + list_shards(output_dir, VALIDATION)
+    if existing:
+        raise DataError(
+            f"Output folder {output_dir} already holds shards ({existing[0]}, ...). Remove "
+            "them or choose an empty folder, so that old and new shards do not mix.")
+    # Shards are written to a scratch folder and moved in at the end, so a
+    # failed build leaves no partial set behind.
+    scratch = tempfile.mkdtemp(prefix=".incomplete-", dir=output_dir)
+    try:
+        written = {}
+        with concurrent.futures.ThreadPoolExecutor(num_threads or os.cpu_count() or 1) as pool:
+            for split, (split_paths, split_labels, split_index), shards in (
+                    (TRAIN, train, train_shards), (VALIDATION, validation, validation_shards)):
+                if split_paths:
+                    written[split] = _write_split(split, split_paths, split_labels, split_index,
+                                                  scratch, shards, pool, log)
+        summary = {"class_names": list(class_names), "num_classes": len(class_names),
+                   "num_train": len(train[0]), "num_validation": len(validation[0]),
+                   "train_shards": written.get(TRAIN, 0),
+                   "validation_shards": written.get(VALIDATION, 0), "seed": seed}
+        with open(os.path.join(scratch, INFO_FILE), "w") as f:
+            json.dump(summary, f, indent=1)
+        for name in sorted(os.listdir(scratch)):
+            os.replace(os.path.join(scratch, name), os.path.join(output_dir, name))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return summary

@@ -1,0 +1,49 @@
+"""Choice of the `tf.distribute` strategy of a run.
+
+Strategies are cached per device set: two `MirroredStrategy` objects over the
+same devices in one process number their collective operations from the same
+start, and the second one's all-reduces then collide with the first's
+("collective instance mismatch"). Reusing one strategy per device set makes
+repeated runs in one process (tests, notebooks) safe.
+"""
+
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+
+_MIRRORED = {}
+
+
+def mirrored_strategy(devices=None):
+    """The process's `MirroredStrategy` over ``devices`` (all GPUs when None)."""
+    key = tuple(devices) if devices is not None else None
+    if key not in _MIRRORED:
+        _MIRRORED[key] = tf.distribute.MirroredStrategy(list(devices) if devices else None)
+    return _MIRRORED[key]
+
+
+def make_strategy(cpu_replicas=0):
+    """The distribution strategy of a run.
+
+    ``cpu_replicas >= 2`` splits the CPU into that many logical devices and
+    mirrors over them (to try multi-replica training without GPUs); otherwise
+    all GPUs are mirrored when there are several, and the default strategy
+    (one device) is used when there is one or none.
+    """
+    if cpu_replicas >= 2:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
+        except RuntimeError:
+            pass  # TensorFlow is initialised already: use the devices it has.
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        if len(devices) < cpu_replicas:
+            raise ConfigError(
+                f"cpu_replicas={cpu_replicas} asks for {cpu_replicas} logical CPUs, but "
+                f"TensorFlow was initialised with {len(devices)}; set it before any "
+                "TensorFlow work.")
+        return mirrored_strategy(devices[:cpu_replicas])
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return mirrored_strategy()
+    return tf.distribute.get_strategy()

@@ -1,0 +1,224 @@
+"""Input pipelines: one epoch of distinct indices, determinism, replicas, resume,
+q-subsets, evaluation coverage, bad input."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import augment
+from llp_tf.data import data_errors, load_source, pipeline
+from llp_tf.errors import ConfigError, DataError
+from tests.data.helpers import make_tfrecord_set, write_image_folder
+
+SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def folder_source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("folder")
+    write_image_folder(str(root / "train"), {"a": 9, "b": 8, "c": 10}, grayscale_every=5)
+    write_image_folder(str(root / "validation"), {"a": 4, "b": 3, "c": 4}, seed=1)
+    return load_source(f"folder:{root}")
+
+
+@pytest.fixture(scope="module")
+def tfrecord_source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tfrecord")
+    make_tfrecord_set(str(root), num_train=29, num_validation=11, num_shards=4)
+    return load_source(f"tfrecord:{root}")
+
+
+@pytest.fixture(params=["folder", "tfrecord"])
+def source(request, folder_source, tfrecord_source):
+    return {"folder": folder_source, "tfrecord": tfrecord_source}[request.param]
+
+
+def _collect(dataset):
+    """Concatenates every field of a dataset of batches into numpy arrays."""
+    batches = list(dataset.as_numpy_iterator())
+    return {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
+
+
+def _epoch(source, batch, **kwargs):
+    kwargs.setdefault("seed", 3)
+    kwargs.setdefault("epoch", 0)
+    with data_errors():
+        return _collect(pipeline.make_train_input_fn(source, batch, SIZE, **kwargs)(None))
+
+
+def test_one_epoch_of_distinct_examples(source):
+    n = source.info.num_train
+    out = _epoch(source, 6)
+    steps = n // 6
+    assert pipeline.steps_per_epoch(n, 6) == steps
+    assert out["image"].shape == (steps * 6, SIZE, SIZE, 3) and out["image"].dtype == np.float32
+    assert out["index"].dtype == np.int64 and out["label"].dtype == np.int64
+    assert len(set(out["index"].tolist())) == steps * 6
+    assert out["index"].min() >= 0 and out["index"].max() < n
+    np.testing.assert_array_equal(out["label"], source.train_labels()[out["index"]])
+    low = (0 - np.array(augment.IMAGENET_MEAN)) / augment.IMAGENET_STD
+    high = (1 - np.array(augment.IMAGENET_MEAN)) / augment.IMAGENET_STD
+    assert np.all(out["image"] >= low - 1e-5) and np.all(out["image"] <= high + 1e-5)
+
+
+def test_same_seed_and_epoch_same_batches(source):
+    first = _epoch(source, 6, shuffle_block=5)
+    again = _epoch(source, 6, shuffle_block=5)
+    np.testing.assert_array_equal(first["index"], again["index"])
+    np.testing.assert_array_equal(first["image"], again["image"])
+
+
+def test_order_depends_on_seed_and_epoch(tfrecord_source):
+    base = _epoch(tfrecord_source, 4)["index"]
+    assert not np.array_equal(base, _epoch(tfrecord_source, 4, epoch=1)["index"])
+    assert not np.array_equal(base, _epoch(tfrecord_source, 4, seed=4)["index"])
+
+
+def test_two_replicas_see_the_single_replica_global_batches(source, two_replica_strategy):
+    single = _epoch(source, 6)
+    input_fn = pipeline.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0)
+    distributed = two_replica_strategy.distribute_datasets_from_function(input_fn)
+    steps = []
+    with data_errors():
+        for element in distributed:
+            parts = {key: [t.numpy() for t in two_replica_strategy.experimental_local_results(v)]
+                     for key, v in element.items()}
+            assert [p.shape[0] for p in parts["index"]] == [3, 3]
+            steps.append({key: np.concatenate(v) for key, v in parts.items()})
+    assert len(steps) == source.info.num_train // 6
+    for key in ("index", "label"):
+        np.testing.assert_array_equal(np.concatenate([s[key] for s in steps]), single[key])
+    np.testing.assert_allclose(np.concatenate([s["image"] for s in steps]), single["image"],
+                               atol=1e-6)
+
+
+def test_two_workers_split_each_global_batch(tfrecord_source):
+    single = _epoch(tfrecord_source, 8)
+    parts = []
+    for worker in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker,
+                                             num_replicas_in_sync=4)
+        fn = pipeline.make_train_input_fn(tfrecord_source, 8, SIZE, seed=3, epoch=0)
+        parts.append([b["index"] for b in fn(context).as_numpy_iterator()])
+    # Each worker's replicas get two batches of 2 per step: worker 0 then worker 1.
+    steps = len(single["index"]) // 8
+    assert all(len(p) == 2 * steps for p in parts)
+    rebuilt = np.concatenate([np.concatenate(parts[0][2 * s:2 * s + 2] + parts[1][2 * s:2 * s + 2])
+                              for s in range(steps)])
+    np.testing.assert_array_equal(rebuilt, single["index"])
+
+
+def test_resume_mid_epoch(source):
+    full = _epoch(source, 4)
+    resumed = _epoch(source, 4, start_step=3)
+    np.testing.assert_array_equal(resumed["index"], full["index"][12:])
+    np.testing.assert_array_equal(resumed["image"], full["image"][12:])
+
+
+def test_used_index_remaps_densely(tfrecord_source):
+    labels = tfrecord_source.train_labels()
+    used = np.array([0, 2, 3, 5, 8, 13, 17, 21, 22, 27, 28], np.int64)
+    out = _epoch(tfrecord_source, 5, used_index=used)
+    assert len(out["index"]) == 10 and len(set(out["index"].tolist())) == 10
+    assert out["index"].min() >= 0 and out["index"].max() < used.size
+    np.testing.assert_array_equal(out["label"], labels[used[out["index"]]])
+    # The augmentation of an example depends on its original index only.
+    full = _epoch(tfrecord_source, 1)
+    position = {int(i): k for k, i in enumerate(full["index"])}
+    for k, dense in enumerate(out["index"]):
+        np.testing.assert_array_equal(out["image"][k], full["image"][position[int(used[dense])]])
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_eval_counts_every_example_once(source, replicas, two_replica_strategy):
+    n = source.info.num_validation
+    input_fn = pipeline.make_eval_input_fn(source, 4, SIZE)
+    if replicas == 1:
+        with data_errors():
+            out = _collect(input_fn(None))
+    else:
+        strategy = two_replica_strategy
+        merged = []
+        with data_errors():
+            for element in strategy.distribute_datasets_from_function(input_fn):
+                merged.append({k: np.concatenate([t.numpy() for t in
+                                                  strategy.experimental_local_results(v)])
+                               for k, v in element.items()})
+        out = {k: np.concatenate([m[k] for m in merged]) for k in merged[0]}
+    steps = pipeline.eval_steps(n, 4)
+    assert out["image"].shape == (steps * 4, SIZE, SIZE, 3)
+    assert out["mask"].dtype == bool and out["mask"].sum() == n
+    assert sorted(out["index"][out["mask"]].tolist()) == list(range(n))
+    np.testing.assert_array_equal(out["label"][out["mask"]],
+                                  source.validation_labels()[out["index"][out["mask"]]])
+
+
+def test_eval_images_are_the_eval_transform_of_the_raw_images(folder_source):
+    with data_errors():
+        raw = {int(e["index"]): e["image"]
+               for e in folder_source.raw_dataset("validation").as_numpy_iterator()}
+        out = _collect(pipeline.make_eval_input_fn(folder_source, 4, SIZE)(None))
+    for k in np.flatnonzero(out["mask"]):
+        expected = augment.eval_preprocess(tf.constant(raw[int(out["index"][k])]), SIZE)
+        np.testing.assert_allclose(out["image"][k], expected.numpy(), atol=1e-6)
+
+
+def test_batch_must_split_over_replicas(folder_source, two_replica_strategy):
+    input_fn = pipeline.make_train_input_fn(folder_source, 5, SIZE, seed=0, epoch=0)
+    with pytest.raises(ConfigError, match="does not split evenly over 2 replicas"):
+        two_replica_strategy.distribute_datasets_from_function(input_fn)
+
+
+def test_bad_settings(folder_source):
+    with pytest.raises(ConfigError, match="larger than the 27 training examples"):
+        pipeline.make_train_input_fn(folder_source, 28, SIZE, seed=0, epoch=0)
+    with pytest.raises(ConfigError, match=r"start_step must lie in \[0, 6\]"):
+        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=0, epoch=0, start_step=7)
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=-1, epoch=0)
+    with pytest.raises(DataError, match="used_index must be sorted"):
+        pipeline.make_train_input_fn(folder_source, 2, SIZE, seed=0, epoch=0,
+                                     used_index=np.array([3, 1, 2]))(None)
+
+
+def test_corrupt_image_during_training_names_the_file(tmp_path):
+    written = write_image_folder(str(tmp_path), {"a": 4, "b": 4})
+    with open(written[5][0], "wb") as f:
+        f.write(written[5][2][:40])
+    source = load_source(f"folder:{tmp_path}")
+    with pytest.raises(DataError, match=f"image of file {written[5][0]}: "):
+        _epoch(source, 8)
+
+
+def test_embedded_regime_subset(mnist5k):
+    from llp_tf.data import splits
+
+    labels = mnist5k.train_labels()
+    labeled, used = splits.make_splits(labels, 1, 10)
+    out = _epoch(mnist5k, 50, used_index=used)
+    assert len(out["index"]) == 400 and len(set(out["index"].tolist())) == 400
+    np.testing.assert_array_equal(out["label"], labels[used[out["index"]]])
+    np.testing.assert_array_equal(np.bincount(out["label"]), [40] * 10)
+
+
+def test_steps_beyond_one_pass_start_new_passes(folder_source, two_replica_strategy):
+    # 27 examples, G = 6: 4 batches per pass; 10 steps = 2 whole passes + 2 batches.
+    out = _epoch(folder_source, 6, steps=10)
+    index = out["index"].reshape(10, 6)
+    assert all(len(set(batch.tolist())) == 6 for batch in index)
+    passes = [index[:4].ravel(), index[4:8].ravel(), index[8:].ravel()]
+    assert all(len(set(p.tolist())) == p.size for p in passes)
+    np.testing.assert_array_equal(passes[0], _epoch(folder_source, 6)["index"])
+    assert not np.array_equal(passes[0], passes[1])
+    np.testing.assert_array_equal(out["label"], folder_source.train_labels()[out["index"]])
+    # An example's augmentation differs between passes.
+    first = {int(i): k for k, i in enumerate(passes[0])}
+    k = next(k for k, i in enumerate(passes[1]) if int(i) in first)
+    assert not np.allclose(out["image"][24 + k], out["image"][first[int(passes[1][k])]])
+    # Resuming inside the second pass, and fewer steps than a pass.
+    np.testing.assert_array_equal(_epoch(folder_source, 6, steps=10, start_step=5)["image"],
+                                  out["image"][30:])
+    np.testing.assert_array_equal(_epoch(folder_source, 6, steps=3)["index"], out["index"][:18])
+    input_fn = pipeline.make_train_input_fn(folder_source, 6, SIZE, seed=3, epoch=0, steps=10,
+                                            start_step=10)
+    assert len(list(input_fn(None))) == 0

@@ -1,0 +1,115 @@
+"""Regime splits: class balance, the lowest-index rule, seeded draws, split files."""
+
+import numpy as np
+import pytest
+
+from llp_tf.data import splits
+from llp_tf.errors import ConfigError, DataError
+
+
+def _labels():
+    # Unequal classes: 40, 25 and 17 examples, interleaved in a fixed shuffle.
+    labels = np.repeat([0, 1, 2], [40, 25, 17])
+    return np.random.default_rng(3).permutation(labels)
+
+
+def test_lowest_index_rule():
+    labels = _labels()
+    labeled, used = splits.make_splits(labels, 10, 50)
+    expected_labeled, expected_used = [], []
+    for c, k, u in ((0, 4, 20), (1, 3, 13), (2, 2, 9)):  # round half up of p% and q%
+        members = np.flatnonzero(labels == c)
+        expected_labeled += list(members[:k])
+        expected_used += list(members[:u])
+    np.testing.assert_array_equal(labeled, np.sort(expected_labeled))
+    np.testing.assert_array_equal(used, np.sort(expected_used))
+    assert labeled.dtype == used.dtype == np.int64
+
+
+def test_full_data_uses_everything():
+    labels = _labels()
+    labeled, used = splits.make_splits(labels, 100, 100)
+    np.testing.assert_array_equal(labeled, np.arange(labels.size))
+    np.testing.assert_array_equal(used, np.arange(labels.size))
+
+
+@pytest.mark.parametrize("seed", [None, 0, 7])
+def test_balance_and_subset(seed):
+    labels = _labels()
+    labeled, used = splits.make_splits(labels, 20, 60, seed=seed)
+    np.testing.assert_array_equal(np.bincount(labels[labeled]), [8, 5, 3])
+    np.testing.assert_array_equal(np.bincount(labels[used]), [24, 15, 10])
+    assert np.all(np.isin(labeled, used))
+    assert np.all(np.diff(labeled) > 0) and np.all(np.diff(used) > 0)
+
+
+def test_seeded_draw_is_deterministic_and_seed_dependent():
+    labels = _labels()
+    first = splits.make_splits(labels, 20, 60, seed=5)
+    again = splits.make_splits(labels, 20, 60, seed=5)
+    other = splits.make_splits(labels, 20, 60, seed=6)
+    lowest = splits.make_splits(labels, 20, 60)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(first[0], other[0])
+    assert not np.array_equal(first[0], lowest[0])
+
+
+def test_class_without_labelled_example():
+    labels = np.repeat([0, 1], [100, 20])
+    with pytest.raises(DataError, match=r"1 class\(es\) would get no labelled example: "
+                                        r"class 1 \(20 examples\).*at least 2\.5"):
+        splits.make_splits(labels, 2, 100)
+
+
+def test_class_missing_from_training_data():
+    with pytest.raises(DataError, match=r"Class\(es\) \[2\] have no training example"):
+        splits.make_splits(np.array([0, 1, 0, 1]), 50, 100, num_classes=3)
+
+
+@pytest.mark.parametrize("p, q", [(0, 100), (101, 100), (10, 5)])
+def test_bad_percentages(p, q):
+    with pytest.raises(ConfigError):
+        splits.make_splits(_labels(), p, q)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    labels = _labels()
+    labeled, used = splits.make_splits(labels, 10, 50, seed=1)
+    path = str(tmp_path / "run" / "split.npz")
+    splits.save_splits(path, labeled, used, labels, dataset_name="toy", label_percent=10,
+                       data_percent=50, seed=1)
+    loaded_labeled, loaded_used = splits.load_splits(path, labels)
+    np.testing.assert_array_equal(loaded_labeled, labeled)
+    np.testing.assert_array_equal(loaded_used, used)
+    header = splits.read_split_header(path)
+    assert (header["dataset_name"], header["num_train"], header["seed"]) == ("toy", 82, 1)
+
+
+def test_split_file_for_another_dataset(tmp_path):
+    labels = _labels()
+    path = str(tmp_path / "split.npz")
+    splits.save_splits(path, *splits.make_splits(labels, 10, 50), labels, dataset_name="toy")
+    with pytest.raises(DataError, match=r"made for toy with 82 training examples, but mine "
+                                        r"has 81 training examples\."):
+        splits.load_splits(path, labels[:-1], dataset_name="mine")
+    relabelled = labels.copy()
+    relabelled[0] = (relabelled[0] + 1) % 3
+    with pytest.raises(DataError, match="has other labels for its 82 training examples"):
+        splits.load_splits(path, relabelled)
+
+
+def test_missing_and_unreadable_split_files(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        splits.load_splits(str(tmp_path / "none.npz"), _labels())
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(DataError, match="is not a readable split file"):
+        splits.load_splits(str(bad), _labels())
+
+
+def test_dense_index():
+    used = np.array([2, 5, 9])
+    np.testing.assert_array_equal(splits.dense_index(used, [9, 2]), [2, 0])
+    with pytest.raises(DataError):
+        splits.dense_index(used, [3])

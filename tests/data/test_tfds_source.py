@@ -1,0 +1,96 @@
+"""TFDS by name, exercised offline with a tiny builder prepared in a tmp data_dir."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from etils import epath
+
+from llp_tf.data import data_errors, load_source
+from llp_tf.errors import DataError
+
+NUM_TRAIN, NUM_TEST = 23, 6
+
+
+class LlpTestTinyImages(tfds.core.GeneratorBasedBuilder):
+    """Registered under the name llp_test_tiny_images; 4 classes, 10x12 RGB JPEGs."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    pkg_dir_path = epath.Path(os.path.dirname(os.path.abspath(__file__)))
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict({
+                "image": tfds.features.Image(shape=(10, 12, 3), encoding_format="jpeg"),
+                "label": tfds.features.ClassLabel(names=["w", "x", "y", "z"]),
+                "note": tfds.features.Text()}),
+            supervised_keys=("image", "label"))
+
+    def _split_generators(self, dl_manager):
+        # A "test" split, no "validation": the source must take "test".
+        return {"train": self._generate_examples(NUM_TRAIN, 0),
+                "test": self._generate_examples(NUM_TEST, 1)}
+
+    def _generate_examples(self, count, seed):
+        rng = np.random.default_rng(seed)
+        for i in range(count):
+            image = rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)
+            yield f"{seed}-{i}", {"image": image, "label": (i * 7) % 4, "note": str(i)}
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(tmp_path_factory):
+    data_dir = str(tmp_path_factory.mktemp("tfds_tiny"))
+    builder = LlpTestTinyImages(data_dir=data_dir)
+    # Several shards, so that indices must run across shard boundaries.
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=3))
+    return data_dir
+
+
+def test_source_by_name_matches_tfds(prepared_dir):
+    source = load_source("tfds:llp_test_tiny_images", data_dir=prepared_dir)
+    info = source.info
+    assert info.name == "tfds:llp_test_tiny_images"
+    assert (info.num_train, info.num_validation, info.num_classes) == (NUM_TRAIN, NUM_TEST, 4)
+    assert info.class_names == ("w", "x", "y", "z")
+    assert info.image_size == (10, 12) and info.channels == 3
+    assert source.num_shards("train") == 3
+
+    builder = tfds.builder("llp_test_tiny_images", data_dir=prepared_dir)
+    for split, tfds_split in (("train", "train"), ("validation", "test")):
+        # TFDS reads shards in order when not shuffling: its i-th example is index i.
+        reference = list(builder.as_dataset(tfds_split, shuffle_files=False).as_numpy_iterator())
+        np.testing.assert_array_equal(source.labels(split), [r["label"] for r in reference])
+        with data_errors():
+            examples = list(source.raw_dataset(split).as_numpy_iterator())
+        assert [int(e["index"]) for e in examples] == list(range(len(reference)))
+        for example, ref in zip(examples, reference):
+            assert example["label"] == ref["label"]
+            np.testing.assert_array_equal(example["image"], ref["image"])
+
+
+def test_prepares_when_needed(tmp_path):
+    source = load_source("tfds:llp_test_tiny_images", data_dir=str(tmp_path))
+    assert source.info.num_train == NUM_TRAIN
+    assert os.path.isdir(tmp_path / "llp_test_tiny_images" / "1.0.0")
+
+
+def test_unknown_name():
+    with pytest.raises(DataError) as error:
+        load_source("tfds:no_such_dataset_llp")
+    message = str(error.value)
+    assert "TFDS has no dataset named 'no_such_dataset_llp'" in message
+    assert '"tfrecord:<folder>"' in message and "\n" not in message
+
+
+def test_incomplete_prepared_files(prepared_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared_dir, copy)
+    shard = next((copy / "llp_test_tiny_images" / "1.0.0").glob("*train.tfrecord-00001-*"))
+    shard.write_bytes(b"")
+    with pytest.raises(DataError, match=r"the shards hold \[\d+, 0, \d+\] records"):
+        load_source("tfds:llp_test_tiny_images", data_dir=str(copy))

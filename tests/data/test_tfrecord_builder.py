@@ -1,0 +1,107 @@
+"""tools/build_tfrecords.py and its library: the release's numbering, re-encoding,
+and the tools' one-paragraph errors with exit code 1."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.data import data_errors, load_source, splits
+from llp_tf.data.tfrecord_builder import build_tfrecords
+from llp_tf.errors import DataError
+from tests.data.helpers import decoded, write_image_folder
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_build_numbers_images_in_the_seeded_permutation(tmp_path):
+    train = write_image_folder(str(tmp_path / "images" / "train"), {"b": 4, "a": 5, "c": 3},
+                               grayscale_every=3)
+    validation = write_image_folder(str(tmp_path / "images" / "val"), {"a": 2, "c": 2}, seed=2)
+    out = str(tmp_path / "records")
+    summary = build_tfrecords(str(tmp_path / "images" / "train"), out,
+                              validation_dir=str(tmp_path / "images" / "val"),
+                              train_shards=5, validation_shards=3, log=lambda line: None)
+    assert (summary["num_train"], summary["num_validation"]) == (12, 4)
+    assert sorted(os.listdir(out)) == ["dataset_info.json"] + [
+        f"train-{s:05d}-of-00005" for s in range(5)] + [
+        f"validation-{s:05d}-of-00003" for s in range(3)]
+    with open(os.path.join(out, "dataset_info.json")) as f:
+        assert json.load(f)["class_names"] == ["a", "b", "c"]
+
+    names = ["a", "b", "c"]
+    permutation = np.random.RandomState(0).permutation(len(train))
+    source = load_source(f"tfrecord:{out}")
+    np.testing.assert_array_equal(source.train_labels(),
+                                  [names.index(train[p][1]) for p in permutation])
+    np.testing.assert_array_equal(source.validation_labels(),
+                                  [names.index(c) for _, c, _ in validation])
+
+    # Records are written in index order; PNGs are stored as JPEG.
+    stored = [tf.train.Example.FromString(r.numpy())
+              for r in tf.data.TFRecordDataset(sorted(
+                  os.path.join(out, n) for n in os.listdir(out) if n.startswith("train-")))]
+    assert [e.features.feature["index"].int64_list.value[0] for e in stored] == list(range(12))
+    for example, p in zip(stored, permutation):
+        content = example.features.feature["images"].bytes_list.value[0]
+        assert content.startswith(b"\xff\xd8\xff")
+        original = decoded(train[p][2])
+        if train[p][2].startswith(b"\xff\xd8"):
+            assert content == train[p][2]
+        else:
+            error = np.abs(decoded(content).astype(int) - original.astype(int)).mean()
+            assert error < 12  # JPEG loss on tiny images; another image differs by ~60
+    with data_errors():
+        assert len(list(source.raw_dataset("train"))) == 12
+
+
+def test_build_refuses_to_mix_with_existing_shards(tmp_path):
+    write_image_folder(str(tmp_path / "train"), {"a": 2})
+    build_tfrecords(str(tmp_path / "train"), str(tmp_path / "out"), log=lambda line: None)
+    with pytest.raises(DataError, match="already holds shards"):
+        build_tfrecords(str(tmp_path / "train"), str(tmp_path / "out"), log=lambda line: None)
+
+
+def _run_tool(name, *args):
+    return subprocess.run([sys.executable, os.path.join(REPO, "tools", name), *args],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def test_build_tool_names_a_corrupt_image_and_exits_1(tmp_path):
+    written = write_image_folder(str(tmp_path / "train"), {"a": 3, "b": 3})
+    bad_path = written[3][0]
+    with open(bad_path, "wb") as f:
+        f.write(written[3][2][:30])
+    result = _run_tool("build_tfrecords.py", f"--train_dir={tmp_path / 'train'}",
+                       f"--output_dir={tmp_path / 'out'}")
+    assert result.returncode == 1
+    assert f"Cannot decode image file {bad_path}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not [n for n in os.listdir(tmp_path / "out") if not n.startswith(".")]
+
+
+def test_make_splits_tool(tmp_path):
+    write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10, "c": 10}, size=(6, 6))
+    output = str(tmp_path / "split.npz")
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       "--label_percent=20", "--data_percent=50", f"--output={output}")
+    assert result.returncode == 0, result.stderr
+    labels = np.repeat([0, 1, 2], 10)
+    labeled, used = splits.load_splits(output, labels)
+    np.testing.assert_array_equal(labeled, [0, 1, 10, 11, 20, 21])
+    np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24])
+
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       "--label_percent=1", f"--output={output}")
+    assert result.returncode == 1
+    assert "would get no labelled example" in result.stderr and "Traceback" not in result.stderr
+
+    result = _run_tool("make_splits.py", "--dataset=imagenet", "--label_percent=1",
+                       f"--output={output}")
+    assert result.returncode == 1
+    assert "Unknown dataset 'imagenet'" in result.stderr and "Traceback" not in result.stderr

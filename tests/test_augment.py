@@ -1,0 +1,133 @@
+"""Augmentation: shapes, dtypes, ranges, determinism, and values against numpy."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import augment
+
+MEAN = np.array(augment.IMAGENET_MEAN)
+STD = np.array(augment.IMAGENET_STD)
+LOW, HIGH = (0 - MEAN) / STD, (1 - MEAN) / STD
+
+
+def _image(height, width, seed=0):
+    return tf.constant(np.random.default_rng(seed).integers(0, 256, (height, width, 3),
+                                                           dtype=np.uint8))
+
+
+def _seed(k):
+    return tf.constant([11, k], tf.int64)
+
+
+@pytest.mark.parametrize("shape, size", [((40, 30), 24), ((8, 8), 32), ((30, 90), 16)])
+def test_train_augment_shape_dtype_range(shape, size):
+    out = augment.train_augment(_image(*shape), _seed(0), size)
+    assert out.shape == (size, size, 3) and out.dtype == tf.float32
+    out = out.numpy()
+    assert np.all(out >= LOW - 1e-5) and np.all(out <= HIGH + 1e-5)
+
+
+def test_train_augment_is_a_function_of_the_seed():
+    image = _image(40, 30)
+    first = augment.train_augment(image, _seed(1), 16).numpy()
+    np.testing.assert_array_equal(first, augment.train_augment(image, _seed(1), 16).numpy())
+    assert not np.allclose(first, augment.train_augment(image, _seed(2), 16).numpy())
+
+
+def test_train_augment_in_tf_function_matches_eager():
+    image = _image(20, 24)
+    graph = tf.function(lambda x, s: augment.train_augment(x, s, 12))
+    np.testing.assert_allclose(graph(image, _seed(4)).numpy(),
+                               augment.train_augment(image, _seed(4), 12).numpy(), atol=1e-5)
+
+
+def test_crop_window_area_and_aspect():
+    areas, aspects = [], []
+    for k in range(200):
+        top, left, h, w = (int(v) for v in augment.crop_window([100, 80, 3], _seed(k)))
+        assert 0 <= top and top + h <= 100 and 0 <= left and left + w <= 80
+        areas.append(h * w / 8000)
+        aspects.append(w / h)
+    # Rounding the box to whole pixels moves area and ratio a little.
+    assert 0.19 <= min(areas) and max(areas) <= 1.0
+    assert 0.72 <= min(aspects) and max(aspects) <= 1.36
+    assert np.mean(areas) == pytest.approx(0.55, abs=0.08)
+
+
+def test_crop_window_falls_back_to_centre_crop():
+    # A 1-pixel-high strip admits no box with area >= 0.2 and aspect <= 4/3.
+    top, left, h, w = (int(v) for v in augment.crop_window([1, 200, 3], _seed(0)))
+    assert (top, h, w) == (0, 1, 1) and left == (200 - 1) // 2
+
+
+def _luma(x):
+    return x @ np.array([0.299, 0.587, 0.114])
+
+
+def test_colour_adjustments_against_numpy():
+    x = np.random.default_rng(1).random((5, 6, 3)).astype(np.float32)
+    t = tf.constant(x)
+    np.testing.assert_allclose(augment.adjust_brightness(t, 1.3).numpy(),
+                               np.clip(x * 1.3, 0, 1), atol=1e-6)
+    mean = _luma(x).mean()
+    np.testing.assert_allclose(augment.adjust_contrast(t, 0.7).numpy(),
+                               np.clip(mean + 0.7 * (x - mean), 0, 1), atol=1e-6)
+    gray = _luma(x)[..., None]
+    np.testing.assert_allclose(augment.adjust_saturation(t, 1.4).numpy(),
+                               np.clip(gray + 1.4 * (x - gray), 0, 1), atol=1e-6)
+    red = tf.constant([[[1.0, 0.0, 0.0]]])
+    # A third of the hue circle turns red into green.
+    np.testing.assert_allclose(augment.adjust_hue(red, 1 / 3).numpy(), [[[0, 1, 0]]], atol=1e-5)
+
+
+def test_grayscale_and_flip_probabilities():
+    x = tf.constant(np.random.default_rng(2).random((4, 5, 3)).astype(np.float32))
+    gray = np.repeat(_luma(x.numpy())[..., None], 3, axis=-1)
+    np.testing.assert_allclose(augment.random_grayscale(x, _seed(0), 1.0).numpy(), gray,
+                               atol=1e-6)
+    np.testing.assert_array_equal(augment.random_grayscale(x, _seed(0), 0.0).numpy(), x.numpy())
+    np.testing.assert_array_equal(augment.random_flip(x, _seed(0), 1.0).numpy(),
+                                  x.numpy()[:, ::-1])
+    grays = sum(bool(np.allclose(augment.random_grayscale(x, _seed(k)).numpy(), gray))
+                for k in range(400))
+    flips = sum(bool(np.array_equal(augment.random_flip(x, _seed(k)).numpy(), x.numpy()[:, ::-1]))
+                for k in range(400))
+    # Binomial(400, p) within about four standard deviations.
+    assert 80 - 32 <= grays <= 80 + 32
+    assert 200 - 40 <= flips <= 200 + 40
+
+
+def test_jitter_order_varies_with_the_seed():
+    x = tf.constant(np.random.default_rng(3).random((6, 6, 3)).astype(np.float32))
+    results = {augment.color_jitter(x, _seed(k)).numpy().tobytes() for k in range(10)}
+    assert len(results) == 10
+    out = augment.color_jitter(x, _seed(0)).numpy()
+    assert out.min() >= 0 and out.max() <= 1
+
+
+def test_normalize():
+    x = np.random.default_rng(4).random((3, 2, 3)).astype(np.float32)
+    np.testing.assert_allclose(augment.normalize(tf.constant(x)).numpy(), (x - MEAN) / STD,
+                               atol=1e-6)
+
+
+def test_eval_preprocess_centre_crop_against_numpy():
+    # 37 x 45 with output 32: the short side is already round(32 * 256 / 224) = 37,
+    # so the transform is a pure centre crop.
+    image = _image(37, 45, seed=5)
+    out = augment.eval_preprocess(image, 32)
+    assert out.shape == (32, 32, 3) and out.dtype == tf.float32
+    x = image.numpy().astype(np.float64) / 255.0
+    expected = (x[2:34, 6:38] - MEAN) / STD
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, resized", [((100, 50), (146, 73)), ((8, 8), (37, 37)),
+                                            ((300, 600), (256, 512))])
+def test_eval_short_side(shape, resized):
+    size = {(100, 50): 64, (8, 8): 32, (300, 600): 224}[shape]
+    assert augment.eval_short_side(size) == min(resized)
+    image = augment.resize_short_side(tf.zeros(shape + (3,)), augment.eval_short_side(size))
+    assert tuple(image.shape[:2]) == resized
+    assert augment.eval_preprocess(tf.zeros(shape + (3,), tf.uint8), size).shape == (size, size, 3)

@@ -1,0 +1,56 @@
+"""Writes the split file of a regime: labelled and used training examples.
+
+  python tools/make_splits.py --dataset=tfrecord:/data/imagenet \
+      --label_percent=10 --data_percent=100 --output=splits/p10_q100.npz
+
+Per class, round(label_percent% of its examples) are labelled: the lowest
+indices (the release's rule) or, with --seed, a seeded draw; the used subset
+(data_percent%) contains them. See llp_tf/data/splits.py. A run copies the
+split file into its run directory and never re-draws it.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+from llp_tf.errors import LLPError  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("dataset", None, 'Dataset name: "mnist5k", "digits", "tfds:<name>", '
+                    '"tfrecord:<folder>" or "folder:<folder>".')
+flags.DEFINE_string("data_dir", None, "Data folder for TFDS and embedded datasets (TFDS's "
+                    "default when unset); relative tfrecord:/folder: paths are taken from it.")
+flags.DEFINE_float("label_percent", None, "Percentage of each class that is labelled (PP).")
+flags.DEFINE_float("data_percent", 100.0, "Percentage of each class that is used (QQ >= PP).")
+flags.DEFINE_integer("seed", None, "Seed of a random draw; unset: lowest indices per class, "
+                     "as the release.")
+flags.DEFINE_string("output", None, "Split file to write (.npz).")
+flags.mark_flags_as_required(["dataset", "label_percent", "output"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    from llp_tf.data import load_source, splits  # noqa: PLC0415 -- imports TF
+
+    try:
+        source = load_source(FLAGS.dataset, FLAGS.data_dir)
+        labels = source.train_labels()
+        labeled_index, used_index = splits.make_splits(
+            labels, FLAGS.label_percent, FLAGS.data_percent, FLAGS.seed,
+            num_classes=source.info.num_classes)
+        splits.save_splits(FLAGS.output, labeled_index, used_index, labels,
+                           dataset_name=source.info.name, label_percent=FLAGS.label_percent,
+                           data_percent=FLAGS.data_percent, seed=FLAGS.seed)
+    except LLPError as error:
+        print(f"make_splits: {error}", file=sys.stderr)
+        sys.exit(1)
+    print(f"{FLAGS.output}: {labeled_index.size} labelled and {used_index.size} used of "
+          f"{labels.size} training examples of {source.info.name}")
+
+
+if __name__ == "__main__":
+    app.run(main)
