@@ -32,6 +32,7 @@ test: setup
 
 bench: setup $(VENV)/.bench-installed
 	$(PY) tools/bench_core.py
+	$(PY) tools/bench_input.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -42,6 +42,7 @@ class TrainConfig:
     small_inputs: bool = False
     embedding_dim: int = 128
     sync_batch_norm: bool = False
+    batch_norm_momentum: float = 0.997
     # Optimisation.
     global_batch_size: int = 128
     base_learning_rate: float = 0.03
@@ -97,6 +98,7 @@ class TrainConfig:
             (self.eval_every > 0, "eval_every must be positive"),
             (self.cpu_replicas >= 0, "cpu_replicas cannot be negative"),
             (self.width > 0, "width must be positive"),
+            (0 <= self.batch_norm_momentum < 1, "batch_norm_momentum must lie in [0, 1)"),
         ]
         problems = [message for ok, message in checks if not ok]
         if problems:

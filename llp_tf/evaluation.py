@@ -36,17 +36,18 @@ class Evaluator:
         self._bank_true_labels_tensor = tf.constant(self.bank_true_labels)
         self._eval_loop = tf.function(self._loop)
 
-    def evaluate(self, distributed_dataset):
+    def evaluate(self, distributed_dataset, num_steps):
         """All metrics; validation ones from one pass over ``distributed_dataset``.
 
         Args:
           distributed_dataset: from `strategy.distribute_datasets_from_function`
             of an evaluation input_fn (elements with "image", "label", "mask").
+          num_steps: int, its number of global batches (`pipeline.eval_steps`).
 
         Returns:
           dict of metric name -> Python float.
         """
-        counts = self._eval_loop(iter(distributed_dataset))
+        counts = self._eval_loop(iter(distributed_dataset), tf.constant(num_steps))
         counts = {name: float(value.numpy()) for name, value in counts.items()}
         total = max(counts.pop("examples"), 1.0)
         metrics = {"top1": counts["top1"] / total, "top5": counts["top5"] / total,
@@ -83,15 +84,19 @@ class Evaluator:
                                                self.num_classes) > 0
         return tf.reduce_mean(tf.boolean_mask(tf.norm(means, axis=1), present))
 
-    def _loop(self, iterator):
+    def _loop(self, iterator, num_steps):
         names = ("examples", "top1", "top5") + (("nn_top1",) if self.bank is not None else ())
-        totals = {name: tf.constant(0.0) for name in names}
-        for batch in iterator:
-            per_replica = self.strategy.run(self._replica_step, args=(batch,))
-            for name in names:
-                totals[name] += self.strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                                     per_replica[name], axis=None)
-        return totals
+
+        def body(i, *totals):
+            per_replica = self.strategy.run(self._replica_step, args=(next(iterator),))
+            return (i + 1,) + tuple(
+                total + self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name],
+                                             axis=None)
+                for total, name in zip(totals, names))
+
+        zeros = tuple(tf.constant(0.0) for _ in names)
+        _, *totals = tf.while_loop(lambda i, *_: i < num_steps, body, (0,) + zeros)
+        return dict(zip(names, totals))
 
     def _replica_step(self, batch):
         outputs = self.model(batch["image"], training=False)

@@ -15,15 +15,25 @@ DEFAULT_TEMPERATURE = 0.07
 DEFAULT_K = 10
 DEFAULT_T = 25
 DEFAULT_DENSITY_CHUNK = 1024
-DEFAULT_BLOCK_ROWS = 16384
+DEFAULT_BLOCK_ROWS = 262_144
 
 
-def _static_or_dynamic_min(k, size):
-    """min(k, size) as a Python int when ``size`` is static, else as a tensor."""
-    static = tf.get_static_value(size)
-    if static is not None:
-        return min(int(k), int(static))
-    return tf.minimum(tf.constant(k, tf.int32), tf.cast(size, tf.int32))
+def _num_rows(tensor):
+    """The static size of axis 0 as a Python int, or None when unknown.
+
+    (`tf.get_static_value(tf.shape(x)[0])` returns None inside loop bodies even
+    for static shapes, so the static shape is read directly.)
+    """
+    size = tensor.shape[0]
+    return int(size) if size is not None else None
+
+
+def _static_or_dynamic_min(k, tensor):
+    """min(k, rows of ``tensor``): a Python int when that is static, else a tensor."""
+    size = _num_rows(tensor)
+    if size is not None:
+        return min(int(k), size)
+    return tf.minimum(tf.constant(k, tf.int32), tf.shape(tensor)[0])
 
 
 def _validate_positive(name, value):
@@ -47,8 +57,8 @@ def _group_size(num_rows, k):
 
 def _nearest_in_block(queries, rows, k, row_offsets):
     """`nearest_rows` for one block of rows: plain or grouped top-k."""
-    num_rows = tf.get_static_value(tf.shape(rows)[0])
-    group = _group_size(int(num_rows) if num_rows is not None else None, k)
+    num_rows = _num_rows(rows)
+    group = _group_size(num_rows, k)
     if not group:
         scores = tf.matmul(queries, rows, transpose_b=True)
         if row_offsets is not None:
@@ -92,9 +102,10 @@ def nearest_rows(queries, rows, k, row_offsets=None, block_rows=DEFAULT_BLOCK_RO
     Two things make this faster than `tf.math.top_k` over the full score
     matrix (which is slower than the matmul that feeds it):
 
-    - Rows are taken ``block_rows`` at a time with a running top-k, so the
-      [B, block] scores stay in cache instead of streaming B x M floats
-      through memory (and memory stays bounded by the block).
+    - Rows are taken ``block_rows`` at a time with a running top-k, so memory
+      stays bounded by B x block scores however large the bank (a 1.28M-row
+      bank in blocks of 256k rows). Smaller blocks cost loop overhead and
+      measured slower, so banks under 2 blocks are searched in one go.
     - Within a block the columns are cut into groups of g: the k largest
       scores lie in at most k groups, and those are among the k groups with
       the largest maximum, so a top-k over the block / g group maxima and one
@@ -111,7 +122,7 @@ def nearest_rows(queries, rows, k, row_offsets=None, block_rows=DEFAULT_BLOCK_RO
     Returns:
       (scores float32 [B, k], row indices int32 [B, k]), in no set order.
     """
-    num_rows = tf.get_static_value(tf.shape(rows)[0])
+    num_rows = _num_rows(rows)
     if num_rows is None or not isinstance(k, int) or num_rows < 2 * block_rows:
         return _nearest_in_block(queries, rows, k, row_offsets)
 
@@ -171,7 +182,7 @@ def log_local_density(queries, bank, t=DEFAULT_T, temperature=DEFAULT_TEMPERATUR
     _validate_positive("chunk_size", chunk_size)
     queries = tf.convert_to_tensor(queries, tf.float32)
     bank = tf.convert_to_tensor(bank, tf.float32)
-    t = _static_or_dynamic_min(t, tf.shape(bank)[0])
+    t = _static_or_dynamic_min(t, bank)
     if not tf.executing_eagerly():
         return _log_local_density(queries, bank, t, float(temperature), int(chunk_size))
     function = _traced_log_local_density(tuple(bank.shape.as_list()), t, float(temperature),
@@ -261,7 +272,7 @@ def propagate(embeddings, labeled_bank, labeled_classes, num_classes, k=DEFAULT_
     log_density = None
     if density is not None:
         log_density = tf.math.log(tf.convert_to_tensor(density, tf.float32))
-    k = _static_or_dynamic_min(k, tf.shape(labeled_bank)[0])
+    k = _static_or_dynamic_min(k, labeled_bank)
     top_scores, voters = nearest_rows(embeddings / temperature, labeled_bank, k, log_density)
     vote_weights = tf.nn.softmax(top_scores, axis=1)
 

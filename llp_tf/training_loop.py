@@ -79,7 +79,8 @@ class _RunState:
                 config.architecture, num_classes, embedding_dim=config.embedding_dim,
                 width=config.width, small_inputs=config.small_inputs,
                 blocks_per_stage=config.blocks_per_stage,
-                sync_batch_norm=config.sync_batch_norm).create_weights(config.image_size)
+                sync_batch_norm=config.sync_batch_norm,
+                batch_norm_momentum=config.batch_norm_momentum).create_weights(config.image_size)
             self.optimizer = keras.optimizers.SGD(learning_rate=config.learning_rate,
                                                   momentum=config.momentum)
             # Keras 3 restores nothing into slots that do not exist yet.
@@ -213,6 +214,7 @@ def run_training(config, stream=None):
     evaluator = Evaluator(strategy, state.model, state.bank, bank_true_labels, info.num_classes)
     eval_dataset = strategy.distribute_datasets_from_function(pipeline.make_eval_input_fn(
         source, config.global_batch_size, config.image_size))
+    eval_steps = pipeline.eval_steps(info.num_validation, config.global_batch_size)
     writer = tf.summary.create_file_writer(os.path.join(config.run_dir, "tensorboard"))
     # The supervised baseline reads only labelled examples, for as many steps
     # as an epoch of the used set, so both methods share one schedule.
@@ -268,7 +270,7 @@ def run_training(config, stream=None):
 
             epoch_done = epoch + 1
             if epoch_done % config.eval_every == 0 or epoch_done == config.epochs:
-                evaluated = evaluator.evaluate(eval_dataset)
+                evaluated = evaluator.evaluate(eval_dataset, eval_steps)
                 train_means = {f"train_{name}": sum(v * n for v, n in pairs) /
                                sum(n for _, n in pairs) for name, pairs in epoch_means.items()}
                 final = {"epoch": epoch_done, "step": global_step, "phase": phase,

@@ -10,9 +10,10 @@ Prints, on the same arrays and with the same thread count:
   4. peak resident memory of the density refresh at two chunk sizes and two
      query counts (each in a fresh subprocess), showing it follows the chunk.
 
-Contenders run in turn (ours, theirs, ours, ...) after a warm-up and the
-medians are compared, so the ratios (faiss time / our time; our GFLOP/s /
-matmul GFLOP/s) hold even on a machine whose speed drifts.
+Contenders run in alternating blocks (ours x n, theirs x n, ours x n, ...),
+each opened by an untimed call, and their medians are compared, so the
+ratios (faiss time / our time; our GFLOP/s / matmul GFLOP/s) hold even on a
+machine whose speed drifts.
 """
 
 import json
@@ -28,7 +29,8 @@ import numpy as np  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("threads", os.cpu_count(),
                      "Threads for TensorFlow (intra-op) and faiss (OpenMP) alike.")
-flags.DEFINE_integer("repeats", 5, "Timed runs per measurement; the median is reported.")
+flags.DEFINE_integer("repeats", 6, "Timed runs per measurement (over 3 rounds); the median "
+                     "is reported.")
 flags.DEFINE_integer("batch", 128, "B: queries per propagation batch and loss batch.")
 flags.DEFINE_integer("labeled", 12_800, "M: labelled rows for per-batch propagation.")
 flags.DEFINE_integer("bank", 128_000, "N: bank rows for the density refresh and the loss.")
@@ -50,20 +52,23 @@ def _unit_rows(rng, n, d):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def _interleaved_seconds(functions, repeats):
-    """Median seconds of each function, run in turn (A B A B ...) after a warm-up.
+def _interleaved_seconds(functions, repeats, rounds=3):
+    """Median seconds of each function, measured in alternating blocks.
 
-    Interleaving exposes every contender to the same machine load, so the
-    ratio between them holds even when the machine's speed drifts.
+    Each round runs every function ``repeats`` times in a row, one after the
+    other (A A A B B B A A A ...), so all of them see the same drift of the
+    machine's speed. A block starts with an untimed call: OpenMP (faiss) and
+    TensorFlow thread pools spin for a while after their work, and a timed
+    call right after the other library would pay for its spinning.
     """
-    for fn in functions:
-        fn()  # warm-up: tracing, compilation, allocation, thread pools
     times = [[] for _ in functions]
-    for _ in range(repeats):
+    for _ in range(rounds):
         for fn, record in zip(functions, times):
-            start = time.perf_counter()
-            fn()
-            record.append(time.perf_counter() - start)
+            fn()  # warm-up: tracing, allocation, the other library's spinning threads
+            for _ in range(max(1, repeats // rounds)):
+                start = time.perf_counter()
+                fn()
+                record.append(time.perf_counter() - start)
     return [float(np.median(t)) for t in times]
 
 
@@ -138,7 +143,7 @@ def run_benchmarks():
     index.add(labeled)
     ours, theirs = _interleaved_seconds(
         [lambda: [x.numpy() for x in propagate(*tf_args)],
-         lambda: index.search(queries, FLAGS.k)], FLAGS.repeats * 10)
+         lambda: index.search(queries, FLAGS.k)], FLAGS.repeats * 12)
     results["propagation"] = {"ours_ms": ours * 1e3, "faiss_ms": theirs * 1e3,
                               "faiss_over_ours": theirs / ours}
 

@@ -18,8 +18,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from absl import app, flags  # noqa: E402
 
 from llp_tf.errors import LLPError  # noqa: E402

@@ -12,8 +12,6 @@ see llp_tf/data/tfrecord_builder.py. Read the result with
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from absl import app, flags  # noqa: E402
 
 from llp_tf.errors import LLPError  # noqa: E402

@@ -46,7 +46,11 @@ flags.DEFINE_list("blocks_per_stage", None, "Override the architecture's blocks 
 flags.DEFINE_boolean("small_inputs", False, "CIFAR-style stem (3x3 conv, no pooling) for "
                      "28-32 px images.")
 flags.DEFINE_integer("embedding_dim", 128, "D: size of the L2-normalised embedding.")
-flags.DEFINE_boolean("sync_batch_norm", False, "Batch-norm statistics over all replicas.")
+flags.DEFINE_boolean("sync_batch_norm", False, "Batch-norm statistics over all replicas "
+                     "(needed for results identical to one replica).")
+flags.DEFINE_float("batch_norm_momentum", 0.997, "Decay of the batch-norm moving statistics "
+                   "(the release's 0.997 suits long runs; short runs need ~0.9, or evaluation "
+                   "sees statistics that lag training).")
 # Optimisation.
 flags.DEFINE_integer("global_batch_size", 128, "Examples per step over all replicas (the "
                      "protocol's 128); more replicas split it.")
@@ -129,7 +133,8 @@ def config_from_flags():
         blocks_per_stage=(tuple(int(b) for b in FLAGS.blocks_per_stage)
                           if FLAGS.blocks_per_stage else None),
         small_inputs=FLAGS.small_inputs, embedding_dim=FLAGS.embedding_dim,
-        sync_batch_norm=FLAGS.sync_batch_norm, global_batch_size=FLAGS.global_batch_size,
+        sync_batch_norm=FLAGS.sync_batch_norm,
+        batch_norm_momentum=FLAGS.batch_norm_momentum, global_batch_size=FLAGS.global_batch_size,
         base_learning_rate=FLAGS.base_learning_rate, momentum=FLAGS.momentum,
         weight_decay=FLAGS.weight_decay, epochs=FLAGS.epochs,
         warmup_epochs=FLAGS.warmup_epochs,
