@@ -192,6 +192,8 @@ def run_training(config, stream=None):
     labeled_positions = splits.dense_index(used_index, labeled_index)
     config_lib.save_config(config)
 
+    # Seeds weight initialisation, so a run is reproducible from its settings.
+    keras.utils.set_random_seed(config.seed)
     state = _RunState(config, strategy, info.num_classes, labeled_positions,
                       train_labels[labeled_index], len(used_index))
     steps_per_epoch = pipeline.steps_per_epoch(len(used_index), config.global_batch_size)
@@ -243,7 +245,8 @@ def run_training(config, stream=None):
 
             input_fn = pipeline.make_train_input_fn(
                 source, config.global_batch_size, config.image_size, config.seed, epoch,
-                start_step=start, used_index=train_index, steps=steps_per_epoch)
+                start_step=start, used_index=train_index, steps=steps_per_epoch,
+                batches_cross_passes=config.method == "supervised")
             iterator = iter(strategy.distribute_datasets_from_function(input_fn))
             progress = EpochProgress(f"epoch {epoch + 1}/{config.epochs} ({phase})",
                                      steps_per_epoch, config.global_batch_size, start, stream)

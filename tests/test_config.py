@@ -24,7 +24,7 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     (dict(propagation="lp"), "propagation"),
     (dict(label_percent=0), "label_percent"),
     (dict(label_percent=20, data_percent=10), "cannot exceed"),
-    (dict(epochs=5, warmup_epochs=5), "warmup_epochs"),
+    (dict(epochs=5, warmup_epochs=6), "warmup_epochs"),
     (dict(temperature=0), "temperature"),
     (dict(bank_momentum=1.0), "bank_momentum"),
 ])

@@ -175,7 +175,7 @@ def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE
 
 def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, start_step=0,
                         used_index=None, steps=None, cycle_length=DEFAULT_CYCLE_LENGTH,
-                        shuffle_block=None):
+                        shuffle_block=None, batches_cross_passes=False):
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -194,6 +194,11 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         batches only, so a global batch never holds an example twice.
       cycle_length: shards read at once.
       shuffle_block: records per shuffle block; default the source's.
+      batches_cross_passes: with ``steps``, let passes run into each other
+        (every example of a pass, then the next pass), so a global batch may
+        span two passes and hold an example twice. This lets a set smaller
+        than one batch be trained on (the supervised baseline's labelled
+        set); it is wrong wherever examples index a memory bank.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
@@ -208,7 +213,9 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         used_index = check_index_set("used_index", used_index, source.info.num_train)
     num_used = source.info.num_train if used_index is None else used_index.size
     steps_per_pass = steps_per_epoch(num_used, global_batch_size)
-    if steps_per_pass == 0:
+    if batches_cross_passes and steps is None:
+        raise ConfigError("batches_cross_passes needs an explicit number of steps.")
+    if steps_per_pass == 0 and not batches_cross_passes:
         raise ConfigError(
             f"The global batch size {global_batch_size} is larger than the {num_used} "
             f"training examples used from {source.info.name}; an epoch would have no step.")
@@ -227,18 +234,22 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         return {"image": augment.train_augment(image, example_seed, image_size),
                 "label": record["label"], "index": record["dense_index"]}
 
+    # Records per pass: whole batches only, or every used example.
+    pass_records = num_used if batches_cross_passes else steps_per_pass * global_batch_size
+
     def passes(begin, end):
         """Records of global batches [begin, end) of the epoch, pass by pass."""
         if begin >= end:
             return train_order(source, seed, epoch, used_index, cycle_length,
                                shuffle_block).take(0)
+        first, last = begin * global_batch_size, end * global_batch_size
         records = None
-        for pass_index in range(begin // steps_per_pass, (end - 1) // steps_per_pass + 1):
-            first = pass_index * steps_per_pass
-            low, high = max(begin, first) - first, min(end, first + steps_per_pass) - first
+        for pass_index in range(first // pass_records, (last - 1) // pass_records + 1):
+            start = pass_index * pass_records
+            low, high = max(first, start) - start, min(last, start + pass_records) - start
             part = train_order(source, seed, epoch, used_index, cycle_length, shuffle_block,
                                pass_index)
-            part = part.take(high * global_batch_size).skip(low * global_batch_size)
+            part = part.take(high).skip(low)
             records = part if records is None else records.concatenate(part)
         return records
 

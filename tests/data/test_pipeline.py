@@ -222,3 +222,21 @@ def test_steps_beyond_one_pass_start_new_passes(folder_source, two_replica_strat
     input_fn = pipeline.make_train_input_fn(folder_source, 6, SIZE, seed=3, epoch=0, steps=10,
                                             start_step=10)
     assert len(list(input_fn(None))) == 0
+
+
+def test_batches_cross_passes_trains_a_set_smaller_than_a_batch(folder_source):
+    # Only 4 used examples, G = 6: every pass holds all 4, passes run into each
+    # other, and batches hold repeats.
+    used = np.array([1, 5, 8, 20])
+    out = _epoch(folder_source, 6, steps=5, used_index=used, batches_cross_passes=True)
+    index = out["index"]
+    assert index.size == 30
+    for p in range(7):  # 30 records = 7 whole passes of 4 and 2 more
+        chunk = index[4 * p:4 * p + 4]
+        np.testing.assert_array_equal(np.sort(chunk), np.arange(4))
+    np.testing.assert_array_equal(out["label"], folder_source.train_labels()[used[index]])
+    resumed = _epoch(folder_source, 6, steps=5, start_step=3, used_index=used,
+                     batches_cross_passes=True)
+    np.testing.assert_array_equal(resumed["image"], out["image"][18:])
+    with pytest.raises(ConfigError, match="larger than"):
+        _epoch(folder_source, 6, steps=5, used_index=used)

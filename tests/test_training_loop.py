@@ -1,0 +1,185 @@
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import trainer as trainer_lib
+from llp_tf import training_loop
+from llp_tf.config import TrainConfig
+from llp_tf.errors import ConfigError
+
+SIZE = 16
+PATTERNS = ("horizontal", "vertical", "diagonal", "checker")
+
+
+def _pattern(kind, rng):
+    """uint8 [SIZE, SIZE, 3]: a stripe pattern with a random phase, contrast and noise."""
+    y, x = np.mgrid[:SIZE, :SIZE]
+    phase = rng.integers(0, 4)
+    wave = {"horizontal": (y + phase) // 2 % 2,
+            "vertical": (x + phase) // 2 % 2,
+            "diagonal": (x + y + phase) // 2 % 2,
+            "checker": ((x + phase) // 3 + (y + phase) // 3) % 2}[kind]
+    low, high = sorted(rng.integers(0, 256, 2))
+    image = low + (high - low + 60) * wave + rng.normal(0, 12, (SIZE, SIZE))
+    return np.repeat(np.clip(image, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
+
+
+@pytest.fixture(scope="module")
+def stripes(tmp_path_factory):
+    """An image folder of 4 classes x (40 train + 10 validation) separable patterns."""
+    root = tmp_path_factory.mktemp("stripes")
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 40), ("validation", 10)):
+        for kind in PATTERNS:
+            folder = root / split / kind
+            folder.mkdir(parents=True)
+            for i in range(count):
+                png = tf.io.encode_png(_pattern(kind, rng)).numpy()
+                (folder / f"{i:03d}.png").write_bytes(png)
+    return f"folder:{root}"
+
+
+def _config(tmp_path, dataset, **changes):
+    settings = dict(run_dir=str(tmp_path / "run"), dataset=dataset, image_size=SIZE,
+                    architecture="resnet10", width=0.125, small_inputs=True,
+                    embedding_dim=16, label_percent=10.0, global_batch_size=32,
+                    base_learning_rate=0.1, batch_norm_momentum=0.9, warmup_epochs=1,
+                    epochs=3, k=3, t=5, steps_per_loop=2, checkpoint_every=3,
+                    keep_checkpoints=10)
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def _state(run_dir):
+    """Every variable of the newest checkpoint of a run, by name."""
+    path = tf.train.latest_checkpoint(os.path.join(run_dir, training_loop.CHECKPOINT_DIR))
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
+            if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
+
+
+def _metrics(run_dir):
+    with open(os.path.join(run_dir, training_loop.METRICS_FILE)) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_run_writes_its_files_and_final_metrics(tmp_path, stripes):
+    config = _config(tmp_path, stripes)
+    final = training_loop.run_training(config, stream=open(os.devnull, "w"))
+    for name in ("config.json", "split.npz", "metrics.jsonl", "checkpoints", "tensorboard"):
+        assert os.path.exists(os.path.join(config.run_dir, name)), name
+    rows = _metrics(config.run_dir)
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    assert [row["phase"] for row in rows] == ["warmup", "llp", "llp"]
+    assert final == rows[-1] and final["step"] == 3 * 5 and final["examples"] == 40
+    for name in ("top1", "top5", "nn_top1", "pseudo_label_accuracy", "aggregation_score"):
+        assert 0.0 <= final[name] <= 1.0, name
+    # Rerunning a finished run resumes at its end and trains no further.
+    assert training_loop.run_training(config, stream=open(os.devnull, "w")) == {}
+    assert len(_metrics(config.run_dir)) == 3
+
+
+def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, monkeypatch):
+    whole = _config(tmp_path / "whole", stripes)
+    training_loop.run_training(whole, stream=open(os.devnull, "w"))
+
+    crashed = _config(tmp_path / "crashed", stripes)
+    real_train = trainer_lib.LLPTrainer.train
+    calls = []
+
+    def crash_in_the_second_llp_epoch(self, iterator, num_steps, phase):
+        calls.append(num_steps)
+        if sum(calls) > 12:  # step 12 is a checkpoint in the middle of epoch 3 (steps 10-15)
+            raise RuntimeError("simulated crash")
+        return real_train(self, iterator, num_steps, phase)
+
+    monkeypatch.setattr(trainer_lib.LLPTrainer, "train", crash_in_the_second_llp_epoch)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        training_loop.run_training(crashed, stream=open(os.devnull, "w"))
+    assert _state(crashed.run_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"] == 12
+    monkeypatch.setattr(trainer_lib.LLPTrainer, "train", real_train)
+    training_loop.run_training(crashed, stream=open(os.devnull, "w"))
+
+    want, got = _state(whole.run_dir), _state(crashed.run_dir)
+    assert set(want) == set(got)
+    assert any("bank/labels" in name for name in want)
+    for name in want:
+        if want[name].dtype.kind in "iub":
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, stripes,
+                                                                   monkeypatch):
+    config = _config(tmp_path, stripes)
+    real_train = trainer_lib.LLPTrainer.train
+    calls = []
+
+    def diverge(self, iterator, num_steps, phase):
+        metrics = real_train(self, iterator, num_steps, phase)
+        calls.append(num_steps)
+        if sum(calls) > 7:
+            metrics["loss"][-1] = np.nan
+        return metrics
+
+    monkeypatch.setattr(trainer_lib.LLPTrainer, "train", diverge)
+    with pytest.raises(training_loop.TrainingDiverged, match=r"loss became nan at step 8.*"
+                       r"last good checkpoint.*ckpt-6"):
+        training_loop.run_training(config, stream=open(os.devnull, "w"))
+    state = _state(config.run_dir)
+    assert state["step/.ATTRIBUTES/VARIABLE_VALUE"] == 6
+    # Everything trained is finite (the plateau tracker's best starts at -inf).
+    assert all(np.all(np.isfinite(v)) for name, v in state.items()
+               if v.dtype.kind == "f" and not name.startswith("plateau"))
+
+
+def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path, stripes):
+    # LLP needs an embedding that already groups the classes somewhat: ten
+    # warm-start epochs here (the paper's ten are 100k steps).
+    config = _config(tmp_path, stripes, warmup_epochs=10, epochs=20, steps_per_loop=5,
+                     checkpoint_every=100)
+    training_loop.run_training(config, stream=open(os.devnull, "w"))
+    llp = [row for row in _metrics(config.run_dir) if row["phase"] == "llp"]
+    first, last = llp[0], llp[-3:]
+    assert np.mean([row["train_loss"] for row in last]) < first["train_loss"] - 1.0
+    accuracy = np.mean([row["pseudo_label_accuracy"] for row in last])
+    assert accuracy > first["pseudo_label_accuracy"] + 0.1
+    assert accuracy > 0.4  # chance is 0.25
+
+
+def test_supervised_baseline_and_warm_start(tmp_path, stripes):
+    supervised = _config(tmp_path / "sup", stripes, method="supervised", epochs=2)
+    final = training_loop.run_training(supervised, stream=open(os.devnull, "w"))
+    assert final["phase"] == "supervised" and "nn_top1" not in final
+
+    instance = _config(tmp_path / "ir", stripes, warmup_epochs=2, epochs=2)
+    training_loop.run_training(instance, stream=open(os.devnull, "w"))
+    llp = _config(tmp_path / "llp", stripes, warmup_epochs=2, epochs=3,
+                  warm_start=instance.run_dir)
+    final = training_loop.run_training(llp, stream=open(os.devnull, "w"))
+    rows = _metrics(llp.run_dir)
+    assert [row["phase"] for row in rows] == ["llp"] and final["step"] == 15
+    # The LLP run starts from the instance-recognition run's weights and bank.
+    ir_state = _state(instance.run_dir)
+    bank_key = next(name for name in ir_state if "bank/embeddings" in name)
+    assert bank_key in _state(llp.run_dir)
+
+
+def test_changed_settings_in_an_existing_run_dir_are_refused(tmp_path, stripes):
+    config = _config(tmp_path, stripes, epochs=2, warmup_epochs=2)
+    training_loop.run_training(config, stream=open(os.devnull, "w"))
+    with pytest.raises(ConfigError, match="embedding_dim"):
+        training_loop.run_training(dataclasses.replace(config, embedding_dim=8),
+                                   stream=open(os.devnull, "w"))
+
+
+def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
+    config = _config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True, epochs=2)
+    final = training_loop.run_training(config, stream=open(os.devnull, "w"))
+    assert final["step"] == 10 and np.isfinite(final["train_loss"])
