@@ -1,0 +1,45 @@
+import dataclasses
+import os
+import subprocess
+import sys
+
+from llp_tf.config import TrainConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(ROOT, "tools", "train.py")
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def test_unknown_regime_lists_the_known_ones():
+    result = _run("--regime=r18_p50_q100")
+    assert result.returncode == 2
+    assert "Unknown regime 'r18_p50_q100'" in result.stderr
+    for name in ("demo", "r18_p01_q100", "r18_p10_q30", "r50_p10_q100"):
+        assert name in result.stderr
+
+
+def test_every_regime_flagfile_parses_into_a_valid_config(tmp_path):
+    regimes = sorted(f[:-6] for f in os.listdir(os.path.join(ROOT, "flags"))
+                     if f.endswith(".flags"))
+    assert len(regimes) == 9
+    # A bad label percentage after the regime overrides it and is reported as
+    # one line: proof that the regime's own settings were accepted first.
+    for regime in regimes:
+        result = _run(f"--regime={regime}", f"--run_dir={tmp_path}", "--label_percent=0")
+        assert result.returncode == 1, (regime, result.stderr)
+        assert "error: Invalid training settings: label_percent must lie in (0, 100]" in \
+            result.stderr, regime
+        assert "Traceback" not in result.stderr
+
+
+def test_helpfull_documents_a_flag_for_every_setting():
+    result = _run("--helpfull")  # absl exits with status 1 after printing help
+    assert "Train with Local Label Propagation" in result.stdout
+    assert "Traceback" not in result.stderr
+    for field in dataclasses.fields(TrainConfig):
+        assert f"--{field.name}:" in result.stdout or f"--[no]{field.name}:" in result.stdout, \
+            field.name

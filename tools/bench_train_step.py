@@ -1,0 +1,119 @@
+"""Benchmark of one LLP training step against one supervised step.
+
+Same model, batch and thread count, on synthetic in-memory batches (so the
+input pipeline is not measured). Prints the time per step of
+
+  - the supervised baseline (forward, cross-entropy, backward, SGD),
+  - the LLP step (the same plus the aggregation loss over the whole bank,
+    propagation from the labelled rows and the bank update),
+  - the bank work alone (aggregation loss forward + backward from fixed
+    embeddings, propagation, bank update),
+
+so that (LLP - supervised) can be set beside the bank work: LLP should add
+only the bank matmuls and top-k.
+"""
+
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("architecture", "resnet18", "Model architecture.")
+flags.DEFINE_float("width", 0.5, "Width multiplier of the model.")
+flags.DEFINE_integer("image_size", 32, "Input side (small inputs use the CIFAR stem).")
+flags.DEFINE_integer("batch", 128, "Global batch size.")
+flags.DEFINE_integer("bank", 50_000, "N: bank rows.")
+flags.DEFINE_integer("labeled", 5_000, "M: labelled rows.")
+flags.DEFINE_integer("classes", 100, "C: classes.")
+flags.DEFINE_integer("steps", 10, "Steps per timed call.")
+flags.DEFINE_integer("rounds", 3, "Timed calls per phase (alternating); the median is kept.")
+flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow intra-op threads.")
+
+
+def main(argv):
+    del argv
+    import keras
+    import tensorflow as tf
+
+    from llp_tf import losses, propagation
+    from llp_tf.memory_bank import MemoryBank
+    from llp_tf.models import build_model
+    from llp_tf.trainer import LLPTrainer
+
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labeled, FLAGS.classes, FLAGS.image_size
+    strategy = tf.distribute.get_strategy()
+    keras.utils.set_random_seed(0)
+    model = build_model(FLAGS.architecture, c, width=FLAGS.width,
+                        small_inputs=size <= 64).create_weights(size)
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    labeled = rng.choice(n, m, replace=False)
+    bank = MemoryBank(n, 128, c, labeled, rng.integers(0, c, m))
+    trainer = LLPTrainer(strategy, model, optimizer, bank, num_classes=c, global_batch_size=b,
+                         weight_decay=1e-4, temperature=0.07, k=10, t=25,
+                         propagation_method="local", weight_by_confidence=True,
+                         use_categorisation=True, density_chunk_size=1024)
+    trainer.refresh_density()
+
+    images = tf.constant(rng.normal(size=(b, size, size, 3)).astype(np.float32))
+    order = rng.permutation(n)
+    batches = tf.data.Dataset.range(10**9).map(lambda i: {
+        "image": images,
+        "label": tf.zeros([b], tf.int64),
+        # Distinct indices within a batch, different batches over time.
+        "index": tf.gather(tf.constant(order), (i * b + tf.range(b, dtype=tf.int64)) % n),
+    }).prefetch(2)
+    iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: batches))
+
+    embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(b, 128)), tf.float32), 1)
+    index = tf.constant(order[:b])
+
+    @tf.function
+    def bank_work(steps):
+        for _ in tf.range(steps):
+            labels, _ = bank.read(index)
+            with tf.GradientTape() as tape:
+                tape.watch(embeddings)
+                loss = tf.reduce_sum(losses.aggregation_loss(embeddings, bank.embeddings,
+                                                             bank.labels, labels))
+            # Feeding the gradient into the update keeps tf.function from pruning it.
+            moved = tf.math.l2_normalize(embeddings - 1e-3 * tape.gradient(loss, embeddings), 1)
+            classes, confidence = propagation.propagate(
+                moved, bank.labeled_embeddings(), bank.labeled_classes(), c,
+                density=bank.density)
+            bank.update(index, moved, classes, confidence)
+
+    contenders = {
+        "supervised step": lambda: trainer.train(iterator, FLAGS.steps, "supervised"),
+        "LLP step": lambda: trainer.train(iterator, FLAGS.steps, "llp"),
+        "bank work alone": lambda: bank_work(tf.constant(FLAGS.steps)),
+    }
+    times = {name: [] for name in contenders}
+    for fn in contenders.values():
+        fn()  # tracing and warm-up
+    for _ in range(FLAGS.rounds):
+        for name, fn in contenders.items():
+            fn()  # settle the thread pools after the other contender
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) / FLAGS.steps)
+    median = {name: float(np.median(t)) for name, t in times.items()}
+    supervised, llp, bank_only = (median["supervised step"], median["LLP step"],
+                                  median["bank work alone"])
+    print(f"training step, {FLAGS.architecture} x{FLAGS.width} at {size}px, batch {b}, "
+          f"bank N={n}, M={m} labelled, C={c} ({FLAGS.threads} threads)")
+    for name, value in median.items():
+        print(f"  {name:18s} {value * 1e3:8.1f} ms")
+    print(f"  LLP / supervised = {llp / supervised:.2f}; LLP - supervised = "
+          f"{(llp - supervised) * 1e3:.1f} ms, bank work alone = {bank_only * 1e3:.1f} ms "
+          f"(ratio {(llp - supervised) / bank_only:.2f})")
+
+
+if __name__ == "__main__":
+    app.run(main)
