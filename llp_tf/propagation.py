@@ -82,7 +82,9 @@ def _nearest_in_block(queries, rows, k, row_offsets):
         candidates = tf.concat([candidates, tail], axis=1)
     scores, position = tf.math.top_k(candidates, k=k, sorted=False)
     in_group = position < k * group
-    grouped_index = (tf.gather(best_groups, position // group, batch_dims=1) * group
+    # Clamped so that tail positions gather a valid (unused) group.
+    group_slot = tf.minimum(position // group, k - 1)
+    grouped_index = (tf.gather(best_groups, group_slot, batch_dims=1) * group
                      + position % group)
     tail_index = grouped_rows + position - k * group
     return scores, tf.where(in_group, grouped_index, tail_index)

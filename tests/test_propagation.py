@@ -229,3 +229,17 @@ def test_nearest_rows_in_blocks_is_an_exact_top_k(rows, block_rows, offsets):
                                   np.sort(np.argsort(-want, axis=1)[:, :10], axis=1))
     np.testing.assert_allclose(scores.numpy(), np.take_along_axis(want, index.numpy(), 1),
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_nearest_rows_finds_winners_in_the_tail_after_the_last_group(k):
+    # 4,010 rows do not fill whole groups; the queries are copies of the last
+    # rows, so each one's best row lies in the tail.
+    rng = np.random.default_rng(11)
+    bank = reference.unit_rows(rng, 4010, 32)
+    assert 4010 % propagation._group_size(4010, k) != 0
+    queries = bank[-5:]
+    scores, index = propagation.nearest_rows(queries, bank, k)
+    want = np.argsort(-(queries.astype(np.float64) @ bank.astype(np.float64).T), axis=1)[:, :k]
+    np.testing.assert_array_equal(np.sort(index.numpy(), axis=1), np.sort(want, axis=1))
+    assert all(4005 + i in index.numpy()[i] for i in range(5))
