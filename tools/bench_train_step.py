@@ -23,14 +23,14 @@ import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("architecture", "resnet18", "Model architecture.")
-flags.DEFINE_float("width", 0.5, "Width multiplier of the model.")
+flags.DEFINE_float("width", 0.25, "Width multiplier of the model.")
 flags.DEFINE_integer("image_size", 32, "Input side (small inputs use the CIFAR stem).")
 flags.DEFINE_integer("batch", 128, "Global batch size.")
 flags.DEFINE_integer("bank", 50_000, "N: bank rows.")
 flags.DEFINE_integer("labeled", 5_000, "M: labelled rows.")
 flags.DEFINE_integer("classes", 100, "C: classes.")
-flags.DEFINE_integer("steps", 10, "Steps per timed call.")
-flags.DEFINE_integer("rounds", 3, "Timed calls per phase (alternating); the median is kept.")
+flags.DEFINE_integer("steps", 4, "Steps per timed call.")
+flags.DEFINE_integer("rounds", 9, "Timed calls per phase (alternating); the median is kept.")
 flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow intra-op threads.")
 
 
