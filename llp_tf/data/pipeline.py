@@ -140,13 +140,15 @@ def _dense_map(source, used_index):
 
 
 def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE_LENGTH,
-                shuffle_block=None, pass_index=0):
+                shuffle_block=None, pass_index=0, dense_table=None):
     """Records of one pass over the used examples in their training order.
 
     Returns a tf.data.Dataset of records (see `llp_tf.data.source`) plus
     ``dense_index`` (int64 [], the index the pipeline yields) and ``pass``
     (int64 [], ``pass_index``). All of the used examples are there once; the
     pipeline drops the remainder. Pass p of an epoch has its own order.
+    ``dense_table`` (int64 [N] tensor of `_dense_map`) lets several passes
+    share one table instead of embedding a copy each.
     """
     _check_seed_epoch(seed, epoch)
     source.require_split(TRAIN)
@@ -163,7 +165,8 @@ def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE
     if dense is None:
         records = records.map(lambda r: dict(r, dense_index=r["index"], **{"pass": pass_tensor}))
     else:
-        dense_table = tf.constant(dense)
+        if dense_table is None:
+            dense_table = tf.constant(dense)
         records = records.map(lambda r: dict(r, dense_index=tf.gather(dense_table, r["index"]),
                                              **{"pass": pass_tensor}))
         records = records.filter(lambda r: r["dense_index"] >= 0)
@@ -237,25 +240,29 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
     # Records per pass: whole batches only, or every used example.
     pass_records = num_used if batches_cross_passes else steps_per_pass * global_batch_size
 
-    def passes(begin, end):
+    def shared_dense_table():
+        dense = _dense_map(source, used_index)
+        return None if dense is None else tf.constant(dense)
+
+    def passes(begin, end, dense_table):
         """Records of global batches [begin, end) of the epoch, pass by pass."""
         if begin >= end:
             return train_order(source, seed, epoch, used_index, cycle_length,
-                               shuffle_block).take(0)
+                               shuffle_block, dense_table=dense_table).take(0)
         first, last = begin * global_batch_size, end * global_batch_size
         records = None
         for pass_index in range(first // pass_records, (last - 1) // pass_records + 1):
             start = pass_index * pass_records
             low, high = max(first, start) - start, min(last, start + pass_records) - start
             part = train_order(source, seed, epoch, used_index, cycle_length, shuffle_block,
-                               pass_index)
+                               pass_index, dense_table)
             part = part.take(high).skip(low)
             records = part if records is None else records.concatenate(part)
         return records
 
     def input_fn(input_context=None):
         per_replica, num_pipelines, pipeline_id = _batch_layout(global_batch_size, input_context)
-        records = passes(start_step, steps)
+        records = passes(start_step, steps, shared_dense_table())
         records = _keep_worker_part(records, global_batch_size, num_pipelines, pipeline_id)
         examples = source.decode(records, TRAIN).map(
             train_element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
