@@ -293,4 +293,7 @@ def run_training(config, stream=None):
     writer.flush()
     if final:
         _log(stream, "\n" + format_table(final))
+    else:
+        _log(stream, f"The run in {config.run_dir} has finished its {config.epochs} epochs; "
+                     f"its metrics are in {METRICS_FILE}. Raise --epochs to train further.")
     return final
