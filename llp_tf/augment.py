@@ -14,6 +14,11 @@ log-uniform), random grayscale with p = 0.2, colour jitter in a random order
 [-0.4, 0.4] of the hue circle), horizontal flip with p = 0.5, ImageNet
 mean/std normalisation.
 
+A ``"light"`` policy keeps only the random resized crop, with area 0.5-1:
+the paper's recipe is made for 224 px photographs, and on 28 px digits its
+small crops, colour changes and mirror images destroy most of what an
+instance-recognition warm start could learn in a short run.
+
 Evaluation: resize the short side to ``round(size * 256 / 224)`` (keeping the
 aspect ratio), centre crop ``size`` x ``size``, normalise.
 
@@ -43,6 +48,9 @@ EVAL_RESIZE_RATIO = 256.0 / 224.0
 _CROP_ATTEMPTS = 10
 
 # Sub-seeds of one example's seed, one per random decision.
+LIGHT_CROP_AREA_RANGE = (0.5, 1.0)
+POLICIES = ("paper", "light")
+
 _SEED_CROP, _SEED_GRAY, _SEED_JITTER, _SEED_FLIP = range(4)
 _NUM_SUBSEEDS = 4
 
@@ -210,18 +218,27 @@ def normalize(image):
     return image * (1.0 / std) - mean / std
 
 
-def train_augment(image, seed, size):
+def train_augment(image, seed, size, policy="paper"):
     """The training augmentation.
 
     Args:
       image: uint8 [H, W, 3].
       seed: int32/int64 [2], this example's stateless seed.
       size: int, output side S.
+      policy: "paper" (the release's recipe) or "light" (the random resized
+        crop alone, area 0.5-1; for small images and short runs).
 
     Returns:
       float32 [S, S, 3], normalised.
     """
+    if policy not in POLICIES:
+        raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of {POLICIES}.")
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
+    if policy == "light":
+        image = normalize(random_resized_crop(image, seeds[_SEED_CROP], size,
+                                              area_range=LIGHT_CROP_AREA_RANGE))
+        image.set_shape([size, size, 3])
+        return image
     image = random_resized_crop(image, seeds[_SEED_CROP], size)
     image = random_grayscale(image, seeds[_SEED_GRAY])
     image = color_jitter(image, seeds[_SEED_JITTER])

@@ -15,6 +15,7 @@ from llp_tf.errors import ConfigError
 
 METHODS = ("llp", "supervised")
 PROPAGATIONS = ("local", "knn", "classifier")
+AUGMENTATIONS = ("paper", "light")
 
 # Fields whose change would make a checkpoint's state meaningless.
 STATE_FIELDS = ("dataset", "label_percent", "data_percent", "split_seed", "architecture",
@@ -35,6 +36,7 @@ class TrainConfig:
     data_percent: float = 100.0
     split_seed: Optional[int] = None
     split_file: Optional[str] = None
+    augmentation: str = "paper"
     # Model.
     architecture: str = "resnet18"
     width: float = 1.0
@@ -75,6 +77,8 @@ class TrainConfig:
     def __post_init__(self):
         checks = [
             (self.method in METHODS, f"method must be one of {METHODS}, not {self.method!r}"),
+            (self.augmentation in AUGMENTATIONS,
+             f"augmentation must be one of {AUGMENTATIONS}, not {self.augmentation!r}"),
             (self.propagation in PROPAGATIONS,
              f"propagation must be one of {PROPAGATIONS}, not {self.propagation!r}"),
             (0 < self.label_percent <= 100, "label_percent must lie in (0, 100]"),

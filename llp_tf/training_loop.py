@@ -246,7 +246,8 @@ def run_training(config, stream=None):
             input_fn = pipeline.make_train_input_fn(
                 source, config.global_batch_size, config.image_size, config.seed, epoch,
                 start_step=start, used_index=train_index, steps=steps_per_epoch,
-                batches_cross_passes=config.method == "supervised")
+                batches_cross_passes=config.method == "supervised",
+                augmentation=config.augmentation)
             iterator = iter(strategy.distribute_datasets_from_function(input_fn))
             progress = EpochProgress(f"epoch {epoch + 1}/{config.epochs} ({phase})",
                                      steps_per_epoch, config.global_batch_size, start, stream)

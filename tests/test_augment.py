@@ -131,3 +131,22 @@ def test_eval_short_side(shape, resized):
     image = augment.resize_short_side(tf.zeros(shape + (3,)), augment.eval_short_side(size))
     assert tuple(image.shape[:2]) == resized
     assert augment.eval_preprocess(tf.zeros(shape + (3,), tf.uint8), size).shape == (size, size, 3)
+
+
+def test_light_policy_is_the_mild_crop_alone():
+    rng = np.random.default_rng(5)
+    image = tf.constant(rng.integers(0, 256, (20, 24, 3)), tf.uint8)
+    seed = tf.constant([7, 11], tf.int64)
+    got = augment.train_augment(image, seed, 16, "light").numpy()
+    crop_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=4))[0]
+    want = augment.normalize(augment.random_resized_crop(
+        image, crop_seed, 16, area_range=augment.LIGHT_CROP_AREA_RANGE)).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, augment.train_augment(image, seed, 16, "paper").numpy())
+    with pytest.raises(ValueError, match="policy"):
+        augment.train_augment(image, seed, 16, "strong")
+
+
+def test_config_lists_the_augmentation_policies():
+    from llp_tf import config
+    assert config.AUGMENTATIONS == augment.POLICIES

@@ -35,6 +35,9 @@ flags.DEFINE_float("data_percent", 100.0, "q: percent of the training images use
                    "the used subset always contains the labelled set.")
 flags.DEFINE_integer("split_seed", None, "Draw the labelled and used sets at random with this "
                      "seed instead of the release's lowest-index rule.")
+flags.DEFINE_enum("augmentation", "paper", ["paper", "light"], "Training augmentation: the "
+                  "paper's recipe (crops of 20-100% area, grayscale, colour jitter, flips), or "
+                  "light (crops of 50-100% area only) for small images and short runs.")
 flags.DEFINE_string("split_file", None, "Use this split file (from tools/make_splits.py) "
                     "instead of drawing one.")
 # Model.
@@ -129,7 +132,8 @@ def config_from_flags():
         run_dir=run_dir, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
         image_size=FLAGS.image_size, label_percent=FLAGS.label_percent,
         data_percent=FLAGS.data_percent, split_seed=FLAGS.split_seed,
-        split_file=FLAGS.split_file, architecture=FLAGS.architecture, width=FLAGS.width,
+        split_file=FLAGS.split_file, augmentation=FLAGS.augmentation,
+        architecture=FLAGS.architecture, width=FLAGS.width,
         blocks_per_stage=(tuple(int(b) for b in FLAGS.blocks_per_stage)
                           if FLAGS.blocks_per_stage else None),
         small_inputs=FLAGS.small_inputs, embedding_dim=FLAGS.embedding_dim,

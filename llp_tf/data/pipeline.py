@@ -178,7 +178,8 @@ def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE
 
 def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, start_step=0,
                         used_index=None, steps=None, cycle_length=DEFAULT_CYCLE_LENGTH,
-                        shuffle_block=None, batches_cross_passes=False):
+                        shuffle_block=None, batches_cross_passes=False,
+                        augmentation="paper"):
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -202,6 +203,7 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         span two passes and hold an example twice. This lets a set smaller
         than one batch be trained on (the supervised baseline's labelled
         set); it is wrong wherever examples index a memory bank.
+      augmentation: the `augment.train_augment` policy, "paper" or "light".
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
@@ -211,6 +213,9 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
     _check_seed_epoch(seed, epoch)
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
+    if augmentation not in augment.POLICIES:
+        raise ConfigError(f"Unknown augmentation {augmentation!r}; choose one of "
+                          f"{augment.POLICIES}.")
     source.require_split(TRAIN)
     if used_index is not None:
         used_index = check_index_set("used_index", used_index, source.info.num_train)
@@ -234,7 +239,7 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
     def train_element(record, image):
         pass_seed = tf.random.experimental.stateless_fold_in(augment_seed, record["pass"])
         example_seed = tf.random.experimental.stateless_fold_in(pass_seed, record["index"])
-        return {"image": augment.train_augment(image, example_seed, image_size),
+        return {"image": augment.train_augment(image, example_seed, image_size, augmentation),
                 "label": record["label"], "index": record["dense_index"]}
 
     # Records per pass: whole batches only, or every used example.
