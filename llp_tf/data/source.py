@@ -183,3 +183,18 @@ class Source(abc.ABC):
 
     def __repr__(self):
         return f"{type(self).__name__}({self.info.name!r})"
+
+
+class ShardFileSource(Source):
+    """A source whose splits are lists of record files, with labels known by index.
+
+    Subclasses set ``self._files`` (split -> list of file paths) and
+    ``self._labels`` (split -> int64 [N] labels by stable index).
+    """
+
+    def labels(self, split):
+        self.info.num_examples(split)
+        return self._labels[split].copy()
+
+    def num_shards(self, split):
+        return len(self._files[split])

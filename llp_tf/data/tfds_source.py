@@ -22,8 +22,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from llp_tf.data import decode, shards
-from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, Source, SourceInfo,
-                                validate_labels)
+from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFileSource,
+                                SourceInfo, validate_labels)
 from llp_tf.errors import DataError
 
 _VALIDATION_SPLITS = ("validation", "test")
@@ -81,7 +81,7 @@ def _pick_features(builder):
     return images[0], labels[0]
 
 
-class TFDSSource(Source):
+class TFDSSource(ShardFileSource):
     """A prepared TFDS dataset (see the module docstring)."""
 
     # TFDS decoded or encoded each image when it prepared the data.
@@ -153,13 +153,6 @@ class TFDSSource(Source):
     def builder(self):
         """The tfds.core.DatasetBuilder read."""
         return self._builder
-
-    def labels(self, split):
-        self.info.num_examples(split)
-        return self._labels[split].copy()
-
-    def num_shards(self, split):
-        return len(self._files[split])
 
     def read_shard(self, split, shard):
         files = tf.constant(self._files[split] or [""], tf.string)

@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.data import decode, shards
-from llp_tf.data.source import SPLITS, TRAIN, VALIDATION, Source, SourceInfo, validate_labels
+from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
+                                validate_labels)
 from llp_tf.errors import DataError
 
 IMAGE_FEATURE = "images"
@@ -84,7 +85,7 @@ def _read_info(folder):
     return tuple(names)
 
 
-class TFRecordSource(Source):
+class TFRecordSource(ShardFileSource):
     """A folder of ``train-*`` / ``validation-*`` shards (see the module docstring)."""
 
     def __init__(self, folder):
@@ -163,13 +164,6 @@ class TFRecordSource(Source):
 
     def _where(self, split, index):
         return self._where_flat(split, int(self._positions[split][index]))
-
-    def labels(self, split):
-        self.info.num_examples(split)
-        return self._labels[split].copy()
-
-    def num_shards(self, split):
-        return len(self._files[split])
 
     def read_shard(self, split, shard):
         files = tf.constant(self._files[split] or [""], tf.string)
