@@ -95,7 +95,8 @@ class Evaluator:
                 for total, name in zip(totals, names))
 
         zeros = tuple(tf.constant(0.0) for _ in names)
-        _, *totals = tf.while_loop(lambda i, *_: i < num_steps, body, (0,) + zeros)
+        _, *totals = tf.while_loop(lambda i, *_: i < num_steps, body, (0,) + zeros,
+                                   parallel_iterations=1)
         return dict(zip(names, totals))
 
     def _replica_step(self, batch):

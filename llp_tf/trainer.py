@@ -121,7 +121,9 @@ class LLPTrainer:
             return (i + 1,) + records
 
         records = tuple(tf.TensorArray(tf.float32, size=num_steps) for _ in names)
-        _, *records = tf.while_loop(lambda i, *_: i < num_steps, body, (0,) + records)
+        # Steps are strictly sequential: each reads what the last one wrote.
+        _, *records = tf.while_loop(lambda i, *_: i < num_steps, body, (0,) + records,
+                                    parallel_iterations=1)
         return {name: record.stack() for name, record in zip(names, records)}
 
     # ---- replica steps -------------------------------------------------------
