@@ -9,7 +9,6 @@ see llp_tf/data/tfrecord_builder.py. Read the result with
 --dataset=tfrecord:TFRECORDS.
 """
 
-import os
 import sys
 
 from absl import app, flags  # noqa: E402

@@ -9,7 +9,6 @@ indices (the release's rule) or, with --seed, a seeded draw; the used subset
 split file into its run directory and never re-draws it.
 """
 
-import os
 import sys
 
 from absl import app, flags  # noqa: E402

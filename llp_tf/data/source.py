@@ -189,7 +189,9 @@ class ShardFileSource(Source):
     """A source whose splits are lists of record files, with labels known by index.
 
     Subclasses set ``self._files`` (split -> list of file paths) and
-    ``self._labels`` (split -> int64 [N] labels by stable index).
+    ``self._labels`` (split -> int64 [N] labels by stable index); their
+    records carry the encoded image as "data" and where it came from as
+    "shard" and "position".
     """
 
     def labels(self, split):
@@ -198,3 +200,11 @@ class ShardFileSource(Source):
 
     def num_shards(self, split):
         return len(self._files[split])
+
+    def load_image(self, record):
+        return decode.decode_image(record["data"])
+
+    def describe(self, split, record):
+        files = tf.constant(self._files[split] or [""], tf.string)
+        return tf.strings.join(["shard ", tf.gather(files, record["shard"]), ", record ",
+                                tf.strings.as_string(record["position"])])

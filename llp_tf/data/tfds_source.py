@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from llp_tf.data import decode, shards
+from llp_tf.data import shards
 from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFileSource,
                                 SourceInfo, validate_labels)
 from llp_tf.errors import DataError
@@ -169,13 +169,6 @@ class TFDSSource(ShardFileSource):
 
         return tf.data.TFRecordDataset(tf.gather(files, shard)).enumerate().map(parse)
 
-    def load_image(self, record):
-        return decode.decode_image(record["data"])
-
-    def describe(self, split, record):
-        files = tf.constant(self._files[split] or [""], tf.string)
-        return tf.strings.join(["shard ", tf.gather(files, record["shard"]), ", record ",
-                                tf.strings.as_string(record["position"])])
 
 
 def load(name, data_dir=None):

@@ -24,7 +24,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import decode, shards
+from llp_tf.data import shards
 from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
                                 validate_labels)
 from llp_tf.errors import DataError
@@ -174,11 +174,3 @@ class TFRecordSource(ShardFileSource):
                     "index": parsed[INDEX_FEATURE], "shard": shard, "position": position}
 
         return tf.data.TFRecordDataset(tf.gather(files, shard)).enumerate().map(parse)
-
-    def load_image(self, record):
-        return decode.decode_image(record["data"])
-
-    def describe(self, split, record):
-        files = tf.constant(self._files[split] or [""], tf.string)
-        return tf.strings.join(["shard ", tf.gather(files, record["shard"]), ", record ",
-                                tf.strings.as_string(record["position"])])
