@@ -68,14 +68,16 @@ def _nearest_in_block(queries, rows, k, row_offsets):
     num_groups = int(num_rows) // group
     grouped_rows = num_groups * group
     batch = tf.shape(queries)[0]
-    # Slicing rows along axis 0 shares the buffer; no [B, M] copy is made.
-    grouped = tf.reshape(tf.matmul(queries, rows[:grouped_rows], transpose_b=True),
+    has_tail = grouped_rows < num_rows
+    grouped_part = rows[:grouped_rows] if has_tail else rows
+    grouped = tf.reshape(tf.matmul(queries, grouped_part, transpose_b=True),
                          [batch, num_groups, group])
     if row_offsets is not None:
-        grouped -= tf.reshape(row_offsets[:grouped_rows], [1, num_groups, group])
+        offsets = row_offsets[:grouped_rows] if has_tail else row_offsets
+        grouped -= tf.reshape(offsets, [1, num_groups, group])
     _, best_groups = tf.math.top_k(tf.reduce_max(grouped, axis=2), k=k, sorted=False)
     candidates = tf.reshape(tf.gather(grouped, best_groups, batch_dims=1), [batch, k * group])
-    if grouped_rows < num_rows:
+    if has_tail:
         tail = tf.matmul(queries, rows[grouped_rows:], transpose_b=True)
         if row_offsets is not None:
             tail -= row_offsets[tf.newaxis, grouped_rows:]
