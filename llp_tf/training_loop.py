@@ -33,13 +33,11 @@ from llp_tf.distribution import make_strategy
 from llp_tf.errors import ConfigError, LLPError
 from llp_tf.evaluation import Evaluator
 from llp_tf.memory_bank import MemoryBank
-from llp_tf.models import build_model
 from llp_tf.progress import EpochProgress
+from llp_tf.trained_run import CHECKPOINT_DIR, SPLIT_FILE, build_run_model
 from llp_tf.trainer import LLPTrainer
 
-SPLIT_FILE = "split.npz"
 METRICS_FILE = "metrics.jsonl"
-CHECKPOINT_DIR = "checkpoints"
 
 
 class TrainingDiverged(LLPError):
@@ -75,12 +73,7 @@ class _RunState:
     def __init__(self, config, strategy, num_classes, labeled_positions, labeled_classes,
                  num_bank_rows):
         with strategy.scope():
-            self.model = build_model(
-                config.architecture, num_classes, embedding_dim=config.embedding_dim,
-                width=config.width, small_inputs=config.small_inputs,
-                blocks_per_stage=config.blocks_per_stage,
-                sync_batch_norm=config.sync_batch_norm,
-                batch_norm_momentum=config.batch_norm_momentum).create_weights(config.image_size)
+            self.model = build_run_model(config, num_classes)
             self.optimizer = keras.optimizers.SGD(learning_rate=config.learning_rate,
                                                   momentum=config.momentum)
             # Keras 3 restores nothing into slots that do not exist yet.

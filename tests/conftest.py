@@ -26,3 +26,25 @@ def two_replica_strategy():
     """MirroredStrategy over two logical CPU devices."""
     from llp_tf.distribution import mirrored_strategy
     return mirrored_strategy(LOGICAL_CPUS)
+
+
+@pytest.fixture(scope="session")
+def stripes(tmp_path_factory):
+    """Dataset name of an image folder of 4 classes x (40 train + 10 validation)."""
+    from tests.runs import write_stripes
+    return write_stripes(tmp_path_factory.mktemp("stripes"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llp_run(tmp_path_factory, stripes):
+    """Run directory of a finished 3-epoch LLP run on `stripes` (1 warm-up epoch).
+
+    Shared by the tests of the tools that read runs; do not write into it.
+    """
+    import io
+
+    from llp_tf.training_loop import run_training
+    from tests.runs import tiny_config
+    config = tiny_config(tmp_path_factory.mktemp("tiny_llp"), stripes)
+    run_training(config, io.StringIO())
+    return config.run_dir

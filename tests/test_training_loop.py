@@ -10,49 +10,7 @@ from llp_tf import trainer as trainer_lib
 from llp_tf import training_loop
 from llp_tf.config import TrainConfig
 from llp_tf.errors import ConfigError
-
-SIZE = 16
-PATTERNS = ("horizontal", "vertical", "diagonal", "checker")
-
-
-def _pattern(kind, rng):
-    """uint8 [SIZE, SIZE, 3]: a stripe pattern with a random phase, contrast and noise."""
-    y, x = np.mgrid[:SIZE, :SIZE]
-    phase = rng.integers(0, 4)
-    wave = {"horizontal": (y + phase) // 2 % 2,
-            "vertical": (x + phase) // 2 % 2,
-            "diagonal": (x + y + phase) // 2 % 2,
-            "checker": ((x + phase) // 3 + (y + phase) // 3) % 2}[kind]
-    low, high = sorted(rng.integers(0, 256, 2))
-    image = low + (high - low + 60) * wave + rng.normal(0, 12, (SIZE, SIZE))
-    return np.repeat(np.clip(image, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
-
-
-@pytest.fixture(scope="module")
-def stripes(tmp_path_factory):
-    """An image folder of 4 classes x (40 train + 10 validation) separable patterns."""
-    root = tmp_path_factory.mktemp("stripes")
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 40), ("validation", 10)):
-        for kind in PATTERNS:
-            folder = root / split / kind
-            folder.mkdir(parents=True)
-            for i in range(count):
-                png = tf.io.encode_png(_pattern(kind, rng)).numpy()
-                (folder / f"{i:03d}.png").write_bytes(png)
-    return f"folder:{root}"
-
-
-def _config(tmp_path, dataset, **changes):
-    settings = dict(run_dir=str(tmp_path / "run"), dataset=dataset, image_size=SIZE,
-                    architecture="resnet10", width=0.125, small_inputs=True,
-                    embedding_dim=16, label_percent=10.0, global_batch_size=32,
-                    base_learning_rate=0.1, batch_norm_momentum=0.9, warmup_epochs=1,
-                    epochs=3, k=3, t=5, steps_per_loop=2, checkpoint_every=3,
-                    keep_checkpoints=10)
-    settings.update(changes)
-    return TrainConfig(**settings)
-
+from tests.runs import tiny_config as _config
 
 def _state(run_dir):
     """Every variable of the newest checkpoint of a run, by name."""

@@ -202,6 +202,15 @@ def read_split_header(path):
     return _read(path)[0]
 
 
+def read_split_indices(path):
+    """(labeled_index, used_index) of a split file, without checking it against a dataset.
+
+    For tools that read a finished run, whose split was checked when it trained.
+    """
+    _, labeled_index, used_index = _read(path)
+    return labeled_index.astype(np.int64), used_index.astype(np.int64)
+
+
 def _read(path):
     if not os.path.isfile(path):
         raise DataError(f"Split file {path} does not exist. Write one with tools/make_splits.py "

@@ -1,0 +1,157 @@
+"""A finished (or running) training run, read back from its run directory.
+
+The tools that come after training (export, linear probe, propagation
+comparison, embedding analysis) all start from a run directory written by
+`training_loop.run_training`:
+
+- ``config.json`` gives the model's architecture and the dataset;
+- ``split.npz`` gives the labelled and used examples;
+- ``checkpoints/`` holds the model weights and the memory bank.
+
+`load_run` rebuilds the model (and the bank of an LLP run) and restores a
+checkpoint into them for inference; optimizer state is not read.
+"""
+
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf import config as config_lib
+from llp_tf.data import splits
+from llp_tf.errors import ConfigError
+from llp_tf.memory_bank import MemoryBank
+from llp_tf.models import LLPModel, build_model
+
+SPLIT_FILE = "split.npz"
+CHECKPOINT_DIR = "checkpoints"
+
+
+def build_run_model(config, num_classes):
+    """The unrestored `LLPModel` of a run, with its weights created.
+
+    Args:
+      config: `TrainConfig`.
+      num_classes: int, C.
+
+    Create it inside `strategy.scope()` to train with a strategy.
+    """
+    return build_model(
+        config.architecture, num_classes, embedding_dim=config.embedding_dim,
+        width=config.width, small_inputs=config.small_inputs,
+        blocks_per_stage=config.blocks_per_stage, sync_batch_norm=config.sync_batch_norm,
+        batch_norm_momentum=config.batch_norm_momentum).create_weights(config.image_size)
+
+
+def read_config(run_dir):
+    """The `TrainConfig` saved in ``run_dir/config.json`` (ConfigError if absent)."""
+    path = os.path.join(run_dir, config_lib.CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{run_dir} is not a training run directory: it has no {config_lib.CONFIG_FILE}. "
+            "Give the --run_dir of a run made by tools/train.py.")
+    with open(path) as f:
+        return config_lib.TrainConfig.from_json(f.read())
+
+
+def checkpoint_paths(run_dir):
+    """list of str: the run's kept checkpoints, oldest first (may be empty)."""
+    state = tf.train.get_checkpoint_state(os.path.join(run_dir, CHECKPOINT_DIR))
+    if state is None:
+        return []
+    return list(state.all_model_checkpoint_paths)
+
+
+def checkpoint_step(path):
+    """int: the global step a checkpoint path was saved at (its number)."""
+    return int(path.rsplit("-", 1)[-1])
+
+
+@dataclasses.dataclass
+class TrainedRun:
+    """A run's settings, split and restored state.
+
+    Attributes:
+      run_dir: str.
+      config: `TrainConfig`.
+      checkpoint: str, the restored checkpoint's path.
+      step: int, its global step.
+      model: `LLPModel` with the checkpoint's weights.
+      bank: `MemoryBank` with the checkpoint's rows, labels, confidences and
+        densities; None for the supervised baseline.
+      labeled_index: int64 [M], dataset indices of the labelled examples.
+      used_index: int64 [N], dataset indices of the used examples; bank row j
+        is example ``used_index[j]``.
+      num_classes: int, C.
+    """
+
+    run_dir: str
+    config: config_lib.TrainConfig
+    checkpoint: str
+    step: int
+    model: LLPModel
+    bank: Optional[MemoryBank]
+    labeled_index: np.ndarray
+    used_index: np.ndarray
+    num_classes: int
+
+    def restore(self, checkpoint):
+        """Restores another checkpoint of the same run into the model and bank."""
+        _restore(self.model, self.bank, checkpoint)
+        self.checkpoint = checkpoint
+        self.step = checkpoint_step(checkpoint)
+
+
+def _restore(model, bank, path):
+    tracked = {"model": model}
+    if bank is not None:
+        tracked["bank"] = bank
+    try:
+        tf.train.Checkpoint(**tracked).restore(path).expect_partial() \
+            .assert_existing_objects_matched()
+    except (ValueError, AssertionError, tf.errors.InvalidArgumentError,
+            tf.errors.NotFoundError) as error:
+        raise ConfigError(
+            f"Cannot read the checkpoint {path} into the model of its run's config.json: "
+            f"{error}") from None
+
+
+def load_run(run_dir, checkpoint=None, num_classes=None):
+    """Rebuilds a run's model and bank and restores a checkpoint into them.
+
+    Args:
+      run_dir: str, a directory written by `training_loop.run_training`.
+      checkpoint: optional str, a checkpoint path of that run; the latest by
+        default.
+      num_classes: optional int, C; read from the run's dataset when None
+        (which opens the dataset's metadata).
+
+    Returns:
+      `TrainedRun`.
+
+    Raises:
+      ConfigError: not a run directory, no checkpoint yet, or a checkpoint
+        that does not fit the saved settings.
+    """
+    config = read_config(run_dir)
+    path = checkpoint or tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
+    if path is None:
+        raise ConfigError(f"The run {run_dir} has no checkpoint yet; train it first.")
+    labeled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
+    if num_classes is None:
+        from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
+        num_classes = data.load_source(config.dataset, config.data_dir).info.num_classes
+    model = build_run_model(config, num_classes)
+    bank = None
+    if config.method == "llp":
+        # Placeholder labels: the restore overwrites every bank variable.
+        bank = MemoryBank(len(used_index), config.embedding_dim, num_classes,
+                          splits.dense_index(used_index, labeled_index),
+                          np.zeros(len(labeled_index), np.int64))
+    _restore(model, bank, path)
+    return TrainedRun(run_dir=run_dir, config=config, checkpoint=path,
+                      step=checkpoint_step(path), model=model, bank=bank,
+                      labeled_index=labeled_index, used_index=used_index,
+                      num_classes=int(num_classes))

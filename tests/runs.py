@@ -1,0 +1,52 @@
+"""Tiny training runs for tests: a separable image folder and small settings."""
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.config import TrainConfig
+
+SIZE = 16
+PATTERNS = ("horizontal", "vertical", "diagonal", "checker")
+
+
+def _pattern(kind, rng):
+    """uint8 [SIZE, SIZE, 3]: a stripe pattern with a random phase, contrast and noise."""
+    y, x = np.mgrid[:SIZE, :SIZE]
+    phase = rng.integers(0, 4)
+    wave = {"horizontal": (y + phase) // 2 % 2,
+            "vertical": (x + phase) // 2 % 2,
+            "diagonal": (x + y + phase) // 2 % 2,
+            "checker": ((x + phase) // 3 + (y + phase) // 3) % 2}[kind]
+    low, high = sorted(rng.integers(0, 256, 2))
+    image = low + (high - low + 60) * wave + rng.normal(0, 12, (SIZE, SIZE))
+    return np.repeat(np.clip(image, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
+
+
+def write_stripes(root, train_per_class=40, validation_per_class=10, seed=0):
+    """Writes an image folder of 4 separable classes; returns its dataset name.
+
+    Args:
+      root: pathlib.Path, created with ``train/`` and ``validation/``
+        sub-folders of PNG files, one folder per class in `PATTERNS`.
+    """
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", train_per_class), ("validation", validation_per_class)):
+        for kind in PATTERNS:
+            folder = root / split / kind
+            folder.mkdir(parents=True)
+            for i in range(count):
+                png = tf.io.encode_png(_pattern(kind, rng)).numpy()
+                (folder / f"{i:03d}.png").write_bytes(png)
+    return f"folder:{root}"
+
+
+def tiny_config(tmp_path, dataset, **changes):
+    """A `TrainConfig` that trains in seconds on CPU, in ``tmp_path/run``."""
+    settings = dict(run_dir=str(tmp_path / "run"), dataset=dataset, image_size=SIZE,
+                    architecture="resnet10", width=0.125, small_inputs=True,
+                    embedding_dim=16, label_percent=10.0, global_batch_size=32,
+                    base_learning_rate=0.1, batch_norm_momentum=0.9, warmup_epochs=1,
+                    epochs=3, k=3, t=5, steps_per_loop=2, checkpoint_every=3,
+                    keep_checkpoints=10)
+    settings.update(changes)
+    return TrainConfig(**settings)

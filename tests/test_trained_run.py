@@ -1,0 +1,50 @@
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf import trained_run
+from llp_tf.errors import ConfigError
+
+
+def _checkpoint_tensor(path, suffix):
+    """The checkpoint value whose variable name ends with ``suffix``."""
+    names = [name for name, _ in tf.train.list_variables(path) if name.endswith(suffix)]
+    assert len(names) == 1, names
+    return tf.train.load_checkpoint(path).get_tensor(names[0])
+
+
+def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
+    run = trained_run.load_run(tiny_llp_run)
+    assert run.config.method == "llp" and run.num_classes == 4
+    assert run.checkpoint == tf.train.latest_checkpoint(os.path.join(tiny_llp_run, "checkpoints"))
+    assert run.step == 15  # 3 epochs of ceil(160 / 32) steps
+    np.testing.assert_array_equal(run.bank.embeddings.numpy(),
+                                  _checkpoint_tensor(run.checkpoint, "bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"))
+    np.testing.assert_array_equal(run.bank.labels.numpy(),
+                                  _checkpoint_tensor(run.checkpoint, "bank/labels/.ATTRIBUTES/VARIABLE_VALUE"))
+    kernel = run.model.embedding_head.kernel.numpy()
+    saved = [name for name, shape in tf.train.list_variables(run.checkpoint)
+             if name.startswith("model/") and list(shape) == list(kernel.shape)]
+    assert any(np.array_equal(kernel, tf.train.load_checkpoint(run.checkpoint).get_tensor(n))
+               for n in saved)
+    assert run.labeled_index.size == 16 and run.used_index.size == 160
+    # The bank's labelled rows carry their true classes (4 per class).
+    assert np.bincount(run.bank.labels.numpy()[run.bank.is_labeled.numpy()]).tolist() == [4] * 4
+
+
+def test_restore_moves_to_an_older_checkpoint(tiny_llp_run):
+    paths = trained_run.checkpoint_paths(tiny_llp_run)
+    assert [trained_run.checkpoint_step(p) for p in paths] == sorted(
+        trained_run.checkpoint_step(p) for p in paths)
+    run = trained_run.load_run(tiny_llp_run, num_classes=4)
+    run.restore(paths[0])
+    assert run.step == trained_run.checkpoint_step(paths[0]) < trained_run.checkpoint_step(paths[-1])
+    np.testing.assert_array_equal(run.bank.embeddings.numpy(),
+                                  _checkpoint_tensor(paths[0], "bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def test_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="not a training run directory"):
+        trained_run.load_run(str(tmp_path))
