@@ -65,6 +65,8 @@ class TrainConfig:
     weight_by_confidence: bool = True
     use_categorisation: bool = True
     density_chunk_size: int = 1024
+    # The supervised baseline holds its labelled records in memory up to this many.
+    cache_labeled_limit: int = 20000
     # Loop.
     seed: int = 0
     steps_per_loop: int = 100
@@ -101,6 +103,7 @@ class TrainConfig:
             (self.keep_checkpoints > 0, "keep_checkpoints must be positive"),
             (self.eval_every > 0, "eval_every must be positive"),
             (self.cpu_replicas >= 0, "cpu_replicas cannot be negative"),
+            (self.cache_labeled_limit >= 0, "cache_labeled_limit cannot be negative"),
             (self.width > 0, "width must be positive"),
             (0 <= self.batch_norm_momentum < 1, "batch_norm_momentum must lie in [0, 1)"),
         ]

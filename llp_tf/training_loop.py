@@ -214,6 +214,8 @@ def run_training(config, stream=None):
     # The supervised baseline reads only labelled examples, for as many steps
     # as an epoch of the used set, so both methods share one schedule.
     train_index = labeled_index if config.method == "supervised" else used_index
+    cache_passes = (config.method == "supervised"
+                    and len(labeled_index) <= config.cache_labeled_limit)
 
     _log(stream, f"{info.name}: {len(used_index)} training examples used, "
                  f"{len(labeled_index)} labelled, {info.num_classes} classes; "
@@ -240,7 +242,7 @@ def run_training(config, stream=None):
                 source, config.global_batch_size, config.image_size, config.seed, epoch,
                 start_step=start, used_index=train_index, steps=steps_per_epoch,
                 batches_cross_passes=config.method == "supervised",
-                augmentation=config.augmentation)
+                augmentation=config.augmentation, cache_passes=cache_passes)
             iterator = iter(strategy.distribute_datasets_from_function(input_fn))
             progress = EpochProgress(f"epoch {epoch + 1}/{config.epochs} ({phase})",
                                      steps_per_epoch, config.global_batch_size, start, stream)

@@ -139,16 +139,11 @@ def _dense_map(source, used_index):
     return dense
 
 
-def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE_LENGTH,
-                shuffle_block=None, pass_index=0, dense_table=None):
-    """Records of one pass over the used examples in their training order.
+def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, dense_table):
+    """Records of the used examples in the pass's shard order, before the block shuffle.
 
-    Returns a tf.data.Dataset of records (see `llp_tf.data.source`) plus
-    ``dense_index`` (int64 [], the index the pipeline yields) and ``pass``
-    (int64 [], ``pass_index``). All of the used examples are there once; the
-    pipeline drops the remainder. Pass p of an epoch has its own order.
-    ``dense_table`` (int64 [N] tensor of `_dense_map`) lets several passes
-    share one table instead of embedding a copy each.
+    Each record gains ``dense_index`` (int64 []) and ``pass`` (int64 [],
+    ``pass_index``). Returns (dataset, number of used examples).
     """
     _check_seed_epoch(seed, epoch)
     source.require_split(TRAIN)
@@ -170,16 +165,49 @@ def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE
         records = records.map(lambda r: dict(r, dense_index=tf.gather(dense_table, r["index"]),
                                              **{"pass": pass_tensor}))
         records = records.filter(lambda r: r["dense_index"] >= 0)
-    block = shuffle_block or source.shuffle_block or num_used
-    shuffle_seed = tf.random.experimental.stateless_fold_in(
+    return records, num_used
+
+
+def _pass_shuffle_seed(seed, epoch, pass_index):
+    return tf.random.experimental.stateless_fold_in(
         _epoch_seed(seed, epoch, _SHUFFLE_TAG), int(pass_index))
-    return _block_shuffle(records, max(1, min(block, num_used)), shuffle_seed)
+
+
+def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE_LENGTH,
+                shuffle_block=None, pass_index=0, dense_table=None):
+    """Records of one pass over the used examples in their training order.
+
+    Returns a tf.data.Dataset of records (see `llp_tf.data.source`) plus
+    ``dense_index`` (int64 [], the index the pipeline yields) and ``pass``
+    (int64 [], ``pass_index``). All of the used examples are there once; the
+    pipeline drops the remainder. Pass p of an epoch has its own order.
+    ``dense_table`` (int64 [N] tensor of `_dense_map`) lets several passes
+    share one table instead of embedding a copy each.
+    """
+    records, num_used = _used_records(source, seed, epoch, used_index, cycle_length,
+                                      pass_index, dense_table)
+    block = shuffle_block or source.shuffle_block or num_used
+    return _block_shuffle(records, max(1, min(block, num_used)),
+                          _pass_shuffle_seed(seed, epoch, pass_index))
+
+
+def cached_pass_order(cached_records, num_used, seed, epoch, pass_index):
+    """Pass ``pass_index`` as one permutation of all of an epoch's cached records.
+
+    Args:
+      cached_records: the `_used_records` of pass 0 behind a ``cache()``, so
+        that later passes permute records held in memory.
+      num_used: int, how many records it holds.
+    """
+    pass_tensor = tf.constant(int(pass_index), tf.int64)
+    records = cached_records.map(lambda r: dict(r, **{"pass": pass_tensor}))
+    return _block_shuffle(records, num_used, _pass_shuffle_seed(seed, epoch, pass_index))
 
 
 def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, start_step=0,
                         used_index=None, steps=None, cycle_length=DEFAULT_CYCLE_LENGTH,
                         shuffle_block=None, batches_cross_passes=False,
-                        augmentation="paper"):
+                        augmentation="paper", cache_passes=False):
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -204,6 +232,12 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         than one batch be trained on (the supervised baseline's labelled
         set); it is wrong wherever examples index a memory bank.
       augmentation: the `augment.train_augment` policy, "paper" or "light".
+      cache_passes: read the used records once per epoch and hold them in
+        memory; every pass is then one permutation of all of them (instead of
+        a new read in its own shard order and block shuffle). For a small
+        used set trained for many passes (the supervised baseline's labelled
+        set) this avoids reading and filtering the whole split on every pass;
+        memory grows with the used records' encoded size.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
@@ -255,12 +289,21 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
             return train_order(source, seed, epoch, used_index, cycle_length,
                                shuffle_block, dense_table=dense_table).take(0)
         first, last = begin * global_batch_size, end * global_batch_size
+        if cache_passes:
+            # Pass 0's read order whatever pass a resume starts in, so that a
+            # pass's order does not depend on where the epoch began.
+            cached, _ = _used_records(source, seed, epoch, used_index, cycle_length, 0,
+                                      dense_table)
+            cached = cached.cache()
         records = None
         for pass_index in range(first // pass_records, (last - 1) // pass_records + 1):
             start = pass_index * pass_records
             low, high = max(first, start) - start, min(last, start + pass_records) - start
-            part = train_order(source, seed, epoch, used_index, cycle_length, shuffle_block,
-                               pass_index, dense_table)
+            if cache_passes:
+                part = cached_pass_order(cached, num_used, seed, epoch, pass_index)
+            else:
+                part = train_order(source, seed, epoch, used_index, cycle_length,
+                                   shuffle_block, pass_index, dense_table)
             part = part.take(high).skip(low)
             records = part if records is None else records.concatenate(part)
         return records

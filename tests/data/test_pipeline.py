@@ -240,3 +240,49 @@ def test_batches_cross_passes_trains_a_set_smaller_than_a_batch(folder_source):
     np.testing.assert_array_equal(resumed["image"], out["image"][18:])
     with pytest.raises(ConfigError, match="larger than"):
         _epoch(folder_source, 6, steps=5, used_index=used)
+
+
+class _CountingReads:
+    """Wraps a source so that every record read from a training shard is counted."""
+
+    def __init__(self, source):
+        self._source = source
+        self.reads = 0
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
+    def read_shard(self, split, shard):
+        def count(record):
+            def tick(index):
+                self.reads += 1
+                return index
+            index = tf.py_function(tick, [record["index"]], tf.int64)
+            index.set_shape([])
+            return dict(record, index=index)
+        return self._source.read_shard(split, shard).map(count)
+
+
+@pytest.mark.parametrize("start_step", [0, 3])
+def test_cached_passes_read_the_split_once_and_permute_each_pass(source, start_step):
+    used = np.array([1, 5, 8, 20])
+    n = source.info.num_train
+    counting = _CountingReads(source)
+    out = _epoch(counting, 6, steps=5, start_step=start_step, used_index=used,
+                 batches_cross_passes=True, cache_passes=True)
+    # One read of the split per epoch, not one per pass.
+    assert counting.reads == n
+    if start_step:
+        whole = _epoch(source, 6, steps=5, used_index=used, batches_cross_passes=True,
+                       cache_passes=True)
+        np.testing.assert_array_equal(out["image"], whole["image"][6 * start_step:])
+        return
+    index = out["index"]
+    passes = [index[4 * p:4 * p + 4] for p in range(7)]
+    for chunk in passes:
+        np.testing.assert_array_equal(np.sort(chunk), np.arange(4))
+    assert len({tuple(chunk) for chunk in passes}) > 1  # each pass has its own order
+    np.testing.assert_array_equal(out["label"], source.train_labels()[used[index]])
+    uncached = _CountingReads(source)
+    _epoch(uncached, 6, steps=5, used_index=used, batches_cross_passes=True)
+    assert uncached.reads >= 7 * n

@@ -1,0 +1,372 @@
+"""A trained run as a self-contained TensorFlow SavedModel for inference.
+
+`export_run` writes the model of a `TrainedRun` (and optionally its memory
+bank) as a SavedModel whose functions take raw images: the evaluation
+transform of training (`augment.eval_preprocess`: resize the short side to
+``round(S * 256 / 224)``, centre crop S x S, ImageNet normalisation) is part
+of the saved graph. The SavedModel holds only TensorFlow ops and variables,
+so it loads with ``tf.saved_model.load(path)`` in a process that has
+TensorFlow but not llp_tf (a serving box).
+
+Signatures (``loaded.signatures[name]``; each is also an attribute function,
+``loaded.embed(images)``, with the same input and outputs). Every one takes
+
+- ``images``: uint8 [B, H, W, C], any H and W (one size per call), C = 1
+  (grayscale, repeated to 3 channels) or 3 (RGB); pixel values 0-255.
+
+and returns a dict of:
+
+- ``embed``:
+  - ``embedding`` float32 [B, D]: the unit-norm embedding (the space of the
+    memory bank, label propagation and the k-NN);
+  - ``features`` float32 [B, F]: the pooled trunk output (what a linear
+    probe reads).
+- ``classify`` (also ``serving_default``):
+  - ``probabilities`` float32 [B, C]: softmax of the category head;
+  - ``top5_classes`` int32 [B, K5], ``top5_probabilities`` float32 [B, K5],
+    ``top5_names`` string [B, K5], with K5 = min(5, C), best first.
+- ``knn`` (only with ``include_knn=True``, LLP runs): the run's memory bank
+  is stored in the SavedModel (embeddings float32 [N, D], and per row its
+  class: the true class of a labelled row, the pseudo label of a row that
+  has one, -1 for a row that still carries an instance id):
+  - ``neighbor_rows`` int32 [B, K]: the K bank rows with the largest
+    ``embedding . row`` (K = min(the run's k, N)), most similar first;
+  - ``neighbor_similarities`` float32 [B, K]: those dot products;
+  - ``neighbor_classes`` int64 [B, K]: their classes (-1 = no class);
+  - ``knn_probabilities`` float32 [B, C], ``knn_class`` int64 [B],
+    ``knn_confidence`` float32 [B]: the weighted k-NN vote of eq. 5-6 of the
+    paper (no local density weighting) among those K neighbours that have a
+    class: neighbour i votes for its class with weight
+    ``exp(similarity_i / tau)`` (tau = the run's temperature); the
+    probabilities are the normalised class weights, the class their argmax
+    (lowest class at a tie) and the confidence its share. A query none of
+    whose K neighbours has a class gets class -1, confidence 0 and zero
+    probabilities.
+
+The module also carries ``class_names`` (a string [C] variable: read it with
+``loaded.class_names.numpy()``), and the export directory holds
+``export_info.json`` (`EXPORT_INFO_FILE`) describing the signatures, the
+image size, the class names and the source run and checkpoint.
+
+Fine-tuning with Keras 3 (checked with Keras 3.15 on the TensorFlow
+backend): ``keras.layers.TFSMLayer(path, call_endpoint="embed",
+trainable=True)`` resolves ``embed`` to the attribute function, wraps the
+variables that function reads in Keras variables that share their storage,
+and exposes the model's trainable weights as the layer's trainable weights
+(the batch-norm moving statistics as non-trainable weights); gradients flow
+through the saved graph, so an optimizer step on the layer changes what the
+SavedModel computes. The layer takes the uint8 images (``keras.Input(shape=
+(None, None, 3), dtype="uint8")``) and returns the dict above. The saved
+graph always runs the network in inference mode: batch normalisation uses
+its moving statistics and does not update them while fine-tuning (the usual
+choice for fine-tuning on little data). `TFSMLayer`'s default endpoint name
+``"serve"`` does not exist here: pass ``call_endpoint``.
+"""
+
+import datetime
+import json
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf import augment
+from llp_tf.errors import ConfigError
+
+EXPORT_INFO_FILE = "export_info.json"
+# Version of the layout of this SavedModel and its export_info.json; raise it
+# when a signature or a field changes meaning.
+EXPORT_FORMAT_VERSION = 1
+# The paper reports top-1 and top-5 accuracy; classify returns the five best.
+TOP_CLASSES = 5
+# Channel counts the signatures accept: grayscale (repeated to RGB) or RGB.
+GRAYSCALE_CHANNELS = 1
+RGB_CHANNELS = 3
+# The class of a knn neighbour that has no class (an instance id in the bank).
+NO_CLASS = -1
+
+EMBED = "embed"
+CLASSIFY = "classify"
+KNN = "knn"
+SERVING_DEFAULT = "serving_default"
+
+IMAGES_SPEC = tf.TensorSpec([None, None, None, None], tf.uint8, name="images")
+
+_INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
+                         "doc": "any H and W, one size per call; C = 1 (grayscale) or 3 (RGB)"}}
+
+
+def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
+    """The outputs of each signature, for export_info.json."""
+    top = min(TOP_CLASSES, num_classes)
+    docs = {
+        EMBED: {
+            "embedding": {"dtype": "float32", "shape": f"[B, {embedding_dim}]",
+                          "doc": "unit-norm embedding"},
+            "features": {"dtype": "float32", "shape": f"[B, {feature_dim}]",
+                         "doc": "pooled trunk output"},
+        },
+        CLASSIFY: {
+            "probabilities": {"dtype": "float32", "shape": f"[B, {num_classes}]",
+                              "doc": "softmax of the category head"},
+            "top5_classes": {"dtype": "int32", "shape": f"[B, {top}]", "doc": "best first"},
+            "top5_probabilities": {"dtype": "float32", "shape": f"[B, {top}]",
+                                   "doc": "their probabilities"},
+            "top5_names": {"dtype": "string", "shape": f"[B, {top}]",
+                           "doc": "their class names"},
+        },
+    }
+    if knn_k is not None:
+        docs[KNN] = {
+            "neighbor_rows": {"dtype": "int32", "shape": f"[B, {knn_k}]",
+                              "doc": "bank rows with the largest embedding . row, best first"},
+            "neighbor_similarities": {"dtype": "float32", "shape": f"[B, {knn_k}]",
+                                      "doc": "their dot products with the embedding"},
+            "neighbor_classes": {"dtype": "int64", "shape": f"[B, {knn_k}]",
+                                 "doc": "their classes, -1 where a row has no class"},
+            "knn_probabilities": {"dtype": "float32", "shape": f"[B, {num_classes}]",
+                                  "doc": "weighted k-NN vote (eq. 5-6): per class, the "
+                                         "normalised sum of exp(similarity / tau) of the "
+                                         "neighbours of that class"},
+            "knn_class": {"dtype": "int64", "shape": "[B]",
+                          "doc": "argmax of the vote; -1 if no neighbour has a class"},
+            "knn_confidence": {"dtype": "float32", "shape": "[B]",
+                               "doc": "the winning class's share of the vote"},
+        }
+    return docs
+
+
+def bank_classes(labels, num_classes):
+    """The class of each bank row, with -1 for rows that hold an instance id.
+
+    Args:
+      labels: int64 [N], memory-bank labels (see `label_encoding`).
+      num_classes: int, C.
+
+    Returns:
+      int64 [N] numpy array, values in ``[-1, C)``.
+    """
+    labels = np.asarray(labels, np.int64)
+    return np.where((labels >= 0) & (labels < num_classes), labels, NO_CLASS).astype(np.int64)
+
+
+class InferenceModule(tf.Module):
+    """The exported functions of a trained model (see the module docstring).
+
+    Args:
+      model: a built `LLPModel` (any layer returning the dict of `LLPModel`).
+      image_size: int S, the side the evaluation transform crops to.
+      class_names: sequence of C str.
+      bank_embeddings: optional float32 [N, D], memory-bank rows; with
+        ``bank_classes`` adds the ``knn`` function.
+      bank_classes: optional int64 [N], the class of each row, -1 for none.
+      k: int, neighbours of the knn function (capped at N).
+      temperature: float tau of the knn vote's weights.
+    """
+
+    def __init__(self, model, image_size, class_names, bank_embeddings=None,
+                 bank_classes=None, k=10, temperature=0.07, name="llp_inference"):
+        super().__init__(name=name)
+        if (bank_embeddings is None) != (bank_classes is None):
+            raise ValueError("Give both bank_embeddings and bank_classes, or neither.")
+        self._model = model
+        self.image_size = int(image_size)
+        self.num_classes = len(class_names)
+        self._class_names = tuple(str(name) for name in class_names)
+        self._top = min(TOP_CLASSES, self.num_classes)
+        self.class_names = tf.Variable(self._class_names, trainable=False, name="class_names")
+        self.knn_k = None
+        if bank_embeddings is not None:
+            bank_embeddings = np.asarray(bank_embeddings, np.float32)
+            self.bank_embeddings = tf.Variable(bank_embeddings, trainable=False,
+                                               name="bank_embeddings")
+            self.bank_classes = tf.Variable(np.asarray(bank_classes, np.int64),
+                                            trainable=False, name="bank_classes")
+            self.knn_k = min(int(k), bank_embeddings.shape[0])
+            self._temperature = float(temperature)
+            self.knn = tf.function(self._knn, input_signature=[IMAGES_SPEC])
+
+    def _preprocess(self, images):
+        """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3], the evaluation transform."""
+        channels = tf.shape(images)[3]
+        valid = tf.logical_or(tf.equal(channels, GRAYSCALE_CHANNELS),
+                              tf.equal(channels, RGB_CHANNELS))
+        check = tf.debugging.Assert(valid, [
+            "images must have 1 (grayscale) or 3 (RGB) channels; got", channels])
+        with tf.control_dependencies([check]):
+            # 3 // 1 repeats a grayscale channel three times; 3 // 3 keeps RGB.
+            images = tf.tile(images, [1, 1, 1, RGB_CHANNELS // channels])
+        images = tf.ensure_shape(images, [None, None, None, RGB_CHANNELS])
+        return tf.map_fn(
+            lambda image: augment.eval_preprocess(image, self.image_size), images,
+            fn_output_signature=tf.TensorSpec([self.image_size, self.image_size, RGB_CHANNELS],
+                                              tf.float32))
+
+    def _outputs(self, images):
+        return self._model(self._preprocess(images), training=False)
+
+    @tf.function(input_signature=[IMAGES_SPEC])
+    def embed(self, images):
+        """uint8 [B, H, W, C] -> {"embedding": [B, D], "features": [B, F]}."""
+        outputs = self._outputs(images)
+        return {"embedding": outputs["embedding"], "features": outputs["features"]}
+
+    @tf.function(input_signature=[IMAGES_SPEC])
+    def classify(self, images):
+        """uint8 [B, H, W, C] -> probabilities and the top five classes."""
+        probabilities = tf.nn.softmax(self._outputs(images)["logits"], axis=-1)
+        top_probabilities, top_classes = tf.math.top_k(probabilities, k=self._top)
+        names = tf.gather(tf.constant(self._class_names, tf.string), top_classes)
+        return {"probabilities": probabilities, "top5_classes": top_classes,
+                "top5_probabilities": top_probabilities, "top5_names": names}
+
+    def _knn(self, images):
+        """uint8 [B, H, W, C] -> nearest bank rows and their weighted vote."""
+        embedding = self._outputs(images)["embedding"]
+        similarity = tf.matmul(embedding, self.bank_embeddings, transpose_b=True)
+        top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k)
+        classes = tf.gather(self.bank_classes, rows)
+        has_class = classes >= 0
+        # Weights relative to the best neighbour's: exp(s / tau) itself would
+        # overflow float32 sums for s near 1 at tau = 0.07 only in large banks,
+        # but the ratio is all the vote needs. The K nearest are at most 2 / tau
+        # below the best, so no weight underflows to zero.
+        weights = tf.exp((top_similarity - top_similarity[:, :1]) / self._temperature)
+        weights *= tf.cast(has_class, tf.float32)
+        # one_hot of -1 is all zeros: rows without a class add nothing.
+        class_weights = tf.einsum("bk,bkc->bc", weights,
+                                  tf.one_hot(classes, self.num_classes, dtype=tf.float32))
+        total = tf.reduce_sum(class_weights, axis=1)
+        voted = total > 0.0
+        probabilities = class_weights / tf.where(voted, total, 1.0)[:, tf.newaxis]
+        knn_class = tf.where(voted, tf.argmax(probabilities, axis=1),
+                             tf.constant(NO_CLASS, tf.int64))
+        return {"neighbor_rows": rows, "neighbor_similarities": top_similarity,
+                "neighbor_classes": classes, "knn_probabilities": probabilities,
+                "knn_class": knn_class,
+                "knn_confidence": tf.reduce_max(probabilities, axis=1)}
+
+    def signatures(self):
+        """dict name -> concrete function, for `tf.saved_model.save`."""
+        classify = self.classify.get_concrete_function()
+        signatures = {EMBED: self.embed.get_concrete_function(), CLASSIFY: classify,
+                      SERVING_DEFAULT: classify}
+        if self.knn_k is not None:
+            signatures[KNN] = self.knn.get_concrete_function()
+        return signatures
+
+
+def build_inference_module(run, class_names, include_knn=False):
+    """An `InferenceModule` of a restored run.
+
+    Args:
+      run: `TrainedRun`.
+      class_names: sequence of C str (``source.info.class_names``).
+      include_knn: bool, also store the memory bank and add ``knn``.
+
+    Raises:
+      ConfigError: wrong number of class names, or knn of a supervised run.
+    """
+    if len(class_names) != run.num_classes:
+        raise ConfigError(
+            f"The run {run.run_dir} has {run.num_classes} classes but {len(class_names)} "
+            "class names were given; give the class names of the run's dataset.")
+    bank_embeddings = classes = None
+    if include_knn:
+        if run.bank is None:
+            raise ConfigError(
+                f"The run {run.run_dir} is a {run.config.method} run and has no memory bank, "
+                "so it cannot export a knn signature; export it without knn.")
+        bank_embeddings = run.bank.embeddings.numpy()
+        classes = bank_classes(run.bank.labels.numpy(), run.num_classes)
+    return InferenceModule(run.model, run.config.image_size, class_names,
+                           bank_embeddings=bank_embeddings, bank_classes=classes,
+                           k=run.config.k, temperature=run.config.temperature)
+
+
+def export_info(run, module):
+    """The dict written to export_info.json."""
+    info = {
+        "format_version": EXPORT_FORMAT_VERSION,
+        "input": _INPUT_DOC,
+        "preprocessing": (
+            f"inside the signatures: resize the short side to "
+            f"{augment.eval_short_side(module.image_size)} (bilinear, antialiased), centre "
+            f"crop {module.image_size} x {module.image_size}, scale to [0, 1], normalise "
+            f"with mean {list(augment.IMAGENET_MEAN)} and std {list(augment.IMAGENET_STD)}"),
+        "signatures": _output_docs(module.num_classes, run.model.feature_dim,
+                                   run.config.embedding_dim, module.knn_k),
+        "serving_default": CLASSIFY,
+        "image_size": module.image_size,
+        "num_classes": module.num_classes,
+        "class_names": list(module._class_names),
+        "source": {
+            "run_dir": os.path.abspath(run.run_dir),
+            "checkpoint": os.path.abspath(run.checkpoint),
+            "step": int(run.step),
+            "method": run.config.method,
+            "dataset": run.config.dataset,
+            "architecture": run.config.architecture,
+        },
+        "tensorflow_version": tf.__version__,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if module.knn_k is not None:
+        classes = module.bank_classes.numpy()
+        info["knn"] = {
+            "k": module.knn_k, "temperature": module._temperature,
+            "bank_rows": int(classes.size),
+            "bank_rows_with_class": int(np.sum(classes >= 0)),
+            "vote": "weighted k-NN (paper eq. 5-6) over the K nearest bank rows that have a "
+                    "class, weight exp(similarity / temperature)",
+        }
+    return info
+
+
+def export_run(run, class_names, output_dir, include_knn=False, overwrite=False):
+    """Writes a run's SavedModel and export_info.json to ``output_dir``, atomically.
+
+    The export is written to a temporary sibling directory and renamed into
+    place, so a crash leaves no half-written export; an existing export is
+    replaced only with ``overwrite=True`` (and only once the new one is
+    complete).
+
+    Args:
+      run: `TrainedRun`.
+      class_names: sequence of C str.
+      output_dir: str, the SavedModel directory to create.
+      include_knn: bool, add the ``knn`` signature and the memory bank.
+      overwrite: bool, replace an existing ``output_dir``.
+
+    Returns:
+      dict, the export info written (see `export_info`).
+
+    Raises:
+      ConfigError: ``output_dir`` exists without ``overwrite``, or see
+        `build_inference_module`.
+    """
+    output_dir = os.path.abspath(output_dir)
+    if os.path.lexists(output_dir) and not overwrite:
+        raise ConfigError(
+            f"{output_dir} already exists; choose another output directory or pass "
+            "--overwrite to replace it.")
+    module = build_inference_module(run, class_names, include_knn)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    partial = f"{output_dir}.partial-{os.getpid()}"
+    replaced = f"{output_dir}.replaced-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        tf.saved_model.save(module, partial, signatures=module.signatures())
+        info = export_info(run, module)
+        with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+        if os.path.lexists(output_dir):
+            os.rename(output_dir, replaced)
+        os.rename(partial, output_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(replaced, ignore_errors=True)
+    return info

@@ -1,0 +1,523 @@
+"""Label propagation methods compared with LLP on one fixed set of embeddings.
+
+The paper's Table 5 draws small subsets of a trained network's embeddings
+(50 classes x 50 images, 5 labelled per class), propagates the labels of the
+labelled points to the others with several methods and scores the
+unlabelled points. This module holds those methods and that protocol:
+
+- ``llp``: LLP's locally weighted kNN (eq. 5-8), with the local densities
+  taken over the drawn subset as the "bank" (`llp_tf.propagation`);
+- ``knn``: the plain weighted kNN of eq. 5-6 (no local weighting);
+- ``label_spreading``: Zhou et al. 2004, scikit-learn's `LabelSpreading`;
+- ``label_propagation``: Zhu & Ghahramani 2002, scikit-learn's
+  `LabelPropagation`;
+- ``dlp``: the diffusion of Iscen et al. 2019 ("Label propagation for deep
+  semi-supervised learning"): a kNN graph with similarities raised to a
+  power, symmetric-normalised, and ``(I - alpha W_n) Z = Y`` solved by
+  conjugate gradient.
+
+Every method takes L2-normalised embeddings float [n, D], a labelled mask
+bool [n] and labels int [n] (read only where the mask is True, in
+``[0, num_classes)``), and returns int64 [n] predicted classes; labelled
+points keep their label. Only the scores of the unlabelled points matter.
+
+Both scikit-learn methods use the RBF kernel with ``gamma = 1 / (2 tau)``:
+on unit vectors ``||a - b||^2 = 2 - 2 a.b``, so the kernel is
+``exp(-1 / tau) exp(a.b / tau)``, LLP's own similarity up to a constant that
+both methods' normalisations cancel. The five methods then see one and the
+same similarity scale, the one the embedding was trained with, and differ
+only in how they propagate.
+"""
+
+import dataclasses
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
+
+from llp_tf import propagation
+from llp_tf.errors import ConfigError, DataError
+
+# LLP and the weighted kNN: the paper's K, T and tau (Section 4, "settings").
+DEFAULT_K = propagation.DEFAULT_K
+DEFAULT_T = propagation.DEFAULT_T
+DEFAULT_TEMPERATURE = propagation.DEFAULT_TEMPERATURE
+
+# Label spreading: scikit-learn's defaults, alpha = 0.2 and 30 steps (0.2^30
+# is far below the tolerance). Zhou et al. 2004's alpha = 0.99 was tried and
+# rejected: on a dense RBF graph whose classes overlap, the iteration's
+# leading eigenvector then takes over and nearly every point gets one class
+# (37% instead of 76% on 20 overlapping Gaussian classes in 128-D, 5 labelled
+# of 50 per class; 33% on 3 classes in 8-D), and it needed over 2,000 steps.
+LABEL_SPREADING_ALPHA = 0.2
+LABEL_SPREADING_MAX_ITER = 30
+# Label propagation: scikit-learn's default cap of 1000 steps; ~630 were
+# needed on the same 2,500 points, so the cap is doubled.
+LABEL_PROPAGATION_MAX_ITER = 2000
+# scikit-learn's default: the sum over all points and classes of the change
+# of the label distributions in one step.
+SKLEARN_TOLERANCE = 1e-3
+
+# DLP (Iscen et al. 2019 and their release, ahmetius/LP-DeepSSL): 50
+# neighbours per point, similarities cubed, alpha = 0.99, conjugate gradient
+# stopped after 20 steps or at a relative residual of 1e-6.
+DLP_K = 50
+DLP_GAMMA = 3.0
+DLP_ALPHA = 0.99
+DLP_MAX_ITER = 20
+DLP_TOLERANCE = 1e-6
+# Rows of the similarity matrix held at once by the kNN-graph search.
+DLP_SEARCH_CHUNK = 2048
+
+# The paper's Table 5 (Zhuang et al. 2019): top-1 % on the unlabelled images
+# of 50 ImageNet classes x 50 images, 5 labelled per class, ResNet-50
+# features, mean of 10 draws. LP_DMT (88.2, Liu et al. 2019's metric
+# transfer) has no counterpart here.
+PAPER_TABLE5_ACCURACY = {
+    "llp": ("LLP", 88.1),
+    "label_spreading": ("LS", 84.6),
+    "label_propagation": ("LP", 87.7),
+    "dlp": ("LP_DLP", 89.2),
+}
+PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
+PAPER_PROTOCOL = dict(classes=50, images_per_class=50, labeled_per_class=5, draws=10)
+
+
+# -- the methods ---------------------------------------------------------------
+
+def _check_inputs(embeddings, labeled_mask, labels, num_classes):
+    """Float64 embeddings [n, D], bool mask [n], int64 labels [n]."""
+    embeddings = np.asarray(embeddings, np.float64)
+    labeled_mask = np.asarray(labeled_mask, bool)
+    labels = np.asarray(labels, np.int64)
+    n = embeddings.shape[0]
+    if embeddings.ndim != 2 or labeled_mask.shape != (n,) or labels.shape != (n,):
+        raise ValueError(f"Expected embeddings [n, D] with a mask and labels of [n]; got "
+                         f"{embeddings.shape}, {labeled_mask.shape} and {labels.shape}.")
+    if not labeled_mask.any():
+        raise ValueError("No labelled point to propagate from.")
+    known = labels[labeled_mask]
+    if known.min() < 0 or known.max() >= num_classes:
+        raise ValueError(f"Labels of labelled points must lie in [0, {num_classes}).")
+    return embeddings, labeled_mask, labels
+
+
+def _with_labeled(predicted_unlabeled, labeled_mask, labels):
+    """int64 [n]: the labels where known, the predictions elsewhere."""
+    predictions = labels.copy()
+    predictions[~labeled_mask] = predicted_unlabeled
+    return predictions
+
+
+def llp_propagation(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K, t=DEFAULT_T,
+                    temperature=DEFAULT_TEMPERATURE):
+    """LLP's locally weighted kNN (eq. 5-8) within one set of embeddings.
+
+    The density rho of each labelled point is the sum of ``exp(v_j . v_i /
+    tau)`` over its ``t`` nearest points of the whole set (labelled and
+    unlabelled, itself included), the set playing the memory bank's part;
+    each unlabelled point then takes the vote of the ``k`` labelled points
+    with the largest ``exp(v_i . v / tau) / rho_i``.
+
+    Args:
+      embeddings: float [n, D], unit rows.
+      labeled_mask: bool [n].
+      labels: int [n], classes in [0, num_classes) where labelled.
+      num_classes: int.
+      k, t: int; more than available uses all.
+      temperature: float, tau.
+
+    Returns:
+      int64 [n].
+    """
+    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
+                                                     num_classes)
+    vectors = embeddings.astype(np.float32)
+    labeled = vectors[labeled_mask]
+    density = propagation.local_density(labeled, vectors, t, temperature)
+    classes, _ = propagation.propagate(vectors[~labeled_mask], labeled, labels[labeled_mask],
+                                       num_classes, k, temperature, density)
+    return _with_labeled(classes.numpy(), labeled_mask, labels)
+
+
+def weighted_knn(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K,
+                 temperature=DEFAULT_TEMPERATURE):
+    """The weighted kNN of eq. 5-6: the ``k`` labelled points most similar to
+    an unlabelled point vote with weights ``exp(v_i . v / tau)``. Arguments
+    and result as `llp_propagation`."""
+    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
+                                                     num_classes)
+    vectors = embeddings.astype(np.float32)
+    classes, _ = propagation.propagate(vectors[~labeled_mask], vectors[labeled_mask],
+                                       labels[labeled_mask], num_classes, k, temperature)
+    return _with_labeled(classes.numpy(), labeled_mask, labels)
+
+
+def rbf_gamma(temperature):
+    """The RBF ``gamma`` whose kernel on unit vectors is ``exp(a.b / tau)`` up to
+    a constant factor: ``1 / (2 tau)``."""
+    return 1.0 / (2.0 * temperature)
+
+
+def _sklearn_transduction(model, embeddings, labeled_mask, labels):
+    targets = np.where(labeled_mask, labels, -1)  # scikit-learn marks unlabelled by -1
+    model.fit(embeddings, targets)
+    return _with_labeled(model.transduction_[~labeled_mask].astype(np.int64), labeled_mask,
+                         labels)
+
+
+def label_spreading(embeddings, labeled_mask, labels, num_classes,
+                    temperature=DEFAULT_TEMPERATURE, alpha=LABEL_SPREADING_ALPHA,
+                    max_iter=LABEL_SPREADING_MAX_ITER, tol=SKLEARN_TOLERANCE):
+    """Label spreading (Zhou et al. 2004) with scikit-learn, RBF kernel with
+    ``gamma = 1 / (2 temperature)`` (see the module docstring).
+
+    It iterates ``F <- alpha S F + (1 - alpha) Y`` with ``S = D^-1/2 W D^-1/2``
+    (W the kernel without its diagonal). A ConvergenceWarning is issued when
+    ``max_iter`` steps do not reach ``tol``. Other arguments and the result
+    as `llp_propagation`.
+    """
+    from sklearn.semi_supervised import LabelSpreading  # noqa: PLC0415 -- slow import
+
+    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
+                                                     num_classes)
+    model = LabelSpreading(kernel="rbf", gamma=rbf_gamma(temperature), alpha=alpha,
+                           max_iter=max_iter, tol=tol)
+    return _sklearn_transduction(model, embeddings, labeled_mask, labels)
+
+
+def label_propagation(embeddings, labeled_mask, labels, num_classes,
+                      temperature=DEFAULT_TEMPERATURE, max_iter=LABEL_PROPAGATION_MAX_ITER,
+                      tol=SKLEARN_TOLERANCE):
+    """Label propagation (Zhu & Ghahramani 2002) with scikit-learn, RBF kernel
+    with ``gamma = 1 / (2 temperature)``.
+
+    It iterates ``F <- D^-1 W F`` and resets the labelled rows to their labels
+    after every step, converging to the harmonic solution. A
+    ConvergenceWarning is issued when ``max_iter`` steps do not reach ``tol``.
+    Other arguments and the result as `llp_propagation`.
+    """
+    from sklearn.semi_supervised import LabelPropagation  # noqa: PLC0415 -- slow import
+
+    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
+                                                     num_classes)
+    model = LabelPropagation(kernel="rbf", gamma=rbf_gamma(temperature), max_iter=max_iter,
+                             tol=tol)
+    return _sklearn_transduction(model, embeddings, labeled_mask, labels)
+
+
+def dlp_graph(embeddings, k=DLP_K, gamma=DLP_GAMMA, chunk_size=DLP_SEARCH_CHUNK):
+    """The symmetric-normalised kNN affinity of Iscen et al. 2019.
+
+    Each point links to its ``k`` most similar other points with weight
+    ``max(v_i . v_j, 0) ** gamma`` (negative similarities, which the release
+    would raise to an odd power, get no edge), the graph is symmetrised as
+    ``W + W^T`` and normalised as ``D^-1/2 W D^-1/2`` (a point without edges
+    keeps degree 1).
+
+    Args:
+      embeddings: float [n, D], unit rows.
+      k: int, neighbours per point; at most n - 1 are used.
+      gamma: float, the power.
+      chunk_size: int, rows of similarities computed at once (memory
+        ``chunk_size x n``).
+
+    Returns:
+      scipy.sparse.csr_matrix float64 [n, n].
+    """
+    vectors = np.asarray(embeddings, np.float64)
+    n = vectors.shape[0]
+    k = min(int(k), n - 1)
+    if k < 1:
+        return scipy.sparse.csr_matrix((n, n))
+    rows, columns, weights = [], [], []
+    for start in range(0, n, chunk_size):
+        similarity = vectors[start:start + chunk_size] @ vectors.T
+        chunk_rows = np.arange(start, start + similarity.shape[0])
+        similarity[chunk_rows - start, chunk_rows] = -np.inf  # no self-edge
+        neighbours = np.argpartition(-similarity, k - 1, axis=1)[:, :k]
+        rows.append(np.repeat(chunk_rows, k))
+        columns.append(neighbours.ravel())
+        weights.append(np.take_along_axis(similarity, neighbours, axis=1).ravel())
+    weights = np.maximum(np.concatenate(weights), 0.0) ** gamma
+    graph = scipy.sparse.csr_matrix((weights, (np.concatenate(rows), np.concatenate(columns))),
+                                    shape=(n, n))
+    graph = (graph + graph.T).tocsr()
+    degree = np.asarray(graph.sum(axis=1)).ravel()
+    degree[degree == 0] = 1.0
+    scale = scipy.sparse.diags(1.0 / np.sqrt(degree))
+    return (scale @ graph @ scale).tocsr()
+
+
+def dlp_class_scores(embeddings, labeled_mask, labels, num_classes, k=DLP_K, gamma=DLP_GAMMA,
+                     alpha=DLP_ALPHA, max_iter=DLP_MAX_ITER, tol=DLP_TOLERANCE):
+    """Scores Z of the DLP diffusion: ``(I - alpha W_n) Z = Y`` by conjugate gradient.
+
+    Column j of Y is ``1 / |L_j|`` on the labelled points of class j (L_j)
+    and 0 elsewhere, as in Iscen et al. 2019 (eq. 5 of their paper).
+    ``I - alpha W_n`` is symmetric positive definite for alpha < 1, so CG
+    applies; the release stops after 20 steps, ``max_iter=None`` runs to
+    ``tol``. Tiny negative scores from round-off are set to 0, as in the
+    release.
+
+    Args:
+      embeddings, labeled_mask, labels, num_classes: as `llp_propagation`.
+      k, gamma: the graph's, see `dlp_graph`.
+      alpha: float in (0, 1).
+      max_iter: int or None, CG steps per class.
+      tol: float, CG's relative residual.
+
+    Returns:
+      float64 [n, num_classes].
+    """
+    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
+                                                     num_classes)
+    n = embeddings.shape[0]
+    system = (scipy.sparse.identity(n, format="csr")
+              - alpha * dlp_graph(embeddings, k, gamma)).tocsr()
+    scores = np.zeros((n, num_classes))
+    for j in range(num_classes):
+        members = labeled_mask & (labels == j)
+        if not members.any():
+            continue
+        target = members / members.sum()
+        scores[:, j], _ = scipy.sparse.linalg.cg(system, target, rtol=tol, atol=0.0,
+                                                 maxiter=max_iter)
+    return np.maximum(scores, 0.0)
+
+
+def dlp_diffusion(embeddings, labeled_mask, labels, num_classes, **settings):
+    """Predictions of the DLP diffusion: the argmax of `dlp_class_scores`
+    (settings passed on to it). Result as `llp_propagation`."""
+    scores = dlp_class_scores(embeddings, labeled_mask, labels, num_classes, **settings)
+    labels = np.asarray(labels, np.int64)
+    labeled_mask = np.asarray(labeled_mask, bool)
+    return _with_labeled(scores[~labeled_mask].argmax(axis=1), labeled_mask, labels)
+
+
+# -- the set of methods of the comparison --------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PropagationMethod:
+    """One method of the comparison.
+
+    Attributes:
+      name: str, key in results and files (e.g. "llp").
+      title: str, a readable name for tables.
+      predict: callable(embeddings [n, D], labeled_mask [n], labels [n],
+        num_classes) -> int64 [n], with the settings bound.
+      paper_name: str or None, the matching row of the paper's Table 5.
+      paper_accuracy: float or None, that row's top-1 %.
+    """
+
+    name: str
+    title: str
+    predict: Callable
+    paper_name: Optional[str] = None
+    paper_accuracy: Optional[float] = None
+
+
+def standard_methods(k=DEFAULT_K, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE):
+    """The five methods of the comparison with their settings bound.
+
+    Args:
+      k: int, voters of LLP and the weighted kNN.
+      t: int, neighbours of LLP's density.
+      temperature: float, tau of LLP and the kNN, and the RBF scale of label
+        spreading and label propagation (`rbf_gamma`).
+
+    Returns:
+      tuple of `PropagationMethod`: llp, knn, label_spreading,
+      label_propagation, dlp.
+    """
+    def method(name, title, predict):
+        paper_name, paper_accuracy = PAPER_TABLE5_ACCURACY.get(name, (None, None))
+        return PropagationMethod(name, title, predict, paper_name, paper_accuracy)
+
+    return (
+        method("llp", f"LLP (local kNN, K={k}, T={t})",
+               lambda x, m, y, c: llp_propagation(x, m, y, c, k=k, t=t, temperature=temperature)),
+        method("knn", f"weighted kNN (K={k})",
+               lambda x, m, y, c: weighted_knn(x, m, y, c, k=k, temperature=temperature)),
+        method("label_spreading", "label spreading (sklearn)",
+               lambda x, m, y, c: label_spreading(x, m, y, c, temperature=temperature)),
+        method("label_propagation", "label propagation (sklearn)",
+               lambda x, m, y, c: label_propagation(x, m, y, c, temperature=temperature)),
+        method("dlp", f"DLP diffusion (k={DLP_K})", dlp_diffusion),
+    )
+
+
+# -- the sampling protocol -----------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Draw:
+    """One drawn subset.
+
+    Attributes:
+      index: int64 [S * I], rows of the features, class by class.
+      labeled_mask: bool [S * I], the L labelled rows of each class.
+      classes: int64 [S * I], the drawn rows' classes renumbered 0..S-1 (in
+        the order of the drawn classes' original labels).
+    """
+
+    index: np.ndarray
+    labeled_mask: np.ndarray
+    classes: np.ndarray
+
+
+def check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws):
+    """Raises ConfigError when the protocol cannot be drawn from ``labels``.
+
+    Args:
+      labels: int [N], the true class of every feature row.
+      num_classes: int, S, classes per draw.
+      images_per_class: int, I.
+      labeled_per_class: int, L.
+      draws: int, R.
+    """
+    for name, value, low in (("classes", num_classes, 2), ("images_per_class",
+                             images_per_class, 2), ("labeled_per_class", labeled_per_class, 1),
+                             ("draws", draws, 1)):
+        if int(value) < low:
+            raise ConfigError(f"{name} must be at least {low}, got {value}.")
+    if labeled_per_class >= images_per_class:
+        raise ConfigError(
+            f"labeled_per_class ({labeled_per_class}) must be smaller than images_per_class "
+            f"({images_per_class}): the unlabelled drawn images are the ones scored.")
+    present, counts = np.unique(labels, return_counts=True)
+    if num_classes > len(present):
+        raise ConfigError(
+            f"Asked for {num_classes} classes per draw, but the labels have only "
+            f"{len(present)} classes; lower --classes to at most {len(present)}.")
+    eligible = int((counts >= images_per_class).sum())
+    if eligible < num_classes:
+        raise ConfigError(
+            f"Asked for {num_classes} classes of {images_per_class} images each, but only "
+            f"{eligible} of the {len(present)} classes have {images_per_class} images (class "
+            f"sizes range from {counts.min()} to {counts.max()}); lower --images_per_class "
+            f"or --classes.")
+
+
+def draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws, seed):
+    """The protocol's R random subsets, reproducible by seed.
+
+    Each draw picks S distinct classes among those with at least I examples,
+    I distinct examples of each, and labels the first L of each class's
+    drawn examples (a random choice, the draw being random).
+
+    Args:
+      labels: int [N]; see `check_protocol` for the rest.
+      seed: int, of the numpy Generator.
+
+    Returns:
+      list of R `Draw`.
+
+    Raises:
+      ConfigError: see `check_protocol`.
+    """
+    labels = np.asarray(labels, np.int64)
+    check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws)
+    present, counts = np.unique(labels, return_counts=True)
+    eligible = present[counts >= images_per_class]
+    rng = np.random.default_rng(seed)
+    result = []
+    for _ in range(draws):
+        classes = np.sort(rng.choice(eligible, size=num_classes, replace=False))
+        index = np.concatenate([
+            rng.choice(np.flatnonzero(labels == c), size=images_per_class, replace=False)
+            for c in classes])
+        position = np.tile(np.arange(images_per_class), num_classes)
+        result.append(Draw(index=index.astype(np.int64),
+                           labeled_mask=position < labeled_per_class,
+                           classes=np.repeat(np.arange(num_classes, dtype=np.int64),
+                                             images_per_class)))
+    return result
+
+
+def normalize_rows(features):
+    """float32 [N, D]: the rows scaled to unit length (DataError for a zero or
+    non-finite row)."""
+    features = np.asarray(features, np.float64)
+    norms = np.linalg.norm(features, axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+        bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
+        raise DataError(f"{len(bad)} feature rows are zero or not finite (first: row "
+                        f"{bad[0]}); they have no direction to compare.")
+    return (features / norms[:, None]).astype(np.float32)
+
+
+@dataclasses.dataclass
+class Comparison:
+    """Accuracies of each method on each draw.
+
+    Attributes:
+      methods: tuple of `PropagationMethod`.
+      accuracy: dict name -> float64 [R], the fraction of the draw's
+        unlabelled points predicted right.
+      seconds: dict name -> float, total time of each method.
+    """
+
+    methods: tuple
+    accuracy: dict
+    seconds: dict
+
+    def mean(self, name):
+        return float(np.mean(self.accuracy[name]))
+
+    def std(self, name):
+        """Sample standard deviation over the draws (0 for a single draw)."""
+        values = self.accuracy[name]
+        return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def compare_methods(features, labels, num_classes, images_per_class, labeled_per_class, draws,
+                    seed, methods=None, on_draw=None):
+    """Runs every method on every draw of the protocol.
+
+    Args:
+      features: float [N, D]; rows are L2-normalised here (the methods
+        assume unit vectors; memory-bank rows already are).
+      labels: int [N], true classes.
+      num_classes, images_per_class, labeled_per_class, draws, seed: the
+        protocol (S, I, L, R), see `draw_subsets`.
+      methods: sequence of `PropagationMethod`; `standard_methods()` by
+        default.
+      on_draw: optional callable(draw_number, total_draws, {name: accuracy},
+        seconds) called after each draw (progress).
+
+    Returns:
+      `Comparison`.
+
+    Raises:
+      ConfigError, DataError: a protocol that does not fit the labels, or
+        features that do not match them.
+    """
+    labels = np.asarray(labels)
+    features = np.asarray(features)
+    if features.ndim != 2 or labels.ndim != 1 or features.shape[0] != labels.shape[0]:
+        raise DataError(f"Features must be [N, D] and labels [N] with the same N; got "
+                        f"{features.shape} and {labels.shape}.")
+    subsets = draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws,
+                           seed)
+    features = normalize_rows(features)
+    methods = tuple(methods) if methods is not None else standard_methods()
+    accuracy = {m.name: np.zeros(draws) for m in methods}
+    seconds = {m.name: 0.0 for m in methods}
+    for number, draw in enumerate(subsets):
+        start = time.monotonic()
+        embeddings = features[draw.index]
+        # Unlabelled points' labels are hidden, so no method can read them.
+        visible = np.where(draw.labeled_mask, draw.classes, -1)
+        scored = ~draw.labeled_mask
+        for method in methods:
+            method_start = time.monotonic()
+            predictions = np.asarray(method.predict(embeddings, draw.labeled_mask, visible,
+                                                    num_classes))
+            seconds[method.name] += time.monotonic() - method_start
+            accuracy[method.name][number] = np.mean(predictions[scored] == draw.classes[scored])
+        if on_draw is not None:
+            on_draw(number + 1, draws, {m.name: accuracy[m.name][number] for m in methods},
+                    time.monotonic() - start)
+    return Comparison(methods=methods, accuracy=accuracy, seconds=seconds)

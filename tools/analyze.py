@@ -1,0 +1,118 @@
+"""Analyse the embedding of a trained LLP run: aggregation scores and a 2-D MDS.
+
+  tools/analyze.py --run_dir=runs/demo
+  tools/analyze.py --run_dir=runs/demo --classes=3 --points_per_class=200 --no_trajectory
+
+Reads the run's memory bank (an LLP run; the supervised baseline keeps no
+bank and is refused) and writes into --output_dir (default RUN_DIR/analysis):
+aggregation_histogram.png, aggregation_trajectory.png, mds.png,
+analysis_summary.txt and analysis.json. The aggregation score of a class is
+the norm of the mean of its examples' bank rows (true classes); the
+trajectory restores every kept checkpoint and reads metrics.jsonl. Prints the
+summary and the written paths.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import flags  # noqa: E402
+
+DEFAULT_MDS_CLASSES = 5
+DEFAULT_POINTS_PER_CLASS = 100
+OUTPUT_SUBDIR = "analysis"
+
+
+def make_flags():
+    """The tool's flags, on their own `FlagValues`.
+
+    Not the global ``absl.flags.FLAGS``: tests run several tools' `main` in
+    one process, where tools defining the same flag names would clash.
+    """
+    values = flags.FlagValues()
+    flags.DEFINE_string("run_dir", None, "Directory of a finished or running LLP training run "
+                        "(from tools/train.py); required.", flag_values=values)
+    flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
+                        "and analysis.json; default RUN_DIR/analysis.", flag_values=values)
+    flags.DEFINE_integer("classes", DEFAULT_MDS_CLASSES, "Classes drawn in the MDS plot (a "
+                         "seeded random choice; see --class_ids).", lower_bound=1,
+                         flag_values=values)
+    flags.DEFINE_list("class_ids", None, "Exact classes for the MDS plot, e.g. 0,3,7 (class "
+                      "numbers); overrides --classes.", flag_values=values)
+    flags.DEFINE_integer("points_per_class", DEFAULT_POINTS_PER_CLASS, "Bank rows per class in "
+                         "the MDS plot (all labelled ones first); MDS time grows with the "
+                         "square of the total.", lower_bound=1, flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the MDS class choice, row sample and layout.",
+                         flag_values=values)
+    flags.DEFINE_boolean("no_trajectory", False, "Score the latest checkpoint only, without "
+                         "restoring every kept one (faster on big runs); the trajectory plot "
+                         "then shows metrics.jsonl alone.", flag_values=values)
+    flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
+                         flag_values=values)
+    return values
+
+
+def _usage(values):
+    return __doc__ + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n"
+
+
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    values = make_flags()
+    try:
+        rest = values(list(argv))
+    except flags.Error as error:
+        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
+        return 1
+    if values.help:
+        stdout.write(_usage(values))
+        return 0
+    if len(rest) > 1:
+        stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
+        return 1
+    if not values.run_dir:
+        stderr.write("error: give --run_dir, the directory of an LLP training run.\n")
+        return 1
+    class_ids = None
+    if values.class_ids:
+        try:
+            class_ids = [int(c) for c in values.class_ids]
+        except ValueError:
+            stderr.write(f"error: --class_ids must be class numbers, e.g. 0,3,7; got "
+                         f"{','.join(values.class_ids)}.\n")
+            return 1
+
+    from llp_tf import analysis, analysis_report  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.errors import LLPError  # noqa: PLC0415
+
+    def report(line):
+        stdout.write(line + "\n")
+        stdout.flush()
+
+    if not os.path.isdir(values.run_dir):
+        stderr.write(f"error: the run directory {values.run_dir} does not exist.\n")
+        return 1
+    try:
+        result = analysis.analyze_run(
+            values.run_dir, num_mds_classes=values.classes,
+            points_per_class=values.points_per_class, seed=values.seed,
+            trajectory=not values.no_trajectory, class_ids=class_ids, report=report)
+        output_dir = values.output_dir or os.path.join(values.run_dir, OUTPUT_SUBDIR)
+        written = analysis_report.write_report(result, output_dir)
+    except LLPError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    except OSError as error:
+        stderr.write(f"error: cannot write the analysis: {error}\n")
+        return 1
+    stdout.write("\n" + analysis_report.summary_text(result) + "\nWritten:\n")
+    for path in written.values():
+        stdout.write(f"  {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,306 @@
+"""Compare LLP's label propagation with other propagation methods (paper Table 5).
+
+  tools/compare_propagation.py --run_dir=runs/demo60 --classes=10
+  tools/compare_propagation.py --run_dir=runs/r50_p10_q100        # 50 x 50, 5 labelled
+  tools/compare_propagation.py --run_dir=runs/demo60_sup --embed_split=validation --classes=10
+  tools/compare_propagation.py --features=feats.npy --labels=labels.npy
+
+Draws --draws random subsets of --classes classes x --images_per_class
+images from a fixed set of embeddings, keeps the labels of
+--labeled_per_class images per class, propagates them to the rest with LLP
+(locally weighted kNN), the plain weighted kNN, label spreading, label
+propagation and the DLP diffusion, and prints each method's accuracy on the
+unlabelled drawn images (mean and standard deviation over the draws) next
+to the paper's Table 5. The embeddings are a run's memory bank (scored with
+the dataset's true training labels), a split embedded with the run's model
+(--embed_split), or any features file. Results go to a JSON file.
+"""
+
+import json
+import os
+import sys
+import time
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+
+FLAGS = flags.FLAGS
+OUTPUT_NAME = "propagation_comparison.json"
+# The paper's protocol (Table 5): 50 classes x 50 images, 5 labelled, 10 draws.
+PAPER_CLASSES, PAPER_IMAGES, PAPER_LABELED, PAPER_DRAWS = 50, 50, 5, 10
+
+flags.DEFINE_string("run_dir", None, "Run directory of tools/train.py whose embeddings are "
+                    "compared: its memory bank by default (scored with the dataset's true "
+                    "training labels of the bank rows), or see --embed_split.")
+flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read (default: latest).")
+flags.DEFINE_enum("embed_split", None, ["train", "validation"], "Instead of the memory bank, "
+                  "embed this split's images with the run's model (eval preprocessing) and "
+                  "use their true labels; needed for supervised runs, which have no bank.")
+flags.DEFINE_string("data_dir", None, "Where the run's dataset lives, if not where the run's "
+                    "config says (used for the true labels and --embed_split).")
+flags.DEFINE_integer("batch_size", 256, "Images per batch with --embed_split.")
+flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (rows are "
+                    "L2-normalised before use); needs --labels. Alternative to --run_dir.")
+flags.DEFINE_string("labels", None, "A .npy file of the true integer classes [N] of "
+                    "--features.")
+flags.DEFINE_integer("classes", PAPER_CLASSES, "S: classes per draw (the paper's 50). When "
+                     "left at its default it is lowered to the classes available, with a note.")
+flags.DEFINE_integer("images_per_class", PAPER_IMAGES, "I: images drawn per class (the "
+                     "paper's 50).")
+flags.DEFINE_integer("labeled_per_class", PAPER_LABELED, "L: drawn images per class whose "
+                     "label is kept (the paper's 5); the other I - L are scored.")
+flags.DEFINE_integer("draws", PAPER_DRAWS, "R: random subsets drawn (the paper's 10).")
+flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.")
+flags.DEFINE_integer("k", None, "K: labelled neighbours voting in LLP and the weighted kNN "
+                     "(default: the run's setting, else the paper's 10).")
+flags.DEFINE_integer("t", None, "T: neighbours in LLP's local density, taken within each "
+                     "draw (default: the run's setting, else the paper's 25).")
+flags.DEFINE_float("temperature", None, "tau of LLP and the kNN; label spreading and label "
+                   "propagation use the RBF kernel exp(-||a-b||^2 / (2 tau)), the same "
+                   "similarity scale (default: the run's setting, else the paper's 0.07).")
+flags.DEFINE_string("output", None, "JSON file of the results (default: "
+                    f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
+                    "--features).")
+
+
+def _fail(message):
+    from llp_tf.errors import ConfigError
+    raise ConfigError(message)
+
+
+# -- where the embeddings come from -------------------------------------------
+
+def _load_array(path, what):
+    import numpy as np
+
+    from llp_tf.errors import DataError
+    if not os.path.isfile(path):
+        raise DataError(f"The {what} file {path} does not exist.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise DataError(f"Cannot read the {what} file {path} as a numpy .npy array "
+                        f"({error}); save it with numpy.save.") from None
+
+
+def features_from_files(features_path, labels_path):
+    """(features float [N, D], labels int64 [N], description dict) from .npy files."""
+    import numpy as np
+
+    from llp_tf.errors import DataError
+    features = _load_array(features_path, "features")
+    labels = _load_array(labels_path, "labels")
+    if features.ndim != 2 or not np.issubdtype(features.dtype, np.number):
+        raise DataError(f"{features_path} must hold a numeric [N, D] array; it holds "
+                        f"{features.dtype} {features.shape}.")
+    if labels.ndim != 1 or len(labels) != len(features):
+        raise DataError(f"{labels_path} must hold one label per feature row ([{len(features)}]"
+                        f"); it holds {labels.shape}.")
+    if not np.issubdtype(labels.dtype, np.integer):
+        if not (np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels))):
+            raise DataError(f"{labels_path} must hold integer classes; it holds "
+                            f"{labels.dtype}.")
+    return (features.astype(np.float32), labels.astype(np.int64),
+            {"features": os.path.abspath(features_path), "labels": os.path.abspath(labels_path)})
+
+
+def embed_split(run, source, split, batch_size, stream):
+    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split."""
+    import numpy as np
+    import tensorflow as tf
+
+    from llp_tf.data import data_errors
+    from llp_tf.data.pipeline import make_eval_input_fn
+
+    dataset = make_eval_input_fn(source, batch_size, run.config.image_size, split=split)()
+    total = source.info.num_examples(split)
+    embed = tf.function(lambda images: run.model(images, training=False)["embedding"])
+    embeddings, labels, done, last_report = [], [], 0, time.monotonic()
+    with data_errors():
+        for batch in dataset:
+            keep = batch["mask"].numpy()
+            embeddings.append(embed(batch["image"]).numpy()[keep])
+            labels.append(batch["label"].numpy()[keep])
+            done += int(keep.sum())
+            if time.monotonic() - last_report > 10 or done == total:
+                stream.write(f"embedded {done}/{total} {split} images\n")
+                stream.flush()
+                last_report = time.monotonic()
+    return np.concatenate(embeddings), np.concatenate(labels).astype(np.int64)
+
+
+def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
+    """(features, labels, description dict, run config) of a run's bank or split."""
+    from llp_tf import data, trained_run
+
+    config = trained_run.read_config(run_dir)
+    source = data.load_source(config.dataset, data_dir or config.data_dir)
+    run = trained_run.load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
+    description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
+                   "step": run.step, "dataset": config.dataset}
+    if split is not None:
+        features, labels = embed_split(run, source, split, batch_size, stream)
+        description["embeddings"] = f"{split} split embedded by the model"
+        return features, labels, description, config
+    if run.bank is None:
+        _fail(f"The run {run_dir} ({config.method}) has no memory bank; pass "
+              "--embed_split=train or --embed_split=validation to embed images with its model.")
+    labels = source.train_labels()[run.used_index]
+    description["embeddings"] = "memory bank (true training labels)"
+    return run.bank.embeddings.numpy(), labels, description, config
+
+
+# -- output ---------------------------------------------------------------------
+
+def default_output(run_dir, features_path):
+    if run_dir is not None:
+        return os.path.join(run_dir, OUTPUT_NAME)
+    return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
+
+
+def write_json_atomically(path, content):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    with open(temporary, "w") as f:
+        json.dump(content, f, indent=2)
+        f.write("\n")
+    os.replace(temporary, path)
+
+
+def format_table(comparison):
+    """str: one line per method: title, mean %, std, the paper's Table 5 row."""
+    header = f"{'method':<32} {'accuracy %':>10} {'std':>6}   paper Table 5"
+    lines = [header, "-" * len(header)]
+    for method in comparison.methods:
+        paper = (f"{method.paper_accuracy:.1f} ({method.paper_name})"
+                 if method.paper_accuracy is not None else "-")
+        lines.append(f"{method.title:<32} {100 * comparison.mean(method.name):>10.2f} "
+                     f"{100 * comparison.std(method.name):>6.2f}   {paper}")
+    return "\n".join(lines)
+
+
+def results_json(comparison, protocol, settings, source):
+    from llp_tf import propagation_baselines as pb
+    return {
+        "source": source,
+        "protocol": protocol,
+        "settings": settings,
+        "methods": {
+            m.name: {
+                "title": m.title,
+                "accuracy_percent_mean": 100 * comparison.mean(m.name),
+                "accuracy_percent_std": 100 * comparison.std(m.name),
+                "accuracy_percent_per_draw": [100 * float(a) for a in comparison.accuracy[m.name]],
+                "seconds": comparison.seconds[m.name],
+                "paper_table5": ({"name": m.paper_name, "accuracy_percent": m.paper_accuracy}
+                                 if m.paper_accuracy is not None else None),
+            } for m in comparison.methods},
+        "paper_table5_unmatched": pb.PAPER_TABLE5_UNMATCHED,
+        "paper_protocol": pb.PAPER_PROTOCOL,
+    }
+
+
+# -- main -----------------------------------------------------------------------
+
+def run_comparison(stream=sys.stdout):
+    import numpy as np
+
+    from llp_tf import propagation_baselines as pb
+
+    if (FLAGS.run_dir is None) == (FLAGS.features is None):
+        _fail("Give either --run_dir (a training run) or --features with --labels.")
+    if FLAGS.features is not None and FLAGS.labels is None:
+        _fail("--features needs --labels, the true class of each feature row.")
+    if FLAGS.features is not None and FLAGS.embed_split is not None:
+        _fail("--embed_split applies to --run_dir only.")
+    if FLAGS.run_dir is not None and not os.path.isdir(FLAGS.run_dir):
+        _fail(f"--run_dir {FLAGS.run_dir} is not a directory.")
+
+    config = None
+    if FLAGS.run_dir is not None:
+        features, labels, source, config = features_from_run(
+            FLAGS.run_dir, FLAGS.checkpoint, FLAGS.embed_split, FLAGS.data_dir,
+            FLAGS.batch_size, stream)
+    else:
+        features, labels, source = features_from_files(FLAGS.features, FLAGS.labels)
+
+    # Unset propagation flags take the run's own settings, else the paper's.
+    defaults = {"k": pb.DEFAULT_K, "t": pb.DEFAULT_T, "temperature": pb.DEFAULT_TEMPERATURE}
+    if config is not None:
+        defaults = {"k": config.k, "t": config.t, "temperature": config.temperature}
+    k, t, temperature = (FLAGS[name].value if FLAGS[name].value is not None else defaults[name]
+                         for name in ("k", "t", "temperature"))
+
+    num_classes = FLAGS.classes
+    available = len(np.unique(labels))
+    if not FLAGS["classes"].present and num_classes > available:
+        stream.write(f"note: the labels have {available} classes; drawing {available} per "
+                     f"draw instead of the paper's {num_classes} (set --classes to choose).\n")
+        num_classes = available
+
+    protocol = {"classes": int(num_classes), "images_per_class": FLAGS.images_per_class,
+                "labeled_per_class": FLAGS.labeled_per_class, "draws": FLAGS.draws,
+                "seed": FLAGS.seed, "feature_rows": int(len(labels)),
+                "feature_dim": int(features.shape[1])}
+    settings = {"k": int(k), "t": int(t), "temperature": float(temperature),
+                "rbf_gamma": pb.rbf_gamma(temperature),
+                "label_spreading_alpha": pb.LABEL_SPREADING_ALPHA,
+                "dlp": {"k": pb.DLP_K, "gamma": pb.DLP_GAMMA, "alpha": pb.DLP_ALPHA,
+                        "max_iter": pb.DLP_MAX_ITER, "tol": pb.DLP_TOLERANCE}}
+    output = FLAGS.output or default_output(FLAGS.run_dir, FLAGS.features)
+    pb.check_protocol(labels, num_classes, FLAGS.images_per_class, FLAGS.labeled_per_class,
+                      FLAGS.draws)
+    scored = num_classes * (FLAGS.images_per_class - FLAGS.labeled_per_class)
+    stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
+                 f"({source.get('embeddings', 'features file')}); {FLAGS.draws} draws of "
+                 f"{num_classes} classes x {FLAGS.images_per_class} images, "
+                 f"{FLAGS.labeled_per_class} labelled per class, {scored} scored per draw; "
+                 f"K={k} T={t} tau={temperature:g}\n")
+    stream.flush()
+
+    def on_draw(number, total, accuracy, seconds):
+        scores = " ".join(f"{name} {100 * value:.1f}" for name, value in accuracy.items())
+        stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
+        stream.flush()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comparison = pb.compare_methods(
+            features, labels, num_classes, FLAGS.images_per_class, FLAGS.labeled_per_class,
+            FLAGS.draws, FLAGS.seed, methods=pb.standard_methods(k, t, temperature),
+            on_draw=on_draw)
+    for message in sorted({str(w.message) for w in caught if issubclass(
+            w.category, (UserWarning, RuntimeWarning))}):
+        stream.write(f"note: a method warned: {message}\n")
+
+    stream.write("\n" + format_table(comparison) + "\n")
+    stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over "
+                 f"{FLAGS.draws} draws. The paper's numbers are for ImageNet ResNet-50 features "
+                 f"with 50 classes x 50 images, 5 labelled (its LP_DMT, "
+                 f"{pb.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
+                 f"the ranking, not the values.\n")
+    write_json_atomically(output, results_json(comparison, protocol, settings, source))
+    stream.write(f"wrote {output}\n")
+    return comparison
+
+
+def main(argv):
+    if len(argv) > 1:
+        sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
+        return 2
+    # TFDS logs every dataset it opens at INFO level; only the results matter here.
+    logging.set_verbosity(logging.WARNING)
+    from llp_tf.errors import LLPError
+    try:
+        run_comparison()
+    except LLPError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,166 @@
+"""Export a trained run as a TensorFlow SavedModel for inference and fine-tuning.
+
+  tools/export.py --run_dir=runs/demo
+  tools/export.py --run_dir=runs/demo --knn --output_dir=/models/demo --overwrite
+  tools/export.py --run_dir=runs/demo --checkpoint=1829
+
+Writes --output_dir (default RUN_DIR/export): a SavedModel whose signatures
+take raw uint8 images of any size (the evaluation preprocessing of training
+is inside them) and export_info.json describing them. Signatures: embed
+(embedding and pooled features), classify (probabilities and the top five
+classes with their names; also serving_default) and, with --knn, knn (the
+nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
+with plain TensorFlow (no llp_tf needed): see tools/predict.py, and
+llp_tf/export.py for the signatures and Keras fine-tuning with TFSMLayer.
+The export is written to a temporary directory and renamed into place.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import flags  # noqa: E402
+
+EXPORT_SUBDIR = "export"
+_BYTES_PER_MB = 1024 * 1024
+
+
+def make_flags():
+    """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
+    that tests can run several tools' `main` in one process)."""
+    values = flags.FlagValues()
+    flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
+                        "(LLP or supervised); required.", flag_values=values)
+    flags.DEFINE_string("checkpoint", None, "Checkpoint to export: a checkpoint path of the "
+                        "run, or its step number (e.g. 1829); the latest when unset.",
+                        flag_values=values)
+    flags.DEFINE_string("output_dir", None, "SavedModel directory to write; default "
+                        "RUN_DIR/export.", flag_values=values)
+    flags.DEFINE_boolean("knn", False, "Also store the memory bank (embeddings and the class "
+                         "of each row) and add the knn signature (LLP runs only).",
+                         flag_values=values)
+    flags.DEFINE_boolean("overwrite", False, "Replace an existing --output_dir (only once "
+                         "the new export is complete).", flag_values=values)
+    flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
+                         flag_values=values)
+    return values
+
+
+def _usage(values):
+    return __doc__ + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n"
+
+
+def resolve_checkpoint(run_dir, checkpoint):
+    """A --checkpoint value (None, a step number or a path) as a checkpoint path or None.
+
+    Raises:
+      ConfigError: a step the run has no kept checkpoint of, or a path that
+        is not a checkpoint.
+    """
+    from llp_tf import trained_run  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.errors import ConfigError  # noqa: PLC0415
+    if checkpoint is None:
+        return None
+    paths = trained_run.checkpoint_paths(run_dir)
+    if checkpoint.isdigit():
+        by_step = {trained_run.checkpoint_step(path): path for path in paths}
+        if int(checkpoint) not in by_step:
+            kept = ", ".join(str(step) for step in sorted(by_step)) or "none"
+            raise ConfigError(f"The run {run_dir} has no checkpoint at step {checkpoint}; "
+                              f"its kept checkpoints are at steps: {kept}.")
+        return by_step[int(checkpoint)]
+    # A checkpoint is a prefix: its files are PATH.index and PATH.data-*.
+    if not os.path.isfile(checkpoint + ".index"):
+        raise ConfigError(f"{checkpoint} is not a checkpoint (there is no "
+                          f"{checkpoint}.index); give a path from {run_dir}/checkpoints "
+                          "without its extension, or a step number.")
+    return checkpoint
+
+
+def _directory_megabytes(path):
+    total = 0
+    for folder, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
+    return total / _BYTES_PER_MB
+
+
+def describe_signatures(info):
+    """Lines naming each signature of an export info dict and its outputs."""
+    lines = []
+    for name, outputs in info["signatures"].items():
+        alias = " (also serving_default)" if name == info.get("serving_default") else ""
+        lines.append(f"  {name}(images uint8 [B, H, W, C]){alias} ->")
+        for output, spec in outputs.items():
+            lines.append(f"    {output}: {spec['dtype']} {spec['shape']}  {spec['doc']}")
+    return lines
+
+
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    values = make_flags()
+    try:
+        rest = values(list(argv))
+    except flags.Error as error:
+        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
+        return 1
+    if values.help:
+        stdout.write(_usage(values))
+        return 0
+    if len(rest) > 1:
+        stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
+        return 1
+    if not values.run_dir:
+        stderr.write("error: give --run_dir, the directory of a training run.\n")
+        return 1
+    if not os.path.isdir(values.run_dir):
+        stderr.write(f"error: the run directory {values.run_dir} does not exist.\n")
+        return 1
+    output_dir = os.path.abspath(values.output_dir or os.path.join(values.run_dir,
+                                                                   EXPORT_SUBDIR))
+    if os.path.lexists(output_dir) and not values.overwrite:
+        stderr.write(f"error: {output_dir} already exists; pass --overwrite to replace it, "
+                     "or choose another --output_dir.\n")
+        return 1
+
+    from llp_tf import data, export, trained_run  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.errors import LLPError  # noqa: PLC0415
+
+    def report(line):
+        stdout.write(line + "\n")
+        stdout.flush()
+
+    try:
+        config = trained_run.read_config(values.run_dir)
+        checkpoint = resolve_checkpoint(values.run_dir, values.checkpoint)
+        info = data.load_source(config.dataset, config.data_dir).info
+        run = trained_run.load_run(values.run_dir, checkpoint, num_classes=info.num_classes)
+        report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "
+               f"{run.step}), {config.method} {config.architecture}, {info.num_classes} "
+               f"classes of {config.dataset}, {config.image_size} px"
+               + (", with the memory bank for knn" if values.knn else ""))
+        report("Tracing the signatures and writing the SavedModel ...")
+        written = export.export_run(run, info.class_names, output_dir,
+                                    include_knn=values.knn, overwrite=values.overwrite)
+    except LLPError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    except OSError as error:
+        stderr.write(f"error: cannot write the export: {error}\n")
+        return 1
+    report(f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
+           f"{export.EXPORT_INFO_FILE}")
+    report(f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "
+           f"call), C = 1 or 3; resized and centre-cropped to {written['image_size']} px "
+           "inside.")
+    report("Signatures:")
+    for line in describe_signatures(written):
+        report(line)
+    report(f"Try it: tools/predict.py --model_dir={output_dir} IMAGE.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

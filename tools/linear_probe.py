@@ -1,0 +1,199 @@
+"""Linear probe of a trained run's frozen trunk on another dataset (transfer).
+
+  tools/linear_probe.py --run_dir=runs/demo60 --dataset=digits
+  tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=tfds:places365_small \\
+      --data_dir=/data/tfds
+
+Computes the pooled features of the dataset's train and validation splits
+once (evaluation preprocessing, one centre crop at the run's image size),
+trains a linear softmax readout on them with SGD from --learning_rate,
+dropping the rate x0.1 when validation top-1 saturates (at most
+--max_drops times), and does the same on a randomly initialised trunk of the
+same architecture as a contrast. Prints a table and writes the results as
+JSON (default ``<run_dir>/linear_probe_<dataset>.json``).
+"""
+
+import os
+import re
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+from llp_tf import linear_probe  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def define_flags(flag_values):
+    """Defines the tool's flags on ``flag_values`` (absl's global FLAGS when run;
+    a private `flags.FlagValues` in tests, so tools that share flag names can
+    be tested in one process)."""
+    def string(name, default, help_text):
+        flags.DEFINE_string(name, default, help_text, flag_values=flag_values)
+
+    def integer(name, default, help_text):
+        flags.DEFINE_integer(name, default, help_text, flag_values=flag_values)
+
+    def real(name, default, help_text):
+        flags.DEFINE_float(name, default, help_text, flag_values=flag_values)
+
+    def boolean(name, default, help_text):
+        flags.DEFINE_boolean(name, default, help_text, flag_values=flag_values)
+
+    string("run_dir", None, "Directory of a training run (made by tools/train.py) whose trunk "
+           "is probed.")
+    string("checkpoint", None, "A checkpoint path of that run; the latest when unset.")
+    string("dataset", None, 'Probe dataset, with its own classes: "digits", "mnist5k" '
+           '(embedded, offline), "tfds:<name>" (e.g. tfds:places365_small), '
+           '"tfrecord:<folder>" or "folder:<folder>". It needs train and validation splits.')
+    string("data_dir", None, "TFDS data_dir, or the folder relative paths in --dataset are "
+           "resolved against.")
+    integer("batch_size", linear_probe.DEFAULT_BATCH_SIZE, "Examples per SGD step of the "
+            "readout, and images per forward pass of the feature extraction.")
+    integer("epochs", linear_probe.DEFAULT_EPOCHS, "Maximum epochs of readout training over "
+            "the cached features; the plateau rule usually stops it earlier.")
+    real("learning_rate", linear_probe.DEFAULT_LEARNING_RATE, "Initial SGD learning rate (the "
+         "paper's 0.01).")
+    real("momentum", linear_probe.DEFAULT_MOMENTUM, "SGD momentum (the paper's network "
+         "training used 0.9; it does not state the readout's).")
+    integer("patience", linear_probe.DEFAULT_PATIENCE, "Epochs without a new best validation "
+            "top-1 before the learning rate drops x0.1 (after --max_drops drops: before "
+            "training stops).")
+    integer("max_drops", linear_probe.DEFAULT_MAX_DROPS, "Most learning-rate drops (the "
+            "paper's two).")
+    integer("seed", 0, "Seed of the readout's batch order and of the random trunk.")
+    boolean("standardize", False, "Standardise each feature by the training split's mean and "
+            "standard deviation before the readout. Not in the paper; the readout stays "
+            "linear, but SGD converges far faster, so the numbers depend less on how long it "
+            "trains (recommended on small datasets and for the random-trunk contrast).")
+    boolean("skip_random", False, "Skip the contrast probe on a randomly initialised trunk of "
+            "the same architecture.")
+    string("output", None, "JSON file of the results; default "
+           "<run_dir>/linear_probe_<dataset>.json. Written atomically (write, then rename).")
+
+def dataset_slug(name):
+    """A file-name part for a dataset name: "tfds:places365_small" ->
+    "tfds_places365_small", "folder:/data/scenes/" -> "folder_scenes"."""
+    kind, _, rest = name.partition(":")
+    if rest:
+        name = f"{kind}_{os.path.basename(os.path.normpath(rest))}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
+
+
+def output_path(run_dir, dataset, output):
+    """The results file, checked writable before any work is done."""
+    from llp_tf.errors import ConfigError
+    path = output or os.path.join(run_dir, f"linear_probe_{dataset_slug(dataset)}.json")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"--output {path} is a directory; give a file name.")
+    if not os.path.isdir(folder):
+        try:
+            os.makedirs(folder)
+        except OSError as error:
+            raise ConfigError(f"Cannot create the folder of --output {path}: {error}.") from None
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"Cannot write {path}: its folder is not writable; give another "
+                          "--output.")
+    return path
+
+
+def write_json_atomically(path, payload):
+    import json
+    temporary = path + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(payload, f, indent=2)
+        f.write("\n")
+    os.replace(temporary, path)
+
+
+def format_table(rows):
+    """The summary table; rows: list of (trunk name, ProbeResult)."""
+    header = (f"{'trunk':<8} {'top-1':>7} {'top-5':>7} {'best top-1':>11} {'at epoch':>8} "
+              f"{'epochs':>6} {'drops':>5} {'seconds':>7}")
+    lines = [header]
+    for name, result in rows:
+        lines.append(f"{name:<8} {100 * result.top1:7.2f} {100 * result.top5:7.2f} "
+                     f"{100 * result.best_top1:11.2f} {result.best_epoch:8d} "
+                     f"{result.epochs:6d} {result.drops:5d} {result.seconds:7.1f}")
+    return "\n".join(lines)
+
+
+def run_probe(options, stream):
+    """Does the work of `main` with parsed flags ``options``; returns the results
+    dict written to --output."""
+    import dataclasses
+
+    from llp_tf import data
+    from llp_tf.errors import ConfigError
+    if not options.run_dir:
+        raise ConfigError("Give --run_dir, the directory of a run made by tools/train.py.")
+    if not options.dataset:
+        raise ConfigError("Give --dataset, the probe dataset (e.g. digits, mnist5k, "
+                          "tfds:places365_small).")
+    settings = linear_probe.ProbeSettings(
+        epochs=options.epochs, batch_size=options.batch_size, learning_rate=options.learning_rate,
+        momentum=options.momentum, patience=options.patience, max_drops=options.max_drops,
+        seed=options.seed, standardize=options.standardize)
+    path = output_path(options.run_dir, options.dataset, options.output)
+    run = linear_probe.load_frozen_run(options.run_dir, options.checkpoint)
+    source = data.load_source(options.dataset, options.data_dir)
+    info = source.info
+    stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
+                 f"{info.name}: {info.num_classes} classes, {info.num_train} train / "
+                 f"{info.num_validation} validation images at {run.config.image_size} px.\n")
+    stream.flush()
+    trunks = [("trained", run.model)]
+    if not options.skip_random:
+        trunks.append(("random", None))
+    results, rows, facts = {}, [], {}
+    for name, model in trunks:
+        if model is None:
+            model = linear_probe.random_trunk_model(run.config, run.num_classes, options.seed)
+        result, facts = linear_probe.probe_trunk(model, source, run.config.image_size,
+                                                 settings, stream=stream,
+                                                 description=f"{name} trunk readout")
+        results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"])
+        rows.append((name, result))
+    payload = {
+        "run_dir": os.path.abspath(options.run_dir), "checkpoint": run.checkpoint,
+        "step": run.step, "method": run.config.method, "dataset": info.name,
+        "num_classes": info.num_classes, "image_size": run.config.image_size,
+        "feature_dim": facts["feature_dim"], "num_train": facts["num_train"],
+        "num_validation": facts["num_validation"],
+        "protocol": "frozen trunk; pooled features of one centre crop, computed once; "
+                    "linear softmax readout trained with SGD and plateau drops",
+        "settings": dataclasses.asdict(settings),
+        "trained": results["trained"], "random": results.get("random"),
+    }
+    write_json_atomically(path, payload)
+    note = (f"(top-5 is top-{rows[0][1].top5_k}: the dataset has {info.num_classes} classes)\n"
+            if info.num_classes < linear_probe.TOP_K else "")
+    stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")
+    stream.flush()
+    return payload
+
+
+def run(options, stdout, stderr):
+    """Runs the probe with parsed flags; returns the exit status (1: bad input)."""
+    from llp_tf.errors import LLPError
+    try:
+        run_probe(options, stdout)
+    except LLPError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    return 0
+
+
+def main(argv):
+    if len(argv) > 1:
+        sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
+        return 2
+    return run(FLAGS, sys.stdout, sys.stderr)
+
+
+if __name__ == "__main__":
+    define_flags(FLAGS)
+    app.run(main)
