@@ -8,11 +8,23 @@ CUDA ?= 0
 # `make train REGIME=r18_p10_q100 ARGS="--data_dir=..."`; a flagfile in flags/.
 REGIME ?= demo
 ARGS ?=
+# The tools after training read a run directory (`make analyze RUN=runs/demo`).
+RUN ?= runs/$(REGIME)
+# `make probe DATA=tfds:places365_small`; digits ships with scikit-learn (offline).
+DATA ?= digits
+# `make predict IMAGES="a.png b.jpg"` with the SavedModel in MODEL.
+MODEL ?= $(RUN)/export
+IMAGES ?=
 
-.PHONY: setup train test bench clean help
+.PHONY: setup train test bench clean help export predict probe compare analyze
 
 help:
 	@echo "make train    train REGIME (default demo; flags/REGIME.flags) with extra ARGS"
+	@echo "make export   export RUN as a SavedModel in RUN/export (ARGS=\"--knn --overwrite\")"
+	@echo "make predict  top-5 classes of IMAGES=\"a.png b.jpg\" with the SavedModel MODEL"
+	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
+	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
+	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
 	@echo "make test     run the test suite (CPU, a few minutes)"
 	@echo "make bench    run the benchmarks in tools/ (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
@@ -33,6 +45,21 @@ $(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
 
 train: setup
 	$(PY) tools/train.py --regime=$(REGIME) $(ARGS)
+
+export: setup
+	$(PY) tools/export.py --run_dir=$(RUN) $(ARGS)
+
+predict: setup
+	$(PY) tools/predict.py --model_dir=$(MODEL) $(ARGS) $(IMAGES)
+
+probe: setup
+	$(PY) tools/linear_probe.py --run_dir=$(RUN) --dataset=$(DATA) $(ARGS)
+
+compare: setup
+	$(PY) tools/compare_propagation.py --run_dir=$(RUN) $(ARGS)
+
+analyze: setup
+	$(PY) tools/analyze.py --run_dir=$(RUN) $(ARGS)
 
 test: setup
 	$(PY) -m pytest tests

@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from llp_tf import trained_run as trained_run_lib
+from llp_tf import trained_run
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError, DataError
 
@@ -182,7 +182,7 @@ def checkpoint_trajectory(run, true_classes, steps_per_epoch, report=None):
       report: optional callable taking a progress line (str).
     """
     original = run.checkpoint
-    paths = trained_run_lib.checkpoint_paths(run.run_dir)
+    paths = trained_run.checkpoint_paths(run.run_dir)
     states = []
     try:
         for number, path in enumerate(paths, 1):
@@ -258,6 +258,25 @@ def choose_classes(counts, num_chosen, seed):
             f"only {present.size}. Give --classes={present.size} or fewer.")
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(present, size=num_chosen, replace=False)).astype(np.int64)
+
+
+def mds_classes(counts, num_chosen, class_ids, seed):
+    """int64 [K]: the given ``class_ids`` (checked, sorted), or a seeded draw of ``num_chosen``.
+
+    Raises:
+      ConfigError: a given class out of range, repeated or without rows, or
+        more classes asked for than have rows.
+    """
+    if class_ids is None:
+        return choose_classes(counts, num_chosen, seed)
+    class_ids = np.asarray(class_ids, np.int64)
+    num_classes = len(counts)
+    bad = [int(c) for c in class_ids if not 0 <= c < num_classes or counts[c] == 0]
+    if bad or np.unique(class_ids).size != class_ids.size:
+        raise ConfigError(
+            f"The MDS classes {class_ids.tolist()} must be distinct classes in "
+            f"[0, {num_classes}) that have examples in the bank; {bad or 'some repeat'} do not.")
+    return np.sort(class_ids)
 
 
 def sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed):
@@ -424,7 +443,7 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
         raise ConfigError(f"The number of MDS classes must be positive; got {num_mds_classes}.")
     if points_per_class <= 0:
         raise ConfigError(f"The points per class must be positive; got {points_per_class}.")
-    config = trained_run_lib.read_config(run_dir)
+    config = trained_run.read_config(run_dir)
     if config.method != "llp":
         raise ConfigError(
             f"{run_dir} is a {config.method} run, which keeps no memory bank: the embedding "
@@ -437,32 +456,23 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
     train_labels = source.train_labels()
     # Checks that the dataset still is the one the run trained on: the true
     # classes below are read through the run's split.
-    _, used_index = splits.load_splits(os.path.join(run_dir, trained_run_lib.SPLIT_FILE),
+    _, used_index = splits.load_splits(os.path.join(run_dir, trained_run.SPLIT_FILE),
                                        train_labels, info.name)
-    report(f"Restoring the latest checkpoint of {run_dir}.")
-    run = trained_run_lib.load_run(run_dir, num_classes=info.num_classes)
     true_classes = train_labels[used_index]
+    counts = np.bincount(true_classes, minlength=info.num_classes)
+    # Bad MDS settings fail here, before the slow restores.
+    class_ids = mds_classes(counts, num_mds_classes, class_ids, seed)
+    report(f"Restoring the latest checkpoint of {run_dir}.")
+    run = trained_run.load_run(run_dir, num_classes=info.num_classes)
     steps_per_epoch = max(pipeline.steps_per_epoch(len(used_index), config.global_batch_size), 1)
     latest = bank_state(run, true_classes, steps_per_epoch)
-
     states = []
     if trajectory:
         report("Scoring the kept checkpoints.")
         states = checkpoint_trajectory(run, true_classes, steps_per_epoch, report)
 
     is_labeled = run.bank.is_labeled.numpy()
-    if class_ids is None:
-        class_ids = choose_classes(latest.true.counts, num_mds_classes, seed)
-    else:
-        class_ids = np.asarray(class_ids, np.int64)
-        bad = [int(c) for c in class_ids
-               if not 0 <= c < info.num_classes or latest.true.counts[c] == 0]
-        if bad or np.unique(class_ids).size != class_ids.size:
-            raise ConfigError(
-                f"The MDS classes {class_ids.tolist()} must be distinct classes in "
-                f"[0, {info.num_classes}) that have examples in the bank; "
-                f"{bad or 'some repeat'} do not.")
-    rows_drawn = sum(min(int(latest.true.counts[c]), points_per_class) for c in class_ids)
+    rows_drawn = sum(min(int(counts[c]), points_per_class) for c in class_ids)
     report(f"MDS of {rows_drawn} bank rows of {len(class_ids)} classes.")
     projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labeled,
                                  class_ids, points_per_class, seed)

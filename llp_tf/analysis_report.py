@@ -93,8 +93,9 @@ def summary_text(analysis):
     lines = [
         f"Embedding analysis of {analysis.run_dir} ({analysis.dataset}; {analysis.num_rows} bank "
         f"rows, {analysis.num_labeled} labelled, {len(names)} classes)",
-        f"Checkpoint {os.path.basename(latest.checkpoint)}: {_checkpoint_name(latest)} of "
-        f"{analysis.epochs}; LLP starts after epoch {analysis.warmup_epochs} of warm-up.",
+        f"Checkpoint {os.path.basename(latest.checkpoint)}: step {latest.step}, epoch "
+        f"{latest.epoch:.1f} of {analysis.epochs} (warm-up: the first {analysis.warmup_epochs}, "
+        "then LLP)",
         "",
         "Aggregation score (norm of a class's mean bank row; 1 = all its rows at one point):",
         f"  mean over {int((scores.counts > 0).sum())} classes: {scores.mean:.4f} on true "
@@ -120,7 +121,7 @@ def summary_text(analysis):
     elif len(analysis.trajectory) == 1:
         lines.append("  kept checkpoints: only one, no change to report")
     else:
-        lines.append("  kept checkpoints: not scored (--no_trajectory)")
+        lines.append("  kept checkpoints: not scored (trajectory skipped)")
     history = analysis.history
     if history:
         points = [history[0]]
@@ -300,7 +301,7 @@ def draw_trajectory(analysis, path):
                                       "percentile of classes")
             detail.plot(epochs, np.nanmedian(per_class[:, present], axis=1), color="tab:blue",
                         marker="o", markersize=4, label="median class")
-            detail.legend(fontsize=8, loc="lower right")
+            detail.legend(fontsize=8, loc="best")
         detail.plot(epochs, [s.true.mean for s in states], color="black", linestyle="--",
                     linewidth=2, zorder=4, label="_mean")
         # Only the span of the kept checkpoints: often the last few epochs.

@@ -11,8 +11,8 @@ TensorFlow but not llp_tf (a serving box).
 Signatures (``loaded.signatures[name]``; each is also an attribute function,
 ``loaded.embed(images)``, with the same input and outputs). Every one takes
 
-- ``images``: uint8 [B, H, W, C], any H and W (one size per call), C = 1
-  (grayscale, repeated to 3 channels) or 3 (RGB); pixel values 0-255.
+- ``images``: uint8 [B, H, W, C], B >= 1, any H and W (one size per call),
+  C = 1 (grayscale, repeated to 3 channels) or 3 (RGB); pixel values 0-255.
 
 and returns a dict of:
 
@@ -54,13 +54,17 @@ trainable=True)`` resolves ``embed`` to the attribute function, wraps the
 variables that function reads in Keras variables that share their storage,
 and exposes the model's trainable weights as the layer's trainable weights
 (the batch-norm moving statistics as non-trainable weights); gradients flow
-through the saved graph, so an optimizer step on the layer changes what the
-SavedModel computes. The layer takes the uint8 images (``keras.Input(shape=
+through the saved graph, so an optimizer step on the layer changes its
+outputs (the loaded copy: the export on disk is not touched; a Keras model
+saved with the layer needs ``safe_mode=False`` to load again). The layer takes the uint8 images (``keras.Input(shape=
 (None, None, 3), dtype="uint8")``) and returns the dict above. The saved
 graph always runs the network in inference mode: batch normalisation uses
 its moving statistics and does not update them while fine-tuning (the usual
-choice for fine-tuning on little data). `TFSMLayer`'s default endpoint name
-``"serve"`` does not exist here: pass ``call_endpoint``.
+choice for fine-tuning on little data). ``embed`` runs the whole network,
+so the category head's kernel and bias are among the layer's trainable
+weights but get no gradient (Keras warns about it during ``fit``); they stay
+unchanged. `TFSMLayer`'s default endpoint name ``"serve"`` does not exist
+here: pass ``call_endpoint``.
 """
 
 import datetime
@@ -94,7 +98,8 @@ SERVING_DEFAULT = "serving_default"
 IMAGES_SPEC = tf.TensorSpec([None, None, None, None], tf.uint8, name="images")
 
 _INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
-                         "doc": "any H and W, one size per call; C = 1 (grayscale) or 3 (RGB)"}}
+                         "doc": "B >= 1; any H and W, one size per call; C = 1 (grayscale) "
+                                "or 3 (RGB)"}}
 
 
 def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
@@ -189,12 +194,18 @@ class InferenceModule(tf.Module):
 
     def _preprocess(self, images):
         """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3], the evaluation transform."""
-        channels = tf.shape(images)[3]
+        shape = tf.shape(images)
+        channels = shape[3]
         valid = tf.logical_or(tf.equal(channels, GRAYSCALE_CHANNELS),
                               tf.equal(channels, RGB_CHANNELS))
-        check = tf.debugging.Assert(valid, [
-            "images must have 1 (grayscale) or 3 (RGB) channels; got", channels])
-        with tf.control_dependencies([check]):
+        checks = [
+            tf.debugging.Assert(valid, [
+                "images must have 1 (grayscale) or 3 (RGB) channels; got", channels]),
+            # The network's graph fails on an empty batch with an obscure
+            # shape error; say what is wrong instead.
+            tf.debugging.Assert(shape[0] > 0, ["images must hold at least one image"]),
+        ]
+        with tf.control_dependencies(checks):
             # 3 // 1 repeats a grayscale channel three times; 3 // 3 keeps RGB.
             images = tf.tile(images, [1, 1, 1, RGB_CHANNELS // channels])
         images = tf.ensure_shape(images, [None, None, None, RGB_CHANNELS])
@@ -228,10 +239,10 @@ class InferenceModule(tf.Module):
         top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k)
         classes = tf.gather(self.bank_classes, rows)
         has_class = classes >= 0
-        # Weights relative to the best neighbour's: exp(s / tau) itself would
-        # overflow float32 sums for s near 1 at tau = 0.07 only in large banks,
-        # but the ratio is all the vote needs. The K nearest are at most 2 / tau
-        # below the best, so no weight underflows to zero.
+        # exp(s / tau) relative to the best neighbour's: the vote needs only
+        # ratios, and every weight then lies in (0, 1]. The K nearest are at
+        # most 2 / tau below the best (exp(-2 / 0.07) ~ 4e-13), so none
+        # underflows to zero.
         weights = tf.exp((top_similarity - top_similarity[:, :1]) / self._temperature)
         weights *= tf.cast(has_class, tf.float32)
         # one_hot of -1 is all zeros: rows without a class add nothing.
@@ -247,7 +258,7 @@ class InferenceModule(tf.Module):
                 "knn_class": knn_class,
                 "knn_confidence": tf.reduce_max(probabilities, axis=1)}
 
-    def signatures(self):
+    def signature_functions(self):
         """dict name -> concrete function, for `tf.saved_model.save`."""
         classify = self.classify.get_concrete_function()
         signatures = {EMBED: self.embed.get_concrete_function(), CLASSIFY: classify,
@@ -327,10 +338,7 @@ def export_info(run, module):
 def export_run(run, class_names, output_dir, include_knn=False, overwrite=False):
     """Writes a run's SavedModel and export_info.json to ``output_dir``, atomically.
 
-    The export is written to a temporary sibling directory and renamed into
-    place, so a crash leaves no half-written export; an existing export is
-    replaced only with ``overwrite=True`` (and only once the new one is
-    complete).
+    `build_inference_module`, then `save_module`.
 
     Args:
       run: `TrainedRun`.
@@ -346,27 +354,66 @@ def export_run(run, class_names, output_dir, include_knn=False, overwrite=False)
       ConfigError: ``output_dir`` exists without ``overwrite``, or see
         `build_inference_module`.
     """
-    output_dir = os.path.abspath(output_dir)
+    _check_output_dir(output_dir, overwrite)
+    return save_module(run, build_inference_module(run, class_names, include_knn), output_dir,
+                       overwrite)
+
+
+def _check_output_dir(output_dir, overwrite):
     if os.path.lexists(output_dir) and not overwrite:
         raise ConfigError(
-            f"{output_dir} already exists; choose another output directory or pass "
-            "--overwrite to replace it.")
-    module = build_inference_module(run, class_names, include_knn)
+            f"{os.path.abspath(output_dir)} already exists; choose another output directory "
+            "or pass --overwrite to replace it.")
+
+
+def save_module(run, module, output_dir, overwrite=False):
+    """Writes an `InferenceModule` of ``run`` as a SavedModel with export_info.json.
+
+    The export is written to a temporary sibling directory and renamed into
+    place, so a crash leaves no half-written export; an existing export is
+    replaced only with ``overwrite=True``, and only once the new one is
+    complete.
+
+    Args:
+      run: the `TrainedRun` the module was built from (for export_info.json).
+      module: `InferenceModule`.
+      output_dir: str, the SavedModel directory to create.
+      overwrite: bool, replace an existing ``output_dir``.
+
+    Returns:
+      dict, the export info written (see `export_info`).
+
+    Raises:
+      ConfigError: ``output_dir`` exists without ``overwrite``.
+    """
+    _check_output_dir(output_dir, overwrite)
+    output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     partial = f"{output_dir}.partial-{os.getpid()}"
     replaced = f"{output_dir}.replaced-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        tf.saved_model.save(module, partial, signatures=module.signatures())
+        tf.saved_model.save(module, partial, signatures=module.signature_functions())
         info = export_info(run, module)
         with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
-        if os.path.lexists(output_dir):
-            os.rename(output_dir, replaced)
-        os.rename(partial, output_dir)
-    finally:
+    except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
+        raise
+    # Only now is the previous export moved aside; it comes back if the new
+    # one cannot take its place.
+    had_previous = os.path.lexists(output_dir)
+    if had_previous:
+        os.rename(output_dir, replaced)
+    try:
+        os.rename(partial, output_dir)
+    except BaseException:
+        if had_previous:
+            os.rename(replaced, output_dir)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if had_previous:
         shutil.rmtree(replaced, ignore_errors=True)
     return info

@@ -3,7 +3,8 @@
 The paper's Table 5 draws small subsets of a trained network's embeddings
 (50 classes x 50 images, 5 labelled per class), propagates the labels of the
 labelled points to the others with several methods and scores the
-unlabelled points. This module holds those methods and that protocol:
+unlabelled points. This module holds those methods (`propagation_protocol`
+draws the subsets and scores them):
 
 - ``llp``: LLP's locally weighted kNN (eq. 5-8), with the local densities
   taken over the drawn subset as the "bank" (`llp_tf.propagation`);
@@ -30,7 +31,6 @@ only in how they propagate.
 """
 
 import dataclasses
-import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -38,9 +38,9 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from llp_tf import propagation
-from llp_tf.errors import ConfigError, DataError
+from llp_tf.errors import ConfigError
 
-# LLP and the weighted kNN: the paper's K, T and tau (Section 4, "settings").
+# LLP and the weighted kNN: the paper's K = 10, T = 25 and tau = 0.07.
 DEFAULT_K = propagation.DEFAULT_K
 DEFAULT_T = propagation.DEFAULT_T
 DEFAULT_TEMPERATURE = propagation.DEFAULT_TEMPERATURE
@@ -53,9 +53,13 @@ DEFAULT_TEMPERATURE = propagation.DEFAULT_TEMPERATURE
 # of 50 per class; 33% on 3 classes in 8-D), and it needed over 2,000 steps.
 LABEL_SPREADING_ALPHA = 0.2
 LABEL_SPREADING_MAX_ITER = 30
-# Label propagation: scikit-learn's default cap of 1000 steps; ~630 were
-# needed on the same 2,500 points, so the cap is doubled.
-LABEL_PROPAGATION_MAX_ITER = 2000
+# Label propagation: scikit-learn's default cap of 1000 steps. Clustered
+# embeddings converge well before it (~630 steps for 50 classes x 50 points
+# in 128-D, ~200 on the mnist5k demo run); on strongly overlapping classes
+# the iteration mixes slowly and stops at the cap, short of the harmonic
+# solution (scikit-learn then warns; the predictions are the truncated
+# iteration's).
+LABEL_PROPAGATION_MAX_ITER = 1000
 # scikit-learn's default: the sum over all points and classes of the change
 # of the label distributions in one step.
 SKLEARN_TOLERANCE = 1e-3
@@ -82,7 +86,6 @@ PAPER_TABLE5_ACCURACY = {
     "dlp": ("LP_DLP", 89.2),
 }
 PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
-PAPER_PROTOCOL = dict(classes=50, images_per_class=50, labeled_per_class=5, draws=10)
 
 
 # -- the methods ---------------------------------------------------------------
@@ -172,7 +175,8 @@ def label_spreading(embeddings, labeled_mask, labels, num_classes,
                     temperature=DEFAULT_TEMPERATURE, alpha=LABEL_SPREADING_ALPHA,
                     max_iter=LABEL_SPREADING_MAX_ITER, tol=SKLEARN_TOLERANCE):
     """Label spreading (Zhou et al. 2004) with scikit-learn, RBF kernel with
-    ``gamma = 1 / (2 temperature)`` (see the module docstring).
+    ``gamma = 1 / (2 temperature)`` (see the module docstring) and
+    scikit-learn's alpha (see `LABEL_SPREADING_ALPHA`).
 
     It iterates ``F <- alpha S F + (1 - alpha) Y`` with ``S = D^-1/2 W D^-1/2``
     (W the kernel without its diagonal). A ConvergenceWarning is issued when
@@ -196,7 +200,8 @@ def label_propagation(embeddings, labeled_mask, labels, num_classes,
 
     It iterates ``F <- D^-1 W F`` and resets the labelled rows to their labels
     after every step, converging to the harmonic solution. A
-    ConvergenceWarning is issued when ``max_iter`` steps do not reach ``tol``.
+    ConvergenceWarning is issued when ``max_iter`` steps do not reach ``tol``
+    (see `LABEL_PROPAGATION_MAX_ITER`).
     Other arguments and the result as `llp_propagation`.
     """
     from sklearn.semi_supervised import LabelPropagation  # noqa: PLC0415 -- slow import
@@ -331,7 +336,13 @@ def standard_methods(k=DEFAULT_K, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE):
     Returns:
       tuple of `PropagationMethod`: llp, knn, label_spreading,
       label_propagation, dlp.
+
+    Raises:
+      ConfigError: a setting that is not positive.
     """
+    for name, value in (("k", k), ("t", t), ("temperature", temperature)):
+        if not value > 0:
+            raise ConfigError(f"The propagation setting {name} must be positive, got {value}.")
     def method(name, title, predict):
         paper_name, paper_accuracy = PAPER_TABLE5_ACCURACY.get(name, (None, None))
         return PropagationMethod(name, title, predict, paper_name, paper_accuracy)
@@ -347,177 +358,3 @@ def standard_methods(k=DEFAULT_K, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE):
                lambda x, m, y, c: label_propagation(x, m, y, c, temperature=temperature)),
         method("dlp", f"DLP diffusion (k={DLP_K})", dlp_diffusion),
     )
-
-
-# -- the sampling protocol -----------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Draw:
-    """One drawn subset.
-
-    Attributes:
-      index: int64 [S * I], rows of the features, class by class.
-      labeled_mask: bool [S * I], the L labelled rows of each class.
-      classes: int64 [S * I], the drawn rows' classes renumbered 0..S-1 (in
-        the order of the drawn classes' original labels).
-    """
-
-    index: np.ndarray
-    labeled_mask: np.ndarray
-    classes: np.ndarray
-
-
-def check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws):
-    """Raises ConfigError when the protocol cannot be drawn from ``labels``.
-
-    Args:
-      labels: int [N], the true class of every feature row.
-      num_classes: int, S, classes per draw.
-      images_per_class: int, I.
-      labeled_per_class: int, L.
-      draws: int, R.
-    """
-    for name, value, low in (("classes", num_classes, 2), ("images_per_class",
-                             images_per_class, 2), ("labeled_per_class", labeled_per_class, 1),
-                             ("draws", draws, 1)):
-        if int(value) < low:
-            raise ConfigError(f"{name} must be at least {low}, got {value}.")
-    if labeled_per_class >= images_per_class:
-        raise ConfigError(
-            f"labeled_per_class ({labeled_per_class}) must be smaller than images_per_class "
-            f"({images_per_class}): the unlabelled drawn images are the ones scored.")
-    present, counts = np.unique(labels, return_counts=True)
-    if num_classes > len(present):
-        raise ConfigError(
-            f"Asked for {num_classes} classes per draw, but the labels have only "
-            f"{len(present)} classes; lower --classes to at most {len(present)}.")
-    eligible = int((counts >= images_per_class).sum())
-    if eligible < num_classes:
-        raise ConfigError(
-            f"Asked for {num_classes} classes of {images_per_class} images each, but only "
-            f"{eligible} of the {len(present)} classes have {images_per_class} images (class "
-            f"sizes range from {counts.min()} to {counts.max()}); lower --images_per_class "
-            f"or --classes.")
-
-
-def draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws, seed):
-    """The protocol's R random subsets, reproducible by seed.
-
-    Each draw picks S distinct classes among those with at least I examples,
-    I distinct examples of each, and labels the first L of each class's
-    drawn examples (a random choice, the draw being random).
-
-    Args:
-      labels: int [N]; see `check_protocol` for the rest.
-      seed: int, of the numpy Generator.
-
-    Returns:
-      list of R `Draw`.
-
-    Raises:
-      ConfigError: see `check_protocol`.
-    """
-    labels = np.asarray(labels, np.int64)
-    check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws)
-    present, counts = np.unique(labels, return_counts=True)
-    eligible = present[counts >= images_per_class]
-    rng = np.random.default_rng(seed)
-    result = []
-    for _ in range(draws):
-        classes = np.sort(rng.choice(eligible, size=num_classes, replace=False))
-        index = np.concatenate([
-            rng.choice(np.flatnonzero(labels == c), size=images_per_class, replace=False)
-            for c in classes])
-        position = np.tile(np.arange(images_per_class), num_classes)
-        result.append(Draw(index=index.astype(np.int64),
-                           labeled_mask=position < labeled_per_class,
-                           classes=np.repeat(np.arange(num_classes, dtype=np.int64),
-                                             images_per_class)))
-    return result
-
-
-def normalize_rows(features):
-    """float32 [N, D]: the rows scaled to unit length (DataError for a zero or
-    non-finite row)."""
-    features = np.asarray(features, np.float64)
-    norms = np.linalg.norm(features, axis=1)
-    if not np.all(np.isfinite(norms)) or np.any(norms == 0):
-        bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
-        raise DataError(f"{len(bad)} feature rows are zero or not finite (first: row "
-                        f"{bad[0]}); they have no direction to compare.")
-    return (features / norms[:, None]).astype(np.float32)
-
-
-@dataclasses.dataclass
-class Comparison:
-    """Accuracies of each method on each draw.
-
-    Attributes:
-      methods: tuple of `PropagationMethod`.
-      accuracy: dict name -> float64 [R], the fraction of the draw's
-        unlabelled points predicted right.
-      seconds: dict name -> float, total time of each method.
-    """
-
-    methods: tuple
-    accuracy: dict
-    seconds: dict
-
-    def mean(self, name):
-        return float(np.mean(self.accuracy[name]))
-
-    def std(self, name):
-        """Sample standard deviation over the draws (0 for a single draw)."""
-        values = self.accuracy[name]
-        return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-
-def compare_methods(features, labels, num_classes, images_per_class, labeled_per_class, draws,
-                    seed, methods=None, on_draw=None):
-    """Runs every method on every draw of the protocol.
-
-    Args:
-      features: float [N, D]; rows are L2-normalised here (the methods
-        assume unit vectors; memory-bank rows already are).
-      labels: int [N], true classes.
-      num_classes, images_per_class, labeled_per_class, draws, seed: the
-        protocol (S, I, L, R), see `draw_subsets`.
-      methods: sequence of `PropagationMethod`; `standard_methods()` by
-        default.
-      on_draw: optional callable(draw_number, total_draws, {name: accuracy},
-        seconds) called after each draw (progress).
-
-    Returns:
-      `Comparison`.
-
-    Raises:
-      ConfigError, DataError: a protocol that does not fit the labels, or
-        features that do not match them.
-    """
-    labels = np.asarray(labels)
-    features = np.asarray(features)
-    if features.ndim != 2 or labels.ndim != 1 or features.shape[0] != labels.shape[0]:
-        raise DataError(f"Features must be [N, D] and labels [N] with the same N; got "
-                        f"{features.shape} and {labels.shape}.")
-    subsets = draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws,
-                           seed)
-    features = normalize_rows(features)
-    methods = tuple(methods) if methods is not None else standard_methods()
-    accuracy = {m.name: np.zeros(draws) for m in methods}
-    seconds = {m.name: 0.0 for m in methods}
-    for number, draw in enumerate(subsets):
-        start = time.monotonic()
-        embeddings = features[draw.index]
-        # Unlabelled points' labels are hidden, so no method can read them.
-        visible = np.where(draw.labeled_mask, draw.classes, -1)
-        scored = ~draw.labeled_mask
-        for method in methods:
-            method_start = time.monotonic()
-            predictions = np.asarray(method.predict(embeddings, draw.labeled_mask, visible,
-                                                    num_classes))
-            seconds[method.name] += time.monotonic() - method_start
-            accuracy[method.name][number] = np.mean(predictions[scored] == draw.classes[scored])
-        if on_draw is not None:
-            on_draw(number + 1, draws, {m.name: accuracy[m.name][number] for m in methods},
-                    time.monotonic() - start)
-    return Comparison(methods=methods, accuracy=accuracy, seconds=seconds)

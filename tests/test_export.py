@@ -265,10 +265,12 @@ def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
     assert outputs["neighbor_classes"].numpy()[0, 0] == -1
 
 
-def test_images_with_two_channels_are_refused(run, class_names):
+def test_images_with_two_channels_and_empty_batches_are_refused(run, class_names):
     module = export.InferenceModule(run.model, run.config.image_size, class_names)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"1 \(grayscale\) or 3 \(RGB\)"):
         module.embed(tf.zeros([1, 8, 8, 2], tf.uint8))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at least one image"):
+        module.embed(tf.zeros([0, 8, 8, 3], tf.uint8))
 
 
 def test_an_existing_export_is_kept_without_overwrite(run, class_names, tmp_path):
@@ -287,6 +289,9 @@ def test_bad_class_names_and_knn_without_a_bank_are_clear_errors(run, class_name
         run, bank=None, config=dataclasses.replace(run.config, method="supervised"))
     with pytest.raises(ConfigError, match="no memory bank"):
         export.build_inference_module(supervised, class_names, include_knn=True)
+    # Without knn a run without a bank exports embed and classify.
+    module = export.build_inference_module(supervised, class_names)
+    assert module.knn_k is None and not hasattr(module, "knn")
 
 
 def test_bank_classes_maps_instance_ids_to_minus_one():

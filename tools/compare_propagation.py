@@ -26,10 +26,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from llp_tf import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
+
 FLAGS = flags.FLAGS
 OUTPUT_NAME = "propagation_comparison.json"
-# The paper's protocol (Table 5): 50 classes x 50 images, 5 labelled, 10 draws.
-PAPER_CLASSES, PAPER_IMAGES, PAPER_LABELED, PAPER_DRAWS = 50, 50, 5, 10
 
 flags.DEFINE_string("run_dir", None, "Run directory of tools/train.py whose embeddings are "
                     "compared: its memory bank by default (scored with the dataset's true "
@@ -45,13 +45,16 @@ flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (row
                     "L2-normalised before use); needs --labels. Alternative to --run_dir.")
 flags.DEFINE_string("labels", None, "A .npy file of the true integer classes [N] of "
                     "--features.")
-flags.DEFINE_integer("classes", PAPER_CLASSES, "S: classes per draw (the paper's 50). When "
-                     "left at its default it is lowered to the classes available, with a note.")
-flags.DEFINE_integer("images_per_class", PAPER_IMAGES, "I: images drawn per class (the "
-                     "paper's 50).")
-flags.DEFINE_integer("labeled_per_class", PAPER_LABELED, "L: drawn images per class whose "
-                     "label is kept (the paper's 5); the other I - L are scored.")
-flags.DEFINE_integer("draws", PAPER_DRAWS, "R: random subsets drawn (the paper's 10).")
+flags.DEFINE_integer("classes", protocol_lib.PAPER_CLASSES, "S: classes per draw (the "
+                     "paper's 50). Left at its default, it is lowered to the classes "
+                     "available, with a note.")
+flags.DEFINE_integer("images_per_class", protocol_lib.PAPER_IMAGES_PER_CLASS, "I: images drawn "
+                     "per class (the paper's 50).")
+flags.DEFINE_integer("labeled_per_class", protocol_lib.PAPER_LABELED_PER_CLASS, "L: drawn "
+                     "images per class whose label is kept (the paper's 5); the other I - L "
+                     "are scored.")
+flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
+                     "paper's 10).")
 flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.")
 flags.DEFINE_integer("k", None, "K: labelled neighbours voting in LLP and the weighted kNN "
                      "(default: the run's setting, else the paper's 10).")
@@ -136,6 +139,9 @@ def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     from llp_tf import data, trained_run
 
     config = trained_run.read_config(run_dir)
+    if split is None and config.method != "llp":
+        _fail(f"The run {run_dir} ({config.method}) has no memory bank; pass "
+              "--embed_split=train or --embed_split=validation to embed images with its model.")
     source = data.load_source(config.dataset, data_dir or config.data_dir)
     run = trained_run.load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
     description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
@@ -144,9 +150,6 @@ def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
         features, labels = embed_split(run, source, split, batch_size, stream)
         description["embeddings"] = f"{split} split embedded by the model"
         return features, labels, description, config
-    if run.bank is None:
-        _fail(f"The run {run_dir} ({config.method}) has no memory bank; pass "
-              "--embed_split=train or --embed_split=validation to embed images with its model.")
     labels = source.train_labels()[run.used_index]
     description["embeddings"] = "memory bank (true training labels)"
     return run.bank.embeddings.numpy(), labels, description, config
@@ -199,17 +202,18 @@ def results_json(comparison, protocol, settings, source):
                                  if m.paper_accuracy is not None else None),
             } for m in comparison.methods},
         "paper_table5_unmatched": pb.PAPER_TABLE5_UNMATCHED,
-        "paper_protocol": pb.PAPER_PROTOCOL,
+        "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
+                           "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
+                           "labeled_per_class": protocol_lib.PAPER_LABELED_PER_CLASS,
+                           "draws": protocol_lib.PAPER_DRAWS},
     }
 
 
 # -- main -----------------------------------------------------------------------
 
-def run_comparison(stream=sys.stdout):
-    import numpy as np
-
-    from llp_tf import propagation_baselines as pb
-
+def read_embeddings(stream):
+    """(features [N, D], labels int64 [N], description dict, run config or None)
+    from --run_dir or --features, after the checks that need no data."""
     if (FLAGS.run_dir is None) == (FLAGS.features is None):
         _fail("Give either --run_dir (a training run) or --features with --labels.")
     if FLAGS.features is not None and FLAGS.labels is None:
@@ -218,14 +222,37 @@ def run_comparison(stream=sys.stdout):
         _fail("--embed_split applies to --run_dir only.")
     if FLAGS.run_dir is not None and not os.path.isdir(FLAGS.run_dir):
         _fail(f"--run_dir {FLAGS.run_dir} is not a directory.")
-
-    config = None
+    if FLAGS.batch_size < 1:
+        _fail(f"--batch_size must be positive, got {FLAGS.batch_size}.")
     if FLAGS.run_dir is not None:
-        features, labels, source, config = features_from_run(
-            FLAGS.run_dir, FLAGS.checkpoint, FLAGS.embed_split, FLAGS.data_dir,
-            FLAGS.batch_size, stream)
-    else:
-        features, labels, source = features_from_files(FLAGS.features, FLAGS.labels)
+        return features_from_run(FLAGS.run_dir, FLAGS.checkpoint, FLAGS.embed_split,
+                                 FLAGS.data_dir, FLAGS.batch_size, stream)
+    return features_from_files(FLAGS.features, FLAGS.labels) + (None,)
+
+
+def classes_per_draw(labels, stream):
+    """S: --classes, lowered to the classes present when left at its default."""
+    import numpy as np
+    available = len(np.unique(labels))
+    if not FLAGS["classes"].present and FLAGS.classes > available:
+        stream.write(f"note: the labels have {available} classes; drawing {available} per "
+                     f"draw instead of the paper's {FLAGS.classes} (set --classes to "
+                     "choose).\n")
+        return available
+    return FLAGS.classes
+
+
+def run_comparison(stream=sys.stdout):
+    """Reads the embeddings, runs the comparison, prints and writes the results.
+
+    Returns the `propagation_protocol.Comparison`.
+    """
+    features, labels, source, config = read_embeddings(stream)
+    num_classes = classes_per_draw(labels, stream)
+    images, labeled, draws = FLAGS.images_per_class, FLAGS.labeled_per_class, FLAGS.draws
+    protocol_lib.check_protocol(labels, num_classes, images, labeled, draws)
+    # Imported once the input is known to be usable: it loads TensorFlow.
+    from llp_tf import propagation_baselines as pb
 
     # Unset propagation flags take the run's own settings, else the paper's.
     defaults = {"k": pb.DEFAULT_K, "t": pb.DEFAULT_T, "temperature": pb.DEFAULT_TEMPERATURE}
@@ -233,31 +260,24 @@ def run_comparison(stream=sys.stdout):
         defaults = {"k": config.k, "t": config.t, "temperature": config.temperature}
     k, t, temperature = (FLAGS[name].value if FLAGS[name].value is not None else defaults[name]
                          for name in ("k", "t", "temperature"))
-
-    num_classes = FLAGS.classes
-    available = len(np.unique(labels))
-    if not FLAGS["classes"].present and num_classes > available:
-        stream.write(f"note: the labels have {available} classes; drawing {available} per "
-                     f"draw instead of the paper's {num_classes} (set --classes to choose).\n")
-        num_classes = available
-
-    protocol = {"classes": int(num_classes), "images_per_class": FLAGS.images_per_class,
-                "labeled_per_class": FLAGS.labeled_per_class, "draws": FLAGS.draws,
-                "seed": FLAGS.seed, "feature_rows": int(len(labels)),
-                "feature_dim": int(features.shape[1])}
+    protocol = {"classes": int(num_classes), "images_per_class": images,
+                "labeled_per_class": labeled, "draws": draws, "seed": FLAGS.seed,
+                "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
     settings = {"k": int(k), "t": int(t), "temperature": float(temperature),
                 "rbf_gamma": pb.rbf_gamma(temperature),
-                "label_spreading_alpha": pb.LABEL_SPREADING_ALPHA,
+                "label_spreading": {"alpha": pb.LABEL_SPREADING_ALPHA,
+                                    "max_iter": pb.LABEL_SPREADING_MAX_ITER,
+                                    "tol": pb.SKLEARN_TOLERANCE},
+                "label_propagation": {"max_iter": pb.LABEL_PROPAGATION_MAX_ITER,
+                                      "tol": pb.SKLEARN_TOLERANCE},
                 "dlp": {"k": pb.DLP_K, "gamma": pb.DLP_GAMMA, "alpha": pb.DLP_ALPHA,
                         "max_iter": pb.DLP_MAX_ITER, "tol": pb.DLP_TOLERANCE}}
     output = FLAGS.output or default_output(FLAGS.run_dir, FLAGS.features)
-    pb.check_protocol(labels, num_classes, FLAGS.images_per_class, FLAGS.labeled_per_class,
-                      FLAGS.draws)
-    scored = num_classes * (FLAGS.images_per_class - FLAGS.labeled_per_class)
+
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
-                 f"({source.get('embeddings', 'features file')}); {FLAGS.draws} draws of "
-                 f"{num_classes} classes x {FLAGS.images_per_class} images, "
-                 f"{FLAGS.labeled_per_class} labelled per class, {scored} scored per draw; "
+                 f"({source.get('embeddings', 'features file')}); {draws} draws of "
+                 f"{num_classes} classes x {images} images, {labeled} labelled per class, "
+                 f"{num_classes * (images - labeled)} scored per draw; "
                  f"K={k} T={t} tau={temperature:g}\n")
     stream.flush()
 
@@ -266,20 +286,20 @@ def run_comparison(stream=sys.stdout):
         stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
         stream.flush()
 
+    # scikit-learn warns when an iteration stops at its cap; one note each.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        comparison = pb.compare_methods(
-            features, labels, num_classes, FLAGS.images_per_class, FLAGS.labeled_per_class,
-            FLAGS.draws, FLAGS.seed, methods=pb.standard_methods(k, t, temperature),
-            on_draw=on_draw)
-    for message in sorted({str(w.message) for w in caught if issubclass(
-            w.category, (UserWarning, RuntimeWarning))}):
+        comparison = protocol_lib.compare_methods(
+            features, labels, pb.standard_methods(k, t, temperature), num_classes, images,
+            labeled, draws, FLAGS.seed, on_draw=on_draw)
+    for message in sorted({str(w.message) for w in caught
+                           if issubclass(w.category, (UserWarning, RuntimeWarning))}):
         stream.write(f"note: a method warned: {message}\n")
 
     stream.write("\n" + format_table(comparison) + "\n")
-    stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over "
-                 f"{FLAGS.draws} draws. The paper's numbers are for ImageNet ResNet-50 features "
-                 f"with 50 classes x 50 images, 5 labelled (its LP_DMT, "
+    stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over {draws} "
+                 f"draws. The paper's numbers are for ImageNet ResNet-50 features with 50 "
+                 f"classes x 50 images, 5 labelled (its LP_DMT, "
                  f"{pb.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
                  f"the ranking, not the values.\n")
     write_json_atomically(output, results_json(comparison, protocol, settings, source))

@@ -112,7 +112,7 @@ def write_json_atomically(path, payload):
 def format_table(rows):
     """The summary table; rows: list of (trunk name, ProbeResult)."""
     header = (f"{'trunk':<8} {'top-1':>7} {'top-5':>7} {'best top-1':>11} {'at epoch':>8} "
-              f"{'epochs':>6} {'drops':>5} {'seconds':>7}")
+              f"{'epochs':>6} {'drops':>5} {'train s':>7}")
     lines = [header]
     for name, result in rows:
         lines.append(f"{name:<8} {100 * result.top1:7.2f} {100 * result.top5:7.2f} "
@@ -138,8 +138,8 @@ def run_probe(options, stream):
         momentum=options.momentum, patience=options.patience, max_drops=options.max_drops,
         seed=options.seed, standardize=options.standardize)
     path = output_path(options.run_dir, options.dataset, options.output)
-    run = linear_probe.load_frozen_run(options.run_dir, options.checkpoint)
     source = data.load_source(options.dataset, options.data_dir)
+    run = linear_probe.load_frozen_run(options.run_dir, options.checkpoint)
     info = source.info
     stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
                  f"{info.name}: {info.num_classes} classes, {info.num_train} train / "

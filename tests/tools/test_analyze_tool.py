@@ -1,0 +1,116 @@
+import importlib.util
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from llp_tf import config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANALYZE = os.path.join(ROOT, "tools", "analyze.py")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+OUTPUTS = ("aggregation_histogram.png", "aggregation_trajectory.png", "mds.png",
+           "analysis_summary.txt", "analysis.json")
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("analyze_tool", ANALYZE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+analyze_tool = _load_tool()
+
+
+def _main(*args):
+    """(exit code, stdout, stderr) of the tool's main, run in this process."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = analyze_tool.main(["analyze.py", *args], stdout=stdout, stderr=stderr)
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def _last_logged_score(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return json.loads(f.readlines()[-1])["aggregation_score"]
+
+
+@pytest.fixture(scope="module")
+def run_copy(tiny_llp_run, tmp_path_factory):
+    """A copy of the tiny run, which the tool may write its analysis/ into."""
+    copy = tmp_path_factory.mktemp("analyze") / "run"
+    shutil.copytree(tiny_llp_run, copy)
+    return str(copy)
+
+
+def test_the_tool_prints_the_summary_and_writes_into_the_run(run_copy):
+    code, out, err = _main(f"--run_dir={run_copy}", "--classes=2", "--points_per_class=15")
+    assert code == 0, err
+    assert err == ""
+    assert f"mean over 4 classes: {_last_logged_score(run_copy):.4f} on true classes" in out
+    assert "checkpoint 7/7 (step 15)" in out  # progress of the trajectory
+    assert "kept checkpoints: step 3 (epoch 0.6)" in out
+    assert "MDS: 30 bank rows (8 labelled) of classes" in out
+    for name in OUTPUTS:
+        path = os.path.join(run_copy, "analysis", name)
+        assert f"  {path}\n" in out
+        assert os.path.getsize(path) > 0
+    with open(os.path.join(run_copy, "analysis", "mds.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+    with open(os.path.join(run_copy, "analysis", "analysis_summary.txt")) as f:
+        assert f.read() in out
+
+
+def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path):
+    code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'a'}",
+                           "--class_ids=3,1", "--points_per_class=4", "--no_trajectory")
+    assert code == 0, err
+    assert "kept checkpoints: not scored (trajectory skipped)" in out
+    assert "checkpoint 1/" not in out
+    # Labelled rows come first: the 4 drawn rows of each class are its 4 labelled ones.
+    assert "MDS: 8 bank rows (8 labelled) of classes diagonal (1), vertical (3)" in out
+    assert sorted(os.listdir(tmp_path / "a")) == sorted(OUTPUTS)
+    with open(tmp_path / "a" / "analysis.json") as f:
+        record = json.load(f)
+    assert record["checkpoints"] == [] and record["mds"]["class_ids"] == [1, 3]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--classes=5",), "asks for 5 classes, but the run's bank holds examples of only 4"),
+    (("--class_ids=1,9",), "must be distinct classes in [0, 4)"),
+    (("--class_ids=a,b",), "--class_ids must be class numbers"),
+    (("--points_per_class=0",), "points_per_class"),
+    (("extra",), "unexpected arguments: extra"),
+])
+def test_bad_settings_are_one_line_errors(run_copy, tmp_path, args, message):
+    code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'x'}", *args)
+    assert code == 1
+    assert err.startswith("error: ") and message in err
+    assert "Traceback" not in err
+    assert not os.path.exists(tmp_path / "x")
+
+
+def test_runs_it_cannot_analyse_are_clear_errors(tmp_path):
+    code, _, err = _main()
+    assert code == 1 and "give --run_dir" in err
+    code, _, err = _main(f"--run_dir={tmp_path / 'missing'}")
+    assert code == 1 and "does not exist" in err
+    code, _, err = _main(f"--run_dir={tmp_path}")
+    assert code == 1 and "is not a training run directory" in err
+    config.save_config(config.TrainConfig(run_dir=str(tmp_path / "sup"), method="supervised"))
+    code, _, err = _main(f"--run_dir={tmp_path / 'sup'}")
+    assert code == 1 and "supervised run, which keeps no memory bank" in err
+
+
+def test_help_documents_every_flag_from_the_command_line():
+    result = subprocess.run([sys.executable, ANALYZE, "--help"], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "Analyse the embedding of a trained LLP run" in result.stdout
+    for flag in ("run_dir", "output_dir", "classes", "class_ids", "points_per_class", "seed",
+                 "no_trajectory"):
+        assert f"--{flag}" in result.stdout, flag

@@ -1,0 +1,115 @@
+import importlib.util
+import io
+import json
+import os
+
+import pytest
+
+from llp_tf import trained_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location(
+        "export_tool", os.path.join(ROOT, "tools", "export.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+export_tool = _load_tool()
+
+
+def _run(*args):
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = export_tool.main(["export.py", *args], stdout=stdout, stderr=stderr)
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def _info(model_dir):
+    with open(os.path.join(model_dir, "export_info.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def knn_export(tiny_llp_run, tmp_path_factory):
+    """(output dir, exit code, stdout, stderr) of one export with --knn."""
+    output_dir = str(tmp_path_factory.mktemp("export_tool") / "model")
+    return (output_dir,) + _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}",
+                                "--knn")
+
+
+def test_export_writes_the_saved_model_and_prints_its_signatures(knn_export):
+    output_dir, code, stdout, stderr = knn_export
+    assert code == 0, stderr
+    assert os.path.isfile(os.path.join(output_dir, "saved_model.pb"))
+    info = _info(output_dir)
+    assert info["source"]["step"] == 15 and set(info["signatures"]) == {
+        "embed", "classify", "knn"}
+    assert "ckpt-15 (step 15), llp resnet10, 4 classes" in stdout
+    assert f"Wrote {output_dir} (" in stdout
+    for line in ("  embed(images uint8 [B, H, W, C]) ->",
+                 "  classify(images uint8 [B, H, W, C]) (also serving_default) ->",
+                 "  knn(images uint8 [B, H, W, C]) ->",
+                 "    embedding: float32 [B, 16]",
+                 "    top5_names: string [B, 4]",
+                 "    knn_class: int64 [B]"):
+        assert line in stdout, line
+
+
+def test_an_existing_export_needs_overwrite(tiny_llp_run, knn_export):
+    output_dir = knn_export[0]
+    saved = os.path.join(output_dir, "saved_model.pb")
+    before = os.stat(saved).st_mtime_ns
+    code, stdout, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}")
+    assert code == 1 and stdout == ""
+    assert stderr == (f"error: {output_dir} already exists; pass --overwrite to replace it, "
+                      "or choose another --output_dir.\n")
+    assert os.stat(saved).st_mtime_ns == before
+
+
+def test_overwrite_replaces_an_export_with_an_older_checkpoint(tiny_llp_run, tmp_path):
+    output_dir = tmp_path / "model"
+    output_dir.mkdir()
+    (output_dir / "old.txt").write_text("previous export")
+    oldest = trained_run.checkpoint_step(trained_run.checkpoint_paths(tiny_llp_run)[0])
+    code, stdout, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}",
+                                f"--checkpoint={oldest}", "--overwrite")
+    assert code == 0, stderr
+    assert not (output_dir / "old.txt").exists()
+    info = _info(str(output_dir))
+    assert info["source"]["step"] == oldest < 15
+    assert set(info["signatures"]) == {"embed", "classify"} and "knn" not in info
+    assert "knn(" not in stdout
+    assert os.listdir(tmp_path) == ["model"]  # no temporary or replaced directory left
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "error: give --run_dir, the directory of a training run.\n"),
+    (("--run_dir=/no/such/run",), "error: the run directory /no/such/run does not exist.\n"),
+])
+def test_missing_run_dir_is_a_clear_error(args, message):
+    assert _run(*args) == (1, "", message)
+
+
+def test_bad_checkpoint_and_non_run_directory_are_clear_errors(tiny_llp_run, tmp_path):
+    code, _, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={tmp_path / 'a'}",
+                           "--checkpoint=999")
+    steps = sorted(trained_run.checkpoint_step(p)
+                   for p in trained_run.checkpoint_paths(tiny_llp_run))
+    assert code == 1 and stderr == (
+        f"error: The run {tiny_llp_run} has no checkpoint at step 999; its kept checkpoints "
+        f"are at steps: {', '.join(map(str, steps))}.\n")
+    code, _, stderr = _run(f"--run_dir={tmp_path}", f"--output_dir={tmp_path / 'b'}")
+    assert code == 1 and "is not a training run directory" in stderr
+    assert "Traceback" not in stderr
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+def test_help_documents_every_flag():
+    code, stdout, _ = _run("--help")
+    assert code == 0 and "Export a trained run as a TensorFlow SavedModel" in stdout
+    for flag in ("--run_dir:", "--checkpoint:", "--output_dir:", "--[no]knn:",
+                 "--[no]overwrite:"):
+        assert flag in stdout, flag
