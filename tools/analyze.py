@@ -19,6 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
+
 DEFAULT_MDS_CLASSES = 5
 DEFAULT_POINTS_PER_CLASS = 100
 OUTPUT_SUBDIR = "analysis"
@@ -30,7 +32,7 @@ def make_flags():
     Not the global ``absl.flags.FLAGS``: tests run several tools' `main` in
     one process, where tools defining the same flag names would clash.
     """
-    values = flags.FlagValues()
+    values = tool_cli.new_flag_values()
     flags.DEFINE_string("run_dir", None, "Directory of a finished or running LLP training run "
                         "(from tools/train.py); required.", flag_values=values)
     flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
@@ -48,13 +50,7 @@ def make_flags():
     flags.DEFINE_boolean("no_trajectory", False, "Score the latest checkpoint only, without "
                          "restoring every kept one (faster on big runs); the trajectory plot "
                          "then shows metrics.jsonl alone.", flag_values=values)
-    flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
-                         flag_values=values)
     return values
-
-
-def _usage(values):
-    return __doc__ + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n"
 
 
 def main(argv, stdout=None, stderr=None):
@@ -62,17 +58,9 @@ def main(argv, stdout=None, stderr=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     values = make_flags()
-    try:
-        rest = values(list(argv))
-    except flags.Error as error:
-        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
-        return 1
-    if values.help:
-        stdout.write(_usage(values))
-        return 0
-    if len(rest) > 1:
-        stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
-        return 1
+    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
     if not values.run_dir:
         stderr.write("error: give --run_dir, the directory of an LLP training run.\n")
         return 1

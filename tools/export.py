@@ -22,6 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
+
 EXPORT_SUBDIR = "export"
 _BYTES_PER_MB = 1024 * 1024
 
@@ -29,7 +31,7 @@ _BYTES_PER_MB = 1024 * 1024
 def make_flags():
     """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
     that tests can run several tools' `main` in one process)."""
-    values = flags.FlagValues()
+    values = tool_cli.new_flag_values()
     flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
                         "(LLP or supervised); required.", flag_values=values)
     flags.DEFINE_string("checkpoint", None, "Checkpoint to export: a checkpoint path of the "
@@ -42,13 +44,7 @@ def make_flags():
                          flag_values=values)
     flags.DEFINE_boolean("overwrite", False, "Replace an existing --output_dir (only once "
                          "the new export is complete).", flag_values=values)
-    flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
-                         flag_values=values)
     return values
-
-
-def _usage(values):
-    return __doc__ + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n"
 
 
 def resolve_checkpoint(run_dir, checkpoint):
@@ -101,17 +97,9 @@ def main(argv, stdout=None, stderr=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     values = make_flags()
-    try:
-        rest = values(list(argv))
-    except flags.Error as error:
-        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
-        return 1
-    if values.help:
-        stdout.write(_usage(values))
-        return 0
-    if len(rest) > 1:
-        stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
-        return 1
+    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
     if not values.run_dir:
         stderr.write("error: give --run_dir, the directory of a training run.\n")
         return 1

@@ -19,6 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import flags  # noqa: E402
 
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
+
 CLASSIFY = "classify"
 SAVED_MODEL_FILE = "saved_model.pb"
 EXPORT_INFO_FILE = "export_info.json"
@@ -42,7 +44,7 @@ class PredictError(Exception):
 def make_flags():
     """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
     that tests can run several tools' `main` in one process)."""
-    values = flags.FlagValues()
+    values = tool_cli.new_flag_values()
     flags.DEFINE_string("model_dir", None, "SavedModel directory written by tools/export.py; "
                         "required.", flag_values=values)
     flags.DEFINE_list("images", [], "Comma-separated image files (PNG, JPEG, GIF, BMP); "
@@ -52,13 +54,7 @@ def make_flags():
                          "the number of classes).", lower_bound=1, flag_values=values)
     flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE, "Images of the same size per call "
                          "of the model.", lower_bound=1, flag_values=values)
-    flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
-                         flag_values=values)
     return values
-
-
-def _usage(values):
-    return __doc__ + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n"
 
 
 def read_images(paths):
@@ -159,18 +155,13 @@ def main(argv, stdout=None, stderr=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     values = make_flags()
-    try:
-        rest = values(list(argv))
-    except flags.Error as error:
-        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
-        return 1
-    if values.help:
-        stdout.write(_usage(values))
-        return 0
+    rest, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr, positional=True)
+    if exit_code is not None:
+        return exit_code
     if not values.model_dir:
         stderr.write("error: give --model_dir, a SavedModel written by tools/export.py.\n")
         return 1
-    paths = list(values.images) + list(rest[1:])
+    paths = list(values.images) + list(rest)
     if not paths:
         stderr.write("error: give image files, as arguments or with --images.\n")
         return 1

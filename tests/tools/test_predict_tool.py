@@ -102,7 +102,9 @@ def test_prints_the_top_classes_of_each_image(run, class_names, model_dir, image
 
 def test_runs_in_a_fresh_process_without_llp_tf(run, model_dir, image_files, class_names):
     # The tool as a script, then a check that nothing imported llp_tf.
-    script = ("import runpy, sys\n"
+    # runpy does not put the script's folder first on sys.path as `python tools/predict.py` does.
+    script = ("import os, runpy, sys\n"
+              f"sys.path.insert(0, os.path.dirname({PREDICT!r}))\n"
               f"sys.argv = [{PREDICT!r}, '--model_dir=' + {model_dir!r}, {image_files[0]!r}]\n"
               "try:\n"
               f"    runpy.run_path({PREDICT!r}, run_name='__main__')\n"

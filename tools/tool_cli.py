@@ -1,0 +1,44 @@
+"""Command-line plumbing of the tools that keep their flags in their own `FlagValues`.
+
+Such tools (export, predict, analyze) can run their `main` several times in
+one process (tests) without clashing over flag names, and each gets the same
+handling of --help, bad flags and stray arguments. This module imports only
+absl, so `tools/predict.py` still runs where llp_tf is not installed.
+"""
+
+from absl import flags
+
+
+def new_flag_values():
+    """A `flags.FlagValues` holding only --help/-h; define the tool's flags on it."""
+    values = flags.FlagValues()
+    flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
+                         flag_values=values)
+    return values
+
+
+def parse(values, argv, usage, stdout, stderr, positional=False):
+    """Parses ``argv`` (argv[0] is the program) into ``values``.
+
+    Args:
+      values: from `new_flag_values`, with the tool's flags defined.
+      usage: str, the tool's description printed above its flags by --help.
+      positional: whether arguments other than flags are allowed.
+
+    Returns:
+      (arguments, None) to go on, arguments being argv[1:] minus the flags;
+      or (None, exit code) when the tool should stop: 0 after --help, 1
+      after an error message on ``stderr``.
+    """
+    try:
+        rest = values(list(argv))
+    except flags.Error as error:
+        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
+        return None, 1
+    if values.help:
+        stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
+        return None, 0
+    if len(rest) > 1 and not positional:
+        stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
+        return None, 1
+    return rest[1:], None
