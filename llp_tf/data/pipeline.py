@@ -169,8 +169,9 @@ def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, den
 
 
 def _pass_shuffle_seed(seed, epoch, pass_index):
+    """int64 [2] seed of pass ``pass_index`` (int or int64 tensor) of an epoch's shuffle."""
     return tf.random.experimental.stateless_fold_in(
-        _epoch_seed(seed, epoch, _SHUFFLE_TAG), int(pass_index))
+        _epoch_seed(seed, epoch, _SHUFFLE_TAG), tf.cast(pass_index, tf.int64))
 
 
 def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE_LENGTH,
@@ -191,17 +192,22 @@ def train_order(source, seed, epoch, used_index=None, cycle_length=DEFAULT_CYCLE
                           _pass_shuffle_seed(seed, epoch, pass_index))
 
 
-def cached_pass_order(cached_records, num_used, seed, epoch, pass_index):
-    """Pass ``pass_index`` as one permutation of all of an epoch's cached records.
+def cached_passes(cached_records, num_used, seed, epoch, first_pass, last_pass):
+    """Passes ``first_pass..last_pass`` of an epoch, each one permutation of all cached records.
 
     Args:
       cached_records: the `_used_records` of pass 0 behind a ``cache()``, so
-        that later passes permute records held in memory.
+        that every pass permutes records held in memory.
       num_used: int, how many records it holds.
+
+    One dataset of all the passes (not a concatenation of one per pass, whose
+    construction cost grows with the number of passes).
     """
-    pass_tensor = tf.constant(int(pass_index), tf.int64)
-    records = cached_records.map(lambda r: dict(r, **{"pass": pass_tensor}))
-    return _block_shuffle(records, num_used, _pass_shuffle_seed(seed, epoch, pass_index))
+    def one_pass(pass_index):
+        records = cached_records.map(lambda r: dict(r, **{"pass": pass_index}))
+        return _block_shuffle(records, num_used, _pass_shuffle_seed(seed, epoch, pass_index))
+
+    return tf.data.Dataset.range(first_pass, last_pass + 1).flat_map(one_pass)
 
 
 def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, start_step=0,
@@ -289,21 +295,20 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
             return train_order(source, seed, epoch, used_index, cycle_length,
                                shuffle_block, dense_table=dense_table).take(0)
         first, last = begin * global_batch_size, end * global_batch_size
+        first_pass, last_pass = first // pass_records, (last - 1) // pass_records
         if cache_passes:
             # Pass 0's read order whatever pass a resume starts in, so that a
             # pass's order does not depend on where the epoch began.
             cached, _ = _used_records(source, seed, epoch, used_index, cycle_length, 0,
                                       dense_table)
-            cached = cached.cache()
+            records = cached_passes(cached.cache(), num_used, seed, epoch, first_pass, last_pass)
+            return records.skip(first - first_pass * pass_records).take(last - first)
         records = None
-        for pass_index in range(first // pass_records, (last - 1) // pass_records + 1):
+        for pass_index in range(first_pass, last_pass + 1):
             start = pass_index * pass_records
             low, high = max(first, start) - start, min(last, start + pass_records) - start
-            if cache_passes:
-                part = cached_pass_order(cached, num_used, seed, epoch, pass_index)
-            else:
-                part = train_order(source, seed, epoch, used_index, cycle_length,
-                                   shuffle_block, pass_index, dense_table)
+            part = train_order(source, seed, epoch, used_index, cycle_length,
+                               shuffle_block, pass_index, dense_table)
             part = part.take(high).skip(low)
             records = part if records is None else records.concatenate(part)
         return records
