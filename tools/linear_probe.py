@@ -19,7 +19,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 from llp_tf import linear_probe  # noqa: E402
 
@@ -191,6 +191,10 @@ def main(argv):
     if len(argv) > 1:
         sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
         return 2
+    # TensorFlow's checkpointing and TFDS log at INFO level through absl on
+    # every save and dataset open; keep the output to progress and results.
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
     return run(FLAGS, sys.stdout, sys.stderr)
 
 
