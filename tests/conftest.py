@@ -48,3 +48,17 @@ def tiny_llp_run(tmp_path_factory, stripes):
     config = tiny_config(tmp_path_factory.mktemp("tiny_llp"), stripes)
     run_training(config, io.StringIO())
     return config.run_dir
+
+
+@pytest.fixture(scope="module")
+def run(tiny_llp_run):
+    """`trained_run.TrainedRun` of `tiny_llp_run`, one per test module (tests may change it)."""
+    from llp_tf import trained_run
+    return trained_run.load_run(tiny_llp_run)
+
+
+@pytest.fixture(scope="module")
+def class_names(run):
+    """The class names of `run`'s dataset."""
+    from llp_tf import data
+    return data.load_source(run.config.dataset, run.config.data_dir).info.class_names

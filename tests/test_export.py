@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment, data, export, trained_run
+from llp_tf import augment, export
 from llp_tf.errors import ConfigError
 
 FRESH_PROCESS_TIMEOUT_SECONDS = 180
@@ -77,16 +77,6 @@ def _validation_images(dataset, per_class=2):
             images.append(tf.io.decode_png(png, channels=3).numpy())
             labels.append(label)
     return np.stack(images), np.array(labels)
-
-
-@pytest.fixture(scope="module")
-def run(tiny_llp_run):
-    return trained_run.load_run(tiny_llp_run)
-
-
-@pytest.fixture(scope="module")
-def class_names(run):
-    return data.load_source(run.config.dataset, run.config.data_dir).info.class_names
 
 
 @pytest.fixture(scope="module")

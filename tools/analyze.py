@@ -61,8 +61,7 @@ def main(argv, stdout=None, stderr=None):
     _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
     if exit_code is not None:
         return exit_code
-    if not values.run_dir:
-        stderr.write("error: give --run_dir, the directory of an LLP training run.\n")
+    if not tool_cli.check_run_dir(values.run_dir, "an LLP training run", stderr):
         return 1
     class_ids = None
     if values.class_ids:
@@ -80,9 +79,6 @@ def main(argv, stdout=None, stderr=None):
         stdout.write(line + "\n")
         stdout.flush()
 
-    if not os.path.isdir(values.run_dir):
-        stderr.write(f"error: the run directory {values.run_dir} does not exist.\n")
-        return 1
     try:
         result = analysis.analyze_run(
             values.run_dir, num_mds_classes=values.classes,

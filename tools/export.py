@@ -100,11 +100,7 @@ def main(argv, stdout=None, stderr=None):
     _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
     if exit_code is not None:
         return exit_code
-    if not values.run_dir:
-        stderr.write("error: give --run_dir, the directory of a training run.\n")
-        return 1
-    if not os.path.isdir(values.run_dir):
-        stderr.write(f"error: the run directory {values.run_dir} does not exist.\n")
+    if not tool_cli.check_run_dir(values.run_dir, "a training run", stderr):
         return 1
     output_dir = os.path.abspath(values.output_dir or os.path.join(values.run_dir,
                                                                    EXPORT_SUBDIR))

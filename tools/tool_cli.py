@@ -6,6 +6,8 @@ handling of --help, bad flags and stray arguments. This module imports only
 absl, so `tools/predict.py` still runs where llp_tf is not installed.
 """
 
+import os
+
 from absl import flags
 
 
@@ -42,3 +44,18 @@ def parse(values, argv, usage, stdout, stderr, positional=False):
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, 1
     return rest[1:], None
+
+
+def check_run_dir(run_dir, what, stderr):
+    """Whether ``run_dir`` (the --run_dir value) names an existing directory.
+
+    Otherwise writes an error naming ``what`` (e.g. "an LLP training run")
+    to ``stderr`` and returns False.
+    """
+    if not run_dir:
+        stderr.write(f"error: give --run_dir, the directory of {what}.\n")
+        return False
+    if not os.path.isdir(run_dir):
+        stderr.write(f"error: the run directory {run_dir} does not exist.\n")
+        return False
+    return True

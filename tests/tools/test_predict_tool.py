@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment, data, export, trained_run
+from llp_tf import augment, export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREDICT = os.path.join(ROOT, "tools", "predict.py")
@@ -31,16 +31,6 @@ def _run(*args):
     stdout, stderr = io.StringIO(), io.StringIO()
     code = predict_tool.main(["predict.py", *args], stdout=stdout, stderr=stderr)
     return code, stdout.getvalue(), stderr.getvalue()
-
-
-@pytest.fixture(scope="module")
-def run(tiny_llp_run):
-    return trained_run.load_run(tiny_llp_run)
-
-
-@pytest.fixture(scope="module")
-def class_names(run):
-    return data.load_source(run.config.dataset, run.config.data_dir).info.class_names
 
 
 @pytest.fixture(scope="module")
