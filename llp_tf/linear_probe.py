@@ -54,7 +54,6 @@ the same architecture (`random_trunk_model`).
 
 import dataclasses
 import math
-import os
 import sys
 import time
 
@@ -465,34 +464,6 @@ def random_trunk_model(config, num_classes, seed):
 
 
 #: The checkpoint key of the category head's bias, whose length is the run's C.
-_CATEGORY_BIAS_KEY = "model/category_head/bias/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-def load_frozen_run(run_dir, checkpoint=None):
-    """`trained_run.load_run` that reads the run's C from its checkpoint.
-
-    A transfer probe must not need the run's own training data (an ImageNet
-    run probed on Places205 on another machine), which `load_run` opens to
-    learn C; the category head's bias in the checkpoint has that length.
-
-    Raises:
-      ConfigError: not a run directory, no checkpoint, or an unreadable one.
-    """
-    trained_run.read_config(run_dir)  # the clear error for a directory that is no run
-    path = checkpoint or tf.train.latest_checkpoint(
-        os.path.join(run_dir, trained_run.CHECKPOINT_DIR))
-    if path is None:
-        raise ConfigError(f"The run {run_dir} has no checkpoint yet; train it first.")
-    try:
-        shapes = dict(tf.train.list_variables(path))
-    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
-        raise ConfigError(f"Cannot read the checkpoint {path}: {error}. Give one of the run's "
-                          f"checkpoints (see {run_dir}/{trained_run.CHECKPOINT_DIR}), or "
-                          "none for the latest.") from None
-    num_classes = shapes.get(_CATEGORY_BIAS_KEY, [None])[0]
-    return trained_run.load_run(run_dir, path, num_classes)
-
-
 def probe_trunk(model, source, image_size, settings=ProbeSettings(), feature_batch_size=None,
                 stream=None, description="readout"):
     """Features of both splits of ``source`` from a frozen model, then `train_readout`.

@@ -118,6 +118,20 @@ def _restore(model, bank, path):
             f"{error}") from None
 
 
+_CATEGORY_BIAS_KEY = "model/category_head/bias/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _checkpoint_num_classes(path, run_dir):
+    """C of a checkpoint: the length of its category head's bias (None if absent)."""
+    try:
+        shapes = dict(tf.train.list_variables(path))
+    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
+        raise ConfigError(f"Cannot read the checkpoint {path}: {error}. Give one of the run's "
+                          f"checkpoints (see {run_dir}/{CHECKPOINT_DIR}), or none for the "
+                          "latest.") from None
+    return shapes.get(_CATEGORY_BIAS_KEY, [None])[0]
+
+
 def load_run(run_dir, checkpoint=None, num_classes=None):
     """Rebuilds a run's model and bank and restores a checkpoint into them.
 
@@ -125,8 +139,9 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
       run_dir: str, a directory written by `training_loop.run_training`.
       checkpoint: optional str, a checkpoint path of that run; the latest by
         default.
-      num_classes: optional int, C; read from the run's dataset when None
-        (which opens the dataset's metadata).
+      num_classes: optional int, C; read from the checkpoint (the length of
+        the category head's bias) when None, so a run can be loaded where its
+        training data is not (a transfer probe, a serving box).
 
     Returns:
       `TrainedRun`.
@@ -141,8 +156,7 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
         raise ConfigError(f"The run {run_dir} has no checkpoint yet; train it first.")
     labeled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
     if num_classes is None:
-        from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
-        num_classes = data.load_source(config.dataset, config.data_dir).info.num_classes
+        num_classes = _checkpoint_num_classes(path, run_dir)
     model = build_run_model(config, num_classes)
     bank = None
     if config.method == "llp":

@@ -50,7 +50,7 @@ def _read_folder_split(stripes, split):
 
 
 def test_features_are_the_models_pooled_output_of_centre_crops(tiny_llp_run, stripes):
-    run = linear_probe.load_frozen_run(tiny_llp_run)
+    run = trained_run.load_run(tiny_llp_run)
     source = data.load_source(stripes)
     image_size = run.config.image_size
     # 40 validation images in batches of 16: the last batch has 8 padding rows.
@@ -158,7 +158,7 @@ def test_random_trunk_is_seeded_and_untrained(tiny_llp_run):
     assert not np.array_equal(kernels[0], kernels[2])
 
 
-def test_load_frozen_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
+def test_load_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
     # Transfer: the run's training data may not exist where it is probed.
     copy = shutil.copytree(tiny_llp_run, tmp_path / "run")
     with open(copy / "config.json") as f:
@@ -166,15 +166,15 @@ def test_load_frozen_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_pa
     settings["dataset"] = f"folder:{tmp_path / 'gone'}"
     with open(copy / "config.json", "w") as f:
         json.dump(settings, f)
-    run = linear_probe.load_frozen_run(str(copy))
+    run = trained_run.load_run(str(copy))
     assert run.num_classes == NUM_CLASSES and run.step == 15
 
 
 def test_bad_inputs_are_clear_errors(tiny_llp_run, tmp_path):
     with pytest.raises(ConfigError, match="not a training run directory"):
-        linear_probe.load_frozen_run(str(tmp_path))
+        trained_run.load_run(str(tmp_path))
     with pytest.raises(ConfigError, match="Cannot read the checkpoint"):
-        linear_probe.load_frozen_run(tiny_llp_run, checkpoint=str(tmp_path / "ckpt-7"))
+        trained_run.load_run(tiny_llp_run, checkpoint=str(tmp_path / "ckpt-7"))
     with pytest.raises(ConfigError, match="epochs must be a positive integer.*learning_rate"):
         linear_probe.ProbeSettings(epochs=0, learning_rate=-1.0)
     with pytest.raises(ConfigError, match="momentum must lie in"):

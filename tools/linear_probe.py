@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from llp_tf import linear_probe  # noqa: E402
+from llp_tf import linear_probe, trained_run  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -139,7 +139,7 @@ def run_probe(options, stream):
         seed=options.seed, standardize=options.standardize)
     path = output_path(options.run_dir, options.dataset, options.output)
     source = data.load_source(options.dataset, options.data_dir)
-    run = linear_probe.load_frozen_run(options.run_dir, options.checkpoint)
+    run = trained_run.load_run(options.run_dir, options.checkpoint)
     info = source.info
     stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
                  f"{info.name}: {info.num_classes} classes, {info.num_train} train / "
