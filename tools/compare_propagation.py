@@ -16,7 +16,6 @@ the dataset's true training labels), a split embedded with the run's model
 (--embed_split), or any features file. Results go to a JSON file.
 """
 
-import json
 import os
 import sys
 import time
@@ -24,7 +23,9 @@ import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
 
@@ -163,15 +164,6 @@ def default_output(run_dir, features_path):
     return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
 
 
-def write_json_atomically(path, content):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    with open(temporary, "w") as f:
-        json.dump(content, f, indent=2)
-        f.write("\n")
-    os.replace(temporary, path)
-
 
 def format_table(comparison):
     """str: one line per method: title, mean %, std, the paper's Table 5 row."""
@@ -302,7 +294,7 @@ def run_comparison(stream=sys.stdout):
                  f"classes x 50 images, 5 labelled (its LP_DMT, "
                  f"{pb.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
                  f"the ranking, not the values.\n")
-    write_json_atomically(output, results_json(comparison, protocol, settings, source))
+    tool_cli.write_json_atomically(output, results_json(comparison, protocol, settings, source))
     stream.write(f"wrote {output}\n")
     return comparison
 
@@ -311,8 +303,7 @@ def main(argv):
     if len(argv) > 1:
         sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
         return 2
-    # TFDS logs every dataset it opens at INFO level; only the results matter here.
-    logging.set_verbosity(logging.WARNING)
+    tool_cli.quiet_absl_info(FLAGS)
     from llp_tf.errors import LLPError
     try:
         run_comparison()

@@ -19,7 +19,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf import linear_probe, trained_run  # noqa: E402
 
@@ -100,15 +102,6 @@ def output_path(run_dir, dataset, output):
     return path
 
 
-def write_json_atomically(path, payload):
-    import json
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(payload, f, indent=2)
-        f.write("\n")
-    os.replace(temporary, path)
-
-
 def format_table(rows):
     """The summary table; rows: list of (trunk name, ProbeResult)."""
     header = (f"{'trunk':<8} {'top-1':>7} {'top-5':>7} {'best top-1':>11} {'at epoch':>8} "
@@ -168,7 +161,7 @@ def run_probe(options, stream):
         "settings": dataclasses.asdict(settings),
         "trained": results["trained"], "random": results.get("random"),
     }
-    write_json_atomically(path, payload)
+    tool_cli.write_json_atomically(path, payload)
     note = (f"(top-5 is top-{rows[0][1].top5_k}: the dataset has {info.num_classes} classes)\n"
             if info.num_classes < linear_probe.TOP_K else "")
     stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")
@@ -191,10 +184,7 @@ def main(argv):
     if len(argv) > 1:
         sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
         return 2
-    # TensorFlow's checkpointing and TFDS log at INFO level through absl on
-    # every save and dataset open; keep the output to progress and results.
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
+    tool_cli.quiet_absl_info(FLAGS)
     return run(FLAGS, sys.stdout, sys.stderr)
 
 

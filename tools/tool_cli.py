@@ -1,14 +1,16 @@
-"""Command-line plumbing of the tools that keep their flags in their own `FlagValues`.
+"""Command-line plumbing shared by the tools.
 
-Such tools (export, predict, analyze) can run their `main` several times in
-one process (tests) without clashing over flag names, and each gets the same
-handling of --help, bad flags and stray arguments. This module imports only
-absl, so `tools/predict.py` still runs where llp_tf is not installed.
+Tools that keep their flags in their own `FlagValues` (export, predict,
+analyze) can run their `main` several times in one process (tests) without
+clashing over flag names, and each gets the same handling of --help, bad
+flags and stray arguments. This module imports only absl, so
+`tools/predict.py` still runs where llp_tf is not installed.
 """
 
+import json
 import os
 
-from absl import flags
+from absl import flags, logging
 
 
 def new_flag_values():
@@ -59,3 +61,26 @@ def check_run_dir(run_dir, what, stderr):
         stderr.write(f"error: the run directory {run_dir} does not exist.\n")
         return False
     return True
+
+
+def quiet_absl_info(flag_values):
+    """Hides absl INFO logs unless --verbosity was given.
+
+    TensorFlow's checkpointing and TFDS log at INFO level through absl on
+    every save and dataset open; a tool's output should be progress and
+    results.
+    """
+    if not flag_values["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+
+
+def write_json_atomically(path, content):
+    """Writes ``content`` as indented JSON to ``path`` through a temporary file
+    in the same folder, so a crash never leaves a half-written file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    with open(temporary, "w") as f:
+        json.dump(content, f, indent=2)
+        f.write("\n")
+    os.replace(temporary, path)

@@ -14,7 +14,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 FLAGS = flags.FLAGS
@@ -164,10 +166,7 @@ def main(argv):
     if len(argv) > 1:
         sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
         return 2
-    # TensorFlow's checkpointing and TFDS log at INFO level through absl on
-    # every save and dataset open; keep the output to progress and results.
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
+    tool_cli.quiet_absl_info(FLAGS)
     from llp_tf.errors import LLPError
     try:
         config = config_from_flags()
