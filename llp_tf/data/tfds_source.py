@@ -5,7 +5,10 @@
 label (``tfds:name``, ``tfds:name/config``, ``tfds:name:version`` as TFDS
 accepts). A dataset that is not prepared in ``data_dir`` is prepared first,
 as ``tfds.load`` does (which downloads unless the dataset needs a manual
-download); where that fails, the error says why.
+download); where that fails, the error says why. Before downloading, each
+host in the dataset's checksum list must take a connection within seconds,
+so that an offline machine gets that error at once rather than after TFDS's
+minutes of retries.
 
 The train split is "train"; the validation split is "validation", else
 "test", else none. The dataset must be stored as TFRecord shards (TFDS's
@@ -16,6 +19,9 @@ shard, so it is fixed by the prepared files. Labels are read once by a scan
 """
 
 import os
+import socket
+import urllib.parse
+import urllib.request
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +33,10 @@ from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFile
 from llp_tf.errors import DataError
 
 _VALIDATION_SPLITS = ("validation", "test")
+
+# Offline, TFDS retries each download for minutes before it gives up; a
+# connection attempt to each host first takes seconds.
+REACHABILITY_TIMEOUT_SECONDS = 5.0
 
 
 def _first_line(error):
@@ -46,10 +56,41 @@ def builder_by_name(name, data_dir=None):
         raise DataError(f"TFDS cannot open dataset {name!r}: {_first_line(error)}") from None
 
 
+def download_hosts(builder):
+    """Sorted (host, port) pairs of the URLs in ``builder``'s checksum list."""
+    hosts = set()
+    for url in builder.url_infos or {}:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            hosts.add((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)))
+    return sorted(hosts)
+
+
+def check_download_hosts(builder, timeout=REACHABILITY_TIMEOUT_SECONDS):
+    """DataError unless every host ``builder`` downloads from takes a connection.
+
+    Skipped behind a proxy (set through the environment), which requests uses
+    and a direct connection would not.
+    """
+    if urllib.request.getproxies():
+        return
+    for host, port in download_hosts(builder):
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as error:
+            raise DataError(
+                f"TFDS dataset {builder.name!r} is not prepared in {builder.data_dir_root}, and "
+                f"preparing it downloads from {host}, which cannot be reached from this "
+                f"machine ({error}). Prepare it where there is internet access and pass that "
+                "data_dir (or copy the prepared folder into this one).") from None
+
+
 def prepare(builder):
     """Prepares ``builder``'s data in its data_dir if it is not there yet."""
     if builder.is_prepared():
         return
+    if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+        check_download_hosts(builder)
     manual_dir = os.path.join(builder.data_dir_root, "downloads", "manual")
     try:
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(

@@ -7,7 +7,7 @@ import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
-from llp_tf.data import data_errors, load_source
+from llp_tf.data import data_errors, load_source, tfds_source
 from llp_tf.errors import DataError
 
 NUM_TRAIN, NUM_TEST = 23, 6
@@ -94,3 +94,71 @@ def test_incomplete_prepared_files(prepared_dir, tmp_path):
     shard.write_bytes(b"")
     with pytest.raises(DataError, match=r"the shards hold \[\d+, 0, \d+\] records"):
         load_source("tfds:llp_test_tiny_images", data_dir=str(copy))
+
+
+class LlpTestRemoteImages(LlpTestTinyImages):
+    """The tiny builder, as if it downloaded from two hosts first."""
+
+    @property
+    def url_infos(self):
+        return {"https://files.example.org/a.tar": None,
+                "http://mirror.example.net:8080/b.tar": None,
+                "https://files.example.org/c.tar": None}
+
+
+def test_download_hosts():
+    builder = LlpTestRemoteImages(data_dir="/nonexistent")
+    assert tfds_source.download_hosts(builder) == [("files.example.org", 443),
+                                                   ("mirror.example.net", 8080)]
+
+
+def _no_proxy(monkeypatch):
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            monkeypatch.delenv(name)
+
+
+def test_unreachable_host_fails_before_downloading(tmp_path, monkeypatch):
+    _no_proxy(monkeypatch)
+    tried = []
+
+    def refuse(address, timeout):
+        tried.append((address, timeout))
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(tfds_source.socket, "create_connection", refuse)
+    builder = LlpTestRemoteImages(data_dir=str(tmp_path))
+    monkeypatch.setattr(builder, "download_and_prepare",
+                        lambda **_: pytest.fail("downloaded despite an unreachable host"))
+    with pytest.raises(DataError) as error:
+        tfds_source.prepare(builder)
+    message = str(error.value)
+    assert "downloads from files.example.org, which cannot be reached" in message
+    assert "Name or service not known" in message and "\n" not in message
+    assert tried == [(("files.example.org", 443), tfds_source.REACHABILITY_TIMEOUT_SECONDS)]
+
+
+class _Connection:
+    def close(self):
+        pass
+
+
+def test_reachable_hosts_then_prepare(tmp_path, monkeypatch):
+    _no_proxy(monkeypatch)
+    tried = []
+    monkeypatch.setattr(tfds_source.socket, "create_connection",
+                        lambda address, timeout: tried.append(address) or _Connection())
+    builder = LlpTestRemoteImages(data_dir=str(tmp_path))
+    tfds_source.prepare(builder)
+    assert tried == [("files.example.org", 443), ("mirror.example.net", 8080)]
+    assert builder.is_prepared()
+
+
+def test_behind_a_proxy_the_check_is_left_to_tfds(tmp_path, monkeypatch):
+    _no_proxy(monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setattr(tfds_source.socket, "create_connection",
+                        lambda *_, **__: pytest.fail("connected directly behind a proxy"))
+    builder = LlpTestRemoteImages(data_dir=str(tmp_path))
+    tfds_source.prepare(builder)
+    assert builder.is_prepared()
