@@ -218,7 +218,18 @@ def normalize(image):
     return image * (1.0 / std) - mean / std
 
 
-def train_augment(image, seed, size, policy="paper"):
+def crop_area_range(policy, min_crop_area=None):
+    """(low, 1.0): the crop area fractions of ``policy``, or from ``min_crop_area``."""
+    if policy not in POLICIES:
+        raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of {POLICIES}.")
+    if min_crop_area is None:
+        return LIGHT_CROP_AREA_RANGE if policy == "light" else CROP_AREA_RANGE
+    if not 0.0 < min_crop_area <= 1.0:
+        raise ValueError(f"min_crop_area must lie in (0, 1]; got {min_crop_area}.")
+    return (float(min_crop_area), 1.0)
+
+
+def train_augment(image, seed, size, policy="paper", min_crop_area=None):
     """The training augmentation.
 
     Args:
@@ -227,19 +238,19 @@ def train_augment(image, seed, size, policy="paper"):
       size: int, output side S.
       policy: "paper" (the release's recipe) or "light" (the random resized
         crop alone, area 0.5-1; for small images and short runs).
+      min_crop_area: optional float in (0, 1], the smallest crop area
+        fraction instead of the policy's (0.2 paper, 0.5 light).
 
     Returns:
       float32 [S, S, 3], normalised.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of {POLICIES}.")
+    area_range = crop_area_range(policy, min_crop_area)
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
+    image = random_resized_crop(image, seeds[_SEED_CROP], size, area_range=area_range)
     if policy == "light":
-        image = normalize(random_resized_crop(image, seeds[_SEED_CROP], size,
-                                              area_range=LIGHT_CROP_AREA_RANGE))
+        image = normalize(image)
         image.set_shape([size, size, 3])
         return image
-    image = random_resized_crop(image, seeds[_SEED_CROP], size)
     image = random_grayscale(image, seeds[_SEED_GRAY])
     image = color_jitter(image, seeds[_SEED_JITTER])
     image = random_flip(image, seeds[_SEED_FLIP])

@@ -242,7 +242,8 @@ def run_training(config, stream=None):
                 source, config.global_batch_size, config.image_size, config.seed, epoch,
                 start_step=start, used_index=train_index, steps=steps_per_epoch,
                 batches_cross_passes=config.method == "supervised",
-                augmentation=config.augmentation, cache_passes=cache_passes)
+                augmentation=config.augmentation, min_crop_area=config.min_crop_area,
+                cache_passes=cache_passes)
             iterator = iter(strategy.distribute_datasets_from_function(input_fn))
             progress = EpochProgress(f"epoch {epoch + 1}/{config.epochs} ({phase})",
                                      steps_per_epoch, config.global_batch_size, start, stream)

@@ -150,3 +150,25 @@ def test_light_policy_is_the_mild_crop_alone():
 def test_config_lists_the_augmentation_policies():
     from llp_tf import config
     assert config.AUGMENTATIONS == augment.POLICIES
+
+
+def test_min_crop_area_sets_the_crop_of_either_policy():
+    assert augment.crop_area_range("paper") == (0.2, 1.0)
+    assert augment.crop_area_range("light") == (0.5, 1.0)
+    assert augment.crop_area_range("light", 0.3) == (0.3, 1.0)
+    for bad in (0.0, 1.2):
+        with pytest.raises(ValueError, match="min_crop_area"):
+            augment.crop_area_range("paper", bad)
+
+    image = _image(20, 24, seed=3)
+    seed = tf.constant([7, 12], tf.int64)
+    crop_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=4))[0]
+    got = augment.train_augment(image, seed, 16, "light", min_crop_area=0.3).numpy()
+    want = augment.normalize(augment.random_resized_crop(
+        image, crop_seed, 16, area_range=(0.3, 1.0))).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, augment.train_augment(image, seed, 16, "light").numpy())
+    # The paper policy keeps its other steps; 0.2 is its own crop.
+    np.testing.assert_array_equal(
+        augment.train_augment(image, seed, 16, "paper", min_crop_area=0.2).numpy(),
+        augment.train_augment(image, seed, 16, "paper").numpy())

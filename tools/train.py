@@ -40,6 +40,8 @@ flags.DEFINE_integer("split_seed", None, "Draw the labelled and used sets at ran
 flags.DEFINE_enum("augmentation", "paper", ["paper", "light"], "Training augmentation: the "
                   "paper's recipe (crops of 20-100% area, grayscale, colour jitter, flips), or "
                   "light (crops of 50-100% area only) for small images and short runs.")
+flags.DEFINE_float("min_crop_area", None, "Smallest area fraction of the random resized crop, "
+                   "in (0, 1], for either policy; default the policy's (paper 0.2, light 0.5).")
 flags.DEFINE_string("split_file", None, "Use this split file (from tools/make_splits.py) "
                     "instead of drawing one.")
 # Model.
@@ -140,6 +142,7 @@ def config_from_flags():
         image_size=FLAGS.image_size, label_percent=FLAGS.label_percent,
         data_percent=FLAGS.data_percent, split_seed=FLAGS.split_seed,
         split_file=FLAGS.split_file, augmentation=FLAGS.augmentation,
+        min_crop_area=FLAGS.min_crop_area,
         architecture=FLAGS.architecture, width=FLAGS.width,
         blocks_per_stage=(tuple(int(b) for b in FLAGS.blocks_per_stage)
                           if FLAGS.blocks_per_stage else None),

@@ -213,7 +213,7 @@ def cached_passes(cached_records, num_used, seed, epoch, first_pass, last_pass):
 def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, start_step=0,
                         used_index=None, steps=None, cycle_length=DEFAULT_CYCLE_LENGTH,
                         shuffle_block=None, batches_cross_passes=False,
-                        augmentation="paper", cache_passes=False):
+                        augmentation="paper", cache_passes=False, min_crop_area=None):
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -238,6 +238,8 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         than one batch be trained on (the supervised baseline's labelled
         set); it is wrong wherever examples index a memory bank.
       augmentation: the `augment.train_augment` policy, "paper" or "light".
+      min_crop_area: optional float in (0, 1], the smallest random-crop area
+        fraction instead of the policy's.
       cache_passes: read the used records once per epoch and hold them in
         memory; every pass is then one permutation of all of them (instead of
         a new read in its own shard order and block shuffle). For a small
@@ -253,9 +255,10 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
     _check_seed_epoch(seed, epoch)
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
-    if augmentation not in augment.POLICIES:
-        raise ConfigError(f"Unknown augmentation {augmentation!r}; choose one of "
-                          f"{augment.POLICIES}.")
+    try:
+        augment.crop_area_range(augmentation, min_crop_area)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     source.require_split(TRAIN)
     if used_index is not None:
         used_index = check_index_set("used_index", used_index, source.info.num_train)
@@ -279,7 +282,8 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
     def train_element(record, image):
         pass_seed = tf.random.experimental.stateless_fold_in(augment_seed, record["pass"])
         example_seed = tf.random.experimental.stateless_fold_in(pass_seed, record["index"])
-        return {"image": augment.train_augment(image, example_seed, image_size, augmentation),
+        return {"image": augment.train_augment(image, example_seed, image_size, augmentation,
+                                               min_crop_area),
                 "label": record["label"], "index": record["dense_index"]}
 
     # Records per pass: whole batches only, or every used example.

@@ -286,3 +286,23 @@ def test_cached_passes_read_the_split_once_and_permute_each_pass(source, start_s
     uncached = _CountingReads(source)
     _epoch(uncached, 6, steps=5, used_index=used, batches_cross_passes=True)
     assert uncached.reads >= 7 * n
+
+
+def test_min_crop_area_reaches_the_augmentation(folder_source):
+    with data_errors():
+        raw = {int(e["index"]): e["image"]
+               for e in folder_source.raw_dataset("train").as_numpy_iterator()}
+        out = _epoch(folder_source, 3, augmentation="light", min_crop_area=1.0)
+    # A crop of the whole area of a 10-wide image 12-14 high, with an aspect
+    # ratio of 3/4-4/3, fits only as a full-width band (the default light
+    # crops of half the area are mostly narrower).
+    for k, index in enumerate(out["index"]):
+        image = tf.constant(raw[int(index)])
+        height = image.shape[0]
+        bands = [augment.normalize(tf.clip_by_value(tf.image.resize(
+            image[top:top + h], [SIZE, SIZE], antialias=True) / 255.0, 0.0, 1.0)).numpy()
+            for h in range(1, height + 1) for top in range(height - h + 1)]
+        assert min(np.abs(out["image"][k] - band).max() for band in bands) < 1e-5
+    with pytest.raises(ConfigError, match="min_crop_area must lie in"):
+        pipeline.make_train_input_fn(folder_source, 3, SIZE, seed=0, epoch=0,
+                                     min_crop_area=0.0)
