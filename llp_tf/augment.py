@@ -14,10 +14,9 @@ log-uniform), random grayscale with p = 0.2, colour jitter in a random order
 [-0.4, 0.4] of the hue circle), horizontal flip with p = 0.5, ImageNet
 mean/std normalisation.
 
-A ``"light"`` policy keeps only the random resized crop, with area 0.5-1:
-the paper's recipe is made for 224 px photographs, and on 28 px digits its
-small crops, colour changes and mirror images destroy most of what an
-instance-recognition warm start could learn in a short run.
+A ``"light"`` policy keeps only the random resized crop: colour changes mean
+nothing on grayscale digits and mirror images change what a digit is. The
+crop's smallest area (0.2 in the release) is a setting of either policy.
 
 Evaluation: resize the short side to ``round(size * 256 / 224)`` (keeping the
 aspect ratio), centre crop ``size`` x ``size``, normalise.
@@ -47,9 +46,9 @@ EVAL_RESIZE_RATIO = 256.0 / 224.0
 # centre crop; the same here keeps the crop distribution of the release.
 _CROP_ATTEMPTS = 10
 
-# Sub-seeds of one example's seed, one per random decision.
-LIGHT_CROP_AREA_RANGE = (0.5, 1.0)
 POLICIES = ("paper", "light")
+
+# Sub-seeds of one example's seed, one per random decision.
 
 _SEED_CROP, _SEED_GRAY, _SEED_JITTER, _SEED_FLIP = range(4)
 _NUM_SUBSEEDS = 4
@@ -218,35 +217,32 @@ def normalize(image):
     return image * (1.0 / std) - mean / std
 
 
-def crop_area_range(policy, min_crop_area=None):
-    """(low, 1.0): the crop area fractions of ``policy``, or from ``min_crop_area``."""
+def check_policy(policy, min_crop_area):
+    """ValueError unless ``policy`` and ``min_crop_area`` are valid settings."""
     if policy not in POLICIES:
         raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of {POLICIES}.")
-    if min_crop_area is None:
-        return LIGHT_CROP_AREA_RANGE if policy == "light" else CROP_AREA_RANGE
     if not 0.0 < min_crop_area <= 1.0:
         raise ValueError(f"min_crop_area must lie in (0, 1]; got {min_crop_area}.")
-    return (float(min_crop_area), 1.0)
 
 
-def train_augment(image, seed, size, policy="paper", min_crop_area=None):
+def train_augment(image, seed, size, policy="paper", min_crop_area=CROP_AREA_RANGE[0]):
     """The training augmentation.
 
     Args:
       image: uint8 [H, W, 3].
       seed: int32/int64 [2], this example's stateless seed.
       size: int, output side S.
-      policy: "paper" (the release's recipe) or "light" (the random resized
-        crop alone, area 0.5-1; for small images and short runs).
-      min_crop_area: optional float in (0, 1], the smallest crop area
-        fraction instead of the policy's (0.2 paper, 0.5 light).
+      policy: "paper" (the release's recipe) or "light" (its random resized
+        crop alone).
+      min_crop_area: float in (0, 1], the smallest crop area fraction.
 
     Returns:
       float32 [S, S, 3], normalised.
     """
-    area_range = crop_area_range(policy, min_crop_area)
+    check_policy(policy, min_crop_area)
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
-    image = random_resized_crop(image, seeds[_SEED_CROP], size, area_range=area_range)
+    image = random_resized_crop(image, seeds[_SEED_CROP], size,
+                                area_range=(float(min_crop_area), 1.0))
     if policy == "light":
         image = normalize(image)
         image.set_shape([size, size, 3])

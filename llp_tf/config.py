@@ -37,8 +37,7 @@ class TrainConfig:
     split_seed: Optional[int] = None
     split_file: Optional[str] = None
     augmentation: str = "paper"
-    # Smallest random-crop area fraction; None: the policy's (0.2 paper, 0.5 light).
-    min_crop_area: Optional[float] = None
+    min_crop_area: float = 0.2
     # Model.
     architecture: str = "resnet18"
     width: float = 1.0
@@ -85,7 +84,7 @@ class TrainConfig:
              f"augmentation must be one of {AUGMENTATIONS}, not {self.augmentation!r}"),
             (self.propagation in PROPAGATIONS,
              f"propagation must be one of {PROPAGATIONS}, not {self.propagation!r}"),
-            (self.min_crop_area is None or 0 < self.min_crop_area <= 1,
+            (0 < self.min_crop_area <= 1,
              "min_crop_area must lie in (0, 1]"),
             (0 < self.label_percent <= 100, "label_percent must lie in (0, 100]"),
             (0 < self.data_percent <= 100, "data_percent must lie in (0, 100]"),

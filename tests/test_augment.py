@@ -133,14 +133,14 @@ def test_eval_short_side(shape, resized):
     assert augment.eval_preprocess(tf.zeros(shape + (3,), tf.uint8), size).shape == (size, size, 3)
 
 
-def test_light_policy_is_the_mild_crop_alone():
+def test_light_policy_is_the_crop_alone():
     rng = np.random.default_rng(5)
     image = tf.constant(rng.integers(0, 256, (20, 24, 3)), tf.uint8)
     seed = tf.constant([7, 11], tf.int64)
     got = augment.train_augment(image, seed, 16, "light").numpy()
     crop_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=4))[0]
     want = augment.normalize(augment.random_resized_crop(
-        image, crop_seed, 16, area_range=augment.LIGHT_CROP_AREA_RANGE)).numpy()
+        image, crop_seed, 16, area_range=(0.2, 1.0))).numpy()
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(got, augment.train_augment(image, seed, 16, "paper").numpy())
     with pytest.raises(ValueError, match="policy"):
@@ -153,22 +153,23 @@ def test_config_lists_the_augmentation_policies():
 
 
 def test_min_crop_area_sets_the_crop_of_either_policy():
-    assert augment.crop_area_range("paper") == (0.2, 1.0)
-    assert augment.crop_area_range("light") == (0.5, 1.0)
-    assert augment.crop_area_range("light", 0.3) == (0.3, 1.0)
-    for bad in (0.0, 1.2):
-        with pytest.raises(ValueError, match="min_crop_area"):
-            augment.crop_area_range("paper", bad)
-
     image = _image(20, 24, seed=3)
     seed = tf.constant([7, 12], tf.int64)
-    crop_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=4))[0]
-    got = augment.train_augment(image, seed, 16, "light", min_crop_area=0.3).numpy()
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=4))
+    got = augment.train_augment(image, seed, 16, "light", min_crop_area=0.6).numpy()
     want = augment.normalize(augment.random_resized_crop(
-        image, crop_seed, 16, area_range=(0.3, 1.0))).numpy()
+        image, seeds[0], 16, area_range=(0.6, 1.0))).numpy()
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(got, augment.train_augment(image, seed, 16, "light").numpy())
-    # The paper policy keeps its other steps; 0.2 is its own crop.
-    np.testing.assert_array_equal(
-        augment.train_augment(image, seed, 16, "paper", min_crop_area=0.2).numpy(),
-        augment.train_augment(image, seed, 16, "paper").numpy())
+
+    # The paper policy keeps its other steps after the crop.
+    got = augment.train_augment(image, seed, 16, "paper", min_crop_area=0.6).numpy()
+    crop = augment.random_resized_crop(image, seeds[0], 16, area_range=(0.6, 1.0))
+    crop = augment.random_grayscale(crop, seeds[1])
+    crop = augment.color_jitter(crop, seeds[2])
+    want = augment.normalize(augment.random_flip(crop, seeds[3])).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+    for bad in (0.0, 1.2):
+        with pytest.raises(ValueError, match="min_crop_area"):
+            augment.train_augment(image, seed, 16, "light", min_crop_area=bad)

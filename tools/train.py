@@ -38,10 +38,10 @@ flags.DEFINE_float("data_percent", 100.0, "q: percent of the training images use
 flags.DEFINE_integer("split_seed", None, "Draw the labelled and used sets at random with this "
                      "seed instead of the release's lowest-index rule.")
 flags.DEFINE_enum("augmentation", "paper", ["paper", "light"], "Training augmentation: the "
-                  "paper's recipe (crops of 20-100% area, grayscale, colour jitter, flips), or "
-                  "light (crops of 50-100% area only) for small images and short runs.")
-flags.DEFINE_float("min_crop_area", None, "Smallest area fraction of the random resized crop, "
-                   "in (0, 1], for either policy; default the policy's (paper 0.2, light 0.5).")
+                  "paper's recipe (random resized crop, grayscale, colour jitter, flips), or "
+                  "light (the random resized crop only), for grayscale digits.")
+flags.DEFINE_float("min_crop_area", 0.2, "Smallest area fraction of the random resized crop, "
+                   "in (0, 1] (the release: 0.2).")
 flags.DEFINE_string("split_file", None, "Use this split file (from tools/make_splits.py) "
                     "instead of drawing one.")
 # Model.

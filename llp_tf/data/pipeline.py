@@ -213,7 +213,8 @@ def cached_passes(cached_records, num_used, seed, epoch, first_pass, last_pass):
 def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, start_step=0,
                         used_index=None, steps=None, cycle_length=DEFAULT_CYCLE_LENGTH,
                         shuffle_block=None, batches_cross_passes=False,
-                        augmentation="paper", cache_passes=False, min_crop_area=None):
+                        augmentation="paper", cache_passes=False,
+                        min_crop_area=augment.CROP_AREA_RANGE[0]):
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -238,8 +239,7 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
         than one batch be trained on (the supervised baseline's labelled
         set); it is wrong wherever examples index a memory bank.
       augmentation: the `augment.train_augment` policy, "paper" or "light".
-      min_crop_area: optional float in (0, 1], the smallest random-crop area
-        fraction instead of the policy's.
+      min_crop_area: float in (0, 1], the smallest random-crop area fraction.
       cache_passes: read the used records once per epoch and hold them in
         memory; every pass is then one permutation of all of them (instead of
         a new read in its own shard order and block shuffle). For a small
@@ -256,7 +256,7 @@ def make_train_input_fn(source, global_batch_size, image_size, seed, epoch, star
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
     try:
-        augment.crop_area_range(augmentation, min_crop_area)
+        augment.check_policy(augmentation, min_crop_area)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     source.require_split(TRAIN)

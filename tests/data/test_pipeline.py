@@ -294,8 +294,8 @@ def test_min_crop_area_reaches_the_augmentation(folder_source):
                for e in folder_source.raw_dataset("train").as_numpy_iterator()}
         out = _epoch(folder_source, 3, augmentation="light", min_crop_area=1.0)
     # A crop of the whole area of a 10-wide image 12-14 high, with an aspect
-    # ratio of 3/4-4/3, fits only as a full-width band (the default light
-    # crops of half the area are mostly narrower).
+    # ratio of 3/4-4/3, fits only as a full-width band (the default crops,
+    # of 20-100% of the area, are mostly narrower).
     for k, index in enumerate(out["index"]):
         image = tf.constant(raw[int(index)])
         height = image.shape[0]
