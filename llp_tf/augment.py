@@ -49,7 +49,6 @@ _CROP_ATTEMPTS = 10
 POLICIES = ("paper", "light")
 
 # Sub-seeds of one example's seed, one per random decision.
-
 _SEED_CROP, _SEED_GRAY, _SEED_JITTER, _SEED_FLIP = range(4)
 _NUM_SUBSEEDS = 4
 
