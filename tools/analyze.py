@@ -58,11 +58,10 @@ def main(argv, stdout=None, stderr=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     values = make_flags()
-    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    exit_code = tool_cli.parse_run_tool(values, argv, __doc__, "an LLP training run", stdout,
+                                        stderr)
     if exit_code is not None:
         return exit_code
-    if not tool_cli.check_run_dir(values.run_dir, "an LLP training run", stderr):
-        return 1
     class_ids = None
     if values.class_ids:
         try:

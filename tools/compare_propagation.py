@@ -300,17 +300,7 @@ def run_comparison(stream=sys.stdout):
 
 
 def main(argv):
-    if len(argv) > 1:
-        sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
-        return 2
-    tool_cli.quiet_absl_info(FLAGS)
-    from llp_tf.errors import LLPError
-    try:
-        run_comparison()
-    except LLPError as error:
-        sys.stderr.write(f"error: {error}\n")
-        return 1
-    return 0
+    return tool_cli.run_absl_tool(argv, FLAGS, run_comparison)
 
 
 if __name__ == "__main__":

@@ -97,11 +97,9 @@ def main(argv, stdout=None, stderr=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     values = make_flags()
-    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    exit_code = tool_cli.parse_run_tool(values, argv, __doc__, "a training run", stdout, stderr)
     if exit_code is not None:
         return exit_code
-    if not tool_cli.check_run_dir(values.run_dir, "a training run", stderr):
-        return 1
     output_dir = os.path.abspath(values.output_dir or os.path.join(values.run_dir,
                                                                    EXPORT_SUBDIR))
     if os.path.lexists(output_dir) and not values.overwrite:

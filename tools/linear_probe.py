@@ -171,21 +171,11 @@ def run_probe(options, stream):
 
 def run(options, stdout, stderr):
     """Runs the probe with parsed flags; returns the exit status (1: bad input)."""
-    from llp_tf.errors import LLPError
-    try:
-        run_probe(options, stdout)
-    except LLPError as error:
-        stderr.write(f"error: {error}\n")
-        return 1
-    return 0
+    return tool_cli.exit_code_of(lambda: run_probe(options, stdout), stderr)
 
 
 def main(argv):
-    if len(argv) > 1:
-        sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
-        return 2
-    tool_cli.quiet_absl_info(FLAGS)
-    return run(FLAGS, sys.stdout, sys.stderr)
+    return tool_cli.run_absl_tool(argv, FLAGS, lambda: run_probe(FLAGS, sys.stdout))
 
 
 if __name__ == "__main__":

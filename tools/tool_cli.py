@@ -3,12 +3,15 @@
 Tools that keep their flags in their own `FlagValues` (export, predict,
 analyze) can run their `main` several times in one process (tests) without
 clashing over flag names, and each gets the same handling of --help, bad
-flags and stray arguments. This module imports only absl, so
-`tools/predict.py` still runs where llp_tf is not installed.
+flags and stray arguments. Tools started by absl's `app.run` on its global
+flags (train, compare_propagation, linear_probe) share `run_absl_tool`. This
+module imports only absl (llp_tf only inside the functions that report its
+errors), so `tools/predict.py` still runs where llp_tf is not installed.
 """
 
 import json
 import os
+import sys
 
 from absl import flags, logging
 
@@ -46,6 +49,40 @@ def parse(values, argv, usage, stdout, stderr, positional=False):
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, 1
     return rest[1:], None
+
+
+def parse_run_tool(values, argv, usage, what, stdout, stderr):
+    """`parse` for a tool that reads a run directory, then `check_run_dir`.
+
+    Returns:
+      None to go on, else the exit code (0 after --help, 1 after an error).
+    """
+    _, exit_code = parse(values, argv, usage, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    return None if check_run_dir(values.run_dir, what, stderr) else 1
+
+
+def exit_code_of(body, stderr):
+    """Runs ``body()``: 0, or 1 after one ``error:`` line for an `LLPError`."""
+    from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
+    try:
+        body()
+    except LLPError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    return 0
+
+
+def run_absl_tool(argv, flag_values, body):
+    """The ``main`` of a tool started by absl's `app.run`: refuses stray
+    arguments (exit 2), hides absl INFO logs unless --verbosity was given, then
+    returns `exit_code_of(body)`."""
+    if len(argv) > 1:
+        sys.stderr.write(f"error: unexpected arguments: {' '.join(argv[1:])}\n")
+        return 2
+    quiet_absl_info(flag_values)
+    return exit_code_of(body, sys.stderr)
 
 
 def check_run_dir(run_dir, what, stderr):

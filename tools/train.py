@@ -165,21 +165,16 @@ def config_from_flags():
         warm_start=FLAGS.warm_start, cpu_replicas=FLAGS.cpu_replicas)
 
 
+def train():
+    config = config_from_flags()
+    # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
+    # configured before TensorFlow touches a device.
+    from llp_tf.training_loop import run_training  # noqa: PLC0415
+    run_training(config)
+
+
 def main(argv):
-    if len(argv) > 1:
-        sys.stderr.write(f"Unexpected arguments: {' '.join(argv[1:])}\n")
-        return 2
-    tool_cli.quiet_absl_info(FLAGS)
-    from llp_tf.errors import LLPError
-    try:
-        config = config_from_flags()
-        # Logical CPUs must be configured before TensorFlow touches a device.
-        from llp_tf.training_loop import run_training
-        run_training(config)
-    except LLPError as error:
-        sys.stderr.write(f"error: {error}\n")
-        return 1
-    return 0
+    return tool_cli.run_absl_tool(argv, FLAGS, train)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,3 @@
-import importlib.util
-import io
 import json
 import os
 import shutil
@@ -9,29 +7,20 @@ import sys
 import pytest
 
 from llp_tf import config
+from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ANALYZE = os.path.join(ROOT, "tools", "analyze.py")
+ANALYZE = tool_path("analyze.py")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 OUTPUTS = ("aggregation_histogram.png", "aggregation_trajectory.png", "mds.png",
            "analysis_summary.txt", "analysis.json")
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("analyze_tool", ANALYZE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-analyze_tool = _load_tool()
+analyze_tool = load_tool("analyze.py")
 
 
 def _main(*args):
     """(exit code, stdout, stderr) of the tool's main, run in this process."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = analyze_tool.main(["analyze.py", *args], stdout=stdout, stderr=stderr)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_main(analyze_tool, *args)
 
 
 def _last_logged_score(run_dir):

@@ -1,30 +1,18 @@
-import importlib.util
-import io
 import json
 import os
 
 import pytest
 
 from llp_tf import trained_run
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _load_tool():
-    spec = importlib.util.spec_from_file_location(
-        "export_tool", os.path.join(ROOT, "tools", "export.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tools.tool_main import load_tool, run_main
 
 
-export_tool = _load_tool()
+
+export_tool = load_tool("export.py")
 
 
 def _run(*args):
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = export_tool.main(["export.py", *args], stdout=stdout, stderr=stderr)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_main(export_tool, *args)
 
 
 def _info(model_dir):

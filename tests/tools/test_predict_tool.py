@@ -1,5 +1,3 @@
-import importlib.util
-import io
 import os
 import subprocess
 import sys
@@ -9,28 +7,19 @@ import pytest
 import tensorflow as tf
 
 from llp_tf import augment, export
+from tests.tools.tool_main import load_tool, run_main, tool_path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PREDICT = os.path.join(ROOT, "tools", "predict.py")
+PREDICT = tool_path("predict.py")
 FRESH_PROCESS_TIMEOUT_SECONDS = 120
 # Probabilities are printed with four decimals.
 PRINTED_TOLERANCE = 5e-5 + 1e-6
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("predict_tool", PREDICT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-predict_tool = _load_tool()
+predict_tool = load_tool("predict.py")
 
 
 def _run(*args):
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = predict_tool.main(["predict.py", *args], stdout=stdout, stderr=stderr)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_main(predict_tool, *args)
 
 
 @pytest.fixture(scope="module")
