@@ -1,5 +1,6 @@
 """The LLP objective: aggregation loss, categorisation loss, their weighted
-total (paper eq. 2-4 and 9) and the weight-decay penalty.
+total (paper eq. 2-4 and 9) and the weight-decay penalty (as the release
+trained it: lambda/2 * sum ||w||^2, see `l2_penalty`).
 
 Per-example losses are float32 [B]; the reductions divide by the *global*
 batch size so that, under `tf.distribute`, summing the replicas' losses gives
@@ -141,9 +142,14 @@ def llp_loss(aggregation, categorisation, confidence, global_batch_size=None,
 
 
 def l2_penalty(weights, weight_decay):
-    """``weight_decay * sum ||w||^2`` over the given weights (eq. 9's last term).
+    """``weight_decay * sum(tf.nn.l2_loss(w))`` = lambda/2 * sum ||w||^2 (eq. 9's last term).
 
-    The caller passes the weights that decay (not batch-norm parameters).
+    This is the authors' release's convention, and the usual meaning of
+    "weight decay 1e-4": the penalty's gradient is ``lambda * w``, so one SGD
+    step moves a weight by ``-lr * (grad_data + lambda * w)``. The paper's
+    eq. 9 writes ``lambda * ||theta||^2`` (twice as strong at the same
+    lambda), but its numbers were trained with this one. The caller passes
+    the weights that decay (not batch-norm parameters).
 
     Args:
       weights: iterable of float tensors or variables.
@@ -155,5 +161,4 @@ def l2_penalty(weights, weight_decay):
     weights = list(weights)
     if not weights or weight_decay == 0:
         return tf.constant(0.0)
-    return weight_decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(w, tf.float32)))
-                                    for w in weights])
+    return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in weights])

@@ -52,8 +52,10 @@ class LLPTrainer:
           k: int, voters per propagation.
           t: int, neighbours of the density estimate.
           propagation_method: "local" (LLP, eq. 7-8), "knn" (eq. 5-6) or
-            "classifier" (the release's variant: the category head's argmax
-            and maximum probability).
+            "classifier" (the category head's argmax and maximum probability,
+            stored as real classes: the variant the release intended; the
+            release stored the class without its label offset, so its pseudo
+            labels landed among the instance ids).
           weight_by_confidence: bool, False for the "woc" ablation.
           use_categorisation: bool, False to drop L_C.
           density_chunk_size: int, query rows per chunk of the density refresh.

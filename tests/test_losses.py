@@ -151,6 +151,7 @@ def test_l2_penalty():
     rng = np.random.default_rng(12)
     weights = [rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=7).astype(np.float32)]
     got = losses.l2_penalty([tf.Variable(w) for w in weights], 1e-4).numpy()
-    want = 1e-4 * sum((w.astype(np.float64) ** 2).sum() for w in weights)
+    # The release's convention: lambda * sum(l2_loss(w)) = lambda / 2 * sum w^2.
+    want = 1e-4 / 2 * sum((w.astype(np.float64) ** 2).sum() for w in weights)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert losses.l2_penalty([], 1e-4).numpy() == 0.0

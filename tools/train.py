@@ -65,7 +65,10 @@ flags.DEFINE_float("base_learning_rate", 0.03, "Learning rate at a global batch 
                    "scaled linearly with the global batch size.")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum.")
 flags.DEFINE_float("weight_decay", 1e-4, "lambda of the L2 penalty on all weights except "
-                   "batch-norm parameters.")
+                   "batch-norm parameters, added as the release trained it: lambda * "
+                   "sum(tf.nn.l2_loss(w)) = lambda/2 * sum ||w||^2, whose gradient is lambda * w "
+                   "(the paper's eq. 9 writes lambda * ||theta||^2, but its numbers come from "
+                   "the release's convention).")
 flags.DEFINE_integer("epochs", 300, "Total epochs, counting the warm-start epochs.")
 flags.DEFINE_integer("warmup_epochs", 10, "Epochs of instance-recognition warm start before "
                      "LLP (ignored by --method=supervised).")
@@ -79,7 +82,11 @@ flags.DEFINE_enum("method", "llp", ["llp", "supervised"], "llp, or supervised: "
                   "cross-entropy on the labelled examples only (the baseline).")
 flags.DEFINE_enum("propagation", "local", ["local", "knn", "classifier"], "Pseudo labels "
                   "from the locally weighted kNN (LLP, eq. 7-8), the plain weighted kNN "
-                  "(eq. 5-6), or the category head (the authors' release).")
+                  "(eq. 5-6), or the category head's argmax with its probability as confidence "
+                  "(classifier: the variant the release intended; the release itself stored "
+                  "that class without its label offset, so its pseudo labels fell among the "
+                  "instance ids, never aggregated with their class and had no categorisation "
+                  "loss, a slip that is not reproduced here).")
 flags.DEFINE_integer("k", 10, "K: labelled neighbours that vote.")
 flags.DEFINE_integer("t", 25, "T: neighbours in the local density estimate (the release "
                      "used 50).")
