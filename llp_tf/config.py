@@ -36,6 +36,7 @@ class TrainConfig:
     data_percent: float = 100.0
     split_seed: Optional[int] = None
     split_file: Optional[str] = None
+    label_subset: Optional[str] = None
     augmentation: str = "paper"
     min_crop_area: float = 0.2
     # Model.
@@ -85,6 +86,8 @@ class TrainConfig:
             (self.propagation in PROPAGATIONS,
              f"propagation must be one of {PROPAGATIONS}, not {self.propagation!r}"),
             (0 < self.min_crop_area <= 1, "min_crop_area must lie in (0, 1]"),
+            (not (self.split_file and self.label_subset),
+             "give split_file or label_subset, not both (each sets the labelled examples)"),
             (0 < self.label_percent <= 100, "label_percent must lie in (0, 100]"),
             (0 < self.data_percent <= 100, "data_percent must lie in (0, 100]"),
             (self.label_percent <= self.data_percent,

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from llp_tf import config as config_lib
 from llp_tf import data, schedule
-from llp_tf.data import pipeline, splits
+from llp_tf.data import label_subsets, pipeline, splits
 from llp_tf.distribution import make_strategy
 from llp_tf.errors import ConfigError, LLPError
 from llp_tf.evaluation import Evaluator
@@ -50,21 +50,38 @@ def _log(stream, message):
 
 
 def _resolve_split(config, source, train_labels, stream):
-    """(labeled_index, used_index): the run's saved split, a given file, or a new draw."""
+    """(labeled_index, used_index, new): the run's saved split, or else a given split
+    file, a subset list or a new draw; ``new`` says the split is not saved yet."""
     path = os.path.join(config.run_dir, SPLIT_FILE)
     name = source.info.name
     if os.path.exists(path):
-        return splits.load_splits(path, train_labels, name)
+        return (*splits.load_splits(path, train_labels, name), False)
+    warning = splits.absent_classes_warning(train_labels, source.info.num_classes)
+    if warning:
+        _log(stream, warning)
     if config.split_file:
         labeled_index, used_index = splits.load_splits(config.split_file, train_labels, name)
         _log(stream, f"Split from {config.split_file}.")
+    elif config.label_subset:
+        labeled_index, used_index, list_path = label_subsets.make_subset_splits(
+            source, config.label_subset, config.data_percent, config.split_seed,
+            config.data_dir)
+        _log(stream, f"Labelled set: the {len(labeled_index)} images listed in {list_path} "
+                     "(--label_percent is not used).")
     else:
         labeled_index, used_index = splits.make_splits(
             train_labels, config.label_percent, config.data_percent, seed=config.split_seed,
             num_classes=source.info.num_classes)
-    splits.save_splits(path, labeled_index, used_index, train_labels, name,
-                       config.label_percent, config.data_percent, config.split_seed)
-    return labeled_index, used_index
+    return labeled_index, used_index, True
+
+
+def _check_one_batch(num_used, global_batch_size):
+    if pipeline.steps_per_epoch(num_used, global_batch_size) == 0:
+        raise ConfigError(
+            f"The run uses {num_used} training examples, fewer than one global batch "
+            f"(--global_batch_size={global_batch_size}), so an epoch would have no step. "
+            f"Give --global_batch_size={num_used} or less, or use more data "
+            "(--data_percent, or a larger dataset).")
 
 
 class _RunState:
@@ -180,7 +197,13 @@ def run_training(config, stream=None):
     source = data.load_source(config.dataset, config.data_dir)
     info = source.info
     train_labels = source.train_labels()
-    labeled_index, used_index = _resolve_split(config, source, train_labels, stream)
+    labeled_index, used_index, new_split = _resolve_split(config, source, train_labels, stream)
+    # Checked before anything is written, so a refused run leaves no files.
+    _check_one_batch(len(used_index), config.global_batch_size)
+    if new_split:
+        splits.save_splits(os.path.join(config.run_dir, SPLIT_FILE), labeled_index, used_index,
+                           train_labels, info.name, config.label_percent, config.data_percent,
+                           config.split_seed)
     bank_true_labels = train_labels[used_index]
     labeled_positions = splits.dense_index(used_index, labeled_index)
     config_lib.save_config(config)

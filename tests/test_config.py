@@ -9,7 +9,8 @@ from llp_tf.errors import ConfigError
 
 def test_json_round_trip_keeps_every_field(tmp_path):
     config = TrainConfig(run_dir=str(tmp_path), blocks_per_stage=(1, 1), lr_drop_epochs=(3, 5),
-                         split_seed=4, label_percent=1.0, min_crop_area=0.3)
+                         split_seed=4, label_percent=1.0, min_crop_area=0.3,
+                         label_subset="1percent")
     assert TrainConfig.from_json(config.to_json()) == config
 
 
@@ -29,6 +30,7 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     (dict(bank_momentum=1.0), "bank_momentum"),
     (dict(min_crop_area=0.0), "min_crop_area"),
     (dict(min_crop_area=1.5), "min_crop_area"),
+    (dict(split_file="s.npz", label_subset="1percent"), "split_file or label_subset, not both"),
 ])
 def test_invalid_settings_are_one_clear_error(tmp_path, changes, match):
     with pytest.raises(ConfigError, match=match):

@@ -44,6 +44,12 @@ flags.DEFINE_float("min_crop_area", 0.2, "Smallest area fraction of the random r
                    "in (0, 1] (the release: 0.2).")
 flags.DEFINE_string("split_file", None, "Use this split file (from tools/make_splits.py) "
                     "instead of drawing one.")
+flags.DEFINE_string("label_subset", None, "Label exactly the training images named in this "
+                    "list (one image file name per line, e.g. n01440764_10026.JPEG) instead of "
+                    "--label_percent: a file, or 1percent / 10percent for ImageNet's standard "
+                    "subsets published with SimCLR (fetched once through TFDS into "
+                    "<data_dir>/downloads). The used subset (--data_percent) is drawn around "
+                    "them. Needs a dataset that records file names (folder:, tfds:imagenet2012).")
 # Model.
 flags.DEFINE_string("architecture", "resnet18", "resnet10 (tiny), resnet18, resnet34, "
                     "resnet50, resnet101 or resnet152 (pre-activation, v2).")
@@ -148,7 +154,8 @@ def config_from_flags():
         run_dir=run_dir, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
         image_size=FLAGS.image_size, label_percent=FLAGS.label_percent,
         data_percent=FLAGS.data_percent, split_seed=FLAGS.split_seed,
-        split_file=FLAGS.split_file, augmentation=FLAGS.augmentation,
+        split_file=FLAGS.split_file, label_subset=FLAGS.label_subset,
+        augmentation=FLAGS.augmentation,
         min_crop_area=FLAGS.min_crop_area,
         architecture=FLAGS.architecture, width=FLAGS.width,
         blocks_per_stage=(tuple(int(b) for b in FLAGS.blocks_per_stage)

@@ -130,6 +130,10 @@ class FolderSource(Source):
         self.info.num_examples(split)
         return list(self._paths[split])
 
+    def file_names(self, split):
+        self.info.num_examples(split)
+        return np.array([os.path.basename(path) for path in self._paths[split]], dtype=str)
+
     def num_shards(self, split):
         return 1
 

@@ -78,20 +78,28 @@ def _scan_one(path, parse_fn, what):
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
+def _as_field(values):
+    """int64 for numbers; str (fixed-width unicode, storable without pickling) for bytes."""
+    if values.dtype == object or values.dtype.kind == "S":
+        return np.char.decode(values.astype(bytes), "utf-8")
+    return values.astype(np.int64)
+
+
 def scan(files, parse_fn, keys, what, tag):
     """Reads the small fields of every record of a list of shards.
 
     Args:
       files: list of str, shard paths in shard order.
-      parse_fn: string [B] serialized records -> dict of int64 [B] tensors
-        with ``keys``.
+      parse_fn: string [B] serialized records -> dict of int64 or string [B]
+        tensors with ``keys``.
       keys: tuple of str.
       what: str naming the dataset and split, for messages.
       tag: str that identifies ``parse_fn`` in the cache key.
 
     Returns:
       (counts, fields): int64 [S] records per shard, and a dict key ->
-      int64 [sum(counts)], records of all shards in shard order.
+      [sum(counts)] array (int64, or str for string fields), records of all
+      shards in shard order.
     """
     total_bytes = sum(os.path.getsize(path) for path in files)
     cache_path = None
@@ -107,8 +115,8 @@ def scan(files, parse_fn, keys, what, tag):
     with concurrent.futures.ThreadPoolExecutor(_SCAN_THREADS) as pool:
         results = list(pool.map(lambda path: _scan_one(path, parse_fn, what), files))
     counts = np.array([0 if r is None else len(r[keys[0]]) for r in results], np.int64)
-    fields = {key: np.concatenate([r[key] for r in results if r is not None]
-                                  or [np.zeros(0, np.int64)]).astype(np.int64)
+    fields = {key: _as_field(np.concatenate([r[key] for r in results if r is not None]
+                                            or [np.zeros(0, np.int64)]))
               for key in keys}
 
     if cache_path is not None:

@@ -109,6 +109,18 @@ class Source(abc.ABC):
     def labels(self, split):
         """np.int64 [N]: the true class of each example of ``split`` by index."""
 
+    def file_names(self, split):
+        """np.str_ [N]: the image file name (no folder) of each example of ``split``
+        by index, for labelled sets given as file-name lists.
+
+        Raises DataError for sources that do not record file names.
+        """
+        raise DataError(
+            f"Dataset {self.info.name} does not record its images' file names, so a list of "
+            "file names cannot be matched to its examples. Use a source that records them: "
+            "an image folder (folder:...) or a TFDS dataset with a file_name feature (such "
+            "as tfds:imagenet2012), or give the split as indices with --split_file.")
+
     def train_labels(self):
         """np.int64 [num_train]: class of each training example by its index."""
         return self.labels(TRAIN)

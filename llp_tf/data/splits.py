@@ -13,7 +13,11 @@ and trains on QQ% of them (always including the labelled ones).
 - used: ``max(k_c, round(QQ% * n_c))`` examples: the labelled ones, plus the
   lowest remaining indices (``seed=None``) or a seeded draw of the rest.
 
-A class that would get no labelled example is an error: raise PP.
+A class that has training examples but would get no labelled example is an
+error: raise PP, or give the labelled set yourself (a split file, or a list
+of file names: `splits_from_labeled`). A class with no training example at
+all (a subset of a larger label space, e.g. 10 synsets of ImageNet's 1000)
+cannot get a label and is skipped; `absent_classes_warning` says so.
 
 The split used by a run must not change when the run resumes (a re-drawn
 split silently adds labels), so it is written to a file (`save_splits`) and
@@ -49,6 +53,36 @@ def _check_percent(name, value):
         raise ConfigError(f"{name} must be a percentage in (0, 100]; got {value!r}.")
 
 
+def _check_labels(labels, num_classes):
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
+        raise DataError("make_splits needs a non-empty 1-D integer array of training labels.")
+    if labels.min() < 0 or (num_classes is not None and labels.max() >= num_classes):
+        bound = f"[0, {num_classes})" if num_classes is not None else ">= 0"
+        raise DataError(f"Training labels must be classes {bound}; found "
+                        f"{labels.min()} to {labels.max()}.")
+    return labels
+
+
+def _check_percents(label_percent, data_percent):
+    _check_percent("label_percent", label_percent)
+    _check_percent("data_percent", data_percent)
+    if data_percent < label_percent:
+        raise ConfigError(
+            f"data_percent ({data_percent}) is below label_percent ({label_percent}); the "
+            "used subset must contain the labelled set.")
+
+
+def _used_extra(members, chosen, count, rng):
+    """Up to ``count`` - len(chosen) more of a class's ``members``: the lowest
+    remaining indices (rng None) or a seeded draw of the rest."""
+    rest = np.setdiff1d(members, chosen)
+    extra = max(0, count - len(chosen))
+    if rng is None:
+        return rest[:extra]
+    return rng.choice(rest, size=min(extra, rest.size), replace=False)
+
+
 def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None):
     """The labelled and used subsets of a regime (see the module docstring).
 
@@ -58,8 +92,9 @@ def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None
       data_percent: QQ >= PP, percentage of each class that is used.
       seed: None for the release's lowest-index rule, or an int for a seeded
         random draw.
-      num_classes: optional C; if given, a class in [0, C) without any
-        training example is an error too.
+      num_classes: optional C; labels must then lie in [0, C). Classes of
+        [0, C) without any training example are skipped (see
+        `absent_classes_warning`).
 
     Returns:
       (labeled_index, used_index): sorted int64 arrays of distinct example
@@ -67,43 +102,23 @@ def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None
 
     Raises:
       ConfigError: a percentage out of range, or QQ < PP.
-      DataError: a class would get no labelled example; labels are invalid.
+      DataError: a class with training examples would get no labelled
+        example; labels are invalid.
     """
-    _check_percent("label_percent", label_percent)
-    _check_percent("data_percent", data_percent)
-    if data_percent < label_percent:
-        raise ConfigError(
-            f"data_percent ({data_percent}) is below label_percent ({label_percent}); the "
-            "used subset must contain the labelled set.")
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
-        raise DataError("make_splits needs a non-empty 1-D integer array of training labels.")
-    if labels.min() < 0:
-        raise DataError(f"Training labels must be classes >= 0; found {labels.min()}.")
-    classes = np.unique(labels)
-    if num_classes is not None:
-        missing = np.setdiff1d(np.arange(num_classes), classes)
-        if missing.size:
-            raise DataError(
-                f"Class(es) {missing[:10].tolist()} have no training example, so they cannot "
-                f"get a labelled example ({missing.size} of {num_classes} classes).")
+    _check_percents(label_percent, data_percent)
+    labels = _check_labels(labels, num_classes)
     rng = None if seed is None else np.random.default_rng(seed)
     labeled, used, starved = [], [], []
-    for c in classes:
+    for c in np.unique(labels):
         members = np.flatnonzero(labels == c)  # increasing index order
         k = _round_half_up(label_percent * members.size / 100.0)
         u = max(k, _round_half_up(data_percent * members.size / 100.0))
         if k == 0:
             starved.append((int(c), members.size))
             continue
-        if rng is None:
-            chosen, extra = members[:k], members[k:u]
-        else:
-            chosen = rng.choice(members, size=k, replace=False)
-            rest = np.setdiff1d(members, chosen)
-            extra = rng.choice(rest, size=u - k, replace=False)
+        chosen = members[:k] if rng is None else rng.choice(members, size=k, replace=False)
         labeled.append(chosen)
-        used.extend([chosen, extra])
+        used.extend([chosen, _used_extra(members, chosen, u, rng)])
     if starved:
         c, n = min(starved, key=lambda item: item[1])
         needed = 50.0 / n
@@ -111,11 +126,61 @@ def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None
         raise DataError(
             f"With label_percent={label_percent}, {len(starved)} class(es) would get no "
             f"labelled example: {shown}{', ...' if len(starved) > 5 else ''}. Every class "
-            f"needs at least one; class {c} has {n} examples, so label_percent must be at "
-            f"least {needed:.3g}.")
+            f"with training examples needs at least one: raise --label_percent to at least "
+            f"{needed:.3g} (class {c} has {n} examples), or choose the labelled examples "
+            "yourself with --split_file (tools/make_splits.py) or --label_subset (a list of "
+            "image file names).")
     labeled_index = np.sort(np.concatenate(labeled)).astype(np.int64)
     used_index = np.sort(np.concatenate(used)).astype(np.int64)
     return labeled_index, used_index
+
+
+def splits_from_labeled(labels, labeled_index, data_percent, seed=None, num_classes=None):
+    """The used subset around a labelled set chosen elsewhere (a subset list).
+
+    Per class c with n_c examples, the used subset holds its labelled
+    examples plus further ones up to ``round(QQ% * n_c)``, chosen as in
+    `make_splits` (lowest remaining indices, or a seeded draw).
+
+    Args:
+      labels: int [N], the true class of each training example by index.
+      labeled_index: int [M], distinct indices of the labelled examples.
+      data_percent: QQ, percentage of each class that is used.
+      seed: None or int, as in `make_splits`.
+      num_classes: optional C; labels must then lie in [0, C).
+
+    Returns:
+      (labeled_index, used_index): sorted int64 arrays.
+    """
+    _check_percent("data_percent", data_percent)
+    labels = _check_labels(labels, num_classes)
+    labeled_index = np.unique(np.asarray(labeled_index, np.int64))
+    check_index_set("labeled_index", labeled_index, labels.size)
+    if labeled_index.size == 0:
+        raise DataError("The labelled set is empty: give at least one labelled example.")
+    rng = None if seed is None else np.random.default_rng(seed)
+    used = [labeled_index]
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        chosen = labeled_index[labels[labeled_index] == c]
+        used.append(_used_extra(members, chosen,
+                                _round_half_up(data_percent * members.size / 100.0), rng))
+    return labeled_index, np.unique(np.concatenate(used)).astype(np.int64)
+
+
+def absent_classes_warning(labels, num_classes):
+    """A one-line warning counting the classes of [0, C) with no training example, or None.
+
+    Such classes (a subset of a larger label space) get no labelled example;
+    the model keeps all C outputs.
+    """
+    missing = np.setdiff1d(np.arange(num_classes), np.asarray(labels))
+    if not missing.size:
+        return None
+    shown = ", ".join(str(c) for c in missing[:5]) + (", ..." if missing.size > 5 else "")
+    return (f"warning: {missing.size} of {num_classes} classes have no training example "
+            f"(classes {shown}) and get no labelled example; the model keeps all "
+            f"{num_classes} class outputs.")
 
 
 def labels_fingerprint(train_labels):

@@ -44,6 +44,11 @@ def _first_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _one_paragraph(text):
+    """``text`` with its line breaks and runs of spaces folded into single spaces."""
+    return " ".join(str(text).split())
+
+
 def builder_by_name(name, data_dir=None):
     """tfds.core.DatasetBuilder for ``name``; DataError if TFDS has no such dataset."""
     try:
@@ -56,42 +61,76 @@ def builder_by_name(name, data_dir=None):
         raise DataError(f"TFDS cannot open dataset {name!r}: {_first_line(error)}") from None
 
 
-def download_hosts(builder):
-    """Sorted (host, port) pairs of the URLs in ``builder``'s checksum list."""
+def url_hosts(urls):
+    """Sorted (host, port) pairs of the http(s) URLs in ``urls``."""
     hosts = set()
-    for url in builder.url_infos or {}:
+    for url in urls:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme in ("http", "https") and parts.hostname:
             hosts.add((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)))
     return sorted(hosts)
 
 
-def check_download_hosts(builder, timeout=REACHABILITY_TIMEOUT_SECONDS):
-    """DataError unless every host ``builder`` downloads from takes a connection.
+def download_hosts(builder):
+    """Sorted (host, port) pairs of the URLs in ``builder``'s checksum list."""
+    return url_hosts(builder.url_infos or {})
 
-    Skipped behind a proxy (set through the environment), which requests uses
-    and a direct connection would not.
+
+def unreachable_host(urls, timeout=REACHABILITY_TIMEOUT_SECONDS):
+    """(host, OSError) of the first host of ``urls`` that takes no connection, or None.
+
+    None behind a proxy (set through the environment), which TFDS's
+    downloads use and a direct connection would not.
     """
     if urllib.request.getproxies():
-        return
-    for host, port in download_hosts(builder):
+        return None
+    for host, port in url_hosts(urls):
         try:
             socket.create_connection((host, port), timeout=timeout).close()
         except OSError as error:
-            raise DataError(
-                f"TFDS dataset {builder.name!r} is not prepared in {builder.data_dir_root}, and "
-                f"preparing it downloads from {host}, which cannot be reached from this "
-                f"machine ({error}). Prepare it where there is internet access and pass that "
-                "data_dir (or copy the prepared folder into this one).") from None
+            return host, error
+    return None
+
+
+def check_download_hosts(builder, timeout=REACHABILITY_TIMEOUT_SECONDS):
+    """DataError unless every host ``builder`` downloads from takes a connection."""
+    failure = unreachable_host(builder.url_infos or {}, timeout)
+    if failure:
+        host, error = failure
+        raise DataError(
+            f"TFDS dataset {builder.name!r} is not prepared in {builder.data_dir_root}, and "
+            f"preparing it downloads from {host}, which cannot be reached from this "
+            f"machine ({error}). Prepare it where there is internet access and pass that "
+            "data_dir (or copy the prepared folder into this one).")
+
+
+def check_manual_download(builder, manual_dir):
+    """DataError with TFDS's whole instruction if ``manual_dir`` holds nothing.
+
+    Datasets such as imagenet2012 are prepared from archives the user
+    downloads by hand; TFDS's own error for a missing folder is several
+    lines, of which the archive names come last.
+    """
+    if os.path.isdir(manual_dir) and any(not name.startswith(".")
+                                         for name in os.listdir(manual_dir)):
+        return
+    state = "is empty" if os.path.isdir(manual_dir) else "does not exist"
+    raise DataError(
+        f"TFDS dataset {builder.name!r} is not prepared in {builder.data_dir_root} and must be "
+        f"prepared from a manual download, but its manual folder {manual_dir} {state}. "
+        f"TFDS's instructions: {_one_paragraph(builder.MANUAL_DOWNLOAD_INSTRUCTIONS)} Put "
+        f"the files in {manual_dir} and rerun: TFDS prepares the dataset from them once.")
 
 
 def prepare(builder):
     """Prepares ``builder``'s data in its data_dir if it is not there yet."""
     if builder.is_prepared():
         return
-    if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
-        check_download_hosts(builder)
     manual_dir = os.path.join(builder.data_dir_root, "downloads", "manual")
+    if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+        check_manual_download(builder, manual_dir)
+    else:
+        check_download_hosts(builder)
     try:
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
             manual_dir=manual_dir, try_download_gcs=False))
@@ -100,7 +139,7 @@ def prepare(builder):
     except Exception as error:  # noqa: BLE001 -- any failure of TFDS, reported in one paragraph
         raise DataError(
             f"TFDS could not prepare dataset {builder.name!r} in {builder.data_dir_root}: "
-            f"{_first_line(error)} Datasets that need a manual download (imagenet2012) "
+            f"{_one_paragraph(error) or type(error).__name__} Datasets that need a manual download (imagenet2012) "
             f"expect their archives in {manual_dir}; others are downloaded, which needs "
             "internet access. Prepare it where that works and pass its data_dir.") from None
 
@@ -184,6 +223,24 @@ class TFDSSource(ShardFileSource):
 
         counts, fields = shards.scan(files, parse, ("label",), what, tag=f"tfds-label-{label_key}")
         return counts, fields["label"]
+
+    def file_names(self, split):
+        """The dataset's ``file_name`` (or ``filename``) text feature by index, read
+        by one scan of the split's shards (cached like the labels)."""
+        self.info.num_examples(split)
+        features = self._builder.info.features
+        key = next((k for k in ("file_name", "filename")
+                    if k in features and isinstance(features[k], tfds.features.Text)), None)
+        if key is None:
+            return super().file_names(split)
+        spec = {key: tf.io.FixedLenFeature([], tf.string)}
+
+        def parse(serialized):
+            return {"file_name": tf.io.parse_example(serialized, spec)[key]}
+
+        _, fields = shards.scan(self._files[split], parse, ("file_name",),
+                                f"TFDS {self.info.name} {split} split", tag=f"tfds-text-{key}")
+        return np.array([os.path.basename(name) for name in fields["file_name"]], dtype=str)
 
     def _where(self, split, index):
         offsets = self._offsets[split]

@@ -58,13 +58,57 @@ def test_seeded_draw_is_deterministic_and_seed_dependent():
 def test_class_without_labelled_example():
     labels = np.repeat([0, 1], [100, 20])
     with pytest.raises(DataError, match=r"1 class\(es\) would get no labelled example: "
-                                        r"class 1 \(20 examples\).*at least 2\.5"):
+                                        r"class 1 \(20 examples\).*at least 2\.5") as error:
         splits.make_splits(labels, 2, 100)
+    # The message names both ways out.
+    assert "--split_file" in str(error.value) and "--label_subset" in str(error.value)
 
 
-def test_class_missing_from_training_data():
-    with pytest.raises(DataError, match=r"Class\(es\) \[2\] have no training example"):
-        splits.make_splits(np.array([0, 1, 0, 1]), 50, 100, num_classes=3)
+def test_classes_missing_from_training_data_are_skipped():
+    # 10 of 1000 classes present (a subset of ImageNet's synsets): not an error.
+    rng = np.random.default_rng(0)
+    present = np.array([3, 17, 250, 251, 400, 512, 640, 777, 900, 999])
+    labels = rng.permutation(np.repeat(present, 20))
+    labeled, used = splits.make_splits(labels, 10, 100, num_classes=1000)
+    np.testing.assert_array_equal(np.bincount(labels[labeled], minlength=1000)[present], 2)
+    np.testing.assert_array_equal(used, np.arange(labels.size))
+    assert splits.absent_classes_warning(labels, 1000) == (
+        "warning: 990 of 1000 classes have no training example (classes 0, 1, 2, 4, 5, ...) "
+        "and get no labelled example; the model keeps all 1000 class outputs.")
+    assert splits.absent_classes_warning(labels, 1000).count("\n") == 0
+    assert splits.absent_classes_warning(np.arange(5), 5) is None
+
+
+def test_labels_outside_the_classes():
+    with pytest.raises(DataError, match=r"classes \[0, 3\)"):
+        splits.make_splits(np.array([0, 1, 3]), 50, 100, num_classes=3)
+
+
+@pytest.mark.parametrize("seed", [None, 4])
+def test_used_subset_around_a_given_labelled_set(seed):
+    labels = _labels()  # classes of 40, 25 and 17
+    labeled = np.flatnonzero(labels == 0)[[5, 9]].tolist() + [int(np.flatnonzero(labels == 2)[3])]
+    got_labeled, used = splits.splits_from_labeled(labels, labeled[::-1], 50, seed=seed)
+    np.testing.assert_array_equal(got_labeled, np.sort(labeled))
+    assert np.all(np.isin(labeled, used)) and np.all(np.diff(used) > 0)
+    # round half up of 50%: 20, 13 and 9 used per class, labelled ones included.
+    np.testing.assert_array_equal(np.bincount(labels[used]), [20, 13, 9])
+    if seed is None:
+        for c in range(3):
+            members = np.flatnonzero(labels == c)
+            mine = np.intersect1d(members, labeled)
+            rest = np.setdiff1d(members, mine)[:[20, 13, 9][c] - mine.size]
+            np.testing.assert_array_equal(np.intersect1d(used, members), np.union1d(mine, rest))
+    # All data used: every example.
+    np.testing.assert_array_equal(splits.splits_from_labeled(labels, labeled, 100)[1],
+                                  np.arange(labels.size))
+
+
+def test_used_subset_needs_a_labelled_set():
+    with pytest.raises(DataError, match="empty"):
+        splits.splits_from_labeled(_labels(), [], 100)
+    with pytest.raises(DataError, match="outside"):
+        splits.splits_from_labeled(_labels(), [1000], 100)
 
 
 @pytest.mark.parametrize("p, q", [(0, 100), (101, 100), (10, 5)])

@@ -162,3 +162,33 @@ def test_behind_a_proxy_the_check_is_left_to_tfds(tmp_path, monkeypatch):
     builder = LlpTestRemoteImages(data_dir=str(tmp_path))
     tfds_source.prepare(builder)
     assert builder.is_prepared()
+
+
+@pytest.mark.parametrize("make_folder", [False, True])
+def test_manual_download_error_shows_the_whole_instruction(tmp_path, make_folder):
+    manual_dir = tmp_path / "downloads" / "manual"
+    if make_folder:
+        manual_dir.mkdir(parents=True)
+    with pytest.raises(DataError) as error:
+        load_source("tfds:imagenet2012", data_dir=str(tmp_path))
+    message = str(error.value)
+    assert "\n" not in message
+    assert f"its manual folder {manual_dir} {'is empty' if make_folder else 'does not exist'}" \
+        in message
+    # TFDS's instruction in full, the two archives included.
+    assert "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar" in message
+    assert "image-net.org" in message
+    assert not (tmp_path / "imagenet2012").exists()
+
+
+def test_a_failed_prepare_reports_every_line_of_tfds_error(tmp_path, monkeypatch):
+    _no_proxy(monkeypatch)
+    builder = LlpTestTinyImages(data_dir=str(tmp_path))
+
+    def fail(**_):
+        raise RuntimeError("first line\nsecond line names the fix")
+
+    monkeypatch.setattr(builder, "download_and_prepare", fail)
+    with pytest.raises(DataError) as error:
+        tfds_source.prepare(builder)
+    assert "first line second line names the fix" in str(error.value)

@@ -105,3 +105,29 @@ def test_make_splits_tool(tmp_path):
                        f"--output={output}")
     assert result.returncode == 1
     assert "Unknown dataset 'imagenet'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_make_splits_tool_with_a_subset_list(tmp_path):
+    write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10}, size=(6, 6))
+    listed = tmp_path / "subset.txt"
+    # Files are a/img000..img009 and b/img000..: names repeat across classes.
+    listed.write_text("img002.jpg\n")
+    output = str(tmp_path / "split.npz")
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       f"--label_subset={listed}", f"--output={output}")
+    assert result.returncode == 1
+    assert "match several training examples" in result.stderr
+
+    for path in (tmp_path / "images" / "b").iterdir():
+        path.rename(path.with_name("b_" + path.name))
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       f"--label_subset={listed}", "--data_percent=50", f"--output={output}")
+    assert result.returncode == 0, result.stderr
+    labeled, used = splits.load_splits(output, np.repeat([0, 1], 10))
+    np.testing.assert_array_equal(labeled, [2])
+    np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14])
+
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       f"--label_subset={listed}", "--label_percent=10", f"--output={output}")
+    assert result.returncode == 1
+    assert "Give --label_percent or --label_subset (exactly one)." in result.stderr

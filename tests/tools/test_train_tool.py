@@ -43,3 +43,19 @@ def test_helpfull_documents_a_flag_for_every_setting():
     for field in dataclasses.fields(TrainConfig):
         assert f"--{field.name}:" in result.stdout or f"--[no]{field.name}:" in result.stdout, \
             field.name
+
+
+def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothing(
+        tmp_path, stripes):
+    run_dir = tmp_path / "run"
+    result = _run(f"--dataset={stripes}", f"--run_dir={run_dir}", "--image_size=16",
+                  "--label_percent=10", "--global_batch_size=256", "--epochs=10")
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [
+        "error: The run uses 160 training examples, fewer than one global batch "
+        "(--global_batch_size=256), so an epoch would have no step. Give "
+        "--global_batch_size=160 or less, or use more data (--data_percent, or a larger "
+        "dataset)."]
+    assert "Traceback" not in result.stderr
+    assert not run_dir.exists() or not os.listdir(run_dir)

@@ -1,0 +1,164 @@
+"""Labelled sets given as lists of image file names: ImageNet's standard subsets.
+
+Semi-supervised ImageNet papers since SimCLR (BYOL, FixMatch, ...) label the
+fixed 1% and 10% subsets published with SimCLR as ``1percent.txt`` and
+``10percent.txt``: one training image file name per line, such as
+``n01440764_10026.JPEG``. TFDS's ``imagenet2012_subset`` builder downloads
+the same files. A run given such a list (``--label_subset``) labels exactly
+the listed images; its used subset (q%) is drawn around them as for a
+regime split (`splits.splits_from_labeled`), and the result is written to
+the run's ``split.npz`` like any other split.
+
+A list is a local file, or the name of a published list (``1percent``,
+``10percent``), fetched once through TFDS's download manager and kept as
+``<data_dir>/downloads/imagenet2012_<name>.txt`` (later runs find it there,
+offline too).
+
+Names are matched to examples by file name without folders (a line may hold
+a path: its folder part is ignored), through `Source.file_names`: image
+folders and TFDS sets with a ``file_name`` feature (imagenet2012) have them.
+"""
+
+import os
+import shutil
+
+import numpy as np
+
+from llp_tf.data import splits
+from llp_tf.errors import DataError
+
+#: Names of the published lists and TFDS's names for them (its SUBSET2FILES keys).
+PUBLISHED = {"1percent": "1pct", "10percent": "10pct"}
+
+
+def published_url(name):
+    """str: the URL TFDS's imagenet2012_subset builder downloads list ``name`` from."""
+    from tensorflow_datasets.datasets.imagenet2012_subset import (  # noqa: PLC0415
+        imagenet2012_subset_dataset_builder as subset_builder)
+    return subset_builder.SUBSET2FILES[PUBLISHED[name]]
+
+
+def _downloads_dir(data_dir):
+    import tensorflow_datasets as tfds  # noqa: PLC0415 -- heavy, only for published lists
+    return os.path.join(os.path.expanduser(data_dir or tfds.core.constants.DATA_DIR),
+                        "downloads")
+
+
+def resolve(spec, data_dir=None):
+    """Path of the list file ``spec`` names: a file, or a published list's name.
+
+    Args:
+      spec: str, a path (``~`` expanded), or "1percent" / "10percent".
+      data_dir: TFDS data_dir whose ``downloads`` folder keeps published lists.
+
+    Raises:
+      DataError: no such file, or a published list that cannot be fetched.
+    """
+    path = os.path.expanduser(spec)
+    if os.path.isfile(path):
+        return path
+    if spec not in PUBLISHED:
+        raise DataError(
+            f"Label subset list {spec} does not exist. Give a file of image file names, one "
+            f"per line, or the name of a published ImageNet list: "
+            f"{', '.join(PUBLISHED)}.")
+    from llp_tf.data import tfds_source  # noqa: PLC0415 -- imports TFDS
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
+    url = published_url(spec)
+    download_dir = _downloads_dir(data_dir)
+    kept = os.path.join(download_dir, f"imagenet2012_{spec}.txt")
+    if os.path.isfile(kept):
+        return kept
+    # TFDS retries for minutes offline; a connection attempt takes seconds.
+    failure = tfds_source.unreachable_host([url])
+    try:
+        if failure:
+            raise OSError(f"{failure[0]} cannot be reached ({failure[1]})")
+        fetched = tfds.download.DownloadManager(download_dir=download_dir).download(url)
+        shutil.copyfile(os.fspath(fetched), kept + ".tmp")
+        os.replace(kept + ".tmp", kept)
+    except Exception as error:  # noqa: BLE001 -- any download failure, in one paragraph
+        raise DataError(
+            f"Cannot fetch the published label subset {spec!r} from {url} into {download_dir}: "
+            f"{' '.join(str(error).split())}. Download that file where there is internet "
+            f"access and pass its path to --label_subset, or put it at {kept}.") from None
+    return kept
+
+
+def read_list(path):
+    """The file names listed in ``path``, in file order, without folders.
+
+    Blank lines and lines starting with ``#`` are skipped; a repeated name
+    counts once.
+
+    Returns:
+      list of str.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(f"Cannot read the label subset list {path}: {error}.") from None
+    names = [os.path.basename(line.strip()) for line in lines
+             if line.strip() and not line.lstrip().startswith("#")]
+    if not names:
+        raise DataError(f"The label subset list {path} names no image (one file name per "
+                        "line, e.g. n01440764_10026.JPEG).")
+    return list(dict.fromkeys(names))
+
+
+def labeled_index(names, file_names, list_path, dataset_name):
+    """Example indices of the listed file names.
+
+    Args:
+      names: list of str, from `read_list`.
+      file_names: str [N], the training split's file names by index.
+      list_path, dataset_name: str, for messages.
+
+    Returns:
+      int64 [len(names)] sorted indices.
+
+    Raises:
+      DataError: a listed name is not a training image, or names several.
+    """
+    file_names = np.asarray(file_names, dtype=str)
+    order = np.argsort(file_names, kind="stable")
+    ordered = file_names[order]
+    wanted = np.asarray(names, dtype=str)
+    first = np.searchsorted(ordered, wanted, side="left")
+    last = np.searchsorted(ordered, wanted, side="right")
+    missing = wanted[first == last]
+    if missing.size:
+        shown = ", ".join(missing[:5]) + (", ..." if missing.size > 5 else "")
+        raise DataError(
+            f"{missing.size} of the {wanted.size} images listed in {list_path} are not in the "
+            f"training split of {dataset_name} ({shown}). The list must name training images "
+            "of this dataset by file name; check that the dataset is complete and that the "
+            "list is the one made for it.")
+    repeated = wanted[last - first > 1]
+    if repeated.size:
+        raise DataError(
+            f"{repeated.size} of the images listed in {list_path} match several training "
+            f"examples of {dataset_name} by file name (the first: {repeated[0]}); file names "
+            "must identify the examples.")
+    return np.sort(order[first]).astype(np.int64)
+
+
+def make_subset_splits(source, spec, data_percent, seed=None, data_dir=None):
+    """(labeled_index, used_index, list_path) of a run labelled by a subset list.
+
+    Args:
+      source: `Source` of the training data.
+      spec: str, a list file or published list name (see `resolve`).
+      data_percent: QQ, percentage of each class used.
+      seed: None or int: how the used examples beyond the labelled ones are
+        chosen (as in `splits.make_splits`).
+      data_dir: TFDS data_dir, where published lists are kept.
+    """
+    path = resolve(spec, data_dir)
+    labeled = labeled_index(read_list(path), source.file_names("train"), path,
+                            source.info.name)
+    labeled, used = splits.splits_from_labeled(source.train_labels(), labeled, data_percent,
+                                               seed, source.info.num_classes)
+    return labeled, used, path
