@@ -444,14 +444,14 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
     if points_per_class <= 0:
         raise ConfigError(f"The points per class must be positive; got {points_per_class}.")
     config = trained_run.read_config(run_dir)
-    if config.method != "llp":
+    if config.method.name != "llp":
         raise ConfigError(
-            f"{run_dir} is a {config.method} run, which keeps no memory bank: the embedding "
+            f"{run_dir} is a {config.method.name} run, which keeps no memory bank: the embedding "
             "analysis reads an LLP run's bank. Give the --run_dir of an LLP run.")
     from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
 
-    report(f"Opening the dataset {config.dataset}.")
-    source = data.load_source(config.dataset, config.data_dir)
+    report(f"Opening the dataset {config.data.dataset}.")
+    source = data.load_source(config.data.dataset, config.data.data_dir)
     info = source.info
     train_labels = source.train_labels()
     # Checks that the dataset still is the one the run trained on: the true
@@ -464,7 +464,8 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
     class_ids = mds_classes(counts, num_mds_classes, class_ids, seed)
     report(f"Restoring the latest checkpoint of {run_dir}.")
     run = trained_run.load_run(run_dir, num_classes=info.num_classes)
-    steps_per_epoch = max(pipeline.steps_per_epoch(len(used_index), config.global_batch_size), 1)
+    steps_per_epoch = max(pipeline.steps_per_epoch(len(used_index),
+                                                    config.optimization.global_batch_size), 1)
     latest = bank_state(run, true_classes, steps_per_epoch)
     states = []
     if trajectory:
@@ -479,7 +480,8 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
     return RunAnalysis(
         run_dir=run_dir, dataset=info.name, class_names=tuple(info.class_names),
         num_rows=int(len(used_index)), num_labeled=int(is_labeled.sum()),
-        warmup_epochs=int(config.warmup_epochs), epochs=int(config.epochs),
+        warmup_epochs=int(config.method.warmup_epochs),
+        epochs=int(config.optimization.epochs),
         steps_per_epoch=steps_per_epoch, latest=latest, trajectory=states,
         history=read_metrics_history(run_dir), mds=projection, mds_seed=int(seed))
 

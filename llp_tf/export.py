@@ -287,13 +287,13 @@ def build_inference_module(run, class_names, include_knn=False):
     if include_knn:
         if run.bank is None:
             raise ConfigError(
-                f"The run {run.run_dir} is a {run.config.method} run and has no memory bank, "
+                f"The run {run.run_dir} is a {run.config.method.name} run and has no memory bank, "
                 "so it cannot export a knn signature; export it without knn.")
         bank_embeddings = run.bank.embeddings.numpy()
         classes = bank_classes(run.bank.labels.numpy(), run.num_classes)
-    return InferenceModule(run.model, run.config.image_size, class_names,
+    return InferenceModule(run.model, run.config.data.image_size, class_names,
                            bank_embeddings=bank_embeddings, bank_classes=classes,
-                           k=run.config.k, temperature=run.config.temperature)
+                           k=run.config.method.k, temperature=run.config.method.temperature)
 
 
 def export_info(run, module):
@@ -307,7 +307,7 @@ def export_info(run, module):
             f"crop {module.image_size} x {module.image_size}, scale to [0, 1], normalise "
             f"with mean {list(augment.IMAGENET_MEAN)} and std {list(augment.IMAGENET_STD)}"),
         "signatures": _output_docs(module.num_classes, run.model.feature_dim,
-                                   run.config.embedding_dim, module.knn_k),
+                                   run.config.model.embedding_dim, module.knn_k),
         "serving_default": CLASSIFY,
         "image_size": module.image_size,
         "num_classes": module.num_classes,
@@ -316,9 +316,9 @@ def export_info(run, module):
             "run_dir": os.path.abspath(run.run_dir),
             "checkpoint": os.path.abspath(run.checkpoint),
             "step": int(run.step),
-            "method": run.config.method,
-            "dataset": run.config.dataset,
-            "architecture": run.config.architecture,
+            "method": run.config.method.name,
+            "dataset": run.config.data.dataset,
+            "architecture": run.config.model.architecture,
         },
         "tensorflow_version": tf.__version__,
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -2,7 +2,7 @@
 
 The tools that come after training (export, linear probe, propagation
 comparison, embedding analysis) all start from a run directory written by
-`training_loop.run_training`:
+`llp_tf.training.run_training`:
 
 - ``config.json`` gives the model's architecture and the dataset;
 - ``split.npz`` gives the labelled and used examples;
@@ -19,14 +19,14 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import config as config_lib
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
 from llp_tf.memory_bank import MemoryBank
 from llp_tf.models import LLPModel, build_model
+from llp_tf.training.config import TrainConfig
+from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,
+                                           RunDirectory, checkpoint_step)
 
-SPLIT_FILE = "split.npz"
-CHECKPOINT_DIR = "checkpoints"
 
 
 def build_run_model(config, num_classes):
@@ -38,35 +38,28 @@ def build_run_model(config, num_classes):
 
     Create it inside `strategy.scope()` to train with a strategy.
     """
+    m = config.model
     return build_model(
-        config.architecture, num_classes, embedding_dim=config.embedding_dim,
-        width=config.width, small_inputs=config.small_inputs,
-        blocks_per_stage=config.blocks_per_stage, sync_batch_norm=config.sync_batch_norm,
-        batch_norm_momentum=config.batch_norm_momentum).create_weights(config.image_size)
+        m.architecture, num_classes, embedding_dim=m.embedding_dim, width=m.width,
+        small_inputs=m.small_inputs, blocks_per_stage=m.blocks_per_stage,
+        sync_batch_norm=m.sync_batch_norm,
+        batch_norm_momentum=m.batch_norm_momentum).create_weights(config.data.image_size)
 
 
 def read_config(run_dir):
     """The `TrainConfig` saved in ``run_dir/config.json`` (ConfigError if absent)."""
-    path = os.path.join(run_dir, config_lib.CONFIG_FILE)
+    path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         raise ConfigError(
-            f"{run_dir} is not a training run directory: it has no {config_lib.CONFIG_FILE}. "
+            f"{run_dir} is not a training run directory: it has no {CONFIG_FILE}. "
             "Give the --run_dir of a run made by tools/train.py.")
     with open(path) as f:
-        return config_lib.TrainConfig.from_json(f.read())
+        return TrainConfig.from_json(f.read())
 
 
 def checkpoint_paths(run_dir):
     """list of str: the run's kept checkpoints, oldest first (may be empty)."""
-    state = tf.train.get_checkpoint_state(os.path.join(run_dir, CHECKPOINT_DIR))
-    if state is None:
-        return []
-    return list(state.all_model_checkpoint_paths)
-
-
-def checkpoint_step(path):
-    """int: the global step a checkpoint path was saved at (its number)."""
-    return int(path.rsplit("-", 1)[-1])
+    return RunDirectory(run_dir).checkpoint_paths()
 
 
 @dataclasses.dataclass
@@ -88,7 +81,7 @@ class TrainedRun:
     """
 
     run_dir: str
-    config: config_lib.TrainConfig
+    config: TrainConfig
     checkpoint: str
     step: int
     model: LLPModel
@@ -136,7 +129,7 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
     """Rebuilds a run's model and bank and restores a checkpoint into them.
 
     Args:
-      run_dir: str, a directory written by `training_loop.run_training`.
+      run_dir: str, a directory written by `llp_tf.training.run_training`.
       checkpoint: optional str, a checkpoint path of that run; the latest by
         default.
       num_classes: optional int, C; read from the checkpoint (the length of
@@ -159,9 +152,9 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
         num_classes = _checkpoint_num_classes(path, run_dir)
     model = build_run_model(config, num_classes)
     bank = None
-    if config.method == "llp":
+    if config.method.name == "llp":
         # Placeholder labels: the restore overwrites every bank variable.
-        bank = MemoryBank(len(used_index), config.embedding_dim, num_classes,
+        bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
                           splits.dense_index(used_index, labeled_index),
                           np.zeros(len(labeled_index), np.int64))
     _restore(model, bank, path)

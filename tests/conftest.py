@@ -43,7 +43,7 @@ def tiny_llp_run(tmp_path_factory, stripes):
     """
     import io
 
-    from llp_tf.training_loop import run_training
+    from llp_tf.training import run_training
     from tests.runs import tiny_config
     config = tiny_config(tmp_path_factory.mktemp("tiny_llp"), stripes)
     run_training(config, io.StringIO())
@@ -61,4 +61,4 @@ def run(tiny_llp_run):
 def class_names(run):
     """The class names of `run`'s dataset."""
     from llp_tf import data
-    return data.load_source(run.config.dataset, run.config.data_dir).info.class_names
+    return data.load_source(run.config.data.dataset, run.config.data.data_dir).info.class_names

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.config import TrainConfig
+from llp_tf.training.config import TrainConfig
 
 SIZE = 16
 PATTERNS = ("horizontal", "vertical", "diagonal", "checker")
@@ -49,4 +49,4 @@ def tiny_config(tmp_path, dataset, **changes):
                     epochs=3, k=3, t=5, steps_per_loop=2, checkpoint_every=3,
                     keep_checkpoints=10)
     settings.update(changes)
-    return TrainConfig(**settings)
+    return TrainConfig.from_settings(**settings)

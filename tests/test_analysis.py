@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import analysis, analysis_report, config, trained_run
+from llp_tf import analysis, analysis_report, trained_run
+from llp_tf.training import config
 from llp_tf.data import load_source, splits
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.evaluation import Evaluator
@@ -25,7 +26,7 @@ def _bank_tensor(path, name):
 def _true_classes(run_dir):
     run_config = trained_run.read_config(run_dir)
     _, used = splits.read_split_indices(os.path.join(run_dir, "split.npz"))
-    return load_source(run_config.dataset, run_config.data_dir).train_labels()[used]
+    return load_source(run_config.data.dataset, run_config.data.data_dir).train_labels()[used]
 
 
 def _reference_scores(embeddings, classes, num_classes):
@@ -197,7 +198,8 @@ def test_choose_classes_is_seeded_and_refuses_too_many():
 
 
 def test_analyze_run_refuses_a_supervised_run(tmp_path):
-    config.save_config(config.TrainConfig(run_dir=str(tmp_path), method="supervised"))
+    config.save_config(config.TrainConfig.from_settings(run_dir=str(tmp_path),
+                                                      method="supervised"))
     with pytest.raises(ConfigError, match="supervised run, which keeps no memory bank"):
         analysis.analyze_run(str(tmp_path))
 

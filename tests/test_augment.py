@@ -148,7 +148,7 @@ def test_light_policy_is_the_crop_alone():
 
 
 def test_config_lists_the_augmentation_policies():
-    from llp_tf import config
+    from llp_tf.training import config
     assert config.AUGMENTATIONS == augment.POLICIES
 
 

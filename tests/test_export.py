@@ -82,7 +82,7 @@ def _validation_images(dataset, per_class=2):
 @pytest.fixture(scope="module")
 def image_sets(run):
     """Three batches: native 16 px RGB, 23 x 37 tinted RGB, 20 x 20 grayscale."""
-    stripes, _ = _validation_images(run.config.dataset)
+    stripes, _ = _validation_images(run.config.data.dataset)
     tint = np.array([1.0, 0.6, 0.3])
     resized = tf.image.resize(stripes[:5], [23, 37]).numpy() * tint
     gray = tf.image.resize(stripes[3:7, :, :, :1], [20, 20]).numpy()
@@ -117,7 +117,7 @@ def _reference(run, images):
     """The trained model's outputs, float64: the eval transform image by image."""
     if images.shape[-1] == 1:
         images = np.repeat(images, 3, axis=-1)
-    batch = tf.stack([augment.eval_preprocess(tf.constant(image), run.config.image_size)
+    batch = tf.stack([augment.eval_preprocess(tf.constant(image), run.config.data.image_size)
                       for image in images])
     outputs = run.model(batch, training=False)
     reference = {name: value.numpy().astype(np.float64) for name, value in outputs.items()}
@@ -178,11 +178,11 @@ def test_knn_returns_the_nearest_bank_rows_and_their_vote(run, fresh_outputs):
     bank = run.bank.embeddings.numpy().astype(np.float64)
     labels = run.bank.labels.numpy()
     classes = np.where(labels < run.num_classes, labels, -1)
-    k = min(run.config.k, len(bank))
+    k = min(run.config.method.k, len(bank))
     for set_name in ("stripes", "resized", "gray"):
         embedding = fresh_outputs[f"{set_name}/embed/embedding"].astype(np.float64)
         nearest, probabilities = _knn_vote(embedding, bank, classes, k,
-                                           run.config.temperature, run.num_classes)
+                                           run.config.method.temperature, run.num_classes)
         rows = fresh_outputs[f"{set_name}/knn/neighbor_rows"]
         np.testing.assert_array_equal(rows[:, 0], nearest[:, 0])
         np.testing.assert_array_equal(fresh_outputs[f"{set_name}/knn/neighbor_classes"][:, 0],
@@ -233,10 +233,10 @@ def test_export_info_describes_the_signatures_and_the_source(run, class_names, e
 def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
     images = image_sets["stripes"][::2]  # one image per class
     embedding = _reference(run, images)["embedding"]
-    module = export.InferenceModule(run.model, run.config.image_size, class_names,
+    module = export.InferenceModule(run.model, run.config.data.image_size, class_names,
                                     bank_embeddings=embedding.astype(np.float32),
                                     bank_classes=np.full(4, -1, np.int64), k=3,
-                                    temperature=run.config.temperature)
+                                    temperature=run.config.method.temperature)
     outputs = module.knn(tf.constant(images))
     np.testing.assert_array_equal(outputs["knn_class"].numpy(), [-1] * 4)
     np.testing.assert_array_equal(outputs["knn_confidence"].numpy(), [0.0] * 4)
@@ -248,7 +248,7 @@ def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
     module.bank_classes.assign(classes)
     outputs = module.knn(tf.constant(images))
     nearest, probabilities = _knn_vote(embedding, embedding, classes, 3,
-                                       run.config.temperature, 4)
+                                       run.config.method.temperature, 4)
     np.testing.assert_array_equal(outputs["neighbor_rows"].numpy(), nearest)
     np.testing.assert_allclose(outputs["knn_probabilities"].numpy(), probabilities, atol=1e-4)
     np.testing.assert_array_equal(outputs["knn_class"].numpy(), probabilities.argmax(axis=1))
@@ -256,7 +256,7 @@ def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
 
 
 def test_images_with_two_channels_and_empty_batches_are_refused(run, class_names):
-    module = export.InferenceModule(run.model, run.config.image_size, class_names)
+    module = export.InferenceModule(run.model, run.config.data.image_size, class_names)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"1 \(grayscale\) or 3 \(RGB\)"):
         module.embed(tf.zeros([1, 8, 8, 2], tf.uint8))
     with pytest.raises(tf.errors.InvalidArgumentError, match="at least one image"):
@@ -276,7 +276,7 @@ def test_bad_class_names_and_knn_without_a_bank_are_clear_errors(run, class_name
     with pytest.raises(ConfigError, match="4 classes but 3 class names"):
         export.build_inference_module(run, class_names[:3])
     supervised = dataclasses.replace(
-        run, bank=None, config=dataclasses.replace(run.config, method="supervised"))
+        run, bank=None, config=run.config.replace(method="supervised"))
     with pytest.raises(ConfigError, match="no memory bank"):
         export.build_inference_module(supervised, class_names, include_knn=True)
     # Without knn a run without a bank exports embed and classify.

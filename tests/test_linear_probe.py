@@ -52,7 +52,7 @@ def _read_folder_split(stripes, split):
 def test_features_are_the_models_pooled_output_of_centre_crops(tiny_llp_run, stripes):
     run = trained_run.load_run(tiny_llp_run)
     source = data.load_source(stripes)
-    image_size = run.config.image_size
+    image_size = run.config.data.image_size
     # 40 validation images in batches of 16: the last batch has 8 padding rows.
     features = linear_probe.extract_features(run.model, source, data.VALIDATION, image_size,
                                              batch_size=16, stream=io.StringIO())

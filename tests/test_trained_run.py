@@ -17,7 +17,7 @@ def _checkpoint_tensor(path, suffix):
 
 def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
     run = trained_run.load_run(tiny_llp_run)
-    assert run.config.method == "llp" and run.num_classes == 4
+    assert run.config.method.name == "llp" and run.num_classes == 4
     assert run.checkpoint == tf.train.latest_checkpoint(os.path.join(tiny_llp_run, "checkpoints"))
     assert run.step == 15  # 3 epochs of ceil(160 / 32) steps
     np.testing.assert_array_equal(run.bank.embeddings.numpy(),

@@ -42,7 +42,7 @@ def main(argv):
     from llp_tf import losses, propagation
     from llp_tf.memory_bank import MemoryBank
     from llp_tf.models import build_model
-    from llp_tf.trainer import LLPTrainer
+    from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
 
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     rng = np.random.default_rng(0)
@@ -55,11 +55,14 @@ def main(argv):
     optimizer.build(model.trainable_variables)
     labeled = rng.choice(n, m, replace=False)
     bank = MemoryBank(n, 128, c, labeled, rng.integers(0, c, m))
-    trainer = LLPTrainer(strategy, model, optimizer, bank, num_classes=c, global_batch_size=b,
-                         weight_decay=1e-4, temperature=0.07, k=10, t=25,
-                         propagation_method="local", weight_by_confidence=True,
-                         use_categorisation=True, density_chunk_size=1024)
-    trainer.refresh_density()
+    llp = LLPMethod(strategy, model, optimizer, bank, num_classes=c, global_batch_size=b,
+                    weight_decay=1e-4, temperature=0.07, k=10, t=25,
+                    propagation_method="local", weight_by_confidence=True,
+                    use_categorisation=True, density_chunk_size=1024)
+    llp.refresh_density()
+    supervised = SupervisedMethod(strategy, model, optimizer, num_classes=c,
+                                  global_batch_size=b, weight_decay=1e-4)
+    llp_runner, supervised_runner = StepRunner(llp), StepRunner(supervised)
 
     images = tf.constant(rng.normal(size=(b, size, size, 3)).astype(np.float32))
     order = rng.permutation(n)
@@ -90,8 +93,8 @@ def main(argv):
             bank.update(index, moved, classes, confidence)
 
     contenders = {
-        "supervised step": lambda: trainer.train(iterator, FLAGS.steps, "supervised"),
-        "LLP step": lambda: trainer.train(iterator, FLAGS.steps, "llp"),
+        "supervised step": lambda: supervised_runner.run(iterator, FLAGS.steps, "supervised"),
+        "LLP step": lambda: llp_runner.run(iterator, FLAGS.steps, "llp"),
         "bank work alone": lambda: bank_work(tf.constant(FLAGS.steps)),
     }
     times = {name: [] for name in contenders}

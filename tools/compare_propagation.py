@@ -118,7 +118,7 @@ def embed_split(run, source, split, batch_size, stream):
     from llp_tf.data import data_errors
     from llp_tf.data.pipeline import make_eval_input_fn
 
-    dataset = make_eval_input_fn(source, batch_size, run.config.image_size, split=split)()
+    dataset = make_eval_input_fn(source, batch_size, run.config.data.image_size, split=split)()
     total = source.info.num_examples(split)
     embed = tf.function(lambda images: run.model(images, training=False)["embedding"])
     embeddings, labels, done, last_report = [], [], 0, time.monotonic()
@@ -140,13 +140,13 @@ def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     from llp_tf import data, trained_run
 
     config = trained_run.read_config(run_dir)
-    if split is None and config.method != "llp":
-        _fail(f"The run {run_dir} ({config.method}) has no memory bank; pass "
+    if split is None and config.method.name != "llp":
+        _fail(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
               "--embed_split=train or --embed_split=validation to embed images with its model.")
-    source = data.load_source(config.dataset, data_dir or config.data_dir)
+    source = data.load_source(config.data.dataset, data_dir or config.data.data_dir)
     run = trained_run.load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
     description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
-                   "step": run.step, "dataset": config.dataset}
+                   "step": run.step, "dataset": config.data.dataset}
     if split is not None:
         features, labels = embed_split(run, source, split, batch_size, stream)
         description["embeddings"] = f"{split} split embedded by the model"
@@ -249,7 +249,8 @@ def run_comparison(stream=sys.stdout):
     # Unset propagation flags take the run's own settings, else the paper's.
     defaults = {"k": pb.DEFAULT_K, "t": pb.DEFAULT_T, "temperature": pb.DEFAULT_TEMPERATURE}
     if config is not None:
-        defaults = {"k": config.k, "t": config.t, "temperature": config.temperature}
+        method = config.method
+        defaults = {"k": method.k, "t": method.t, "temperature": method.temperature}
     k, t, temperature = (FLAGS[name].value if FLAGS[name].value is not None else defaults[name]
                          for name in ("k", "t", "temperature"))
     protocol = {"classes": int(num_classes), "images_per_class": images,

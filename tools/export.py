@@ -117,12 +117,13 @@ def main(argv, stdout=None, stderr=None):
     try:
         config = trained_run.read_config(values.run_dir)
         checkpoint = resolve_checkpoint(values.run_dir, values.checkpoint)
-        info = data.load_source(config.dataset, config.data_dir).info
+        info = data.load_source(config.data.dataset, config.data.data_dir).info
         run = trained_run.load_run(values.run_dir, checkpoint, num_classes=info.num_classes)
         module = export.build_inference_module(run, info.class_names, include_knn=values.knn)
         report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "
-               f"{run.step}), {config.method} {config.architecture}, {info.num_classes} "
-               f"classes of {config.dataset}, {config.image_size} px"
+               f"{run.step}), {config.method.name} {config.model.architecture}, "
+               f"{info.num_classes} classes of {config.data.dataset}, "
+               f"{config.data.image_size} px"
                + (", with the memory bank for knn" if values.knn else ""))
         report("Tracing the signatures and writing the SavedModel ...")
         written = export.save_module(run, module, output_dir, overwrite=values.overwrite)

@@ -136,7 +136,7 @@ def run_probe(options, stream):
     info = source.info
     stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
                  f"{info.name}: {info.num_classes} classes, {info.num_train} train / "
-                 f"{info.num_validation} validation images at {run.config.image_size} px.\n")
+                 f"{info.num_validation} validation images at {run.config.data.image_size} px.\n")
     stream.flush()
     trunks = [("trained", run.model)]
     if not options.skip_random:
@@ -145,15 +145,15 @@ def run_probe(options, stream):
     for name, model in trunks:
         if model is None:
             model = linear_probe.random_trunk_model(run.config, run.num_classes, options.seed)
-        result, facts = linear_probe.probe_trunk(model, source, run.config.image_size,
+        result, facts = linear_probe.probe_trunk(model, source, run.config.data.image_size,
                                                  settings, stream=stream,
                                                  description=f"{name} trunk readout")
         results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"])
         rows.append((name, result))
     payload = {
         "run_dir": os.path.abspath(options.run_dir), "checkpoint": run.checkpoint,
-        "step": run.step, "method": run.config.method, "dataset": info.name,
-        "num_classes": info.num_classes, "image_size": run.config.image_size,
+        "step": run.step, "method": run.config.method.name, "dataset": info.name,
+        "num_classes": info.num_classes, "image_size": run.config.data.image_size,
         "feature_dim": facts["feature_dim"], "num_train": facts["num_train"],
         "num_validation": facts["num_validation"],
         "protocol": "frozen trunk; pooled features of one centre crop, computed once; "

@@ -204,7 +204,7 @@ def test_tfds_file_names_follow_the_example_index(tfds_dir, tmp_path):
 def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     import io
 
-    from llp_tf.training_loop import run_training
+    from llp_tf.training import run_training
     from tests.runs import tiny_config
 
     source = load_source("tfds:llp_test_tiny_imagenet", data_dir=tfds_dir)

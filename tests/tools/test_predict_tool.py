@@ -32,7 +32,7 @@ def model_dir(run, class_names, tmp_path_factory):
 @pytest.fixture(scope="module")
 def image_files(run, tmp_path_factory):
     """One validation PNG per class (16 px RGB) and a 40 x 30 grayscale JPEG."""
-    root = os.path.join(run.config.dataset.split(":", 1)[1], "validation")
+    root = os.path.join(run.config.data.dataset.split(":", 1)[1], "validation")
     paths = [os.path.join(root, kind, sorted(os.listdir(os.path.join(root, kind)))[0])
              for kind in sorted(os.listdir(root))]
     image = tf.io.decode_png(tf.io.read_file(paths[2]), channels=1)
@@ -45,7 +45,7 @@ def image_files(run, tmp_path_factory):
 def _expected_probabilities(run, path):
     """float64 [C]: the trained model's softmax on one file, decoded as the tool does."""
     image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-    batch = augment.eval_preprocess(image, run.config.image_size)[tf.newaxis]
+    batch = augment.eval_preprocess(image, run.config.data.image_size)[tf.newaxis]
     logits = run.model(batch, training=False)["logits"].numpy()[0].astype(np.float64)
     exponentials = np.exp(logits - logits.max())
     return exponentials / exponentials.sum()

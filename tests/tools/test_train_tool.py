@@ -1,9 +1,8 @@
-import dataclasses
 import os
 import subprocess
 import sys
 
-from llp_tf.config import TrainConfig
+from llp_tf.training.config import settings_fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "tools", "train.py")
@@ -40,9 +39,8 @@ def test_helpfull_documents_a_flag_for_every_setting():
     result = _run("--helpfull")  # absl exits with status 1 after printing help
     assert "Train with Local Label Propagation" in result.stdout
     assert "Traceback" not in result.stderr
-    for field in dataclasses.fields(TrainConfig):
-        assert f"--{field.name}:" in result.stdout or f"--[no]{field.name}:" in result.stdout, \
-            field.name
+    for name in settings_fields():
+        assert f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout, name
 
 
 def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothing(

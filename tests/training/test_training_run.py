@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import os
 
@@ -6,28 +5,27 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import trainer as trainer_lib
-from llp_tf import training_loop
-from llp_tf.config import TrainConfig
+from llp_tf.training import actions, run_directory, training_run
+from llp_tf.training.methods import StepRunner
 from llp_tf.errors import ConfigError
 from tests.runs import tiny_config as _config
 
 def _state(run_dir):
     """Every variable of the newest checkpoint of a run, by name."""
-    path = tf.train.latest_checkpoint(os.path.join(run_dir, training_loop.CHECKPOINT_DIR))
+    path = tf.train.latest_checkpoint(os.path.join(run_dir, run_directory.CHECKPOINT_DIR))
     reader = tf.train.load_checkpoint(path)
     return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
             if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
 
 
 def _metrics(run_dir):
-    with open(os.path.join(run_dir, training_loop.METRICS_FILE)) as f:
+    with open(os.path.join(run_dir, run_directory.METRICS_FILE)) as f:
         return [json.loads(line) for line in f]
 
 
 def test_run_writes_its_files_and_final_metrics(tmp_path, stripes):
     config = _config(tmp_path, stripes)
-    final = training_loop.run_training(config, stream=open(os.devnull, "w"))
+    final = training_run.run_training(config, stream=open(os.devnull, "w"))
     for name in ("config.json", "split.npz", "metrics.jsonl", "checkpoints", "tensorboard"):
         assert os.path.exists(os.path.join(config.run_dir, name)), name
     rows = _metrics(config.run_dir)
@@ -37,16 +35,16 @@ def test_run_writes_its_files_and_final_metrics(tmp_path, stripes):
     for name in ("top1", "top5", "nn_top1", "pseudo_label_accuracy", "aggregation_score"):
         assert 0.0 <= final[name] <= 1.0, name
     # Rerunning a finished run resumes at its end and trains no further.
-    assert training_loop.run_training(config, stream=open(os.devnull, "w")) == {}
+    assert training_run.run_training(config, stream=open(os.devnull, "w")) == {}
     assert len(_metrics(config.run_dir)) == 3
 
 
 def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, monkeypatch):
     whole = _config(tmp_path / "whole", stripes)
-    training_loop.run_training(whole, stream=open(os.devnull, "w"))
+    training_run.run_training(whole, stream=open(os.devnull, "w"))
 
     crashed = _config(tmp_path / "crashed", stripes)
-    real_train = trainer_lib.LLPTrainer.train
+    real_train = StepRunner.run
     calls = []
 
     def crash_in_the_second_llp_epoch(self, iterator, num_steps, phase):
@@ -55,12 +53,12 @@ def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, mon
             raise RuntimeError("simulated crash")
         return real_train(self, iterator, num_steps, phase)
 
-    monkeypatch.setattr(trainer_lib.LLPTrainer, "train", crash_in_the_second_llp_epoch)
+    monkeypatch.setattr(StepRunner, "run", crash_in_the_second_llp_epoch)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        training_loop.run_training(crashed, stream=open(os.devnull, "w"))
+        training_run.run_training(crashed, stream=open(os.devnull, "w"))
     assert _state(crashed.run_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"] == 12
-    monkeypatch.setattr(trainer_lib.LLPTrainer, "train", real_train)
-    training_loop.run_training(crashed, stream=open(os.devnull, "w"))
+    monkeypatch.setattr(StepRunner, "run", real_train)
+    training_run.run_training(crashed, stream=open(os.devnull, "w"))
 
     want, got = _state(whole.run_dir), _state(crashed.run_dir)
     assert set(want) == set(got)
@@ -76,7 +74,7 @@ def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, mon
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, stripes,
                                                                    monkeypatch):
     config = _config(tmp_path, stripes)
-    real_train = trainer_lib.LLPTrainer.train
+    real_train = StepRunner.run
     calls = []
 
     def diverge(self, iterator, num_steps, phase):
@@ -86,10 +84,10 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, str
             metrics["loss"][-1] = np.nan
         return metrics
 
-    monkeypatch.setattr(trainer_lib.LLPTrainer, "train", diverge)
-    with pytest.raises(training_loop.TrainingDiverged, match=r"loss became nan at step 8.*"
+    monkeypatch.setattr(StepRunner, "run", diverge)
+    with pytest.raises(actions.TrainingDiverged, match=r"loss became nan at step 8.*"
                        r"last good checkpoint.*ckpt-6"):
-        training_loop.run_training(config, stream=open(os.devnull, "w"))
+        training_run.run_training(config, stream=open(os.devnull, "w"))
     state = _state(config.run_dir)
     assert state["step/.ATTRIBUTES/VARIABLE_VALUE"] == 6
     # Everything trained is finite (the plateau tracker's best starts at -inf).
@@ -102,7 +100,7 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
     # warm-start epochs here (the paper's ten are 100k steps).
     config = _config(tmp_path, stripes, warmup_epochs=10, epochs=20, steps_per_loop=5,
                      checkpoint_every=100)
-    training_loop.run_training(config, stream=open(os.devnull, "w"))
+    training_run.run_training(config, stream=open(os.devnull, "w"))
     llp = [row for row in _metrics(config.run_dir) if row["phase"] == "llp"]
     first, last = llp[0], llp[-3:]
     assert np.mean([row["train_loss"] for row in last]) < first["train_loss"] - 1.0
@@ -113,14 +111,14 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
 
 def test_supervised_baseline_and_warm_start(tmp_path, stripes):
     supervised = _config(tmp_path / "sup", stripes, method="supervised", epochs=2)
-    final = training_loop.run_training(supervised, stream=open(os.devnull, "w"))
+    final = training_run.run_training(supervised, stream=open(os.devnull, "w"))
     assert final["phase"] == "supervised" and "nn_top1" not in final
 
     instance = _config(tmp_path / "ir", stripes, warmup_epochs=2, epochs=2)
-    training_loop.run_training(instance, stream=open(os.devnull, "w"))
+    training_run.run_training(instance, stream=open(os.devnull, "w"))
     llp = _config(tmp_path / "llp", stripes, warmup_epochs=2, epochs=3,
                   warm_start=instance.run_dir)
-    final = training_loop.run_training(llp, stream=open(os.devnull, "w"))
+    final = training_run.run_training(llp, stream=open(os.devnull, "w"))
     rows = _metrics(llp.run_dir)
     assert [row["phase"] for row in rows] == ["llp"] and final["step"] == 15
     # The LLP run starts from the instance-recognition run's weights and bank.
@@ -131,13 +129,13 @@ def test_supervised_baseline_and_warm_start(tmp_path, stripes):
 
 def test_changed_settings_in_an_existing_run_dir_are_refused(tmp_path, stripes):
     config = _config(tmp_path, stripes, epochs=2, warmup_epochs=2)
-    training_loop.run_training(config, stream=open(os.devnull, "w"))
+    training_run.run_training(config, stream=open(os.devnull, "w"))
     with pytest.raises(ConfigError, match="embedding_dim"):
-        training_loop.run_training(dataclasses.replace(config, embedding_dim=8),
+        training_run.run_training(config.replace(embedding_dim=8),
                                    stream=open(os.devnull, "w"))
 
 
 def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
     config = _config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True, epochs=2)
-    final = training_loop.run_training(config, stream=open(os.devnull, "w"))
+    final = training_run.run_training(config, stream=open(os.devnull, "w"))
     assert final["step"] == 10 and np.isfinite(final["train_loss"])

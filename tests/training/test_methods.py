@@ -6,7 +6,7 @@ import tensorflow as tf
 from llp_tf import label_encoding
 from llp_tf.memory_bank import MemoryBank
 from llp_tf.models import build_model
-from llp_tf.trainer import LLPTrainer
+from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
 
 N, C, D, B, SIZE = 32, 4, 16, 16, 8
 LABELED = np.arange(8)
@@ -28,11 +28,16 @@ def _setup(strategy, propagation="local", sync_batch_norm=True, weight_decay=1e-
         optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
         optimizer.build(model.trainable_variables)
         bank = MemoryBank(N, D, C, LABELED, LABELED_CLASSES, seed=3)
-    trainer = LLPTrainer(strategy, model, optimizer, bank, num_classes=C, global_batch_size=B,
-                         weight_decay=weight_decay, temperature=0.07, k=3, t=4,
-                         propagation_method=propagation, weight_by_confidence=True,
-                         use_categorisation=True, density_chunk_size=8)
-    return trainer
+    return LLPMethod(strategy, model, optimizer, bank, num_classes=C, global_batch_size=B,
+                     weight_decay=weight_decay, temperature=0.07, k=3, t=4,
+                     propagation_method=propagation, weight_by_confidence=True,
+                     use_categorisation=True, density_chunk_size=8, warmup_epochs=1)
+
+
+def _supervised(method):
+    """The supervised baseline on the same model and optimizer as ``method``."""
+    return SupervisedMethod(method.strategy, method.model, method.optimizer, num_classes=C,
+                            global_batch_size=B, weight_decay=method.weight_decay)
 
 
 def _iterator(strategy, data):
@@ -43,11 +48,12 @@ def _iterator(strategy, data):
         lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True)))
 
 
-def _run(trainer, data):
-    iterator = _iterator(trainer.strategy, data)
-    warmup = trainer.train(iterator, 2, "warmup")
-    trainer.refresh_density()
-    llp = trainer.train(iterator, 4, "llp")
+def _run(method, data):
+    iterator = _iterator(method.strategy, data)
+    runner = StepRunner(method)
+    warmup = runner.run(iterator, 2, "warmup")
+    method.before_epoch(1, method.phase(1))  # the density refresh
+    llp = runner.run(iterator, 4, "llp")
     return warmup, llp
 
 
@@ -130,7 +136,7 @@ def test_warmup_loss_is_instance_discrimination_over_the_bank():
     embeddings = trainer.model(batch["image"], training=True)["embedding"].numpy()
     # Recreate the state the step starts from (the forward above moved BN statistics).
     trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
-    metrics = trainer.train(_iterator(trainer.strategy, data), 1, "warmup")
+    metrics = StepRunner(trainer).run(_iterator(trainer.strategy, data), 1, "warmup")
     logits = embeddings.astype(np.float64) @ bank_before.T / 0.07
     own = logits[np.arange(B), batch["index"]]
     want = np.mean(np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
@@ -138,23 +144,41 @@ def test_warmup_loss_is_instance_discrimination_over_the_bank():
     np.testing.assert_allclose(metrics["aggregation"][0], want, rtol=1e-4)
 
 
-def test_supervised_phase_needs_no_bank():
+def test_supervised_baseline_has_its_own_phase_and_no_bank():
     strategy = tf.distribute.get_strategy()
-    trainer = _setup(strategy, sync_batch_norm=False)
-    trainer.bank = None
-    metrics = trainer.train(_iterator(strategy, _data()), 3, "supervised")
+    supervised = _supervised(_setup(strategy, sync_batch_norm=False))
+    assert supervised.bank is None and supervised.checkpoint_items() == {}
+    assert supervised.phase(0) == supervised.phase(7) == "supervised"
+    metrics = StepRunner(supervised).run(_iterator(strategy, _data()), 3, "supervised")
     assert set(metrics) == {"loss", "categorisation", "weight_decay"}
     assert metrics["categorisation"][0] == pytest.approx(np.log(C), rel=0.5)
-    with pytest.raises(ValueError, match="memory bank"):
-        trainer.train(_iterator(strategy, _data()), 1, "llp")
+    with pytest.raises(ValueError, match="phases"):
+        StepRunner(supervised).run(_iterator(strategy, _data()), 1, "llp")
+
+
+def test_llp_method_phases_state_and_input():
+    llp = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
+    assert [llp.phase(e) for e in range(3)] == ["warmup", "llp", "llp"]
+    assert not llp.tracks_plateau("warmup") and llp.tracks_plateau("llp")
+    assert set(llp.checkpoint_items()) == {"bank", "density_epoch"}
+    labeled, used = np.arange(4), np.arange(10)
+    assert llp.input_spec(labeled, used).index is used
+    supervised = _supervised(llp)
+    spec = supervised.input_spec(labeled, used)
+    assert spec.index is labeled and spec.batches_cross_passes and not spec.cache_passes
+    # The density refresh runs once per LLP epoch, never in warm-up.
+    calls = []
+    llp.refresh_density = lambda: calls.append(1)
+    for epoch in (0, 1, 1, 2):
+        llp.before_epoch(epoch, llp.phase(epoch))
+    assert len(calls) == 2 and int(llp.density_epoch.numpy()) == 2
 
 
 def test_one_sgd_step_moves_a_weight_by_lr_times_data_gradient_plus_lambda_w():
     """The release's weight decay: the penalty lambda * sum(l2_loss(w)) has gradient lambda * w."""
     weight_decay, learning_rate = 0.05, 0.05  # a lambda large enough to see beside the data term
     strategy = tf.distribute.get_strategy()
-    trainer = _setup(strategy, sync_batch_norm=False, weight_decay=weight_decay)
-    trainer.bank = None
+    trainer = _supervised(_setup(strategy, sync_batch_norm=False, weight_decay=weight_decay))
     model = trainer.model
     data = _data()
     batch = {k: v[:B] for k, v in data.items()}
@@ -168,7 +192,7 @@ def test_one_sgd_step_moves_a_weight_by_lr_times_data_gradient_plus_lambda_w():
                       for g, w in zip(tape.gradient(data_loss, model.trainable_variables),
                                       before)]
     # Momentum has no history at the first step, so the step is -lr * gradient.
-    trainer.train(_iterator(strategy, data), 1, "supervised")
+    StepRunner(trainer).run(_iterator(strategy, data), 1, "supervised")
     decayed = {id(v) for v in model.weight_decay_variables()}
     assert decayed and len(decayed) < len(model.trainable_variables)
     for variable, w, g in zip(model.trainable_variables, before, data_gradients):

@@ -1,0 +1,18 @@
+"""Training: methods, the controller that owns the loop, its actions, the run directory.
+
+`run_training(config)` trains (or resumes) one run. It is loaded on first
+use, so that modules which only need the run directory's layout
+(`llp_tf.training.run_directory`) import nothing of the training stack.
+"""
+
+__all__ = ["TrainingDiverged", "run_training"]
+
+
+def __getattr__(name):
+    if name == "run_training":
+        from llp_tf.training.training_run import run_training  # noqa: PLC0415
+        return run_training
+    if name == "TrainingDiverged":
+        from llp_tf.training.actions import TrainingDiverged  # noqa: PLC0415
+        return TrainingDiverged
+    raise AttributeError(f"module 'llp_tf.training' has no attribute {name!r}")

@@ -1,0 +1,97 @@
+"""What the controller does after a loop of steps or an evaluation.
+
+- `NanGuard`: stop at a NaN or infinite training metric, keeping the last
+  good checkpoint;
+- `EvaluationLog`: write an evaluation to ``metrics.jsonl``, TensorBoard and
+  the log;
+- `PlateauRule`: count evaluations without a new best top-1 and drop the
+  learning rate after ``patience`` of them.
+"""
+
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.errors import LLPError
+
+
+class TrainingDiverged(LLPError):
+    """The loss became NaN or infinite."""
+
+
+def log_line(stream, message):
+    """Writes one line to ``stream`` at once."""
+    stream.write(message + "\n")
+    stream.flush()
+
+
+class NanGuard:
+    """Raises `TrainingDiverged` when a loop's metrics hold a NaN or infinity.
+
+    Args:
+      run_dir: str, for the message.
+      latest_checkpoint: () -> str or None, the last good checkpoint.
+    """
+
+    def __init__(self, run_dir, latest_checkpoint):
+        self.run_dir = run_dir
+        self.latest_checkpoint = latest_checkpoint
+
+    def __call__(self, global_step, steps, metrics):
+        for name, values in metrics.items():
+            bad = ~np.isfinite(values)
+            if bad.any():
+                at = global_step + int(np.argmax(bad)) + 1
+                last = self.latest_checkpoint()
+                kept = (f"the last good checkpoint ({last}) is kept" if last
+                        else "no checkpoint had been written yet")
+                raise TrainingDiverged(
+                    f"The training {name} became {values[bad][0]} at step {at} (of the "
+                    f"{steps} steps just run) in {self.run_dir}; {kept}. Lower the learning "
+                    "rate or check the data, then rerun the same command to resume.")
+
+
+class EvaluationLog:
+    """Writes each evaluation row to the metrics file, TensorBoard and the log.
+
+    Args:
+      run_directory: `RunDirectory`.
+      writer: `tf.summary` writer.
+      stream: where the one-line summary goes.
+    """
+
+    def __init__(self, run_directory, writer, stream=None):
+        self.run_directory = run_directory
+        self.writer = writer
+        self.stream = stream or sys.stdout
+
+    def __call__(self, row, evaluated, phase):
+        with self.writer.as_default(step=row["step"]):
+            for name, value in evaluated.items():
+                tf.summary.scalar(f"eval/{name}", value)
+        self.run_directory.append_metrics(row)
+        log_line(self.stream, f"epoch {row['epoch']}: " + " ".join(
+            f"{name} {value:.4f}" for name, value in evaluated.items() if name != "examples"))
+
+
+class PlateauRule:
+    """Feeds validation top-1 of the phases the method names to a `PlateauTracker`.
+
+    Args:
+      tracker: `schedule.PlateauTracker` (its state is in the checkpoint).
+      tracks_plateau: phase -> bool, `Method.tracks_plateau`.
+      drop_factor: float, for the message.
+      stream: where the message goes.
+    """
+
+    def __init__(self, tracker, tracks_plateau, drop_factor, stream=None):
+        self.tracker = tracker
+        self.tracks_plateau = tracks_plateau
+        self.drop_factor = drop_factor
+        self.stream = stream or sys.stdout
+
+    def __call__(self, row, evaluated, phase):
+        if self.tracks_plateau(phase) and self.tracker.update(evaluated["top1"]):
+            log_line(self.stream, "Validation top-1 has plateaued: the learning rate drops "
+                                  f"x{self.drop_factor} from the next epoch.")

@@ -1,0 +1,147 @@
+"""The outer training loop, the same for every method.
+
+`Controller.run` trains epoch by epoch up to the last step: before an epoch
+it asks the method to prepare (`Method.before_epoch`) and sets the epoch's
+learning rate; it runs the method's steps in loops of ``steps_per_loop``,
+checkpoints every ``checkpoint_every`` steps and at each epoch end, writes
+training summaries and progress, and evaluates every ``eval_every`` epochs.
+After each loop and each evaluation it runs its actions (`actions.py`: the
+NaN guard, the metrics file, the plateau rule). Nothing in it depends on
+the method, so multi-worker writes and preemption belong here.
+"""
+
+import dataclasses
+import sys
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.progress import EpochProgress
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """How the controller runs.
+
+    Attributes:
+      epochs: int, total epochs.
+      steps_per_epoch: int, global batches per epoch.
+      global_batch_size: int, for throughput.
+      steps_per_loop: int, steps per call of the compiled loop.
+      checkpoint_every: int, steps between checkpoints (also at epoch ends).
+      eval_every: int, epochs between evaluations (also after the last).
+    """
+
+    epochs: int
+    steps_per_epoch: int
+    global_batch_size: int
+    steps_per_loop: int
+    checkpoint_every: int
+    eval_every: int
+
+
+class Controller:
+    """Owns the outer loop (see the module docstring).
+
+    Args:
+      method: the run's `Method`.
+      runner: its `StepRunner`.
+      settings: `LoopSettings`.
+      step: int64 [] `tf.Variable`, the global step (in the checkpoint).
+      manager: `tf.train.CheckpointManager` of the run's checkpoint.
+      optimizer: its ``learning_rate`` is set at each epoch start.
+      learning_rate: epoch -> float, read at each epoch start.
+      make_iterator: (epoch, start_step) -> distributed iterator of the
+        epoch's remaining global batches.
+      evaluate: () -> dict of evaluation metrics.
+      writer: `tf.summary` writer.
+      train_actions: callables (global_step, steps, metrics) run after each
+        loop, before the step counts (the NaN guard).
+      eval_actions: callables (row, evaluated, phase) run after each
+        evaluation; ``row`` is the metrics-file line, ``evaluated`` its
+        evaluation part.
+      stream: where progress is written.
+    """
+
+    def __init__(self, *, method, runner, settings: LoopSettings, step, manager, optimizer,
+                 learning_rate: Callable[[int], float], make_iterator, evaluate, writer,
+                 train_actions: Sequence = (), eval_actions: Sequence = (), stream=None):
+        self.method = method
+        self.runner = runner
+        self.settings = settings
+        self.step = step
+        self.manager = manager
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.make_iterator = make_iterator
+        self.evaluate = evaluate
+        self.writer = writer
+        self.train_actions = list(train_actions)
+        self.eval_actions = list(eval_actions)
+        self.stream = stream or sys.stdout
+
+    def run(self):
+        """Trains to the last epoch; returns the last evaluation's row ({} if none ran)."""
+        final = {}
+        while True:
+            epoch, start = divmod(int(self.step.numpy()), self.settings.steps_per_epoch)
+            if epoch >= self.settings.epochs:
+                break
+            final = self._epoch(epoch, start) or final
+        self.writer.flush()
+        return final
+
+    def _epoch(self, epoch, start):
+        """Trains the rest of ``epoch`` from step ``start`` of it; returns its
+        evaluation row, or None if it was not evaluated."""
+        settings = self.settings
+        phase = self.method.phase(epoch)
+        self.method.before_epoch(epoch, phase)
+        learning_rate = self.learning_rate(epoch)
+        self.optimizer.learning_rate.assign(learning_rate)
+        iterator = self.make_iterator(epoch, start)
+        progress = EpochProgress(f"epoch {epoch + 1}/{settings.epochs} ({phase})",
+                                 settings.steps_per_epoch, settings.global_batch_size, start,
+                                 self.stream)
+        totals = {}
+        while start < settings.steps_per_epoch:
+            steps = self._train_loop(iterator, phase, start, learning_rate, progress, totals)
+            start += steps
+        epoch_done = epoch + 1
+        row = None
+        if epoch_done % settings.eval_every == 0 or epoch_done == settings.epochs:
+            train_means = {f"train_{name}": total / count for name, (total, count)
+                           in totals.items()}
+            evaluated = self.evaluate()
+            row = {"epoch": epoch_done, "step": int(self.step.numpy()), "phase": phase,
+                   "learning_rate": learning_rate, **train_means, **evaluated}
+            for action in self.eval_actions:
+                action(row, evaluated, phase)
+        self.manager.save(checkpoint_number=int(self.step.numpy()))
+        return row
+
+    def _train_loop(self, iterator, phase, start, learning_rate, progress, totals):
+        """Runs one loop of steps; returns how many."""
+        settings = self.settings
+        global_step = int(self.step.numpy())
+        to_checkpoint = settings.checkpoint_every - global_step % settings.checkpoint_every
+        steps = min(settings.steps_per_loop, settings.steps_per_epoch - start, to_checkpoint)
+        metrics = self.runner.run(iterator, steps, phase)
+        for action in self.train_actions:
+            action(global_step, steps, metrics)
+        self.step.assign_add(steps)
+        global_step += steps
+        means = {name: float(np.mean(values)) for name, values in metrics.items()}
+        for name, value in means.items():
+            total, count = totals.get(name, (0.0, 0))
+            totals[name] = (total + value * steps, count + steps)
+        with self.writer.as_default(step=global_step):
+            for name, value in means.items():
+                tf.summary.scalar(f"train/{name}", value)
+            tf.summary.scalar("train/learning_rate", learning_rate)
+        progress.update(start + steps, means)
+        if global_step % settings.checkpoint_every == 0 and start + steps < \
+                settings.steps_per_epoch:
+            self.manager.save(checkpoint_number=global_step)
+        return steps

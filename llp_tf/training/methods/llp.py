@@ -1,0 +1,232 @@
+"""Local Label Propagation as a training method: instance recognition, then LLP.
+
+Phases:
+
+- ``"warmup"`` (epochs before ``warmup_epochs``): instance recognition (Wu
+  et al. 2018). Every example's label is its own instance id, so the
+  aggregation loss over the whole bank is the exact non-parametric softmax;
+  no categorisation loss.
+- ``"llp"``: read the batch's labels and confidences from the bank; loss =
+  mean of c * (L_C + L_A) + weight decay; SGD step; propagate pseudo labels
+  to the batch from its embeddings; write them and the new embeddings into
+  the bank (identically on every replica).
+
+State added to the checkpoint: the memory bank (``bank``) and the epoch whose
+labelled densities are current (``density_epoch``). Before each LLP epoch
+the densities are refreshed (eq. 7) if they belong to another epoch.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf import label_encoding, losses, propagation
+from llp_tf.data import splits
+from llp_tf.errors import ConfigError
+from llp_tf.memory_bank import MemoryBank
+from llp_tf.training.methods.base import InputSpec, Method
+from llp_tf.training.run_directory import RunDirectory
+
+#: Where pseudo labels come from: the locally weighted kNN (LLP, eq. 7-8),
+#: the plain weighted kNN (eq. 5-6), or the category head's argmax.
+PROPAGATIONS = ("local", "knn", "classifier")
+
+
+class LLPMethod(Method):
+    """LLP with its instance-recognition warm start (see the module docstring).
+
+    Args (besides `Method`'s):
+      bank: `MemoryBank` created in ``strategy.scope()``.
+      temperature: float, tau.
+      k: int, voters per propagation.
+      t: int, neighbours of the density estimate.
+      propagation_method: one of `PROPAGATIONS`; "classifier" stores the
+        head's class as a real class (the variant the release intended; the
+        release stored it without its label offset, among the instance ids).
+      weight_by_confidence: bool, False for the "woc" ablation.
+      use_categorisation: bool, False to drop L_C.
+      density_chunk_size: int, query rows per chunk of the density refresh.
+      warmup_epochs: int, epochs of instance recognition.
+      warm_start: optional str, run directory or checkpoint of an
+        instance-recognition run to start the LLP phase from.
+      used_index, train_labels: the run's used examples and training labels,
+        to check that a warm-start run used the same examples.
+    """
+
+    name = "llp"
+    METRICS = {
+        "warmup": ("loss", "aggregation", "weight_decay"),
+        "llp": ("loss", "aggregation", "categorisation", "weight_decay", "confidence",
+                "pseudo_labelled"),
+    }
+
+    def __init__(self, strategy, model, optimizer, bank, *, num_classes, global_batch_size,
+                 weight_decay, temperature, k, t, propagation_method, weight_by_confidence,
+                 use_categorisation, density_chunk_size, warmup_epochs=0, warm_start=None,
+                 used_index=None, train_labels=None):
+        super().__init__(strategy, model, optimizer, num_classes=num_classes,
+                         global_batch_size=global_batch_size, weight_decay=weight_decay)
+        if propagation_method not in PROPAGATIONS:
+            raise ValueError(f"Unknown propagation method {propagation_method!r}.")
+        self._bank = bank
+        self.temperature = float(temperature)
+        self.k = int(k)
+        self.t = int(t)
+        self.propagation_method = propagation_method
+        self.weight_by_confidence = bool(weight_by_confidence)
+        self.use_categorisation = bool(use_categorisation)
+        self.density_chunk_size = int(density_chunk_size)
+        self.warmup_epochs = int(warmup_epochs)
+        self.warm_start = warm_start
+        self.used_index = used_index
+        self.train_labels = train_labels
+        with strategy.scope():
+            self.density_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False,
+                                             name="density_epoch")
+        self._density_function = None
+
+    @classmethod
+    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
+        """The method of a `TrainConfig`; ``split`` is the run's `RunSplit`."""
+        m = config.method
+        with strategy.scope():
+            bank = MemoryBank(len(split.used_index), config.model.embedding_dim, num_classes,
+                              splits.dense_index(split.used_index, split.labeled_index),
+                              split.train_labels[split.labeled_index],
+                              momentum=m.bank_momentum, seed=config.run.seed)
+        return cls(strategy, model, optimizer, bank, num_classes=num_classes,
+                   global_batch_size=config.optimization.global_batch_size,
+                   weight_decay=config.optimization.weight_decay, temperature=m.temperature,
+                   k=m.k, t=m.t, propagation_method=m.propagation,
+                   weight_by_confidence=m.weight_by_confidence,
+                   use_categorisation=m.use_categorisation,
+                   density_chunk_size=m.density_chunk_size, warmup_epochs=m.warmup_epochs,
+                   warm_start=m.warm_start, used_index=split.used_index,
+                   train_labels=split.train_labels)
+
+    # ---- the Method interface ------------------------------------------------
+
+    @property
+    def bank(self):
+        return self._bank
+
+    def phase(self, epoch):
+        return "warmup" if epoch < self.warmup_epochs else "llp"
+
+    def replica_step(self, phase):
+        return {"warmup": self._warmup_step, "llp": self._llp_step}[phase]
+
+    def input_spec(self, labeled_index, used_index):
+        return InputSpec(index=used_index)
+
+    def checkpoint_items(self):
+        return {"bank": self._bank, "density_epoch": self.density_epoch}
+
+    def before_epoch(self, epoch, phase):
+        if (phase == "llp" and self.propagation_method == "local"
+                and int(self.density_epoch.numpy()) != epoch):
+            self.refresh_density()
+            self.density_epoch.assign(epoch)
+
+    def tracks_plateau(self, phase):
+        # Validation top-1 means nothing while the head is not trained.
+        return phase != "warmup"
+
+    def initialise(self, steps_per_epoch):
+        if not self.warm_start:
+            return None
+        self._load_warm_start(self.warm_start)
+        return (self.warmup_epochs * steps_per_epoch,
+                f"Warm start from {self.warm_start}: LLP from epoch {self.warmup_epochs}.")
+
+    # ---- LLP ----------------------------------------------------------------
+
+    def refresh_density(self):
+        """Recomputes rho of every labelled example against the whole bank (eq. 7)."""
+        if self._density_function is None:
+            self._density_function = tf.function(lambda: propagation.local_density(
+                self._bank.labeled_embeddings(), self._bank.embeddings, t=self.t,
+                temperature=self.temperature, chunk_size=self.density_chunk_size))
+        self._bank.assign_density(self._density_function())
+
+    def _load_warm_start(self, warm_start):
+        """Loads the model and bank rows of an instance-recognition run."""
+        run_dir = warm_start if os.path.isdir(warm_start) else os.path.dirname(
+            os.path.dirname(warm_start))
+        path = (RunDirectory(warm_start).latest_checkpoint() if os.path.isdir(warm_start)
+                else warm_start)
+        if path is None:
+            raise ConfigError(f"--warm_start {warm_start} holds no checkpoint.")
+        split_path = RunDirectory(run_dir).split_path
+        if os.path.exists(split_path) and self.train_labels is not None:
+            _, warm_used = splits.load_splits(split_path, self.train_labels)
+            if not np.array_equal(warm_used, self.used_index):
+                raise ConfigError(
+                    f"The warm-start run {run_dir} used another set of training examples "
+                    "than this run; its bank rows would belong to other images.")
+        partial = tf.train.Checkpoint(
+            model=self.model, bank=tf.train.Checkpoint(embeddings=self._bank.embeddings))
+        try:
+            partial.restore(path).expect_partial().assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
+            raise ConfigError(f"Cannot warm-start from {path}: {error}") from None
+
+    def _warmup_step(self, batch):
+        bank = self._bank
+        index = tf.cast(batch["index"], tf.int64)
+        labels = label_encoding.instance_labels(index, self.num_classes)
+        bank_labels = label_encoding.instance_labels(
+            tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
+        with tf.GradientTape() as tape:
+            outputs = self.model(batch["image"], training=True)
+            aggregation = losses.aggregation_loss(
+                outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
+            data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
+            decay = self.weight_decay_share()
+            loss = data_loss + decay
+        self.apply_gradients(tape, loss)
+        bank.update(index, tf.stop_gradient(outputs["embedding"]))
+        return {"loss": loss, "aggregation": data_loss, "weight_decay": decay}
+
+    def _llp_step(self, batch):
+        bank = self._bank
+        index = tf.cast(batch["index"], tf.int64)
+        # The loss uses the state as read at the start of the step.
+        labels, confidence = bank.read(index)
+        with tf.GradientTape() as tape:
+            outputs = self.model(batch["image"], training=True)
+            aggregation = losses.aggregation_loss(
+                outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
+            categorisation = losses.categorisation_loss(outputs["logits"], labels)
+            data_loss = losses.llp_loss(aggregation, categorisation, confidence,
+                                        self.global_batch_size, self.weight_by_confidence,
+                                        self.use_categorisation)
+            decay = self.weight_decay_share()
+            loss = data_loss + decay
+        self.apply_gradients(tape, loss)
+
+        embedding = tf.stop_gradient(outputs["embedding"])
+        classes, new_confidence = self._propagate(embedding, outputs["logits"])
+        bank.update(index, embedding, classes, new_confidence)
+
+        share = 1.0 / self.global_batch_size
+        has_class = tf.cast(label_encoding.is_class(labels, self.num_classes), tf.float32)
+        return {
+            "loss": loss,
+            "aggregation": tf.reduce_sum(aggregation) * share,
+            "categorisation": tf.reduce_sum(categorisation) * share,
+            "weight_decay": decay,
+            "confidence": tf.reduce_sum(confidence) * share,
+            "pseudo_labelled": tf.reduce_sum(has_class) * share,
+        }
+
+    def _propagate(self, embedding, logits):
+        """Pseudo classes int64 [B] and confidences float32 [B] for a batch."""
+        if self.propagation_method == "classifier":
+            probabilities = tf.nn.softmax(tf.stop_gradient(logits))
+            return tf.argmax(probabilities, axis=1), tf.reduce_max(probabilities, axis=1)
+        density = self._bank.density if self.propagation_method == "local" else None
+        return propagation.propagate(
+            embedding, self._bank.labeled_embeddings(), self._bank.labeled_classes(),
+            self.num_classes, k=self.k, temperature=self.temperature, density=density)

@@ -1,0 +1,61 @@
+"""The supervised baseline: cross-entropy on the labelled examples only.
+
+The baseline of the paper's tables: the same model, schedule and
+augmentation as LLP, trained on the labelled set alone (no memory bank). An
+epoch has as many steps as an epoch of the used set, so both methods share
+one schedule; the labelled set is read in passes that may run into each
+other, and when it is small its records are held in memory.
+"""
+
+import tensorflow as tf
+
+from llp_tf import losses
+from llp_tf.training.methods.base import InputSpec, Method
+
+
+class SupervisedMethod(Method):
+    """Cross-entropy on labelled examples (see the module docstring).
+
+    Args (besides `Method`'s):
+      cache_labeled_limit: int, hold the labelled records in memory when there
+        are at most this many (0: never).
+    """
+
+    name = "supervised"
+    METRICS = {"supervised": ("loss", "categorisation", "weight_decay")}
+
+    def __init__(self, strategy, model, optimizer, *, num_classes, global_batch_size,
+                 weight_decay, cache_labeled_limit=0):
+        super().__init__(strategy, model, optimizer, num_classes=num_classes,
+                         global_batch_size=global_batch_size, weight_decay=weight_decay)
+        self.cache_labeled_limit = int(cache_labeled_limit)
+
+    @classmethod
+    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
+        """The method of a `TrainConfig`; ``split`` is the run's `RunSplit`."""
+        del split  # The input reads the labelled set (input_spec).
+        return cls(strategy, model, optimizer, num_classes=num_classes,
+                   global_batch_size=config.optimization.global_batch_size,
+                   weight_decay=config.optimization.weight_decay,
+                   cache_labeled_limit=config.method.cache_labeled_limit)
+
+    def phase(self, epoch):
+        return "supervised"
+
+    def replica_step(self, phase):
+        return self._supervised_step
+
+    def input_spec(self, labeled_index, used_index):
+        return InputSpec(index=labeled_index, batches_cross_passes=True,
+                         cache_passes=len(labeled_index) <= self.cache_labeled_limit)
+
+    def _supervised_step(self, batch):
+        labels = tf.cast(batch["label"], tf.int64)
+        with tf.GradientTape() as tape:
+            outputs = self.model(batch["image"], training=True)
+            cross_entropy = losses.categorisation_loss(outputs["logits"], labels)
+            data_loss = tf.reduce_sum(cross_entropy) / self.global_batch_size
+            decay = self.weight_decay_share()
+            loss = data_loss + decay
+        self.apply_gradients(tape, loss)
+        return {"loss": loss, "categorisation": data_loss, "weight_decay": decay}

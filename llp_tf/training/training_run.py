@@ -1,0 +1,255 @@
+"""One training run from its config: `run_training`.
+
+Builds the run's parts from a `TrainConfig` and hands them to the
+`Controller`: the data source and the split (`split.npz`, drawn once), the
+model and optimizer, the method from the registry (`methods.METHODS`) with
+the state it adds, the checkpoint of all of it, the evaluator and the
+actions. It resumes from the run directory's latest checkpoint when there is
+one. There is no random-generator state to save: data order and
+augmentation are stateless functions of (seed, epoch, example).
+"""
+
+import dataclasses
+import os
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from llp_tf import data, schedule
+from llp_tf.data import label_subsets, pipeline, splits
+from llp_tf.distribution import make_strategy
+from llp_tf.errors import ConfigError
+from llp_tf.evaluation import Evaluator
+from llp_tf.trained_run import build_run_model
+from llp_tf.training import actions
+from llp_tf.training import config as config_lib
+from llp_tf.training.controller import Controller, LoopSettings
+from llp_tf.training.methods import METHODS, StepRunner
+from llp_tf.training.run_directory import RunDirectory
+
+_log = actions.log_line
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSplit:
+    """The run's examples.
+
+    Attributes:
+      labeled_index: int64 [M], dataset indices of the labelled examples.
+      used_index: int64 [U], dataset indices of the used examples (bank row j
+        is example ``used_index[j]``).
+      train_labels: int64 [N], the true class of every training example.
+    """
+
+    labeled_index: np.ndarray
+    used_index: np.ndarray
+    train_labels: np.ndarray
+
+
+def _resolve_split(data_config, run_dir, source, train_labels, stream):
+    """(labeled_index, used_index, new): the run's saved split, or else a given split
+    file, a subset list or a new draw; ``new`` says the split is not saved yet.
+
+    Args:
+      data_config: `DataConfig`.
+    """
+    path = RunDirectory(run_dir).split_path
+    name = source.info.name
+    if os.path.exists(path):
+        return (*splits.load_splits(path, train_labels, name), False)
+    warning = splits.absent_classes_warning(train_labels, source.info.num_classes)
+    if warning:
+        _log(stream, warning)
+    d = data_config
+    if d.split_file:
+        labeled_index, used_index = splits.load_splits(d.split_file, train_labels, name)
+        _log(stream, f"Split from {d.split_file}.")
+    elif d.label_subset:
+        labeled_index, used_index, list_path = label_subsets.make_subset_splits(
+            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir)
+        _log(stream, f"Labelled set: the {len(labeled_index)} images listed in {list_path} "
+                     "(--label_percent is not used).")
+    else:
+        labeled_index, used_index = splits.make_splits(
+            train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
+            num_classes=source.info.num_classes)
+    return labeled_index, used_index, True
+
+
+def _check_one_batch(num_used, global_batch_size):
+    if pipeline.steps_per_epoch(num_used, global_batch_size) == 0:
+        raise ConfigError(
+            f"The run uses {num_used} training examples, fewer than one global batch "
+            f"(--global_batch_size={global_batch_size}), so an epoch would have no step. "
+            f"Give --global_batch_size={num_used} or less, or use more data "
+            "(--data_percent, or a larger dataset).")
+
+
+def _prepare_run_directory(config, source, stream):
+    """Resolves the split and writes ``split.npz`` (if new) and ``config.json``.
+
+    Everything that can refuse the run is checked before anything is written.
+    """
+    d = config.data
+    train_labels = source.train_labels()
+    labeled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
+                                                          train_labels, stream)
+    _check_one_batch(len(used_index), config.optimization.global_batch_size)
+    if new_split:
+        splits.save_splits(RunDirectory(config.run_dir).split_path, labeled_index, used_index,
+                           train_labels, source.info.name, d.label_percent, d.data_percent,
+                           d.split_seed)
+    config_lib.save_config(config)
+    return RunSplit(labeled_index, used_index, train_labels)
+
+
+def _restore_latest(checkpoint, path):
+    try:
+        checkpoint.restore(path).assert_existing_objects_matched()
+    except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
+        raise ConfigError(
+            f"The checkpoint {path} does not fit this run's data and model (its "
+            f"examples N, embedding size D or classes C differ): {error}. Use a new "
+            "--run_dir or the settings the checkpoint was written with.") from None
+
+
+def _input_maker(config, source, strategy, method, split, steps_per_epoch):
+    spec = method.input_spec(split.labeled_index, split.used_index)
+    d = config.data
+
+    def make_iterator(epoch, start_step):
+        input_fn = pipeline.make_train_input_fn(
+            source, config.optimization.global_batch_size, d.image_size, config.run.seed,
+            epoch, start_step=start_step, used_index=spec.index, steps=steps_per_epoch,
+            batches_cross_passes=spec.batches_cross_passes, augmentation=d.augmentation,
+            min_crop_area=d.min_crop_area, cache_passes=spec.cache_passes)
+        return iter(strategy.distribute_datasets_from_function(input_fn))
+
+    return make_iterator
+
+
+def _evaluate_fn(config, source, strategy, model, method, split):
+    evaluator = Evaluator(strategy, model, method.bank, split.train_labels[split.used_index],
+                          source.info.num_classes)
+    batch = config.optimization.global_batch_size
+    dataset = strategy.distribute_datasets_from_function(pipeline.make_eval_input_fn(
+        source, batch, config.data.image_size))
+    steps = pipeline.eval_steps(source.info.num_validation, batch)
+    return lambda: evaluator.evaluate(dataset, steps)
+
+
+def format_table(metrics):
+    """A two-column text table of metric name and value."""
+    width = max(len(name) for name in metrics)
+    lines = [f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
+    for name, value in metrics.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        lines.append(f"{name.ljust(width)}  {shown}")
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class _RunState:
+    """What the run's checkpoint holds, created in the strategy's scope."""
+
+    model: object
+    optimizer: object
+    step: tf.Variable
+    plateau: schedule.PlateauTracker
+    method: object
+    manager: tf.train.CheckpointManager
+
+
+def _build_state(config, strategy, num_classes, split):
+    # Seeds weight initialisation, so a run is reproducible from its settings.
+    keras.utils.set_random_seed(config.run.seed)
+    optimization = config.optimization
+    with strategy.scope():
+        model = build_run_model(config, num_classes)
+        optimizer = keras.optimizers.SGD(learning_rate=config.learning_rate,
+                                         momentum=optimization.momentum)
+        # Keras 3 restores nothing into slots that do not exist yet.
+        optimizer.build(model.trainable_variables)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        plateau = schedule.PlateauTracker(optimization.plateau_patience)
+    method = METHODS[config.method.name].from_config(config, strategy, model, optimizer,
+                                                     num_classes, split)
+    manager = RunDirectory(config.run_dir).checkpoint_manager(
+        dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
+             **method.checkpoint_items()), config.run.keep_checkpoints)
+    return _RunState(model, optimizer, step, plateau, method, manager)
+
+
+def _start(state, steps_per_epoch, stream):
+    """Resumes from the latest checkpoint, or lets the method initialise a new run."""
+    restored = state.manager.latest_checkpoint
+    if restored:
+        _restore_latest(state.manager.checkpoint, restored)
+        _log(stream, f"Resumed from {restored} (step {int(state.step.numpy())}).")
+        return
+    started = state.method.initialise(steps_per_epoch)
+    if started:
+        state.step.assign(started[0])
+        _log(stream, started[1])
+
+
+def _controller(config, source, strategy, state, split, steps_per_epoch, stream):
+    run_directory = RunDirectory(config.run_dir)
+    optimization, run, method = config.optimization, config.run, state.method
+    writer = tf.summary.create_file_writer(run_directory.tensorboard_dir)
+    manager = state.manager
+    return Controller(
+        method=method, runner=StepRunner(method), step=state.step, manager=manager,
+        optimizer=state.optimizer, writer=writer, stream=stream,
+        settings=LoopSettings(optimization.epochs, steps_per_epoch,
+                              optimization.global_batch_size, run.steps_per_loop,
+                              run.checkpoint_every, run.eval_every),
+        learning_rate=lambda epoch: schedule.learning_rate_at(
+            epoch, config.learning_rate, optimization.lr_drop_epochs,
+            optimization.lr_drop_factor, int(state.plateau.drops.numpy())),
+        make_iterator=_input_maker(config, source, strategy, method, split, steps_per_epoch),
+        evaluate=_evaluate_fn(config, source, strategy, state.model, method, split),
+        train_actions=[actions.NanGuard(config.run_dir, lambda: manager.latest_checkpoint)],
+        eval_actions=[actions.EvaluationLog(run_directory, writer, stream),
+                      actions.PlateauRule(state.plateau, method.tracks_plateau,
+                                          optimization.lr_drop_factor, stream)])
+
+
+def run_training(config, stream=None):
+    """Trains (or resumes) the run described by a `TrainConfig`; returns the final
+    metrics ({} when the run had already finished).
+
+    Raises:
+      LLPError (DataError, ConfigError, TrainingDiverged) for bad input or a
+      diverged run; the message says what to do.
+    """
+    stream = stream or sys.stdout
+    config_lib.check_resumable(config)
+    strategy = make_strategy(config.run.cpu_replicas)
+    batch = config.optimization.global_batch_size
+    if batch % strategy.num_replicas_in_sync:
+        raise ConfigError(f"The global batch size {batch} does not split evenly over "
+                          f"{strategy.num_replicas_in_sync} replicas.")
+    source = data.load_source(config.data.dataset, config.data.data_dir)
+    info = source.info
+    split = _prepare_run_directory(config, source, stream)
+    state = _build_state(config, strategy, info.num_classes, split)
+    steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
+    _start(state, steps_per_epoch, stream)
+    controller = _controller(config, source, strategy, state, split, steps_per_epoch, stream)
+    _log(stream, f"{info.name}: {len(split.used_index)} training examples used, "
+                 f"{len(split.labeled_index)} labelled, {info.num_classes} classes; "
+                 f"{strategy.num_replicas_in_sync} replica(s); {steps_per_epoch} steps per "
+                 f"epoch of {batch}.")
+    with data.data_errors():
+        final = controller.run()
+    if final:
+        _log(stream, "\n" + format_table(final))
+    else:
+        _log(stream, f"The run in {config.run_dir} has finished its "
+                     f"{config.optimization.epochs} epochs; its metrics are in "
+                     f"{RunDirectory(config.run_dir).metrics_path}. Raise --epochs to train "
+                     "further.")
+    return final

@@ -1,0 +1,54 @@
+"""absl flags generated from the training config's fields.
+
+Every field of `llp_tf.training.config.TrainConfig`'s sections becomes one
+flag with the field's flag name, default, help text and choices, so they are
+written once, in the config. `define_config_flags` defines them;
+`config_from_flags` reads them back into a `TrainConfig`.
+"""
+
+import typing
+
+from absl import flags
+
+
+def _base_type(annotation):
+    """X of Optional[X]; the annotation itself otherwise."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if typing.get_origin(annotation) is typing.Union and len(args) == 1 \
+        else annotation
+
+
+def _define(name, field, annotation, flag_values):
+    kind = _base_type(annotation)
+    default, help_text = field.default, field.metadata["help"]
+    choices = field.metadata.get("choices")
+    if choices:
+        flags.DEFINE_enum(name, default, list(choices), help_text, flag_values=flag_values)
+    elif typing.get_origin(kind) is tuple:
+        flags.DEFINE_list(name, None if default is None else [str(v) for v in default],
+                          help_text, flag_values=flag_values)
+    else:
+        define = {str: flags.DEFINE_string, int: flags.DEFINE_integer,
+                  float: flags.DEFINE_float, bool: flags.DEFINE_boolean}[kind]
+        define(name, default, help_text, flag_values=flag_values)
+
+
+def define_config_flags(flag_values=flags.FLAGS):
+    """Defines one flag per training setting on ``flag_values``."""
+    from llp_tf.training import config  # noqa: PLC0415 -- imports TensorFlow
+    for name, (section, field) in config.settings_fields().items():
+        _define(name, field, config.field_type(section, field), flag_values)
+
+
+def config_from_flags(flag_values=flags.FLAGS, **overrides):
+    """The `TrainConfig` of the parsed flags; ``overrides`` (by flag name) win.
+
+    List flags (e.g. --lr_drop_epochs=194,239) become tuples of int.
+    """
+    from llp_tf.training import config  # noqa: PLC0415
+    settings = {}
+    for name in config.settings_fields():
+        value = flag_values[name].value
+        settings[name] = [int(v) for v in value] if isinstance(value, list) else value
+    settings.update(overrides)
+    return config.TrainConfig.from_settings(**settings)
