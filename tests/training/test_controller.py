@@ -1,0 +1,104 @@
+"""The controller's loop on a fake method: loop sizes, checkpoints, evaluations,
+learning rates and the order of its actions, resumed or not."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.training.actions import NanGuard, TrainingDiverged
+from llp_tf.training.controller import Controller, LoopSettings
+
+
+class _FakeMethod:
+    def __init__(self, warmup_epochs=1):
+        self.warmup_epochs = warmup_epochs
+        self.prepared = []
+
+    def phase(self, epoch):
+        return "warmup" if epoch < self.warmup_epochs else "main"
+
+    def before_epoch(self, epoch, phase):
+        self.prepared.append((epoch, phase))
+
+
+class _FakeRunner:
+    """Returns loss = the global step of each step run, and records the calls."""
+
+    def __init__(self, step):
+        self.step = step
+        self.calls = []
+
+    def run(self, iterator, num_steps, phase):
+        first = int(self.step.numpy())
+        self.calls.append((first, num_steps, phase))
+        return {"loss": np.arange(first + 1, first + num_steps + 1, dtype=np.float32)}
+
+
+class _FakeManager:
+    def __init__(self):
+        self.saved = []
+
+    def save(self, checkpoint_number):
+        self.saved.append(checkpoint_number)
+
+
+def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, **actions):
+    step = tf.Variable(start_step, dtype=tf.int64)
+    optimizer = type("Optimizer", (), {"learning_rate": tf.Variable(0.0)})()
+    evaluations = []
+    controller = Controller(
+        method=_FakeMethod(), runner=_FakeRunner(step), step=step, manager=_FakeManager(),
+        optimizer=optimizer,
+        settings=LoopSettings(epochs=epochs, steps_per_epoch=steps_per_epoch,
+                              global_batch_size=8, steps_per_loop=2, checkpoint_every=3,
+                              eval_every=2),
+        learning_rate=lambda epoch: 0.1 / (epoch + 1),
+        make_iterator=lambda epoch, start: (epoch, start),
+        evaluate=lambda: evaluations.append(int(step.numpy())) or {"top1": 0.5},
+        writer=tf.summary.create_noop_writer(), stream=open("/dev/null", "w"), **actions)
+    return controller, evaluations
+
+
+def test_loops_checkpoints_and_evaluations(tmp_path):
+    rows = []
+    controller, evaluations = _controller(
+        tmp_path, eval_actions=[lambda row, evaluated, phase: rows.append((row, phase))])
+    final = controller.run()
+    # Loops of at most 2 steps that stop at checkpoints (every 3 steps) and epoch ends (5).
+    assert controller.runner.calls == [
+        (0, 2, "warmup"), (2, 1, "warmup"), (3, 2, "warmup"),
+        (5, 1, "main"), (6, 2, "main"), (8, 1, "main"), (9, 1, "main"),
+        (10, 2, "main"), (12, 2, "main"), (14, 1, "main")]
+    # Mid-epoch checkpoints at multiples of 3 (not at an epoch's last step), and every epoch end.
+    assert controller.manager.saved == [3, 5, 6, 9, 10, 12, 15]
+    # Evaluated every 2 epochs and after the last.
+    assert evaluations == [10, 15]
+    assert [phase for _, phase in rows] == ["main", "main"]
+    assert rows[0][0]["epoch"] == 2 and rows[1][0] is final
+    # The epoch's training loss is the step-weighted mean of its loops: steps 6..10.
+    assert final["train_loss"] == pytest.approx(np.mean(np.arange(11, 16)))
+    assert final["learning_rate"] == pytest.approx(0.1 / 3)
+    assert final["top1"] == 0.5 and final["step"] == 15
+    assert controller.method.prepared == [(0, "warmup"), (1, "main"), (2, "main")]
+
+
+def test_resumes_inside_an_epoch_and_stops_at_the_end(tmp_path):
+    controller, evaluations = _controller(tmp_path, start_step=7)
+    controller.run()
+    assert controller.runner.calls[0] == (7, 2, "main")
+    assert evaluations == [10, 15]
+    finished, evaluations = _controller(tmp_path, start_step=15)
+    assert finished.run() == {} and finished.runner.calls == [] and evaluations == []
+
+
+def test_nan_guard_stops_before_the_step_counts(tmp_path):
+    def diverge(global_step, steps, metrics):
+        if global_step >= 5:
+            metrics = {"loss": np.full(steps, np.nan, np.float32)}
+        NanGuard("run", lambda: "run/checkpoints/ckpt-5")(global_step, steps, metrics)
+
+    controller, _ = _controller(tmp_path, train_actions=[diverge])
+    with pytest.raises(TrainingDiverged, match=r"loss became nan at step 6 \(of the 1 steps"
+                                               r".*ckpt-5\) is kept"):
+        controller.run()
+    assert int(controller.step.numpy()) == 5

@@ -1,0 +1,44 @@
+"""The run directory: its files, the metrics file, the checkpoint manager."""
+
+import pytest
+import tensorflow as tf
+
+from llp_tf.errors import DataError
+from llp_tf.training.run_directory import RunDirectory, checkpoint_step
+
+
+def test_layout(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    assert run.config_path == str(tmp_path / "run" / "config.json")
+    assert run.split_path.endswith("run/split.npz")
+    assert run.checkpoint_dir.endswith("run/checkpoints")
+    assert run.metrics_path.endswith("run/metrics.jsonl")
+    assert run.tensorboard_dir.endswith("run/tensorboard")
+
+
+def test_metrics_are_appended_and_read_in_order(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    assert run.read_metrics() == []
+    rows = [{"epoch": 1, "top1": 0.25}, {"epoch": 2, "top1": 0.5, "phase": "llp"}]
+    for row in rows:
+        run.append_metrics(row)
+    assert run.read_metrics() == rows
+    with open(run.metrics_path, "a") as f:
+        f.write('{"epoch": 3, "to\n')
+    with pytest.raises(DataError, match=r"Line 3 of .*metrics.jsonl is not JSON"):
+        run.read_metrics()
+
+
+def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    value = tf.Variable(1.0)
+    manager = run.checkpoint_manager({"value": value}, keep=2)
+    assert run.latest_checkpoint() is None and run.checkpoint_paths() == []
+    for step in (3, 6, 9):
+        value.assign(float(step))
+        manager.save(checkpoint_number=step)
+    assert [checkpoint_step(p) for p in run.checkpoint_paths()] == [6, 9]
+    assert checkpoint_step(run.latest_checkpoint()) == 9
+    restored = tf.Variable(0.0)
+    tf.train.Checkpoint(value=restored).restore(run.checkpoint_paths()[0])
+    assert float(restored.numpy()) == 6.0
