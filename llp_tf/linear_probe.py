@@ -61,9 +61,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import trained_run
 from llp_tf.data import TRAIN, VALIDATION, data_errors, pipeline
 from llp_tf.errors import ConfigError
+from llp_tf.models import build_model_from_config
 from llp_tf.progress import EpochProgress, is_interactive
 from llp_tf.schedule import PlateauTracker
 
@@ -460,7 +460,7 @@ def random_trunk_model(config, num_classes, seed):
     batch-norm moving statistics are the initial ones (mean 0, variance 1).
     """
     keras.utils.set_random_seed(int(seed))
-    return trained_run.build_run_model(config, int(num_classes))
+    return build_model_from_config(config.model, int(num_classes), config.data.image_size)
 
 
 #: The checkpoint key of the category head's bias, whose length is the run's C.

@@ -22,28 +22,11 @@ import tensorflow as tf
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
 from llp_tf.memory_bank import MemoryBank
-from llp_tf.models import LLPModel, build_model
+from llp_tf.models import LLPModel, build_model_from_config
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,
                                            RunDirectory, checkpoint_step)
 
-
-
-def build_run_model(config, num_classes):
-    """The unrestored `LLPModel` of a run, with its weights created.
-
-    Args:
-      config: `TrainConfig`.
-      num_classes: int, C.
-
-    Create it inside `strategy.scope()` to train with a strategy.
-    """
-    m = config.model
-    return build_model(
-        m.architecture, num_classes, embedding_dim=m.embedding_dim, width=m.width,
-        small_inputs=m.small_inputs, blocks_per_stage=m.blocks_per_stage,
-        sync_batch_norm=m.sync_batch_norm,
-        batch_norm_momentum=m.batch_norm_momentum).create_weights(config.data.image_size)
 
 
 def read_config(run_dir):
@@ -150,7 +133,7 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
     labeled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
     if num_classes is None:
         num_classes = _checkpoint_num_classes(path, run_dir)
-    model = build_run_model(config, num_classes)
+    model = build_model_from_config(config.model, num_classes, config.data.image_size)
     bank = None
     if config.method.name == "llp":
         # Placeholder labels: the restore overwrites every bank variable.

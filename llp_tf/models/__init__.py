@@ -1,6 +1,6 @@
 """Networks: pre-activation ResNet trunks and the two-headed LLP model."""
 
-from llp_tf.models.factory import ARCHITECTURES, build_model
+from llp_tf.models.factory import ARCHITECTURES, build_model, build_model_from_config
 from llp_tf.models.llp_model import DEFAULT_EMBEDDING_DIM, LLPModel
 from llp_tf.models.resnet_v2 import ResNetV2
 
@@ -10,4 +10,5 @@ __all__ = [
     "LLPModel",
     "ResNetV2",
     "build_model",
+    "build_model_from_config",
 ]

@@ -67,3 +67,21 @@ def build_model(architecture, num_classes,
         batch_norm_epsilon=batch_norm_epsilon)
     return LLPModel(trunk, num_classes=num_classes,
                     embedding_dim=embedding_dim)
+
+
+def build_model_from_config(model_config, num_classes, image_size):
+    """The `LLPModel` a run's model settings describe, with its weights created.
+
+    Args:
+      model_config: `llp_tf.training.config.ModelConfig`.
+      num_classes: int, C.
+      image_size: int, side of the input images.
+
+    Create it inside `strategy.scope()` to train with a strategy.
+    """
+    m = model_config
+    return build_model(
+        m.architecture, num_classes, embedding_dim=m.embedding_dim, width=m.width,
+        small_inputs=m.small_inputs, blocks_per_stage=m.blocks_per_stage,
+        sync_batch_norm=m.sync_batch_norm,
+        batch_norm_momentum=m.batch_norm_momentum).create_weights(image_size)

@@ -22,7 +22,7 @@ from llp_tf.data import label_subsets, pipeline, splits
 from llp_tf.distribution import make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.evaluation import Evaluator
-from llp_tf.trained_run import build_run_model
+from llp_tf.models import build_model_from_config
 from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
@@ -167,7 +167,7 @@ def _build_state(config, strategy, num_classes, split):
     keras.utils.set_random_seed(config.run.seed)
     optimization = config.optimization
     with strategy.scope():
-        model = build_run_model(config, num_classes)
+        model = build_model_from_config(config.model, num_classes, config.data.image_size)
         optimizer = keras.optimizers.SGD(learning_rate=config.learning_rate,
                                          momentum=optimization.momentum)
         # Keras 3 restores nothing into slots that do not exist yet.
