@@ -3,7 +3,7 @@
 The split must happen before TensorFlow initialises its devices, so it runs at
 import time, before any test module touches TensorFlow. Tests that need two
 replicas use the `two_replica_strategy` fixture (one strategy for the whole
-session: see `llp_tf.distribution`); everything else runs on the first
+session: see `llp_tf.training.distribution`); everything else runs on the first
 logical CPU as usual.
 """
 
@@ -24,7 +24,7 @@ LOGICAL_CPUS = [d.name for d in tf.config.list_logical_devices("CPU")]
 @pytest.fixture
 def two_replica_strategy():
     """MirroredStrategy over two logical CPU devices."""
-    from llp_tf.distribution import mirrored_strategy
+    from llp_tf.training.distribution import mirrored_strategy
     return mirrored_strategy(LOGICAL_CPUS)
 
 
@@ -53,7 +53,7 @@ def tiny_llp_run(tmp_path_factory, stripes):
 @pytest.fixture(scope="module")
 def run(tiny_llp_run):
     """`trained_run.TrainedRun` of `tiny_llp_run`, one per test module (tests may change it)."""
-    from llp_tf import trained_run
+    from llp_tf.after_training import trained_run
     return trained_run.load_run(tiny_llp_run)
 
 

@@ -71,7 +71,7 @@ def main(argv, stdout=None, stderr=None):
                          f"{','.join(values.class_ids)}.\n")
             return 1
 
-    from llp_tf import analysis, analysis_report  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.after_training import analysis, analysis_report  # noqa: PLC0415 -- imports TensorFlow
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):

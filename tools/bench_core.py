@@ -89,7 +89,7 @@ def _status_kib(field):
 def memory_probe(chunk_size, num_queries):
     """Runs one density refresh in this process; prints its peak RSS growth in MiB."""
     import tensorflow as tf
-    from llp_tf import propagation
+    from llp_tf.core import propagation
     _configure_threads(FLAGS.threads)
     rng = np.random.default_rng(0)
     bank = tf.constant(_unit_rows(rng, FLAGS.bank, FLAGS.dim))
@@ -122,7 +122,7 @@ def _density_memory(chunks, query_counts):
 def run_benchmarks():
     import faiss
     import tensorflow as tf
-    from llp_tf import losses, propagation
+    from llp_tf.core import losses, propagation
 
     _configure_threads(FLAGS.threads)
     faiss.omp_set_num_threads(FLAGS.threads)

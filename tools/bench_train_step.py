@@ -39,8 +39,8 @@ def main(argv):
     import keras
     import tensorflow as tf
 
-    from llp_tf import losses, propagation
-    from llp_tf.memory_bank import MemoryBank
+    from llp_tf.core import losses, propagation
+    from llp_tf.core.memory_bank import MemoryBank
     from llp_tf.models import build_model
     from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
 

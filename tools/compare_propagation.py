@@ -27,7 +27,7 @@ from absl import app, flags  # noqa: E402
 
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
-from llp_tf import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
+from llp_tf.after_training import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
 
 FLAGS = flags.FLAGS
 OUTPUT_NAME = "propagation_comparison.json"
@@ -137,7 +137,8 @@ def embed_split(run, source, split, batch_size, stream):
 
 def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     """(features, labels, description dict, run config) of a run's bank or split."""
-    from llp_tf import data, trained_run
+    from llp_tf import data
+    from llp_tf.after_training import trained_run
 
     config = trained_run.read_config(run_dir)
     if split is None and config.method.name != "llp":
@@ -178,7 +179,7 @@ def format_table(comparison):
 
 
 def results_json(comparison, protocol, settings, source):
-    from llp_tf import propagation_baselines as pb
+    from llp_tf.after_training import propagation_baselines as pb
     return {
         "source": source,
         "protocol": protocol,
@@ -244,7 +245,7 @@ def run_comparison(stream=sys.stdout):
     images, labeled, draws = FLAGS.images_per_class, FLAGS.labeled_per_class, FLAGS.draws
     protocol_lib.check_protocol(labels, num_classes, images, labeled, draws)
     # Imported once the input is known to be usable: it loads TensorFlow.
-    from llp_tf import propagation_baselines as pb
+    from llp_tf.after_training import propagation_baselines as pb
 
     # Unset propagation flags take the run's own settings, else the paper's.
     defaults = {"k": pb.DEFAULT_K, "t": pb.DEFAULT_T, "temperature": pb.DEFAULT_TEMPERATURE}

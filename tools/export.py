@@ -11,7 +11,7 @@ is inside them) and export_info.json describing them. Signatures: embed
 classes with their names; also serving_default) and, with --knn, knn (the
 nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
 with plain TensorFlow (no llp_tf needed): see tools/predict.py, and
-llp_tf/export.py for the signatures and Keras fine-tuning with TFSMLayer.
+llp_tf/after_training/export.py for the signatures and Keras fine-tuning with TFSMLayer.
 The export is written to a temporary directory and renamed into place.
 """
 
@@ -54,7 +54,7 @@ def resolve_checkpoint(run_dir, checkpoint):
       ConfigError: a step the run has no kept checkpoint of, or a path that
         is not a checkpoint.
     """
-    from llp_tf import trained_run  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.after_training import trained_run  # noqa: PLC0415 -- imports TensorFlow
     from llp_tf.errors import ConfigError  # noqa: PLC0415
     if checkpoint is None:
         return None
@@ -107,7 +107,8 @@ def main(argv, stdout=None, stderr=None):
                      "or choose another --output_dir.\n")
         return 1
 
-    from llp_tf import data, export, trained_run  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf import data  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.after_training import export, trained_run
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):

@@ -23,7 +23,7 @@ from absl import app, flags  # noqa: E402
 
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
-from llp_tf import linear_probe, trained_run  # noqa: E402
+from llp_tf.after_training import linear_probe, trained_run  # noqa: E402
 
 FLAGS = flags.FLAGS
 

@@ -47,7 +47,7 @@ file, or shard and record, of an image that cannot be decoded.
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import augment
+from llp_tf.data import augment
 from llp_tf.data.source import TRAIN, VALIDATION
 from llp_tf.data.splits import check_index_set
 from llp_tf.errors import ConfigError

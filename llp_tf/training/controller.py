@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.progress import EpochProgress
+from llp_tf.training.progress import EpochProgress
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,11 +17,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import data, schedule
+from llp_tf import data
+from llp_tf.training import schedule
 from llp_tf.data import label_subsets, pipeline, splits
-from llp_tf.distribution import make_strategy
+from llp_tf.training.distribution import make_strategy
 from llp_tf.errors import ConfigError
-from llp_tf.evaluation import Evaluator
+from llp_tf.training.evaluation import Evaluator
 from llp_tf.models import build_model_from_config
 from llp_tf.training import actions
 from llp_tf.training import config as config_lib

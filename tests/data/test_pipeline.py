@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment
+from llp_tf.data import augment
 from llp_tf.data import data_errors, load_source, pipeline
 from llp_tf.errors import ConfigError, DataError
 from tests.data.helpers import make_tfrecord_set, write_image_folder

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from llp_tf import make_splits
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError, DataError
 
@@ -15,7 +16,7 @@ def _labels():
 
 def test_lowest_index_rule():
     labels = _labels()
-    labeled, used = splits.make_splits(labels, 10, 50)
+    labeled, used = make_splits(labels, 10, 50)
     expected_labeled, expected_used = [], []
     for c, k, u in ((0, 4, 20), (1, 3, 13), (2, 2, 9)):  # round half up of p% and q%
         members = np.flatnonzero(labels == c)
@@ -28,7 +29,7 @@ def test_lowest_index_rule():
 
 def test_full_data_uses_everything():
     labels = _labels()
-    labeled, used = splits.make_splits(labels, 100, 100)
+    labeled, used = make_splits(labels, 100, 100)
     np.testing.assert_array_equal(labeled, np.arange(labels.size))
     np.testing.assert_array_equal(used, np.arange(labels.size))
 
@@ -36,7 +37,7 @@ def test_full_data_uses_everything():
 @pytest.mark.parametrize("seed", [None, 0, 7])
 def test_balance_and_subset(seed):
     labels = _labels()
-    labeled, used = splits.make_splits(labels, 20, 60, seed=seed)
+    labeled, used = make_splits(labels, 20, 60, seed=seed)
     np.testing.assert_array_equal(np.bincount(labels[labeled]), [8, 5, 3])
     np.testing.assert_array_equal(np.bincount(labels[used]), [24, 15, 10])
     assert np.all(np.isin(labeled, used))
@@ -45,10 +46,10 @@ def test_balance_and_subset(seed):
 
 def test_seeded_draw_is_deterministic_and_seed_dependent():
     labels = _labels()
-    first = splits.make_splits(labels, 20, 60, seed=5)
-    again = splits.make_splits(labels, 20, 60, seed=5)
-    other = splits.make_splits(labels, 20, 60, seed=6)
-    lowest = splits.make_splits(labels, 20, 60)
+    first = make_splits(labels, 20, 60, seed=5)
+    again = make_splits(labels, 20, 60, seed=5)
+    other = make_splits(labels, 20, 60, seed=6)
+    lowest = make_splits(labels, 20, 60)
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(first[0], other[0])
@@ -59,7 +60,7 @@ def test_class_without_labelled_example():
     labels = np.repeat([0, 1], [100, 20])
     with pytest.raises(DataError, match=r"1 class\(es\) would get no labelled example: "
                                         r"class 1 \(20 examples\).*at least 2\.5") as error:
-        splits.make_splits(labels, 2, 100)
+        make_splits(labels, 2, 100)
     # The message names both ways out.
     assert "--split_file" in str(error.value) and "--label_subset" in str(error.value)
 
@@ -69,7 +70,7 @@ def test_classes_missing_from_training_data_are_skipped():
     rng = np.random.default_rng(0)
     present = np.array([3, 17, 250, 251, 400, 512, 640, 777, 900, 999])
     labels = rng.permutation(np.repeat(present, 20))
-    labeled, used = splits.make_splits(labels, 10, 100, num_classes=1000)
+    labeled, used = make_splits(labels, 10, 100, num_classes=1000)
     np.testing.assert_array_equal(np.bincount(labels[labeled], minlength=1000)[present], 2)
     np.testing.assert_array_equal(used, np.arange(labels.size))
     assert splits.absent_classes_warning(labels, 1000) == (
@@ -81,7 +82,7 @@ def test_classes_missing_from_training_data_are_skipped():
 
 def test_labels_outside_the_classes():
     with pytest.raises(DataError, match=r"classes \[0, 3\)"):
-        splits.make_splits(np.array([0, 1, 3]), 50, 100, num_classes=3)
+        make_splits(np.array([0, 1, 3]), 50, 100, num_classes=3)
 
 
 @pytest.mark.parametrize("seed", [None, 4])
@@ -114,12 +115,12 @@ def test_used_subset_needs_a_labelled_set():
 @pytest.mark.parametrize("p, q", [(0, 100), (101, 100), (10, 5)])
 def test_bad_percentages(p, q):
     with pytest.raises(ConfigError):
-        splits.make_splits(_labels(), p, q)
+        make_splits(_labels(), p, q)
 
 
 def test_save_and_load_round_trip(tmp_path):
     labels = _labels()
-    labeled, used = splits.make_splits(labels, 10, 50, seed=1)
+    labeled, used = make_splits(labels, 10, 50, seed=1)
     path = str(tmp_path / "run" / "split.npz")
     splits.save_splits(path, labeled, used, labels, dataset_name="toy", label_percent=10,
                        data_percent=50, seed=1)
@@ -133,7 +134,7 @@ def test_save_and_load_round_trip(tmp_path):
 def test_split_file_for_another_dataset(tmp_path):
     labels = _labels()
     path = str(tmp_path / "split.npz")
-    splits.save_splits(path, *splits.make_splits(labels, 10, 50), labels, dataset_name="toy")
+    splits.save_splits(path, *make_splits(labels, 10, 50), labels, dataset_name="toy")
     with pytest.raises(DataError, match=r"made for toy with 82 training examples, but mine "
                                         r"has 81 training examples\."):
         splits.load_splits(path, labels[:-1], dataset_name="mine")

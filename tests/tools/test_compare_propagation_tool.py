@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from llp_tf import propagation_baselines as pb
-from llp_tf import propagation_protocol as protocol
+from llp_tf.after_training import propagation_baselines as pb
+from llp_tf.after_training import propagation_protocol as protocol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "compare_propagation.py")

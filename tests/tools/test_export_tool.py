@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from llp_tf import trained_run
+from llp_tf.after_training import trained_run
 from tests.tools.tool_main import load_tool, run_main
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment, export
+from llp_tf.after_training import export
+from llp_tf.data import augment
 from tests.tools.tool_main import load_tool, run_main, tool_path
 
 PREDICT = tool_path("predict.py")

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import label_encoding
-from llp_tf.memory_bank import MemoryBank
+from llp_tf import MemoryBank
+from llp_tf.core import label_encoding
 from llp_tf.models import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
 

@@ -23,7 +23,7 @@ from typing import Callable, ClassVar, Dict, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import losses
+from llp_tf.core import losses
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,10 +21,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import label_encoding, losses, propagation
+from llp_tf.core import label_encoding, losses, propagation
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
-from llp_tf.memory_bank import MemoryBank
+from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.training.methods.base import InputSpec, Method
 from llp_tf.training.run_directory import RunDirectory
 

@@ -9,7 +9,7 @@ other, and when it is small its records are held in memory.
 
 import tensorflow as tf
 
-from llp_tf import losses
+from llp_tf.core import losses
 from llp_tf.training.methods.base import InputSpec, Method
 
 

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import propagation
+from llp_tf import local_density, propagate
+from llp_tf.core import propagation
 from tests import reference
 
 TAU = 0.07
@@ -18,7 +19,7 @@ def test_local_density_matches_equation(seed, num_queries, num_rows, t, chunk_si
     rng = np.random.default_rng(seed)
     queries = reference.unit_rows(rng, num_queries, 16)
     bank = reference.unit_rows(rng, num_rows, 16)
-    got = propagation.local_density(queries, bank, t=t, temperature=TAU,
+    got = local_density(queries, bank, t=t, temperature=TAU,
                                     chunk_size=chunk_size).numpy()
     want = reference.local_density(queries, bank, t, TAU)
     assert got.shape == (num_queries,) and got.dtype == np.float32
@@ -37,7 +38,7 @@ def test_local_density_is_exact_at_temperature_0_07_with_100k_rows():
     rng = np.random.default_rng(5)
     bank = reference.unit_rows(rng, 100_000, 128)
     queries = np.concatenate([bank[:20], reference.unit_rows(rng, 20, 128)])
-    got = propagation.local_density(queries, bank, t=25, temperature=TAU,
+    got = local_density(queries, bank, t=25, temperature=TAU,
                                     chunk_size=8).numpy()
     want = reference.local_density(queries, bank, 25, TAU)
     assert np.all(np.isfinite(got))
@@ -48,7 +49,7 @@ def test_local_density_chunk_size_does_not_change_the_result():
     rng = np.random.default_rng(6)
     queries = reference.unit_rows(rng, 37, 32)
     bank = reference.unit_rows(rng, 400, 32)
-    results = [propagation.local_density(queries, bank, t=10, chunk_size=c).numpy()
+    results = [local_density(queries, bank, t=10, chunk_size=c).numpy()
                for c in (1, 5, 37, 100)]
     for r in results[1:]:
         np.testing.assert_allclose(r, results[0], rtol=1e-5)
@@ -58,7 +59,7 @@ def test_local_density_inside_tf_function():
     rng = np.random.default_rng(7)
     queries = reference.unit_rows(rng, 10, 8)
     bank = reference.unit_rows(rng, 50, 8)
-    fn = tf.function(lambda q, b: propagation.local_density(q, b, t=5, chunk_size=4))
+    fn = tf.function(lambda q, b: local_density(q, b, t=5, chunk_size=4))
     np.testing.assert_allclose(fn(queries, bank).numpy(),
                                reference.local_density(queries, bank, 5, TAU), rtol=1e-4)
 
@@ -67,7 +68,7 @@ def test_local_density_inside_tf_function():
 def test_local_density_rejects_non_positive_settings(bad):
     x = np.eye(3, dtype=np.float32)
     with pytest.raises(ValueError, match="must be positive"):
-        propagation.local_density(x, x, **bad)
+        local_density(x, x, **bad)
 
 
 def _check_propagation(got_classes, got_confidence, want_classes, want_confidence,
@@ -102,7 +103,7 @@ def test_propagate_matches_equation(use_density, seed, batch, labeled, classes, 
     density = None
     if use_density:
         density = reference.local_density(labeled_bank, labeled_bank, 5, TAU).astype(np.float32)
-    got = propagation.propagate(embeddings, labeled_bank, labeled_classes, classes, k=k,
+    got = propagate(embeddings, labeled_bank, labeled_classes, classes, k=k,
                                 temperature=TAU, density=density)
     want = reference.propagate(embeddings, labeled_bank, labeled_classes, classes, k, TAU,
                                density)
@@ -124,7 +125,7 @@ def test_propagate_is_exact_at_temperature_0_07_with_100k_labelled_rows(use_dens
     density = None
     if use_density:
         density = rng.uniform(1e6, 4e7, 100_000).astype(np.float32)
-    got = propagation.propagate(embeddings, labeled_bank, labeled_classes, 1000, k=10,
+    got = propagate(embeddings, labeled_bank, labeled_classes, 1000, k=10,
                                 temperature=TAU, density=density)
     want = reference.propagate(embeddings, labeled_bank, labeled_classes, 1000, 10, TAU,
                                density)
@@ -135,7 +136,7 @@ def test_propagate_exact_tie_gives_half_confidence():
     # Two labelled rows at the same similarity, one of each class.
     labeled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
     query = np.array([[np.sqrt(0.5), np.sqrt(0.5)]], np.float32)
-    classes, confidence = propagation.propagate(query, labeled_bank, [0, 1], 2, k=2)
+    classes, confidence = propagate(query, labeled_bank, [0, 1], 2, k=2)
     assert classes.numpy()[0] in (0, 1)
     np.testing.assert_allclose(confidence.numpy(), [0.5], atol=1e-6)
 
@@ -149,9 +150,9 @@ def test_local_weighting_can_change_the_vote():
     labeled_bank = np.stack([np.cos(angles), np.sin(angles)], 1).astype(np.float32)
     labeled_classes = np.array([0, 0, 0, 1])
     query = np.array([[np.cos(0.52), np.sin(0.52)]], np.float32)
-    density = propagation.local_density(labeled_bank, labeled_bank, t=3).numpy()
-    naive = propagation.propagate(query, labeled_bank, labeled_classes, 2, k=4)
-    local = propagation.propagate(query, labeled_bank, labeled_classes, 2, k=4,
+    density = local_density(labeled_bank, labeled_bank, t=3).numpy()
+    naive = propagate(query, labeled_bank, labeled_classes, 2, k=4)
+    local = propagate(query, labeled_bank, labeled_classes, 2, k=4,
                                   density=density)
     assert naive[0].numpy()[0] == 0
     assert local[0].numpy()[0] == 1
@@ -164,9 +165,9 @@ def test_propagate_local_weights_choose_the_voters():
     labeled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
     query = np.array([[0.8, 0.6]], np.float32)
     density = np.array([1e6, 1.0], np.float32)  # row 0 sits in a very dense region
-    classes, _ = propagation.propagate(query, labeled_bank, [0, 1], 2, k=1, density=density)
+    classes, _ = propagate(query, labeled_bank, [0, 1], 2, k=1, density=density)
     assert classes.numpy()[0] == 1
-    classes, _ = propagation.propagate(query, labeled_bank, [0, 1], 2, k=1)
+    classes, _ = propagate(query, labeled_bank, [0, 1], 2, k=1)
     assert classes.numpy()[0] == 0
 
 
@@ -179,7 +180,7 @@ def test_propagate_inside_tf_function_with_unknown_sizes():
 
     @tf.function(input_signature=[spec, spec, tf.TensorSpec([None], tf.int64)])
     def run(e, b, c):
-        return propagation.propagate(e, b, c, 3, k=10)
+        return propagate(e, b, c, 3, k=10)
 
     got = run(embeddings, labeled_bank, labeled_classes)
     want = reference.propagate(embeddings, labeled_bank, labeled_classes, 3, 10, TAU)

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
-from llp_tf.memory_bank import MemoryBank
+from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models import LLPModel, build_model_from_config
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,

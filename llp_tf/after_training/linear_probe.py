@@ -64,8 +64,8 @@ import tensorflow as tf
 from llp_tf.data import TRAIN, VALIDATION, data_errors, pipeline
 from llp_tf.errors import ConfigError
 from llp_tf.models import build_model_from_config
-from llp_tf.progress import EpochProgress, is_interactive
-from llp_tf.schedule import PlateauTracker
+from llp_tf.training.progress import EpochProgress, is_interactive
+from llp_tf.training.schedule import PlateauTracker
 
 #: The paper's initial learning rate of the Places205 readout.
 DEFAULT_LEARNING_RATE = 0.01

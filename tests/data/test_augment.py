@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment
+from llp_tf.data import augment
 
 MEAN = np.array(augment.IMAGENET_MEAN)
 STD = np.array(augment.IMAGENET_STD)

@@ -1,6 +1,6 @@
 import io
 
-from llp_tf.progress import EpochProgress
+from llp_tf.training.progress import EpochProgress
 
 
 class _Terminal(io.StringIO):

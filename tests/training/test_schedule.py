@@ -1,6 +1,6 @@
 import pytest
 
-from llp_tf import schedule
+from llp_tf.training import schedule
 
 
 @pytest.mark.parametrize("epoch,want", [(0, 0.03), (193, 0.03), (194, 0.003), (238, 0.003),

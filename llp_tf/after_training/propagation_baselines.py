@@ -7,7 +7,7 @@ unlabelled points. This module holds those methods (`propagation_protocol`
 draws the subsets and scores them):
 
 - ``llp``: LLP's locally weighted kNN (eq. 5-8), with the local densities
-  taken over the drawn subset as the "bank" (`llp_tf.propagation`);
+  taken over the drawn subset as the "bank" (`llp_tf.core.propagation`);
 - ``knn``: the plain weighted kNN of eq. 5-6 (no local weighting);
 - ``label_spreading``: Zhou et al. 2004, scikit-learn's `LabelSpreading`;
 - ``label_propagation``: Zhu & Ghahramani 2002, scikit-learn's
@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
 
-from llp_tf import propagation
+from llp_tf.core import propagation
 from llp_tf.errors import ConfigError
 
 # LLP and the weighted kNN: the paper's K = 10, T = 25 and tau = 0.07.

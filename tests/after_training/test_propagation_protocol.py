@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from llp_tf import propagation_baselines as pb
-from llp_tf import propagation_protocol as protocol
+from llp_tf.after_training import propagation_baselines as pb
+from llp_tf.after_training import propagation_protocol as protocol
 from llp_tf.errors import ConfigError, DataError
 from tests import reference
 

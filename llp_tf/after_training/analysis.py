@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from llp_tf import trained_run
+from llp_tf.after_training import trained_run
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError, DataError
 

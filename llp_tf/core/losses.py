@@ -9,8 +9,8 @@ the mean over the global batch.
 
 import tensorflow as tf
 
-from llp_tf import label_encoding
-from llp_tf.propagation import DEFAULT_TEMPERATURE
+from llp_tf.core import label_encoding
+from llp_tf.core.propagation import DEFAULT_TEMPERATURE
 
 
 def aggregation_loss(embeddings, bank, bank_labels, labels, temperature=DEFAULT_TEMPERATURE):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import trained_run
+from llp_tf.after_training import trained_run
 from llp_tf.errors import ConfigError
 
 

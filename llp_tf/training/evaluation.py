@@ -12,7 +12,7 @@
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import propagation
+from llp_tf.core import propagation
 
 
 class Evaluator:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment, export
+from llp_tf.after_training import export
+from llp_tf.data import augment
 from llp_tf.errors import ConfigError
 
 FRESH_PROCESS_TIMEOUT_SECONDS = 180

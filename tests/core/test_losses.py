@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import losses
+from llp_tf import aggregation_loss, categorisation_loss, l2_penalty, llp_loss
 from tests import reference
 
 TAU = 0.07
@@ -26,7 +26,7 @@ def _problem(seed, batch, rows, dim, num_labels):
 ])
 def test_aggregation_loss_matches_equation(seed, batch, rows, dim, num_labels):
     embeddings, bank, bank_labels, labels = _problem(seed, batch, rows, dim, num_labels)
-    got = losses.aggregation_loss(embeddings, bank, bank_labels, labels, TAU).numpy()
+    got = aggregation_loss(embeddings, bank, bank_labels, labels, TAU).numpy()
     want = reference.aggregation_loss(embeddings, bank, bank_labels, labels, TAU)
     assert got.shape == (batch,) and got.dtype == np.float32
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
@@ -39,7 +39,7 @@ def test_aggregation_loss_is_exact_at_temperature_0_07_with_100k_rows():
     # Make the batch's own rows the nearest ones, as after training: large logits.
     embeddings = bank[:16].copy()
     labels = bank_labels[:16]
-    got = losses.aggregation_loss(embeddings, bank, bank_labels, labels, TAU).numpy()
+    got = aggregation_loss(embeddings, bank, bank_labels, labels, TAU).numpy()
     want = reference.aggregation_loss(embeddings, bank, bank_labels, labels, TAU)
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
@@ -51,7 +51,7 @@ def test_aggregation_loss_with_instance_labels_is_instance_discrimination():
     embeddings = reference.unit_rows(rng, 10, 16)
     bank_labels = 1000 + np.arange(200)  # every row its own instance id
     idx = rng.choice(200, 10, replace=False)
-    got = losses.aggregation_loss(embeddings, bank, bank_labels, bank_labels[idx], TAU).numpy()
+    got = aggregation_loss(embeddings, bank, bank_labels, bank_labels[idx], TAU).numpy()
     logits = embeddings.astype(np.float64) @ bank.astype(np.float64).T / TAU
     want = -(logits[np.arange(10), idx] - reference.logsumexp(logits, axis=1))
     np.testing.assert_allclose(got, want, atol=1e-4)
@@ -64,7 +64,7 @@ def test_aggregation_loss_gradient_matches_analytic_gradient(seed, rows, num_lab
     v = tf.Variable(embeddings)
     bank_var = tf.Variable(bank)
     with tf.GradientTape() as tape:
-        loss = losses.aggregation_loss(v, bank_var, bank_labels, labels, TAU)
+        loss = aggregation_loss(v, bank_var, bank_labels, labels, TAU)
         weighted = tf.reduce_sum(loss * upstream)
     grad_v, grad_bank = tape.gradient(weighted, [v, bank_var])
     assert grad_bank is None, "the bank must not receive gradients"
@@ -79,7 +79,7 @@ def test_aggregation_loss_gradient_matches_finite_differences():
     embeddings, bank, bank_labels, labels = _problem(8, 3, 60, 6, 4)
     v = tf.Variable(embeddings)
     with tf.GradientTape() as tape:
-        total = tf.reduce_sum(losses.aggregation_loss(v, bank, bank_labels, labels, TAU))
+        total = tf.reduce_sum(aggregation_loss(v, bank, bank_labels, labels, TAU))
     got = tape.gradient(total, v).numpy()
     eps = 1e-6
     want = np.zeros_like(embeddings, dtype=np.float64)
@@ -102,7 +102,7 @@ def test_aggregation_loss_in_tf_function_gradient():
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            total = tf.reduce_sum(losses.aggregation_loss(v, bank, bank_labels, labels, TAU))
+            total = tf.reduce_sum(aggregation_loss(v, bank, bank_labels, labels, TAU))
         return total, tape.gradient(total, v)
 
     total, grad = step()
@@ -118,7 +118,7 @@ def test_categorisation_loss_counts_classes_only():
     rng = np.random.default_rng(10)
     logits = rng.normal(0, 3, (6, 4)).astype(np.float32)
     labels = np.array([0, 3, 4, 2, 1000, 1])  # 4 and 1000 are instance ids (C = 4)
-    got = losses.categorisation_loss(logits, labels).numpy()
+    got = categorisation_loss(logits, labels).numpy()
     is_class = labels < 4
     want = np.zeros(6)
     want[is_class] = reference.cross_entropy(logits[is_class], labels[is_class])
@@ -133,7 +133,7 @@ def test_llp_loss_combines_terms(weight_by_confidence, use_categorisation):
     aggregation = rng.uniform(0, 5, 8).astype(np.float32)
     categorisation = rng.uniform(0, 3, 8).astype(np.float32)
     confidence = rng.uniform(0, 1, 8).astype(np.float32)
-    got = losses.llp_loss(aggregation, categorisation, confidence, global_batch_size=16,
+    got = llp_loss(aggregation, categorisation, confidence, global_batch_size=16,
                           weight_by_confidence=weight_by_confidence,
                           use_categorisation=use_categorisation).numpy()
     terms = aggregation.astype(np.float64) + (categorisation if use_categorisation else 0)
@@ -143,15 +143,15 @@ def test_llp_loss_combines_terms(weight_by_confidence, use_categorisation):
 
 
 def test_llp_loss_defaults_to_the_batch_mean():
-    got = losses.llp_loss([1.0, 3.0], [0.5, 0.0], [1.0, 0.5]).numpy()
+    got = llp_loss([1.0, 3.0], [0.5, 0.0], [1.0, 0.5]).numpy()
     np.testing.assert_allclose(got, (1.5 + 1.5) / 2, rtol=1e-6)
 
 
 def test_l2_penalty():
     rng = np.random.default_rng(12)
     weights = [rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=7).astype(np.float32)]
-    got = losses.l2_penalty([tf.Variable(w) for w in weights], 1e-4).numpy()
+    got = l2_penalty([tf.Variable(w) for w in weights], 1e-4).numpy()
     # The release's convention: lambda * sum(l2_loss(w)) = lambda / 2 * sum w^2.
     want = 1e-4 / 2 * sum((w.astype(np.float64) ** 2).sum() for w in weights)
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert losses.l2_penalty([], 1e-4).numpy() == 0.0
+    assert l2_penalty([], 1e-4).numpy() == 0.0

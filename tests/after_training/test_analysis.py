@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import analysis, analysis_report, trained_run
+from llp_tf.after_training import analysis, analysis_report, trained_run
 from llp_tf.training import config
 from llp_tf.data import load_source, splits
 from llp_tf.errors import ConfigError, DataError
-from llp_tf.evaluation import Evaluator
+from llp_tf.training.evaluation import Evaluator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # A drawn figure with axes, text and points is tens of kB; an empty or

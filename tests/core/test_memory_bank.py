@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import label_encoding
-from llp_tf.memory_bank import MemoryBank
+from llp_tf import MemoryBank
+from llp_tf.core import label_encoding
 from tests import reference
 
 N, D, C = 40, 8, 5

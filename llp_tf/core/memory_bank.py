@@ -30,7 +30,7 @@ updates every copy. Create the bank inside ``strategy.scope()``.
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import label_encoding
+from llp_tf.core import label_encoding
 
 DEFAULT_MOMENTUM = 0.5
 

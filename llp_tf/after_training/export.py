@@ -75,7 +75,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import augment
+from llp_tf.data import augment
 from llp_tf.errors import ConfigError
 
 EXPORT_INFO_FILE = "export_info.json"

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import augment, data, linear_probe, trained_run
+from llp_tf import data
+from llp_tf.after_training import linear_probe, trained_run
+from llp_tf.data import augment
 from llp_tf.errors import ConfigError
 
 NUM_CLASSES = 4

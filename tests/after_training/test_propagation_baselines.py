@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from llp_tf import propagation_baselines as pb
+from llp_tf.after_training import propagation_baselines as pb
 from tests import reference
 
 
