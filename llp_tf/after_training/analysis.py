@@ -18,8 +18,6 @@ and writes the results.
 """
 
 import dataclasses
-import json
-import math
 import os
 
 import numpy as np
@@ -27,99 +25,14 @@ import numpy as np
 from llp_tf.after_training import trained_run
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError, DataError
+from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.metrics import (AggregationScores, PseudoLabelStats, aggregation_scores,
+                                     pseudo_label_stats)
 
-METRICS_FILE = "metrics.jsonl"  # written by `training_loop.run_training`
 # Rows summed at once in float64: bounds the temporary copy (64 MB at D = 128).
-SUM_CHUNK_ROWS = 65536
 # SMACOF iterations of the MDS (scikit-learn's default); the classical-MDS
 # start makes it converge in far fewer on the small samples drawn here.
 MDS_MAX_ITERATIONS = 300
-
-
-@dataclasses.dataclass(frozen=True)
-class AggregationScores:
-    """Per-class aggregation scores of one set of rows.
-
-    Attributes:
-      per_class: float64 [C], the score of each class; NaN for a class with
-        no row.
-      counts: int64 [C], rows of each class.
-    """
-
-    per_class: np.ndarray
-    counts: np.ndarray
-
-    @property
-    def mean(self):
-        """float: the mean score over the classes that have rows (NaN if none)."""
-        present = self.counts > 0
-        return float(np.mean(self.per_class[present])) if present.any() else math.nan
-
-
-def aggregation_scores(embeddings, classes, num_classes):
-    """Per-class aggregation scores: ``|| mean of the rows of class c ||_2``.
-
-    Args:
-      embeddings: float [N, D], the (unit-norm) bank rows.
-      classes: int [N], the class of each row; rows whose value is outside
-        ``[0, C)`` (unknown, or an instance id) are left out.
-      num_classes: int, C.
-
-    Returns:
-      `AggregationScores`, computed in float64.
-    """
-    embeddings = np.asarray(embeddings)
-    classes = np.asarray(classes, np.int64).reshape(-1)
-    if embeddings.ndim != 2 or embeddings.shape[0] != classes.size:
-        raise ValueError(f"embeddings must be [N, D] with N = {classes.size} classes given; "
-                         f"got shape {embeddings.shape}.")
-    sums = np.zeros((num_classes, embeddings.shape[1]), np.float64)
-    counts = np.zeros(num_classes, np.int64)
-    for start in range(0, classes.size, SUM_CHUNK_ROWS):
-        chunk = classes[start:start + SUM_CHUNK_ROWS]
-        known = (chunk >= 0) & (chunk < num_classes)
-        rows = embeddings[start:start + SUM_CHUNK_ROWS][known].astype(np.float64)
-        np.add.at(sums, chunk[known], rows)
-        counts += np.bincount(chunk[known], minlength=num_classes)
-    per_class = np.full(num_classes, np.nan)
-    present = counts > 0
-    per_class[present] = np.linalg.norm(sums[present] / counts[present, None], axis=1)
-    return AggregationScores(per_class=per_class, counts=counts)
-
-
-@dataclasses.dataclass(frozen=True)
-class PseudoLabelStats:
-    """The bank's pseudo labels on its unlabelled rows, against their true classes.
-
-    Attributes:
-      unlabeled: int, unlabelled rows with a known true class.
-      coverage: float, the fraction of them that carry a class (not an
-        instance id).
-      accuracy: float, the fraction whose label is their true class (rows
-        still holding an instance id count as wrong, as in `Evaluator`);
-        NaN when there is no unlabelled row.
-      confidence: float, the mean confidence of the pseudo-labelled ones
-        (NaN if none).
-    """
-
-    unlabeled: int
-    coverage: float
-    accuracy: float
-    confidence: float
-
-
-def pseudo_label_stats(bank_labels, confidence, is_labeled, true_classes, num_classes):
-    """`PseudoLabelStats` of a bank state (all arrays [N], numpy)."""
-    unlabeled = ~np.asarray(is_labeled, bool) & (np.asarray(true_classes) >= 0)
-    has_class = (bank_labels >= 0) & (bank_labels < num_classes)
-    if not unlabeled.any():
-        return PseudoLabelStats(0, math.nan, math.nan, math.nan)
-    pseudo = unlabeled & has_class
-    return PseudoLabelStats(
-        unlabeled=int(unlabeled.sum()),
-        coverage=float(np.mean(has_class[unlabeled])),
-        accuracy=float(np.mean(bank_labels[unlabeled] == true_classes[unlabeled])),
-        confidence=float(np.mean(confidence[pseudo])) if pseudo.any() else math.nan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +121,7 @@ class EvaluatedEpoch:
 
 
 def read_metrics_history(run_dir):
-    """The aggregation score of every evaluated epoch in ``run_dir/metrics.jsonl``.
+    """The aggregation score of every evaluated epoch in the run's metrics file.
 
     A resumed run may have evaluated an epoch twice; the last line wins.
 
@@ -219,24 +132,13 @@ def read_metrics_history(run_dir):
     Raises:
       DataError: a line that is not JSON.
     """
-    path = os.path.join(run_dir, METRICS_FILE)
-    if not os.path.isfile(path):
-        return []
     by_epoch = {}
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"Line {number} of {path} is not JSON ({error}); the file was "
-                                "damaged. Delete the line to analyse the rest.") from None
-            if "aggregation_score" in entry and "epoch" in entry:
-                by_epoch[int(entry["epoch"])] = EvaluatedEpoch(
-                    epoch=int(entry["epoch"]), step=int(entry.get("step", -1)),
-                    phase=str(entry.get("phase", "")),
-                    aggregation_score=float(entry["aggregation_score"]))
+    for entry in RunDirectory(run_dir).read_metrics():
+        if "aggregation_score" in entry and "epoch" in entry:
+            by_epoch[int(entry["epoch"])] = EvaluatedEpoch(
+                epoch=int(entry["epoch"]), step=int(entry.get("step", -1)),
+                phase=str(entry.get("phase", "")),
+                aggregation_score=float(entry["aggregation_score"]))
     return [by_epoch[epoch] for epoch in sorted(by_epoch)]
 
 
@@ -456,7 +358,7 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
     train_labels = source.train_labels()
     # Checks that the dataset still is the one the run trained on: the true
     # classes below are read through the run's split.
-    _, used_index = splits.load_splits(os.path.join(run_dir, trained_run.SPLIT_FILE),
+    _, used_index = splits.load_splits(RunDirectory(run_dir).split_path,
                                        train_labels, info.name)
     true_classes = train_labels[used_index]
     counts = np.bincount(true_classes, minlength=info.num_classes)

@@ -75,6 +75,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.core import label_encoding
 from llp_tf.data import augment
 from llp_tf.errors import ConfigError
 
@@ -143,17 +144,9 @@ def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
 
 
 def bank_classes(labels, num_classes):
-    """The class of each bank row, with -1 for rows that hold an instance id.
-
-    Args:
-      labels: int64 [N], memory-bank labels (see `label_encoding`).
-      num_classes: int, C.
-
-    Returns:
-      int64 [N] numpy array, values in ``[-1, C)``.
-    """
-    labels = np.asarray(labels, np.int64)
-    return np.where((labels >= 0) & (labels < num_classes), labels, NO_CLASS).astype(np.int64)
+    """int64 [N]: the class of each bank row, `NO_CLASS` (-1) where it holds an
+    instance id (`label_encoding.classes_or`)."""
+    return label_encoding.classes_or(labels, num_classes, NO_CLASS)
 
 
 class InferenceModule(tf.Module):

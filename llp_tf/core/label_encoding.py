@@ -10,6 +10,7 @@ discrimination. (The authors' release stored ``N + class`` for classes and
 ``i`` for instances; only the uniqueness property matters.)
 """
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -30,3 +31,15 @@ def is_class(labels, num_classes):
     """bool [B]: True where a label is a class, False where it is an instance id."""
     labels = tf.convert_to_tensor(labels)
     return tf.logical_and(labels >= 0, labels < tf.cast(num_classes, labels.dtype))
+
+
+def is_class_np(labels, num_classes):
+    """`is_class` on numpy arrays: bool [...]."""
+    labels = np.asarray(labels)
+    return (labels >= 0) & (labels < num_classes)
+
+
+def classes_or(labels, num_classes, fill=-1):
+    """int64 [...]: each label where it is a class, ``fill`` where it is an instance id."""
+    labels = np.asarray(labels, np.int64)
+    return np.where(is_class_np(labels, num_classes), labels, fill).astype(np.int64)

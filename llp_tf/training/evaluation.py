@@ -7,12 +7,15 @@
   examples, where their true labels are known (a diagnostic);
 - aggregation score: per class, the L2 norm of the mean bank row of the
   class's examples (higher is tighter), averaged over classes.
+
+Each is defined once, in `llp_tf.training.metrics`; this module runs them
+over the validation split and the bank.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import propagation
+from llp_tf.training import metrics as metrics_lib
 
 
 class Evaluator:
@@ -58,31 +61,19 @@ class Evaluator:
         return metrics
 
     def bank_metrics(self):
-        """Pseudo-label and aggregation statistics of the bank's current state."""
-        labels = self.bank.labels.numpy()
-        confidence = self.bank.confidence.numpy()
-        unlabeled = ~self.bank.is_labeled.numpy() & (self.bank_true_labels >= 0)
-        has_class = labels < self.num_classes
+        """Pseudo-label and aggregation statistics of the bank's current state
+        (`metrics.pseudo_label_stats`, `metrics.aggregation_scores`)."""
+        stats = metrics_lib.pseudo_label_stats(
+            self.bank.labels.numpy(), self.bank.confidence.numpy(),
+            self.bank.is_labeled.numpy(), self.bank_true_labels, self.num_classes)
         metrics = {}
-        if unlabeled.any():
-            pseudo = unlabeled & has_class
-            metrics["pseudo_label_accuracy"] = float(np.mean(
-                labels[unlabeled] == self.bank_true_labels[unlabeled]))
-            metrics["pseudo_label_coverage"] = float(np.mean(has_class[unlabeled]))
-            metrics["pseudo_label_confidence"] = (float(np.mean(confidence[pseudo]))
-                                                  if pseudo.any() else 0.0)
-        metrics["aggregation_score"] = float(self._aggregation_score().numpy())
+        if stats.unlabeled:
+            metrics["pseudo_label_accuracy"] = stats.accuracy
+            metrics["pseudo_label_coverage"] = stats.coverage
+            metrics["pseudo_label_confidence"] = stats.confidence
+        metrics["aggregation_score"] = metrics_lib.aggregation_scores(
+            self.bank.embeddings.numpy(), self.bank_true_labels, self.num_classes).mean
         return metrics
-
-    @tf.function
-    def _aggregation_score(self):
-        known = self._bank_true_labels_tensor >= 0
-        rows = tf.boolean_mask(self.bank.embeddings, known)
-        classes = tf.boolean_mask(self._bank_true_labels_tensor, known)
-        means = tf.math.unsorted_segment_mean(rows, classes, self.num_classes)
-        present = tf.math.unsorted_segment_sum(tf.ones_like(classes, tf.float32), classes,
-                                               self.num_classes) > 0
-        return tf.reduce_mean(tf.boolean_mask(tf.norm(means, axis=1), present))
 
     def _loop(self, iterator, num_steps):
         names = ("examples", "top1", "top5") + (("nn_top1",) if self.bank is not None else ())
@@ -104,17 +95,13 @@ class Evaluator:
         labels = tf.cast(batch["label"], tf.int64)
         mask = tf.cast(batch["mask"], tf.float32)
         logits = outputs["logits"]
-        top5 = min(5, self.num_classes)
         counts = {
             "examples": tf.reduce_sum(mask),
-            "top1": tf.reduce_sum(mask * tf.cast(
-                tf.equal(tf.argmax(logits, axis=1), labels), tf.float32)),
-            "top5": tf.reduce_sum(mask * tf.cast(
-                tf.math.in_top_k(labels, logits, top5), tf.float32)),
+            "top1": tf.reduce_sum(mask * metrics_lib.top_k_hits(logits, labels, 1)),
+            "top5": tf.reduce_sum(mask * metrics_lib.top_k_hits(logits, labels, 5)),
         }
         if self.bank is not None:
-            _, nearest = propagation.nearest_rows(outputs["embedding"], self.bank.embeddings, 1)
-            neighbour_labels = tf.gather(self._bank_true_labels_tensor, nearest[:, 0])
-            counts["nn_top1"] = tf.reduce_sum(mask * tf.cast(
-                tf.equal(neighbour_labels, labels), tf.float32))
+            counts["nn_top1"] = tf.reduce_sum(mask * metrics_lib.nearest_neighbour_hits(
+                outputs["embedding"], self.bank.embeddings, self._bank_true_labels_tensor,
+                labels))
         return counts
