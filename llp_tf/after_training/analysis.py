@@ -18,7 +18,6 @@ and writes the results.
 """
 
 import dataclasses
-import os
 
 import numpy as np
 
