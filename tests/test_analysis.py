@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf import analysis, analysis_report, trained_run
+from llp_tf import analysis, analysis_figures, analysis_report, trained_run
 from llp_tf.training import config
 from llp_tf.data import load_source, splits
 from llp_tf.errors import ConfigError, DataError
@@ -262,7 +262,7 @@ def _synthetic_state(step, rng, num_classes):
 
 def test_many_classes_render_and_a_missing_history_is_reported(tmp_path):
     rng = np.random.default_rng(5)
-    num_classes = analysis_report.MAX_CLASS_LINES + 10
+    num_classes = analysis_figures.MAX_CLASS_LINES + 10
     states = [_synthetic_state(step, rng, num_classes) for step in (10, 20)]
     embeddings, classes = states[-1][1], states[-1][2]
     mds = analysis.project_classes(embeddings, classes, np.zeros(classes.size, bool), [0, 1],
