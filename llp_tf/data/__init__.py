@@ -26,7 +26,7 @@ def _resolve(path, data_dir):
     return path
 
 
-def load_source(name, data_dir=None):
+def load_source(name: str, data_dir: str | None = None) -> Source:
     """Opens a dataset by name.
 
     Args:
