@@ -119,19 +119,11 @@ def _density_memory(chunks, query_counts):
     return rows
 
 
-def run_benchmarks():
-    import faiss
+def _bench_propagation(rng, faiss, b, m, d):
+    """Per-batch propagation (LLP's locally weighted vote, the default) vs faiss's search."""
     import tensorflow as tf
-    from llp_tf.core import losses, propagation
+    from llp_tf.core import propagation
 
-    _configure_threads(FLAGS.threads)
-    faiss.omp_set_num_threads(FLAGS.threads)
-    rng = np.random.default_rng(0)
-    b, m, n, d, q = FLAGS.batch, FLAGS.labeled, FLAGS.bank, FLAGS.dim, FLAGS.density_queries
-    results = {"threads": FLAGS.threads, "sizes": dict(B=b, M=m, N=n, Q=q, D=d, k=FLAGS.k,
-                                                        t=FLAGS.t)}
-
-    # 1. Per-batch propagation (LLP's locally weighted vote, the default).
     queries = _unit_rows(rng, b, d)
     labeled = _unit_rows(rng, m, d)
     classes = rng.integers(0, 1000, m)
@@ -144,10 +136,14 @@ def run_benchmarks():
     ours, theirs = _interleaved_seconds(
         [lambda: [x.numpy() for x in propagate(*tf_args)],
          lambda: index.search(queries, FLAGS.k)], FLAGS.repeats * 12)
-    results["propagation"] = {"ours_ms": ours * 1e3, "faiss_ms": theirs * 1e3,
-                              "faiss_over_ours": theirs / ours}
+    return {"ours_ms": ours * 1e3, "faiss_ms": theirs * 1e3, "faiss_over_ours": theirs / ours}
 
-    # 2. Density refresh of Q rows against the whole bank.
+
+def _bench_density(rng, faiss, n, d, q):
+    """(figures, the bank as a tensor): a density refresh of Q rows against the whole bank."""
+    import tensorflow as tf
+    from llp_tf.core import propagation
+
     bank = _unit_rows(rng, n, d)
     density_queries = bank[:q]
     bank_t, density_queries_t = tf.constant(bank), tf.constant(density_queries)
@@ -156,9 +152,14 @@ def run_benchmarks():
     ours, theirs = _interleaved_seconds(
         [lambda: propagation.local_density(density_queries_t, bank_t, t=FLAGS.t).numpy(),
          lambda: index.search(density_queries, FLAGS.t)], FLAGS.repeats)
-    results["density"] = {"ours_s": ours, "faiss_s": theirs, "faiss_over_ours": theirs / ours}
+    return {"ours_s": ours, "faiss_s": theirs, "faiss_over_ours": theirs / ours}, bank_t
 
-    # 3. Aggregation loss forward + backward against the whole bank.
+
+def _bench_aggregation_loss(rng, bank_t, b, n, d):
+    """The aggregation loss forward + backward against the whole bank vs a plain matmul."""
+    import tensorflow as tf
+    from llp_tf.core import losses
+
     embeddings = tf.Variable(_unit_rows(rng, b, d))
     bank_labels = tf.constant(rng.integers(0, 1000, n))
     labels = tf.gather(bank_labels, tf.range(b))
@@ -180,11 +181,25 @@ def run_benchmarks():
         FLAGS.repeats * 4)
     loss_gflops = 4 * b * n * d / loss_s / 1e9
     matmul_gflops = 2 * b * n * d / matmul_s / 1e9
-    results["aggregation_loss"] = {"loss_ms": loss_s * 1e3, "matmul_ms": matmul_s * 1e3,
-                                   "loss_gflops": loss_gflops, "matmul_gflops": matmul_gflops,
-                                   "ratio": loss_gflops / matmul_gflops}
+    return {"loss_ms": loss_s * 1e3, "matmul_ms": matmul_s * 1e3, "loss_gflops": loss_gflops,
+            "matmul_gflops": matmul_gflops, "ratio": loss_gflops / matmul_gflops}
 
-    # 4. Memory of the density refresh: bounded by the chunk, not by Q.
+
+def run_benchmarks():
+    """dict of the four measurements of the module docstring, with the sizes and threads."""
+    import faiss
+
+    _configure_threads(FLAGS.threads)
+    faiss.omp_set_num_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    b, m, n, d, q = FLAGS.batch, FLAGS.labeled, FLAGS.bank, FLAGS.dim, FLAGS.density_queries
+    results = {"threads": FLAGS.threads, "sizes": dict(B=b, M=m, N=n, Q=q, D=d, k=FLAGS.k,
+                                                        t=FLAGS.t)}
+    # The measurements draw from one generator in this order.
+    results["propagation"] = _bench_propagation(rng, faiss, b, m, d)
+    results["density"], bank_t = _bench_density(rng, faiss, n, d, q)
+    results["aggregation_loss"] = _bench_aggregation_loss(rng, bank_t, b, n, d)
+    # Memory of the density refresh: bounded by the chunk, not by Q.
     chunks = [int(c) for c in FLAGS.memory_chunks]
     results["density_memory"] = _density_memory(chunks, [q // 4, q])
     return results

@@ -34,20 +34,14 @@ flags.DEFINE_integer("rounds", 9, "Timed calls per phase (alternating); the medi
 flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow intra-op threads.")
 
 
-def main(argv):
-    del argv
+def _methods(strategy, rng, b, n, m, c, size):
+    """(bank, LLP method, supervised method) sharing one model and optimizer."""
     import keras
-    import tensorflow as tf
 
-    from llp_tf.core import losses, propagation
     from llp_tf.core.memory_bank import MemoryBank
     from llp_tf.models import build_model
-    from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
+    from llp_tf.training.methods import LLPMethod, SupervisedMethod
 
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    rng = np.random.default_rng(0)
-    b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labeled, FLAGS.classes, FLAGS.image_size
-    strategy = tf.distribute.get_strategy()
     keras.utils.set_random_seed(0)
     model = build_model(FLAGS.architecture, c, width=FLAGS.width,
                         small_inputs=size <= 64).create_weights(size)
@@ -62,7 +56,13 @@ def main(argv):
     llp.refresh_density()
     supervised = SupervisedMethod(strategy, model, optimizer, num_classes=c,
                                   global_batch_size=b, weight_decay=1e-4)
-    llp_runner, supervised_runner = StepRunner(llp), StepRunner(supervised)
+    return bank, llp, supervised
+
+
+def _synthetic_batches(strategy, rng, b, n, size):
+    """(endless iterator of one batch of images with new bank indices each time, the
+    permutation of the bank rows the indices follow)."""
+    import tensorflow as tf
 
     images = tf.constant(rng.normal(size=(b, size, size, 3)).astype(np.float32))
     order = rng.permutation(n)
@@ -72,10 +72,14 @@ def main(argv):
         # Distinct indices within a batch, different batches over time.
         "index": tf.gather(tf.constant(order), (i * b + tf.range(b, dtype=tf.int64)) % n),
     }).prefetch(2)
-    iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: batches))
+    return iter(strategy.distribute_datasets_from_function(lambda ctx: batches)), order
 
-    embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(b, 128)), tf.float32), 1)
-    index = tf.constant(order[:b])
+
+def _bank_work(bank, embeddings, index, c):
+    """tf.function(steps): the LLP step's bank work alone, ``steps`` times."""
+    import tensorflow as tf
+
+    from llp_tf.core import losses, propagation
 
     @tf.function
     def bank_work(steps):
@@ -92,21 +96,24 @@ def main(argv):
                 density=bank.density)
             bank.update(index, moved, classes, confidence)
 
-    contenders = {
-        "supervised step": lambda: supervised_runner.run(iterator, FLAGS.steps, "supervised"),
-        "LLP step": lambda: llp_runner.run(iterator, FLAGS.steps, "llp"),
-        "bank work alone": lambda: bank_work(tf.constant(FLAGS.steps)),
-    }
+    return bank_work
+
+
+def _median_step_seconds(contenders, steps, rounds):
+    """Median seconds per step of each contender (a call runs ``steps`` steps)."""
     times = {name: [] for name in contenders}
     for fn in contenders.values():
         fn()  # tracing and warm-up
-    for _ in range(FLAGS.rounds):
+    for _ in range(rounds):
         for name, fn in contenders.items():
             fn()  # settle the thread pools after the other contender
             start = time.perf_counter()
             fn()
-            times[name].append((time.perf_counter() - start) / FLAGS.steps)
-    median = {name: float(np.median(t)) for name, t in times.items()}
+            times[name].append((time.perf_counter() - start) / steps)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def _print_report(median, b, n, m, c, size):
     supervised, llp, bank_only = (median["supervised step"], median["LLP step"],
                                   median["bank work alone"])
     print(f"training step, {FLAGS.architecture} x{FLAGS.width} at {size}px, batch {b}, "
@@ -116,6 +123,29 @@ def main(argv):
     print(f"  LLP / supervised = {llp / supervised:.2f}; LLP - supervised = "
           f"{(llp - supervised) * 1e3:.1f} ms, bank work alone = {bank_only * 1e3:.1f} ms "
           f"(ratio {(llp - supervised) / bank_only:.2f})")
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from llp_tf.training.methods import StepRunner
+
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labeled, FLAGS.classes, FLAGS.image_size
+    strategy = tf.distribute.get_strategy()
+    bank, llp, supervised = _methods(strategy, rng, b, n, m, c, size)
+    llp_runner, supervised_runner = StepRunner(llp), StepRunner(supervised)
+    iterator, order = _synthetic_batches(strategy, rng, b, n, size)
+    embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(b, 128)), tf.float32), 1)
+    bank_work = _bank_work(bank, embeddings, tf.constant(order[:b]), c)
+    contenders = {
+        "supervised step": lambda: supervised_runner.run(iterator, FLAGS.steps, "supervised"),
+        "LLP step": lambda: llp_runner.run(iterator, FLAGS.steps, "llp"),
+        "bank work alone": lambda: bank_work(tf.constant(FLAGS.steps)),
+    }
+    _print_report(_median_step_seconds(contenders, FLAGS.steps, FLAGS.rounds), b, n, m, c, size)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,14 @@
 - Aggregation score of a class: the L2 norm of the mean of the bank rows
   (unit vectors) of the class's examples. 1 means every row of the class is
   the same point; rows spread evenly over the sphere give about 0. The mean
-  over classes is what `evaluation.Evaluator` logs as ``aggregation_score``.
+  over classes is what `llp_tf.training.evaluation.Evaluator` logs as ``aggregation_score``
+  (both from `llp_tf.training.metrics`).
   Computed on the examples' true classes, and optionally on the bank's own
   labels (true classes of labelled rows, pseudo classes of propagated ones).
 - Its trajectory: the scores at each kept checkpoint of the run, and the
   mean score per evaluated epoch from the run's ``metrics.jsonl``.
 - A 2-D metric MDS of a sample of the bank rows of a few classes (the
-  paper's Figure 2), on the euclidean (chord) distances between the unit
-  rows, ``sqrt(2 - 2 cos)``: a true metric, unlike ``1 - cos``, and the same
-  neighbour order as the cosine similarity that LLP uses.
+  paper's Figure 2; `llp_tf.after_training.mds`).
 
 `analyze_run` does all of it for a run directory; `analysis_report` draws
 and writes the results.
@@ -22,17 +21,12 @@ import dataclasses
 import numpy as np
 
 from llp_tf.after_training import trained_run
+from llp_tf.after_training.mds import MDSProjection, mds_classes, project_classes
 from llp_tf.data import pipeline, splits
-from llp_tf.errors import ConfigError, DataError
+from llp_tf.errors import ConfigError
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.metrics import (AggregationScores, PseudoLabelStats, aggregation_scores,
                                      pseudo_label_stats)
-
-# Rows summed at once in float64: bounds the temporary copy (64 MB at D = 128).
-# SMACOF iterations of the MDS (scikit-learn's default); the classical-MDS
-# start makes it converge in far fewer on the small samples drawn here.
-MDS_MAX_ITERATIONS = 300
-
 
 @dataclasses.dataclass(frozen=True)
 class BankState:
@@ -141,143 +135,6 @@ def read_metrics_history(run_dir):
     return [by_epoch[epoch] for epoch in sorted(by_epoch)]
 
 
-def choose_classes(counts, num_chosen, seed):
-    """int64 [num_chosen]: a seeded draw of classes that have rows, sorted.
-
-    Args:
-      counts: int [C], rows per class.
-      num_chosen: int, classes wanted.
-      seed: int.
-
-    Raises:
-      ConfigError: fewer classes with rows than ``num_chosen``.
-    """
-    present = np.flatnonzero(np.asarray(counts) > 0)
-    if num_chosen > present.size:
-        raise ConfigError(
-            f"The MDS plot asks for {num_chosen} classes, but the run's bank holds examples of "
-            f"only {present.size}. Give --classes={present.size} or fewer.")
-    rng = np.random.default_rng(seed)
-    return np.sort(rng.choice(present, size=num_chosen, replace=False)).astype(np.int64)
-
-
-def mds_classes(counts, num_chosen, class_ids, seed):
-    """int64 [K]: the given ``class_ids`` (checked, sorted), or a seeded draw of ``num_chosen``.
-
-    Raises:
-      ConfigError: a given class out of range, repeated or without rows, or
-        more classes asked for than have rows.
-    """
-    if class_ids is None:
-        return choose_classes(counts, num_chosen, seed)
-    class_ids = np.asarray(class_ids, np.int64)
-    num_classes = len(counts)
-    bad = [int(c) for c in class_ids if not 0 <= c < num_classes or counts[c] == 0]
-    if bad or np.unique(class_ids).size != class_ids.size:
-        raise ConfigError(
-            f"The MDS classes {class_ids.tolist()} must be distinct classes in "
-            f"[0, {num_classes}) that have examples in the bank; {bad or 'some repeat'} do not.")
-    return np.sort(class_ids)
-
-
-def sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed):
-    """Bank rows to draw in the MDS plot: up to ``points_per_class`` per class.
-
-    The labelled rows of a class come first (a seeded draw of them if there
-    are more than ``points_per_class``), then a seeded draw of its
-    unlabelled rows fills the rest.
-
-    Args:
-      true_classes: int [N].
-      is_labeled: bool [N].
-      class_ids: int [K], the classes to sample.
-      points_per_class: int > 0.
-      seed: int.
-
-    Returns:
-      int64 [P], bank rows grouped by class in the order of ``class_ids``.
-    """
-    rng = np.random.default_rng(seed)
-    true_classes = np.asarray(true_classes)
-    is_labeled = np.asarray(is_labeled, bool)
-    chosen = []
-    for c in class_ids:
-        labeled = np.flatnonzero((true_classes == c) & is_labeled)
-        unlabeled = np.flatnonzero((true_classes == c) & ~is_labeled)
-        take_labeled = min(labeled.size, points_per_class)
-        take_unlabeled = min(unlabeled.size, points_per_class - take_labeled)
-        chosen.append(np.sort(rng.choice(labeled, take_labeled, replace=False)))
-        chosen.append(np.sort(rng.choice(unlabeled, take_unlabeled, replace=False)))
-    return np.concatenate(chosen).astype(np.int64)
-
-
-def chord_distances(rows):
-    """float64 [P, P]: euclidean distances between the rows scaled to unit norm.
-
-    Args:
-      rows: float [P, D], nonzero rows.
-    """
-    unit = np.asarray(rows, np.float64)
-    unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
-    cosine = np.clip(unit @ unit.T, -1.0, 1.0)
-    distances = np.sqrt(np.maximum(2.0 - 2.0 * cosine, 0.0))
-    distances = (distances + distances.T) / 2.0  # exact symmetry for MDS
-    np.fill_diagonal(distances, 0.0)
-    return distances
-
-
-def mds_2d(rows, seed):
-    """Metric 2-D MDS of rows by their chord distances (see the module docstring).
-
-    Args:
-      rows: float [P, D], P >= 2.
-      seed: int, the random state of scikit-learn's SMACOF.
-
-    Returns:
-      (coordinates float64 [P, 2], normalised stress (Stress-1) float; 0 is a
-      perfect fit, above about 0.2 a poor one).
-    """
-    from sklearn.manifold import MDS  # noqa: PLC0415 -- scikit-learn imports slowly
-
-    mds = MDS(n_components=2, metric_mds=True, metric="precomputed", init="classical_mds",
-              max_iter=MDS_MAX_ITERATIONS, random_state=seed, normalized_stress=True)
-    coordinates = mds.fit_transform(chord_distances(rows))
-    return np.asarray(coordinates, np.float64), float(mds.stress_)
-
-
-@dataclasses.dataclass(frozen=True)
-class MDSProjection:
-    """A 2-D MDS of a sample of bank rows.
-
-    Attributes:
-      class_ids: int64 [K], the classes drawn.
-      rows: int64 [P], the bank rows drawn.
-      classes: int64 [P], their true classes.
-      labeled: bool [P], which of them are labelled.
-      coordinates: float64 [P, 2].
-      stress: float, Stress-1 of the fit.
-    """
-
-    class_ids: np.ndarray
-    rows: np.ndarray
-    classes: np.ndarray
-    labeled: np.ndarray
-    coordinates: np.ndarray
-    stress: float
-
-
-def project_classes(embeddings, true_classes, is_labeled, class_ids, points_per_class, seed):
-    """`MDSProjection` of up to ``points_per_class`` rows of each class in ``class_ids``."""
-    rows = sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed)
-    if rows.size < 2:
-        raise ConfigError(f"The MDS needs at least 2 rows; the classes {list(class_ids)} have "
-                          f"{rows.size}. Choose other classes or more points per class.")
-    coordinates, stress = mds_2d(np.asarray(embeddings)[rows], seed)
-    return MDSProjection(class_ids=np.asarray(class_ids, np.int64), rows=rows,
-                         classes=np.asarray(true_classes)[rows].astype(np.int64),
-                         labeled=np.asarray(is_labeled, bool)[rows], coordinates=coordinates,
-                         stress=stress)
-
 
 @dataclasses.dataclass(frozen=True)
 class RunAnalysis:
@@ -315,12 +172,30 @@ class RunAnalysis:
     mds_seed: int
 
 
+def _run_data(run_dir, report):
+    """(config, dataset info, used_index, true class of each bank row) of an LLP run,
+    checking that the dataset still is the one the run trained on."""
+    config = trained_run.read_config(run_dir)
+    if config.method.name != "llp":
+        raise ConfigError(
+            f"{run_dir} is a {config.method.name} run, which keeps no memory bank: the embedding "
+            "analysis reads an LLP run's bank. Give the --run_dir of an LLP run.")
+    from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
+
+    report(f"Opening the dataset {config.data.dataset}.")
+    source = data.load_source(config.data.dataset, config.data.data_dir)
+    train_labels = source.train_labels()
+    _, used_index = splits.load_splits(RunDirectory(run_dir).split_path, train_labels,
+                                       source.info.name)
+    return config, source.info, used_index, train_labels[used_index]
+
+
 def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajectory=True,
                 class_ids=None, report=None):
     """Scores, trajectory and MDS of an LLP run's memory bank.
 
     Args:
-      run_dir: str, a run directory written by `training_loop.run_training`.
+      run_dir: str, a run directory written by `llp_tf.training.run_training`.
       num_mds_classes: int > 0, classes in the MDS (a seeded draw), unless
         ``class_ids`` is given.
       points_per_class: int > 0, rows drawn per MDS class.
@@ -344,22 +219,7 @@ def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajec
         raise ConfigError(f"The number of MDS classes must be positive; got {num_mds_classes}.")
     if points_per_class <= 0:
         raise ConfigError(f"The points per class must be positive; got {points_per_class}.")
-    config = trained_run.read_config(run_dir)
-    if config.method.name != "llp":
-        raise ConfigError(
-            f"{run_dir} is a {config.method.name} run, which keeps no memory bank: the embedding "
-            "analysis reads an LLP run's bank. Give the --run_dir of an LLP run.")
-    from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
-
-    report(f"Opening the dataset {config.data.dataset}.")
-    source = data.load_source(config.data.dataset, config.data.data_dir)
-    info = source.info
-    train_labels = source.train_labels()
-    # Checks that the dataset still is the one the run trained on: the true
-    # classes below are read through the run's split.
-    _, used_index = splits.load_splits(RunDirectory(run_dir).split_path,
-                                       train_labels, info.name)
-    true_classes = train_labels[used_index]
+    config, info, used_index, true_classes = _run_data(run_dir, report)
     counts = np.bincount(true_classes, minlength=info.num_classes)
     # Bad MDS settings fail here, before the slow restores.
     class_ids = mds_classes(counts, num_mds_classes, class_ids, seed)

@@ -15,12 +15,12 @@ draws the subsets and scores them):
 - ``dlp``: the diffusion of Iscen et al. 2019 ("Label propagation for deep
   semi-supervised learning"): a kNN graph with similarities raised to a
   power, symmetric-normalised, and ``(I - alpha W_n) Z = Y`` solved by
-  conjugate gradient.
+  conjugate gradient (`llp_tf.after_training.dlp_diffusion`, whose names this module
+  also offers).
 
 Every method takes L2-normalised embeddings float [n, D], a labelled mask
-bool [n] and labels int [n] (read only where the mask is True, in
-``[0, num_classes)``), and returns int64 [n] predicted classes; labelled
-points keep their label. Only the scores of the unlabelled points matter.
+bool [n] and labels int [n], and returns int64 [n] predicted classes
+(`llp_tf.after_training.transduction`).
 
 Both scikit-learn methods use the RBF kernel with ``gamma = 1 / (2 tau)``:
 on unit vectors ``||a - b||^2 = 2 - 2 a.b``, so the kernel is
@@ -34,10 +34,13 @@ import dataclasses
 from typing import Callable, Optional
 
 import numpy as np
-import scipy.sparse
-import scipy.sparse.linalg
 
+from llp_tf.after_training import transduction
 from llp_tf.core import propagation
+# The DLP names are offered here too, beside the other methods' settings.
+from llp_tf.after_training.dlp_diffusion import (  # noqa: F401
+    DLP_ALPHA, DLP_GAMMA, DLP_K, DLP_MAX_ITER, DLP_SEARCH_CHUNK, DLP_TOLERANCE,
+    dlp_class_scores, dlp_diffusion, dlp_graph)
 from llp_tf.errors import ConfigError
 
 # LLP and the weighted kNN: the paper's K = 10, T = 25 and tau = 0.07.
@@ -64,17 +67,6 @@ LABEL_PROPAGATION_MAX_ITER = 1000
 # of the label distributions in one step.
 SKLEARN_TOLERANCE = 1e-3
 
-# DLP (Iscen et al. 2019 and their release, ahmetius/LP-DeepSSL): 50
-# neighbours per point, similarities cubed, alpha = 0.99, conjugate gradient
-# stopped after 20 steps or at a relative residual of 1e-6.
-DLP_K = 50
-DLP_GAMMA = 3.0
-DLP_ALPHA = 0.99
-DLP_MAX_ITER = 20
-DLP_TOLERANCE = 1e-6
-# Rows of the similarity matrix held at once by the kNN-graph search.
-DLP_SEARCH_CHUNK = 2048
-
 # The paper's Table 5 (Zhuang et al. 2019): top-1 % on the unlabelled images
 # of 50 ImageNet classes x 50 images, 5 labelled per class, ResNet-50
 # features, mean of 10 draws. LP_DMT (88.2, Liu et al. 2019's metric
@@ -89,30 +81,6 @@ PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
 
 
 # -- the methods ---------------------------------------------------------------
-
-def _check_inputs(embeddings, labeled_mask, labels, num_classes):
-    """Float64 embeddings [n, D], bool mask [n], int64 labels [n]."""
-    embeddings = np.asarray(embeddings, np.float64)
-    labeled_mask = np.asarray(labeled_mask, bool)
-    labels = np.asarray(labels, np.int64)
-    n = embeddings.shape[0]
-    if embeddings.ndim != 2 or labeled_mask.shape != (n,) or labels.shape != (n,):
-        raise ValueError(f"Expected embeddings [n, D] with a mask and labels of [n]; got "
-                         f"{embeddings.shape}, {labeled_mask.shape} and {labels.shape}.")
-    if not labeled_mask.any():
-        raise ValueError("No labelled point to propagate from.")
-    known = labels[labeled_mask]
-    if known.min() < 0 or known.max() >= num_classes:
-        raise ValueError(f"Labels of labelled points must lie in [0, {num_classes}).")
-    return embeddings, labeled_mask, labels
-
-
-def _with_labeled(predicted_unlabeled, labeled_mask, labels):
-    """int64 [n]: the labels where known, the predictions elsewhere."""
-    predictions = labels.copy()
-    predictions[~labeled_mask] = predicted_unlabeled
-    return predictions
-
 
 def llp_propagation(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K, t=DEFAULT_T,
                     temperature=DEFAULT_TEMPERATURE):
@@ -135,14 +103,14 @@ def llp_propagation(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K, 
     Returns:
       int64 [n].
     """
-    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
-                                                     num_classes)
+    embeddings, labeled_mask, labels = transduction.check_inputs(embeddings, labeled_mask,
+                                                                 labels, num_classes)
     vectors = embeddings.astype(np.float32)
     labeled = vectors[labeled_mask]
     density = propagation.local_density(labeled, vectors, t, temperature)
     classes, _ = propagation.propagate(vectors[~labeled_mask], labeled, labels[labeled_mask],
                                        num_classes, k, temperature, density)
-    return _with_labeled(classes.numpy(), labeled_mask, labels)
+    return transduction.with_labeled(classes.numpy(), labeled_mask, labels)
 
 
 def weighted_knn(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K,
@@ -150,12 +118,12 @@ def weighted_knn(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K,
     """The weighted kNN of eq. 5-6: the ``k`` labelled points most similar to
     an unlabelled point vote with weights ``exp(v_i . v / tau)``. Arguments
     and result as `llp_propagation`."""
-    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
-                                                     num_classes)
+    embeddings, labeled_mask, labels = transduction.check_inputs(embeddings, labeled_mask,
+                                                                 labels, num_classes)
     vectors = embeddings.astype(np.float32)
     classes, _ = propagation.propagate(vectors[~labeled_mask], vectors[labeled_mask],
                                        labels[labeled_mask], num_classes, k, temperature)
-    return _with_labeled(classes.numpy(), labeled_mask, labels)
+    return transduction.with_labeled(classes.numpy(), labeled_mask, labels)
 
 
 def rbf_gamma(temperature):
@@ -167,8 +135,8 @@ def rbf_gamma(temperature):
 def _sklearn_transduction(model, embeddings, labeled_mask, labels):
     targets = np.where(labeled_mask, labels, -1)  # scikit-learn marks unlabelled by -1
     model.fit(embeddings, targets)
-    return _with_labeled(model.transduction_[~labeled_mask].astype(np.int64), labeled_mask,
-                         labels)
+    return transduction.with_labeled(model.transduction_[~labeled_mask].astype(np.int64),
+                                     labeled_mask, labels)
 
 
 def label_spreading(embeddings, labeled_mask, labels, num_classes,
@@ -185,8 +153,8 @@ def label_spreading(embeddings, labeled_mask, labels, num_classes,
     """
     from sklearn.semi_supervised import LabelSpreading  # noqa: PLC0415 -- slow import
 
-    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
-                                                     num_classes)
+    embeddings, labeled_mask, labels = transduction.check_inputs(embeddings, labeled_mask,
+                                                                 labels, num_classes)
     model = LabelSpreading(kernel="rbf", gamma=rbf_gamma(temperature), alpha=alpha,
                            max_iter=max_iter, tol=tol)
     return _sklearn_transduction(model, embeddings, labeled_mask, labels)
@@ -206,100 +174,11 @@ def label_propagation(embeddings, labeled_mask, labels, num_classes,
     """
     from sklearn.semi_supervised import LabelPropagation  # noqa: PLC0415 -- slow import
 
-    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
-                                                     num_classes)
+    embeddings, labeled_mask, labels = transduction.check_inputs(embeddings, labeled_mask,
+                                                                 labels, num_classes)
     model = LabelPropagation(kernel="rbf", gamma=rbf_gamma(temperature), max_iter=max_iter,
                              tol=tol)
     return _sklearn_transduction(model, embeddings, labeled_mask, labels)
-
-
-def dlp_graph(embeddings, k=DLP_K, gamma=DLP_GAMMA, chunk_size=DLP_SEARCH_CHUNK):
-    """The symmetric-normalised kNN affinity of Iscen et al. 2019.
-
-    Each point links to its ``k`` most similar other points with weight
-    ``max(v_i . v_j, 0) ** gamma`` (negative similarities, which the release
-    would raise to an odd power, get no edge), the graph is symmetrised as
-    ``W + W^T`` and normalised as ``D^-1/2 W D^-1/2`` (a point without edges
-    keeps degree 1).
-
-    Args:
-      embeddings: float [n, D], unit rows.
-      k: int, neighbours per point; at most n - 1 are used.
-      gamma: float, the power.
-      chunk_size: int, rows of similarities computed at once (memory
-        ``chunk_size x n``).
-
-    Returns:
-      scipy.sparse.csr_matrix float64 [n, n].
-    """
-    vectors = np.asarray(embeddings, np.float64)
-    n = vectors.shape[0]
-    k = min(int(k), n - 1)
-    if k < 1:
-        return scipy.sparse.csr_matrix((n, n))
-    rows, columns, weights = [], [], []
-    for start in range(0, n, chunk_size):
-        similarity = vectors[start:start + chunk_size] @ vectors.T
-        chunk_rows = np.arange(start, start + similarity.shape[0])
-        similarity[chunk_rows - start, chunk_rows] = -np.inf  # no self-edge
-        neighbours = np.argpartition(-similarity, k - 1, axis=1)[:, :k]
-        rows.append(np.repeat(chunk_rows, k))
-        columns.append(neighbours.ravel())
-        weights.append(np.take_along_axis(similarity, neighbours, axis=1).ravel())
-    weights = np.maximum(np.concatenate(weights), 0.0) ** gamma
-    graph = scipy.sparse.csr_matrix((weights, (np.concatenate(rows), np.concatenate(columns))),
-                                    shape=(n, n))
-    graph = (graph + graph.T).tocsr()
-    degree = np.asarray(graph.sum(axis=1)).ravel()
-    degree[degree == 0] = 1.0
-    scale = scipy.sparse.diags(1.0 / np.sqrt(degree))
-    return (scale @ graph @ scale).tocsr()
-
-
-def dlp_class_scores(embeddings, labeled_mask, labels, num_classes, k=DLP_K, gamma=DLP_GAMMA,
-                     alpha=DLP_ALPHA, max_iter=DLP_MAX_ITER, tol=DLP_TOLERANCE):
-    """Scores Z of the DLP diffusion: ``(I - alpha W_n) Z = Y`` by conjugate gradient.
-
-    Column j of Y is ``1 / |L_j|`` on the labelled points of class j (L_j)
-    and 0 elsewhere, as in Iscen et al. 2019 (eq. 5 of their paper).
-    ``I - alpha W_n`` is symmetric positive definite for alpha < 1, so CG
-    applies; the release stops after 20 steps, ``max_iter=None`` runs to
-    ``tol``. Tiny negative scores from round-off are set to 0, as in the
-    release.
-
-    Args:
-      embeddings, labeled_mask, labels, num_classes: as `llp_propagation`.
-      k, gamma: the graph's, see `dlp_graph`.
-      alpha: float in (0, 1).
-      max_iter: int or None, CG steps per class.
-      tol: float, CG's relative residual.
-
-    Returns:
-      float64 [n, num_classes].
-    """
-    embeddings, labeled_mask, labels = _check_inputs(embeddings, labeled_mask, labels,
-                                                     num_classes)
-    n = embeddings.shape[0]
-    system = (scipy.sparse.identity(n, format="csr")
-              - alpha * dlp_graph(embeddings, k, gamma)).tocsr()
-    scores = np.zeros((n, num_classes))
-    for j in range(num_classes):
-        members = labeled_mask & (labels == j)
-        if not members.any():
-            continue
-        target = members / members.sum()
-        scores[:, j], _ = scipy.sparse.linalg.cg(system, target, rtol=tol, atol=0.0,
-                                                 maxiter=max_iter)
-    return np.maximum(scores, 0.0)
-
-
-def dlp_diffusion(embeddings, labeled_mask, labels, num_classes, **settings):
-    """Predictions of the DLP diffusion: the argmax of `dlp_class_scores`
-    (settings passed on to it). Result as `llp_propagation`."""
-    scores = dlp_class_scores(embeddings, labeled_mask, labels, num_classes, **settings)
-    labels = np.asarray(labels, np.int64)
-    labeled_mask = np.asarray(labeled_mask, bool)
-    return _with_labeled(scores[~labeled_mask].argmax(axis=1), labeled_mask, labels)
 
 
 # -- the set of methods of the comparison --------------------------------------

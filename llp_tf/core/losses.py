@@ -7,13 +7,17 @@ batch size so that, under `tf.distribute`, summing the replicas' losses gives
 the mean over the global batch.
 """
 
+from collections.abc import Iterable
+
 import tensorflow as tf
 
 from llp_tf.core import label_encoding
 from llp_tf.core.propagation import DEFAULT_TEMPERATURE
+from llp_tf.types import FloatTensor, IntTensor
 
 
-def aggregation_loss(embeddings, bank, bank_labels, labels, temperature=DEFAULT_TEMPERATURE):
+def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: IntTensor,
+                     labels: IntTensor, temperature: float = DEFAULT_TEMPERATURE) -> FloatTensor:
     """Aggregation loss of eq. 2-4 over the whole memory bank.
 
     ``L_A(v) = -log( sum_{i: bank_labels_i = y} exp(bank_i . v / tau)
@@ -95,7 +99,7 @@ def _logits_gradient(logits, labels, bank_labels, row_max, total, same_total, up
     return shifted * tf.where(same, all_weight - same_weight, all_weight)
 
 
-def categorisation_loss(logits, labels):
+def categorisation_loss(logits: FloatTensor, labels: IntTensor) -> FloatTensor:
     """Cross-entropy of the category head, zero where the label is an instance id.
 
     Args:
@@ -114,8 +118,9 @@ def categorisation_loss(logits, labels):
     return tf.where(has_class, cross_entropy, tf.zeros_like(cross_entropy))
 
 
-def llp_loss(aggregation, categorisation, confidence, global_batch_size=None,
-             weight_by_confidence=True, use_categorisation=True):
+def llp_loss(aggregation: FloatTensor, categorisation: FloatTensor | None,
+             confidence: FloatTensor, global_batch_size: int | IntTensor | None = None,
+             weight_by_confidence: bool = True, use_categorisation: bool = True) -> FloatTensor:
     """The data term of eq. 9: mean over the batch of c * (L_C + L_A).
 
     Args:
@@ -141,7 +146,7 @@ def llp_loss(aggregation, categorisation, confidence, global_batch_size=None,
     return tf.reduce_sum(per_example) / tf.cast(global_batch_size, tf.float32)
 
 
-def l2_penalty(weights, weight_decay):
+def l2_penalty(weights: Iterable[FloatTensor], weight_decay: float) -> FloatTensor:
     """``weight_decay * sum(tf.nn.l2_loss(w))`` = lambda/2 * sum ||w||^2 (eq. 9's last term).
 
     This is the authors' release's convention, and the usual meaning of

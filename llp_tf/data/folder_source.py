@@ -22,8 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.data import decode
-from llp_tf.data.source import TRAIN, VALIDATION, Source, SourceInfo
+from llp_tf.data.source import TRAIN, VALIDATION, Record, Source, SourceInfo
 from llp_tf.errors import DataError
+from llp_tf.types import Array, IntTensor, StringTensor
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 VALIDATION_FOLDERS = ("validation", "val")
@@ -33,7 +34,8 @@ def _visible_entries(folder):
     return sorted(name for name in os.listdir(folder) if not name.startswith("."))
 
 
-def list_image_folder(folder, class_names=None):
+def list_image_folder(folder: str, class_names: tuple[str, ...] | None = None
+                      ) -> tuple[list[str], Array, tuple[str, ...]]:
     """Lists a folder of class sub-folders.
 
     Args:
@@ -93,7 +95,7 @@ class FolderSource(Source):
     # Records are file paths, so a whole split fits in one shuffle block.
     shuffle_block = None
 
-    def __init__(self, folder):
+    def __init__(self, folder: str) -> None:
         folder = os.path.abspath(os.path.expanduser(folder))
         if not os.path.isdir(folder):
             raise DataError(
@@ -121,23 +123,23 @@ class FolderSource(Source):
             num_train=len(self._paths[TRAIN]), num_validation=len(self._paths[VALIDATION]),
             image_size=None, channels=3))
 
-    def labels(self, split):
+    def labels(self, split: str) -> Array:
         self.info.num_examples(split)
         return self._labels[split].copy()
 
-    def paths(self, split):
+    def paths(self, split: str) -> list[str]:
         """list of str: the image files of ``split`` by index."""
         self.info.num_examples(split)
         return list(self._paths[split])
 
-    def file_names(self, split):
+    def file_names(self, split: str) -> Array:
         self.info.num_examples(split)
         return np.array([os.path.basename(path) for path in self._paths[split]], dtype=str)
 
-    def num_shards(self, split):
+    def num_shards(self, split: str) -> int:
         return 1
 
-    def read_shard(self, split, shard):
+    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
         del shard  # One shard: the listing.
         count = len(self._paths[split])
         index = np.arange(count, dtype=np.int64)
@@ -146,8 +148,8 @@ class FolderSource(Source):
             "label": self._labels[split], "index": index,
             "shard": np.zeros(count, np.int64), "position": index})
 
-    def load_image(self, record):
+    def load_image(self, record: Record) -> IntTensor:
         return decode.decode_image(tf.io.read_file(record["data"]))
 
-    def describe(self, split, record):
+    def describe(self, split: str, record: Record) -> StringTensor:
         return tf.strings.join(["file ", record["data"]])

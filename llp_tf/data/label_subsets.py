@@ -25,13 +25,15 @@ import shutil
 import numpy as np
 
 from llp_tf.data import splits
+from llp_tf.data.source import Source
 from llp_tf.errors import DataError
+from llp_tf.types import Array
 
 #: Names of the published lists and TFDS's names for them (its SUBSET2FILES keys).
 PUBLISHED = {"1percent": "1pct", "10percent": "10pct"}
 
 
-def published_url(name):
+def published_url(name: str) -> str:
     """str: the URL TFDS's imagenet2012_subset builder downloads list ``name`` from."""
     from tensorflow_datasets.datasets.imagenet2012_subset import (  # noqa: PLC0415
         imagenet2012_subset_dataset_builder as subset_builder)
@@ -44,7 +46,7 @@ def _downloads_dir(data_dir):
                         "downloads")
 
 
-def resolve(spec, data_dir=None):
+def resolve(spec: str, data_dir: str | None = None) -> str:
     """Path of the list file ``spec`` names: a file, or a published list's name.
 
     Args:
@@ -86,7 +88,7 @@ def resolve(spec, data_dir=None):
     return kept
 
 
-def read_list(path):
+def read_list(path: str) -> list[str]:
     """The file names listed in ``path``, in file order, without folders.
 
     Blank lines and lines starting with ``#`` are skipped; a repeated name
@@ -108,7 +110,8 @@ def read_list(path):
     return list(dict.fromkeys(names))
 
 
-def labeled_index(names, file_names, list_path, dataset_name):
+def labeled_index(names: list[str], file_names: Array, list_path: str,
+                  dataset_name: str) -> Array:
     """Example indices of the listed file names.
 
     Args:
@@ -145,7 +148,8 @@ def labeled_index(names, file_names, list_path, dataset_name):
     return np.sort(order[first]).astype(np.int64)
 
 
-def make_subset_splits(source, spec, data_percent, seed=None, data_dir=None):
+def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int | None = None,
+                       data_dir: str | None = None) -> tuple[Array, Array, str]:
     """(labeled_index, used_index, list_path) of a run labelled by a subset list.
 
     Args:

@@ -17,18 +17,20 @@ import concurrent.futures
 import hashlib
 import json
 import os
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.errors import DataError
+from llp_tf.types import Array, StringTensor, Tensor
 
 CACHE_MIN_BYTES = 64 * 1024 * 1024
 _SCAN_BATCH = 4096
 _SCAN_THREADS = 4
 
 
-def cache_dir():
+def cache_dir() -> str:
     """str: where scans are cached."""
     return os.environ.get("LLP_TF_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "llp_tf")
@@ -85,7 +87,8 @@ def _as_field(values):
     return values.astype(np.int64)
 
 
-def scan(files, parse_fn, keys, what, tag):
+def scan(files: Sequence[str], parse_fn: Callable[[StringTensor], dict[str, Tensor]],
+         keys: tuple[str, ...], what: str, tag: str) -> tuple[Array, dict[str, Array]]:
     """Reads the small fields of every record of a list of shards.
 
     Args:

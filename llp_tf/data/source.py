@@ -21,12 +21,14 @@ decoding. A record is a dict:
 
 import abc
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.data import decode
 from llp_tf.errors import DataError
+from llp_tf.types import Array, IntTensor, StringTensor, Tensor
 
 TRAIN = "train"
 VALIDATION = "validation"
@@ -34,6 +36,8 @@ SPLITS = (TRAIN, VALIDATION)
 #: The forms of a dataset name accepted by `llp_tf.data.load_source`.
 NAME_FORMS = ('"mnist5k", "digits", "tfds:<name>" (e.g. "tfds:imagenet2012"), '
               '"tfrecord:<folder>", "folder:<folder>"')
+#: A record (see the module docstring): field name -> scalar tensor.
+Record = dict[str, Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +64,19 @@ class SourceInfo:
     image_size: tuple | None
     channels: int
 
-    def num_examples(self, split):
+    def num_examples(self, split: str) -> int:
         check_split(split)
         return self.num_train if split == TRAIN else self.num_validation
 
 
-def check_split(split):
+def check_split(split: str) -> None:
+    """Raises DataError unless ``split`` is "train" or "validation"."""
     if split not in SPLITS:
         raise DataError(f"Unknown split {split!r}; the splits are {', '.join(SPLITS)}.")
 
 
-def validate_labels(labels, num_classes, what, where=None):
+def validate_labels(labels: Array, num_classes: int, what: str,
+                    where: Callable[[int], str] | None = None) -> None:
     """Raises DataError if any label is outside [0, num_classes).
 
     Args:
@@ -101,15 +107,15 @@ class Source(abc.ABC):
     #: about 0.9 GB (two blocks are in memory at once).
     shuffle_block = 8192
 
-    def __init__(self, info):
+    def __init__(self, info: SourceInfo) -> None:
         self.info = info
 
     # -- labels ----------------------------------------------------------
     @abc.abstractmethod
-    def labels(self, split):
+    def labels(self, split: str) -> Array:
         """np.int64 [N]: the true class of each example of ``split`` by index."""
 
-    def file_names(self, split):
+    def file_names(self, split: str) -> Array:
         """np.str_ [N]: the image file name (no folder) of each example of ``split``
         by index, for labelled sets given as file-name lists.
 
@@ -121,21 +127,21 @@ class Source(abc.ABC):
             "an image folder (folder:...) or a TFDS dataset with a file_name feature (such "
             "as tfds:imagenet2012), or give the split as indices with --split_file.")
 
-    def train_labels(self):
+    def train_labels(self) -> Array:
         """np.int64 [num_train]: class of each training example by its index."""
         return self.labels(TRAIN)
 
-    def validation_labels(self):
+    def validation_labels(self) -> Array:
         """np.int64 [num_validation]: class of each validation example by index."""
         return self.labels(VALIDATION)
 
     # -- reading -----------------------------------------------------------
     @abc.abstractmethod
-    def num_shards(self, split):
+    def num_shards(self, split: str) -> int:
         """int: number of shards of ``split``."""
 
     @abc.abstractmethod
-    def read_shard(self, split, shard):
+    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
         """Records of one shard in storage order.
 
         Args:
@@ -147,15 +153,15 @@ class Source(abc.ABC):
         """
 
     @abc.abstractmethod
-    def load_image(self, record):
+    def load_image(self, record: Record) -> IntTensor:
         """uint8 [H, W, 3] of a record (reads the file if ``data`` is a path)."""
 
     @abc.abstractmethod
-    def describe(self, split, record):
+    def describe(self, split: str, record: Record) -> StringTensor:
         """string []: names the record's file, or shard and record, for messages."""
 
     # -- derived -----------------------------------------------------------
-    def require_split(self, split):
+    def require_split(self, split: str) -> None:
         """Raises DataError if ``split`` is unknown or has no examples."""
         check_split(split)
         if self.info.num_examples(split) == 0:
@@ -164,7 +170,7 @@ class Source(abc.ABC):
                 f"{split} split (for image folders a '{split}' sub-folder, for TFRecords "
                 f"'{split}-*' shards).")
 
-    def records(self, split, cycle_length=16):
+    def records(self, split: str, cycle_length: int = 16) -> tf.data.Dataset:
         """Dataset of all records of ``split``, shards read in order and interleaved
         deterministically (so the order is fixed, though not index order)."""
         self.require_split(split)
@@ -174,14 +180,14 @@ class Source(abc.ABC):
                                  block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                                  deterministic=True)
 
-    def decode(self, records, split):
+    def decode(self, records: tf.data.Dataset, split: str) -> tf.data.Dataset:
         """Dataset of (record, uint8 [H, W, 3] image); see `decode.decode_checked`."""
         if self.trusted_bytes:
             return decode.decode_unchecked(records, self.load_image)
         return decode.decode_checked(records, self.load_image,
                                      lambda r: self.describe(split, r))
 
-    def raw_dataset(self, split):
+    def raw_dataset(self, split: str) -> tf.data.Dataset:
         """Decoded examples of ``split`` in storage order (shard by shard), which is
         index order for TFDS, embedded and folder sources.
 
@@ -193,7 +199,7 @@ class Source(abc.ABC):
         return self.decode(self.records(split, cycle_length=1), split).map(
             lambda r, image: {"image": image, "label": r["label"], "index": r["index"]})
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}({self.info.name!r})"
 
 
@@ -206,17 +212,17 @@ class ShardFileSource(Source):
     "shard" and "position".
     """
 
-    def labels(self, split):
+    def labels(self, split: str) -> Array:
         self.info.num_examples(split)
         return self._labels[split].copy()
 
-    def num_shards(self, split):
+    def num_shards(self, split: str) -> int:
         return len(self._files[split])
 
-    def load_image(self, record):
+    def load_image(self, record: Record) -> IntTensor:
         return decode.decode_image(record["data"])
 
-    def describe(self, split, record):
+    def describe(self, split: str, record: Record) -> StringTensor:
         files = tf.constant(self._files[split] or [""], tf.string)
         return tf.strings.join(["shard ", tf.gather(files, record["shard"]), ", record ",
                                 tf.strings.as_string(record["position"])])

@@ -38,6 +38,7 @@ import tempfile
 import numpy as np
 
 from llp_tf.errors import ConfigError, DataError
+from llp_tf.types import Array
 
 SPLIT_FORMAT = "llp-split-v1"
 
@@ -83,7 +84,8 @@ def _used_extra(members, chosen, count, rng):
     return rng.choice(rest, size=min(extra, rest.size), replace=False)
 
 
-def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None):
+def make_splits(labels: Array, label_percent: float, data_percent: float, seed: int | None = None,
+                num_classes: int | None = None) -> tuple[Array, Array]:
     """The labelled and used subsets of a regime (see the module docstring).
 
     Args:
@@ -135,7 +137,9 @@ def make_splits(labels, label_percent, data_percent, seed=None, num_classes=None
     return labeled_index, used_index
 
 
-def splits_from_labeled(labels, labeled_index, data_percent, seed=None, num_classes=None):
+def splits_from_labeled(labels: Array, labeled_index: Array, data_percent: float,
+                        seed: int | None = None,
+                        num_classes: int | None = None) -> tuple[Array, Array]:
     """The used subset around a labelled set chosen elsewhere (a subset list).
 
     Per class c with n_c examples, the used subset holds its labelled
@@ -168,7 +172,7 @@ def splits_from_labeled(labels, labeled_index, data_percent, seed=None, num_clas
     return labeled_index, np.unique(np.concatenate(used)).astype(np.int64)
 
 
-def absent_classes_warning(labels, num_classes):
+def absent_classes_warning(labels: Array, num_classes: int) -> str | None:
     """A one-line warning counting the classes of [0, C) with no training example, or None.
 
     Such classes (a subset of a larger label space) get no labelled example;
@@ -183,12 +187,12 @@ def absent_classes_warning(labels, num_classes):
             f"{num_classes} class outputs.")
 
 
-def labels_fingerprint(train_labels):
+def labels_fingerprint(train_labels: Array) -> str:
     """str: SHA-256 of the training labels as int64, to recognise a dataset."""
     return hashlib.sha256(np.ascontiguousarray(train_labels, dtype="<i8").tobytes()).hexdigest()
 
 
-def dense_index(used_index, index):
+def dense_index(used_index: Array, index: Array) -> Array:
     """Positions of original indices in ``used_index`` (bank rows when q < 100).
 
     Args:
@@ -207,7 +211,7 @@ def dense_index(used_index, index):
     return dense.astype(np.int64)
 
 
-def check_index_set(name, index, num_examples):
+def check_index_set(name: str, index: Array, num_examples: int) -> Array:
     """Returns ``index`` as int64 after checking it is sorted, distinct, in range.
 
     Raises DataError naming ``name`` otherwise.
@@ -225,8 +229,9 @@ def check_index_set(name, index, num_examples):
     return index
 
 
-def save_splits(path, labeled_index, used_index, train_labels, dataset_name="",
-                label_percent=None, data_percent=None, seed=None):
+def save_splits(path: str, labeled_index: Array, used_index: Array, train_labels: Array,
+                dataset_name: str = "", label_percent: float | None = None,
+                data_percent: float | None = None, seed: int | None = None) -> None:
     """Writes a split file (NumPy .npz: the two index arrays and a JSON header).
 
     Args:
@@ -262,12 +267,12 @@ def save_splits(path, labeled_index, used_index, train_labels, dataset_name="",
         raise
 
 
-def read_split_header(path):
+def read_split_header(path: str) -> dict:
     """dict: the JSON header of a split file (DataError if it is not one)."""
     return _read(path)[0]
 
 
-def read_split_indices(path):
+def read_split_indices(path: str) -> tuple[Array, Array]:
     """(labeled_index, used_index) of a split file, without checking it against a dataset.
 
     For tools that read a finished run, whose split was checked when it trained.
@@ -292,7 +297,8 @@ def _read(path):
     return header, labeled_index, used_index
 
 
-def load_splits(path, train_labels, dataset_name=""):
+def load_splits(path: str, train_labels: Array,
+                dataset_name: str = "") -> tuple[Array, Array]:
     """Reads a split file and checks it against the dataset it is used with.
 
     Args:

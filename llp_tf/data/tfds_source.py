@@ -20,6 +20,7 @@ shard, so it is fixed by the prepared files. Labels are read once by a scan
 
 import os
 import socket
+from collections.abc import Iterable
 import urllib.parse
 import urllib.request
 
@@ -31,6 +32,7 @@ from llp_tf.data import shards
 from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFileSource,
                                 SourceInfo, validate_labels)
 from llp_tf.errors import DataError
+from llp_tf.types import Array, IntTensor
 
 _VALIDATION_SPLITS = ("validation", "test")
 
@@ -49,7 +51,8 @@ def _one_paragraph(text):
     return " ".join(str(text).split())
 
 
-def builder_by_name(name, data_dir=None):
+def builder_by_name(name: str,
+                    data_dir: str | None = None) -> tfds.core.DatasetBuilder:
     """tfds.core.DatasetBuilder for ``name``; DataError if TFDS has no such dataset."""
     try:
         return tfds.builder(name, data_dir=data_dir)
@@ -61,7 +64,7 @@ def builder_by_name(name, data_dir=None):
         raise DataError(f"TFDS cannot open dataset {name!r}: {_first_line(error)}") from None
 
 
-def url_hosts(urls):
+def url_hosts(urls: Iterable[str]) -> list[tuple[str, int]]:
     """Sorted (host, port) pairs of the http(s) URLs in ``urls``."""
     hosts = set()
     for url in urls:
@@ -71,12 +74,13 @@ def url_hosts(urls):
     return sorted(hosts)
 
 
-def download_hosts(builder):
+def download_hosts(builder: tfds.core.DatasetBuilder) -> list[tuple[str, int]]:
     """Sorted (host, port) pairs of the URLs in ``builder``'s checksum list."""
     return url_hosts(builder.url_infos or {})
 
 
-def unreachable_host(urls, timeout=REACHABILITY_TIMEOUT_SECONDS):
+def unreachable_host(urls: Iterable[str], timeout: float = REACHABILITY_TIMEOUT_SECONDS
+                     ) -> tuple[str, OSError] | None:
     """(host, OSError) of the first host of ``urls`` that takes no connection, or None.
 
     None behind a proxy (set through the environment), which TFDS's
@@ -92,7 +96,8 @@ def unreachable_host(urls, timeout=REACHABILITY_TIMEOUT_SECONDS):
     return None
 
 
-def check_download_hosts(builder, timeout=REACHABILITY_TIMEOUT_SECONDS):
+def check_download_hosts(builder: tfds.core.DatasetBuilder,
+                         timeout: float = REACHABILITY_TIMEOUT_SECONDS) -> None:
     """DataError unless every host ``builder`` downloads from takes a connection."""
     failure = unreachable_host(builder.url_infos or {}, timeout)
     if failure:
@@ -104,7 +109,7 @@ def check_download_hosts(builder, timeout=REACHABILITY_TIMEOUT_SECONDS):
             "data_dir (or copy the prepared folder into this one).")
 
 
-def check_manual_download(builder, manual_dir):
+def check_manual_download(builder: tfds.core.DatasetBuilder, manual_dir: str) -> None:
     """DataError with TFDS's whole instruction if ``manual_dir`` holds nothing.
 
     Datasets such as imagenet2012 are prepared from archives the user
@@ -122,7 +127,7 @@ def check_manual_download(builder, manual_dir):
         f"the files in {manual_dir} and rerun: TFDS prepares the dataset from them once.")
 
 
-def prepare(builder):
+def prepare(builder: tfds.core.DatasetBuilder) -> None:
     """Prepares ``builder``'s data in its data_dir if it is not there yet."""
     if builder.is_prepared():
         return
@@ -167,7 +172,7 @@ class TFDSSource(ShardFileSource):
     # TFDS decoded or encoded each image when it prepared the data.
     trusted_bytes = True
 
-    def __init__(self, builder, name=None):
+    def __init__(self, builder: tfds.core.DatasetBuilder, name: str | None = None) -> None:
         name = name or f"tfds:{builder.name}"
         if str(builder.info.file_format) not in ("tfrecord", "FileFormat.TFRECORD"):
             raise DataError(
@@ -224,7 +229,7 @@ class TFDSSource(ShardFileSource):
         counts, fields = shards.scan(files, parse, ("label",), what, tag=f"tfds-label-{label_key}")
         return counts, fields["label"]
 
-    def file_names(self, split):
+    def file_names(self, split: str) -> Array:
         """The dataset's ``file_name`` (or ``filename``) text feature by index, read
         by one scan of the split's shards (cached like the labels)."""
         self.info.num_examples(split)
@@ -248,11 +253,11 @@ class TFDSSource(ShardFileSource):
         return f"shard {self._files[split][shard]}, record {index - int(offsets[shard])}"
 
     @property
-    def builder(self):
+    def builder(self) -> tfds.core.DatasetBuilder:
         """The tfds.core.DatasetBuilder read."""
         return self._builder
 
-    def read_shard(self, split, shard):
+    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
         files = tf.constant(self._files[split] or [""], tf.string)
         offsets = tf.constant(self._offsets[split] if len(self._offsets[split]) else [0], tf.int64)
         spec = {self._image_key: tf.io.FixedLenFeature([], tf.string),
@@ -269,7 +274,7 @@ class TFDSSource(ShardFileSource):
 
 
 
-def load(name, data_dir=None):
+def load(name: str, data_dir: str | None = None) -> TFDSSource:
     """TFDSSource for TFDS dataset ``name``, prepared in ``data_dir`` if needed."""
     builder = builder_by_name(name, data_dir)
     prepare(builder)

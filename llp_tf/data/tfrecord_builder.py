@@ -16,6 +16,7 @@ evenly as possible), and ``dataset_info.json`` names the classes.
 
 import concurrent.futures
 import json
+from collections.abc import Callable
 import os
 import shutil
 import tempfile
@@ -32,7 +33,7 @@ JPEG_QUALITY = 95
 _JPEG_MAGIC = b"\xff\xd8\xff"
 
 
-def encode_for_record(path):
+def encode_for_record(path: str) -> bytes:
     """bytes: the JPEG to store for the image file ``path`` (DataError if unreadable)."""
     try:
         with open(path, "rb") as f:
@@ -68,8 +69,10 @@ def _write_split(split, paths, labels, indices, output_dir, num_shards, pool, lo
     return num_shards
 
 
-def build_tfrecords(train_dir, output_dir, validation_dir=None, train_shards=1024,
-                    validation_shards=128, seed=0, num_threads=None, log=print):
+def build_tfrecords(train_dir: str, output_dir: str, validation_dir: str | None = None,
+                    train_shards: int = 1024, validation_shards: int = 128, seed: int = 0,
+                    num_threads: int | None = None,
+                    log: Callable[[str], object] = print) -> dict:
     """Writes ``train_dir`` (and ``validation_dir``) as shards into ``output_dir``.
 
     Args:

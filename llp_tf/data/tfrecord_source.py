@@ -28,6 +28,7 @@ from llp_tf.data import shards
 from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
                                 validate_labels)
 from llp_tf.errors import DataError
+from llp_tf.types import IntTensor
 
 IMAGE_FEATURE = "images"
 LABEL_FEATURE = "labels"
@@ -35,12 +36,12 @@ INDEX_FEATURE = "index"
 INFO_FILE = "dataset_info.json"
 
 
-def shard_name(split, shard, num_shards):
+def shard_name(split: str, shard: int, num_shards: int) -> str:
     """File name of a shard, as the release names them."""
     return f"{split}-{shard:05d}-of-{num_shards:05d}"
 
 
-def serialize_example(encoded_image, label, index):
+def serialize_example(encoded_image: bytes, label: int, index: int) -> bytes:
     """bytes: one record of the format (``encoded_image`` bytes, ints)."""
     feature = {
         IMAGE_FEATURE: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded_image])),
@@ -50,7 +51,7 @@ def serialize_example(encoded_image, label, index):
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def list_shards(folder, split):
+def list_shards(folder: str, split: str) -> list[str]:
     """Sorted paths of ``split``'s shards in ``folder`` (files named ``split-*``)."""
     return sorted(path for path in glob.glob(os.path.join(glob.escape(folder), f"{split}-*"))
                   if os.path.isfile(path))
@@ -88,7 +89,7 @@ def _read_info(folder):
 class TFRecordSource(ShardFileSource):
     """A folder of ``train-*`` / ``validation-*`` shards (see the module docstring)."""
 
-    def __init__(self, folder):
+    def __init__(self, folder: str) -> None:
         folder = os.path.abspath(os.path.expanduser(folder))
         name = f"tfrecord:{folder}"
         if not os.path.isdir(folder):
@@ -165,7 +166,7 @@ class TFRecordSource(ShardFileSource):
     def _where(self, split, index):
         return self._where_flat(split, int(self._positions[split][index]))
 
-    def read_shard(self, split, shard):
+    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
         files = tf.constant(self._files[split] or [""], tf.string)
 
         def parse(position, serialized):

@@ -13,6 +13,8 @@ per-replica batches the moving mean follows the global batch mean, as in a
 single-device run.
 """
 
+from typing import Any
+
 import keras
 
 BATCH_NORM_MOMENTUM = 0.997
@@ -27,15 +29,16 @@ class BatchNormalization(keras.layers.BatchNormalization):
     differs.
     """
 
-    def add_weight(self, *args, trainable=True, aggregation="none", **kwargs):
+    def add_weight(self, *args: Any, trainable: bool = True, aggregation: str = "none",
+                   **kwargs: Any) -> keras.Variable:
         if not trainable:
             aggregation = "mean"
         return super().add_weight(*args, trainable=trainable,
                                   aggregation=aggregation, **kwargs)
 
 
-def batch_norm(name, synchronized=False, momentum=BATCH_NORM_MOMENTUM,
-               epsilon=BATCH_NORM_EPSILON):
+def batch_norm(name: str, synchronized: bool = False, momentum: float = BATCH_NORM_MOMENTUM,
+               epsilon: float = BATCH_NORM_EPSILON) -> BatchNormalization:
     """A channels-last `BatchNormalization` with the release's settings.
 
     `synchronized=True` computes training-mode statistics over the global

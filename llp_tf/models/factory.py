@@ -1,11 +1,15 @@
 """Build an `LLPModel` from an architecture name."""
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from llp_tf.errors import ConfigError
 from llp_tf.models.llp_model import DEFAULT_EMBEDDING_DIM, LLPModel
 from llp_tf.models.batch_norm import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
 from llp_tf.models.resnet_v2 import ResNetV2
+
+if TYPE_CHECKING:  # for the annotation only: models do not depend on the training stack
+    from llp_tf.training.config import ModelConfig
 
 
 class Architecture(NamedTuple):
@@ -25,12 +29,13 @@ ARCHITECTURES = {
 }
 
 
-def build_model(architecture, num_classes,
-                embedding_dim=DEFAULT_EMBEDDING_DIM, width=1.0,
-                small_inputs=False, blocks_per_stage=None,
-                sync_batch_norm=False,
-                batch_norm_momentum=BATCH_NORM_MOMENTUM,
-                batch_norm_epsilon=BATCH_NORM_EPSILON):
+def build_model(architecture: str, num_classes: int,
+                embedding_dim: int = DEFAULT_EMBEDDING_DIM, width: float = 1.0,
+                small_inputs: bool = False,
+                blocks_per_stage: Sequence[int] | None = None,
+                sync_batch_norm: bool = False,
+                batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
+                batch_norm_epsilon: float = BATCH_NORM_EPSILON) -> LLPModel:
     """An unbuilt `LLPModel` (its weights are created on the first call).
 
     Args:
@@ -69,7 +74,8 @@ def build_model(architecture, num_classes,
                     embedding_dim=embedding_dim)
 
 
-def build_model_from_config(model_config, num_classes, image_size):
+def build_model_from_config(model_config: "ModelConfig", num_classes: int,
+                            image_size: int) -> LLPModel:
     """The `LLPModel` a run's model settings describe, with its weights created.
 
     Args:

@@ -11,10 +11,13 @@ After global pooling the trunk's features feed, in parallel,
 The linear probe of the evaluation reads the pooled features before both.
 """
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
+from llp_tf.types import FloatTensor
 
 DEFAULT_EMBEDDING_DIM = 128
 
@@ -44,9 +47,9 @@ class LLPModel(keras.Model):
     the model) before restoring.
     """
 
-    def __init__(self, trunk, num_classes,
-                 embedding_dim=DEFAULT_EMBEDDING_DIM, name="llp_model",
-                 **kwargs):
+    def __init__(self, trunk: keras.layers.Layer, num_classes: int,
+                 embedding_dim: int = DEFAULT_EMBEDDING_DIM, name: str = "llp_model",
+                 **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         for setting, value in (("num_classes", num_classes),
                                ("embedding_dim", embedding_dim)):
@@ -70,11 +73,11 @@ class LLPModel(keras.Model):
             name="category_head")
 
     @property
-    def feature_dim(self):
+    def feature_dim(self) -> int:
         """F, the size of the pooled trunk features."""
         return self.trunk.feature_dim
 
-    def create_weights(self, image_size=32):
+    def create_weights(self, image_size: int = 32) -> "LLPModel":
         """Creates every weight by one inference call on a zero batch.
 
         Inference mode leaves the batch-norm moving statistics untouched.
@@ -84,7 +87,7 @@ class LLPModel(keras.Model):
             self(tf.zeros([1, image_size, image_size, 3]), training=False)
         return self
 
-    def call(self, images, training=False):
+    def call(self, images: FloatTensor, training: bool = False) -> dict[str, FloatTensor]:
         features = self.trunk(images, training=training)
         # The heads may compute in a lower precision under a mixed-precision
         # policy; normalise and report in float32.
@@ -97,12 +100,12 @@ class LLPModel(keras.Model):
             "logits": logits,
         }
 
-    def batch_norm_variables(self):
+    def batch_norm_variables(self) -> list[keras.Variable]:
         """The batch-norm gamma and beta variables (trainable, no decay)."""
         return [variable for norm in self.trunk.batch_norm_layers()
                 for variable in norm.trainable_weights]
 
-    def weight_decay_variables(self):
+    def weight_decay_variables(self) -> list[keras.Variable]:
         """The variables that take weight decay.
 
         Every trainable variable except batch-norm gamma and beta, as in the

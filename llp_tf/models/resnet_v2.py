@@ -31,13 +31,15 @@ full width, the whole difference between its 23,564,800 parameters and our
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
 from llp_tf.models.batch_norm import (BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM,
-                                      batch_norm)
+                                      BatchNormalization, batch_norm)
+from llp_tf.types import FloatTensor
 
 # Filters of the first stage at width 1.
 BASE_FILTERS = 64
@@ -63,7 +65,8 @@ class FixedPaddingConv2D(keras.layers.Layer):
     for odd kernel sizes.
     """
 
-    def __init__(self, filters, kernel_size, strides=1, **kwargs):
+    def __init__(self, filters: int, kernel_size: int, strides: int = 1,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kernel_size = int(kernel_size)
         self.strides = int(strides)
@@ -74,11 +77,11 @@ class FixedPaddingConv2D(keras.layers.Layer):
             name="conv")
 
     @property
-    def kernel(self):
+    def kernel(self) -> keras.Variable:
         """The conv kernel, float32 [k, k, C_in, filters]."""
         return self.conv.kernel
 
-    def call(self, inputs):
+    def call(self, inputs: FloatTensor) -> FloatTensor:
         if self.strides > 1:
             pad_total = self.kernel_size - 1
             pad_before = pad_total // 2
@@ -100,9 +103,9 @@ class _PreActivationBlock(keras.layers.Layer):
     _residual_conv_names = ()
     _residual_norm_names = ()
 
-    def __init__(self, output_filters, strides, project_shortcut,
-                 sync_batch_norm, batch_norm_momentum, batch_norm_epsilon,
-                 **kwargs):
+    def __init__(self, output_filters: int, strides: int, project_shortcut: bool,
+                 sync_batch_norm: bool, batch_norm_momentum: float,
+                 batch_norm_epsilon: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._norm_settings = (sync_batch_norm, batch_norm_momentum,
                                batch_norm_epsilon)
@@ -115,18 +118,18 @@ class _PreActivationBlock(keras.layers.Layer):
     def _make_norm(self, name):
         return batch_norm(name, *self._norm_settings)
 
-    def batch_norm_layers(self):
+    def batch_norm_layers(self) -> list[BatchNormalization]:
         """The block's `keras.layers.BatchNormalization` layers."""
         return [self.preactivation_bn] + [
             getattr(self, name) for name in self._residual_norm_names]
 
-    def conv_layers(self):
+    def conv_layers(self) -> list[FixedPaddingConv2D]:
         """The block's `FixedPaddingConv2D` layers (shortcut first if any)."""
         shortcut = [self.shortcut_conv] if self.shortcut_conv else []
         return shortcut + [
             getattr(self, name) for name in self._residual_conv_names]
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: FloatTensor, training: bool = False) -> FloatTensor:
         preactivated = tf.nn.relu(
             self.preactivation_bn(inputs, training=training))
         # The projection reads the pre-activated input (TF official v2), the
@@ -145,10 +148,10 @@ class PreActivationBasicBlock(_PreActivationBlock):
     _residual_conv_names = ("conv1", "conv2")
     _residual_norm_names = ("bn2",)
 
-    def __init__(self, filters, strides=1, project_shortcut=False,
-                 sync_batch_norm=False,
-                 batch_norm_momentum=BATCH_NORM_MOMENTUM,
-                 batch_norm_epsilon=BATCH_NORM_EPSILON, **kwargs):
+    def __init__(self, filters: int, strides: int = 1, project_shortcut: bool = False,
+                 sync_batch_norm: bool = False,
+                 batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
+                 batch_norm_epsilon: float = BATCH_NORM_EPSILON, **kwargs: Any) -> None:
         super().__init__(filters, strides, project_shortcut, sync_batch_norm,
                          batch_norm_momentum, batch_norm_epsilon, **kwargs)
         self.conv1 = FixedPaddingConv2D(filters, 3, strides, name="conv1")
@@ -170,10 +173,10 @@ class PreActivationBottleneckBlock(_PreActivationBlock):
     _residual_conv_names = ("conv1", "conv2", "conv3")
     _residual_norm_names = ("bn2", "bn3")
 
-    def __init__(self, filters, strides=1, project_shortcut=False,
-                 sync_batch_norm=False,
-                 batch_norm_momentum=BATCH_NORM_MOMENTUM,
-                 batch_norm_epsilon=BATCH_NORM_EPSILON, **kwargs):
+    def __init__(self, filters: int, strides: int = 1, project_shortcut: bool = False,
+                 sync_batch_norm: bool = False,
+                 batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
+                 batch_norm_epsilon: float = BATCH_NORM_EPSILON, **kwargs: Any) -> None:
         super().__init__(BOTTLENECK_EXPANSION * filters, strides,
                          project_shortcut, sync_batch_norm,
                          batch_norm_momentum, batch_norm_epsilon, **kwargs)
@@ -192,7 +195,7 @@ class PreActivationBottleneckBlock(_PreActivationBlock):
         return self.conv3(x)
 
 
-def scaled_filters(width):
+def scaled_filters(width: float) -> int:
     """First-stage filter count at width multiplier `width` (64 at 1.0)."""
     return max(1, int(round(BASE_FILTERS * width)))
 
@@ -215,11 +218,12 @@ class ResNetV2(keras.layers.Layer):
     features float32 [B, feature_dim].
     """
 
-    def __init__(self, blocks_per_stage, bottleneck, width=1.0,
-                 small_inputs=False, sync_batch_norm=False,
-                 batch_norm_momentum=BATCH_NORM_MOMENTUM,
-                 batch_norm_epsilon=BATCH_NORM_EPSILON, name="resnet_v2",
-                 **kwargs):
+    def __init__(self, blocks_per_stage: Sequence[int], bottleneck: bool,
+                 width: float = 1.0, small_inputs: bool = False,
+                 sync_batch_norm: bool = False,
+                 batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
+                 batch_norm_epsilon: float = BATCH_NORM_EPSILON,
+                 name: str = "resnet_v2", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         blocks_per_stage = _validated_blocks_per_stage(blocks_per_stage)
         if not (isinstance(width, (int, float)) and math.isfinite(width)
@@ -272,11 +276,12 @@ class ResNetV2(keras.layers.Layer):
                               * 2**(len(blocks_per_stage) - 1))
 
     @property
-    def blocks(self):
+    def blocks(self) -> list[_PreActivationBlock]:
         """The residual blocks, in order of application."""
         return [getattr(self, name) for name in self._block_names]
 
-    def feature_map(self, images, training=False):
+    def feature_map(self, images: FloatTensor,
+                    training: bool = False) -> FloatTensor:
         """The last feature map, after the final batch norm and ReLU.
 
         Args:
@@ -295,18 +300,18 @@ class ResNetV2(keras.layers.Layer):
             x = block(x, training=training)
         return tf.nn.relu(self.final_bn(x, training=training))
 
-    def call(self, images, training=False):
+    def call(self, images: FloatTensor, training: bool = False) -> FloatTensor:
         """Pooled features float32 [B, feature_dim] of images [B, H, W, 3]."""
         return tf.reduce_mean(self.feature_map(images, training=training),
                               axis=[1, 2])
 
-    def batch_norm_layers(self):
+    def batch_norm_layers(self) -> list[BatchNormalization]:
         """Every `keras.layers.BatchNormalization` layer of the trunk."""
         norms = [norm for block in self.blocks
                  for norm in block.batch_norm_layers()]
         return norms + [self.final_bn]
 
-    def conv_layers(self):
+    def conv_layers(self) -> list[FixedPaddingConv2D]:
         """Every `FixedPaddingConv2D` of the trunk, stem first."""
         return [self.stem_conv] + [conv for block in self.blocks
                                    for conv in block.conv_layers()]

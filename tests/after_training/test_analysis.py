@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.after_training import analysis, analysis_report, trained_run
+from llp_tf.after_training import (analysis, analysis_figures, analysis_report, mds,
+                                   trained_run)
 from llp_tf.training import config
 from llp_tf.data import load_source, splits
 from llp_tf.errors import ConfigError, DataError
@@ -141,7 +142,7 @@ def test_chord_distances_are_euclidean_distances_of_the_unit_rows():
     rows = np.random.default_rng(0).normal(size=(6, 5)) * 3.0
     unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     expected = np.linalg.norm(unit[:, None, :] - unit[None, :, :], axis=2)
-    np.testing.assert_allclose(analysis.chord_distances(rows), expected, atol=1e-12)
+    np.testing.assert_allclose(mds.chord_distances(rows), expected, atol=1e-12)
 
 
 def test_mds_recovers_a_planar_configuration_exactly():
@@ -151,10 +152,10 @@ def test_mds_recovers_a_planar_configuration_exactly():
     basis = np.linalg.qr(rng.normal(size=(16, 2)))[0]  # [16, 2] orthonormal
     angles = rng.uniform(0, 2 * np.pi, 30)
     rows = np.stack([np.cos(angles), np.sin(angles)], axis=1) @ basis.T
-    coordinates, stress = analysis.mds_2d(rows, seed=0)
+    coordinates, stress = mds.mds_2d(rows, seed=0)
     assert coordinates.shape == (30, 2)
     planar = np.linalg.norm(coordinates[:, None] - coordinates[None], axis=2)
-    np.testing.assert_allclose(planar, analysis.chord_distances(rows), atol=1e-3)
+    np.testing.assert_allclose(planar, mds.chord_distances(rows), atol=1e-3)
     assert stress < 1e-3
 
 
@@ -164,12 +165,12 @@ def test_mds_keeps_two_separated_clusters_apart():
     centre[0] = 1.0
     rows = np.concatenate([centre + rng.normal(0, 0.08, (40, 16)),
                            -centre + rng.normal(0, 0.08, (40, 16))])
-    coordinates, _ = analysis.mds_2d(rows, seed=3)
+    coordinates, _ = mds.mds_2d(rows, seed=3)
     distances = np.linalg.norm(coordinates[:, None] - coordinates[None], axis=2)
     within = np.concatenate([distances[:40, :40].ravel(), distances[40:, 40:].ravel()])
     assert within.max() < distances[:40, 40:].min()
     # Distance order is kept roughly: rank correlation of all pairs.
-    original = analysis.chord_distances(rows)[np.triu_indices(80, 1)]
+    original = mds.chord_distances(rows)[np.triu_indices(80, 1)]
     projected = distances[np.triu_indices(80, 1)]
     ranks = [np.argsort(np.argsort(d)) for d in (original, projected)]
     assert np.corrcoef(*ranks)[0, 1] > 0.8
@@ -179,22 +180,22 @@ def test_sample_rows_takes_labelled_rows_first_and_caps_each_class():
     classes = np.array([0] * 10 + [1] * 3 + [2] * 8)
     is_labeled = np.zeros(classes.size, bool)
     is_labeled[[0, 1, 10, 13, 14, 15, 16]] = True  # 2 of class 0, 1 of class 1, 4 of class 2
-    rows = analysis.sample_rows(classes, is_labeled, [2, 1, 0], points_per_class=3, seed=0)
+    rows = mds.sample_rows(classes, is_labeled, [2, 1, 0], points_per_class=3, seed=0)
     assert classes[rows].tolist() == [2, 2, 2, 1, 1, 1, 0, 0, 0]
     assert is_labeled[rows].tolist() == [True] * 3 + [True, False, False] + [True, True, False]
     assert np.unique(rows).size == rows.size
-    again = analysis.sample_rows(classes, is_labeled, [2, 1, 0], points_per_class=3, seed=0)
+    again = mds.sample_rows(classes, is_labeled, [2, 1, 0], points_per_class=3, seed=0)
     assert rows.tolist() == again.tolist()
 
 
 def test_choose_classes_is_seeded_and_refuses_too_many():
     counts = np.array([5, 0, 3, 4, 1])
-    chosen = analysis.choose_classes(counts, 3, seed=4)
+    chosen = mds.choose_classes(counts, 3, seed=4)
     assert chosen.tolist() == sorted(chosen.tolist()) and 1 not in chosen
-    assert chosen.tolist() == analysis.choose_classes(counts, 3, seed=4).tolist()
-    assert analysis.choose_classes(counts, 4, seed=0).tolist() == [0, 2, 3, 4]
+    assert chosen.tolist() == mds.choose_classes(counts, 3, seed=4).tolist()
+    assert mds.choose_classes(counts, 4, seed=0).tolist() == [0, 2, 3, 4]
     with pytest.raises(ConfigError, match="asks for 5 classes.*only 4.*--classes=4"):
-        analysis.choose_classes(counts, 5, seed=0)
+        mds.choose_classes(counts, 5, seed=0)
 
 
 def test_analyze_run_refuses_a_supervised_run(tmp_path):
@@ -262,16 +263,16 @@ def _synthetic_state(step, rng, num_classes):
 
 def test_many_classes_render_and_a_missing_history_is_reported(tmp_path):
     rng = np.random.default_rng(5)
-    num_classes = analysis_report.MAX_CLASS_LINES + 10
+    num_classes = analysis_figures.MAX_CLASS_LINES + 10
     states = [_synthetic_state(step, rng, num_classes) for step in (10, 20)]
     embeddings, classes = states[-1][1], states[-1][2]
-    mds = analysis.project_classes(embeddings, classes, np.zeros(classes.size, bool), [0, 1],
-                                   points_per_class=10, seed=0)
+    projection = mds.project_classes(embeddings, classes, np.zeros(classes.size, bool), [0, 1],
+                                          points_per_class=10, seed=0)
     result = analysis.RunAnalysis(
         run_dir="synthetic", dataset="synthetic",
         class_names=tuple(f"c{i}" for i in range(num_classes)),
         num_rows=classes.size, num_labeled=0, warmup_epochs=0, epochs=2, steps_per_epoch=10,
-        latest=states[-1][0], trajectory=[s for s, _, _ in states], history=[], mds=mds,
+        latest=states[-1][0], trajectory=[s for s, _, _ in states], history=[], mds=projection,
         mds_seed=0)
     summary = analysis_report.summary_text(result)
     assert "metrics.jsonl holds no aggregation score" in summary

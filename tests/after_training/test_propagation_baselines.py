@@ -1,37 +1,16 @@
 import numpy as np
 import pytest
 
+from llp_tf.after_training import dlp_diffusion
 from llp_tf.after_training import propagation_baselines as pb
 from tests import reference
-
-
-def _clusters(rng, num_classes, per_class, dim, spread):
-    """Unit rows around num_classes random centres (float32 [n, dim]) and their
-    classes (int64 [n]); a larger spread mixes the classes more."""
-    centres = reference.unit_rows(rng, num_classes, dim, np.float64)
-    points = np.repeat(centres, per_class, axis=0) + spread * rng.standard_normal(
-        (num_classes * per_class, dim)) / np.sqrt(dim)
-    points /= np.linalg.norm(points, axis=1, keepdims=True)
-    return points.astype(np.float32), np.repeat(np.arange(num_classes), per_class)
-
-
-def _labelled_first(classes, per_class):
-    """bool [n]: the first per_class points of every class."""
-    mask = np.zeros(len(classes), bool)
-    for c in np.unique(classes):
-        mask[np.flatnonzero(classes == c)[:per_class]] = True
-    return mask
+from tests.after_training.embedding_sets import clusters, labelled_first, mixed_set, one_hot
 
 
 @pytest.fixture
 def mixed():
-    """Overlapping classes, so that the methods disagree on some points:
-    (embeddings float32 [90, 8], labelled mask, visible labels (-1 where
-    unlabelled), true classes)."""
-    rng = np.random.default_rng(7)
-    x, y = _clusters(rng, 3, 30, 8, spread=1.6)
-    mask = _labelled_first(y, 4)
-    return x, mask, np.where(mask, y, -1), y
+    """`embedding_sets.mixed_set`: overlapping classes."""
+    return mixed_set()
 
 
 def test_llp_is_eq_5_to_8_with_densities_over_the_drawn_set(mixed):
@@ -65,13 +44,6 @@ def _similarity_kernel(x, temperature):
     return w
 
 
-def _one_hot(visible, num_classes):
-    y = np.zeros((len(visible), num_classes))
-    known = visible >= 0
-    y[known, visible[known]] = 1.0
-    return y
-
-
 def test_label_spreading_reaches_zhou_closed_form(mixed):
     x, mask, visible, _ = mixed
     tau, alpha = 0.1, pb.LABEL_SPREADING_ALPHA
@@ -80,7 +52,7 @@ def test_label_spreading_reaches_zhou_closed_form(mixed):
         w = _similarity_kernel(x, temperature)
         d = 1.0 / np.sqrt(w.sum(axis=1))
         s = d[:, None] * w * d[None, :]
-        return np.linalg.solve(np.eye(len(x)) - alpha * s, _one_hot(visible, 3)).argmax(axis=1)
+        return np.linalg.solve(np.eye(len(x)) - alpha * s, one_hot(visible, 3)).argmax(axis=1)
 
     expected = closed_form(tau)
     got = pb.label_spreading(x, mask, visible, 3, temperature=tau)
@@ -97,7 +69,7 @@ def test_label_propagation_reaches_the_harmonic_solution(mixed):
         p = w / w.sum(axis=1, keepdims=True)
         u, labelled = ~mask, mask
         f_u = np.linalg.solve(np.eye(u.sum()) - p[np.ix_(u, u)],
-                              p[np.ix_(u, labelled)] @ _one_hot(visible[labelled], 3))
+                              p[np.ix_(u, labelled)] @ one_hot(visible[labelled], 3))
         return f_u.argmax(axis=1)
 
     expected = harmonic(tau)
@@ -106,41 +78,15 @@ def test_label_propagation_reaches_the_harmonic_solution(mixed):
     assert np.any(harmonic(3 * tau) != expected)
 
 
-def _dense_dlp_graph(x, k, gamma):
-    """float64 [n, n]: W_n of Iscen et al. built densely."""
-    x = x.astype(np.float64)
-    sims = x @ x.T
-    np.fill_diagonal(sims, -np.inf)
-    w = np.zeros_like(sims)
-    for i in range(len(x)):
-        nearest = np.argsort(-sims[i])[:k]
-        w[i, nearest] = np.maximum(sims[i, nearest], 0.0) ** gamma
-    w = w + w.T
-    d = 1.0 / np.sqrt(w.sum(axis=1))
-    return d[:, None] * w * d[None, :]
-
-
-def test_dlp_graph_and_scores_match_a_dense_solve(mixed):
-    x, mask, visible, _ = mixed
-    k, gamma, alpha = 7, 3.0, 0.99
-    wn = _dense_dlp_graph(x, k, gamma)
-    np.testing.assert_allclose(pb.dlp_graph(x, k, gamma, chunk_size=16).toarray(), wn,
-                               rtol=1e-10, atol=1e-12)
-    targets = _one_hot(visible, 3)
-    targets /= targets.sum(axis=0, keepdims=True)  # 1 / |L_j| per class
-    expected = np.linalg.solve(np.eye(len(x)) - alpha * wn, targets)
-    scores = pb.dlp_class_scores(x, mask, visible, 3, k=k, gamma=gamma, alpha=alpha,
-                                 max_iter=None, tol=1e-12)
-    np.testing.assert_allclose(scores, expected, rtol=1e-7, atol=1e-10)
-    got = pb.dlp_diffusion(x, mask, visible, 3, k=k, gamma=gamma, alpha=alpha, max_iter=None,
-                           tol=1e-12)
-    np.testing.assert_array_equal(got[~mask], expected[~mask].argmax(axis=1))
+def test_the_dlp_names_are_the_diffusion_module_s():
+    assert pb.dlp_diffusion is dlp_diffusion.dlp_diffusion and pb.DLP_K == 50
+    assert (pb.DLP_GAMMA, pb.DLP_ALPHA, pb.DLP_MAX_ITER, pb.DLP_TOLERANCE) == (3.0, 0.99, 20, 1e-6)
 
 
 def test_every_method_labels_separated_clusters_right():
     rng = np.random.default_rng(1)
-    x, y = _clusters(rng, 4, 30, 16, spread=0.3)
-    mask = _labelled_first(y, 3)
+    x, y = clusters(rng, 4, 30, 16, spread=0.3)
+    mask = labelled_first(y, 3)
     for method in pb.standard_methods():
         predictions = method.predict(x, mask, np.where(mask, y, -1), 4)
         assert np.mean(predictions[~mask] == y[~mask]) == 1.0, method.name

@@ -8,29 +8,9 @@ import tensorflow as tf
 from llp_tf.data import augment
 from llp_tf.data import data_errors, load_source, pipeline
 from llp_tf.errors import ConfigError, DataError
-from tests.data.helpers import make_tfrecord_set, write_image_folder
+from tests.data.helpers import write_image_folder
 
 SIZE = 8
-
-
-@pytest.fixture(scope="module")
-def folder_source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("folder")
-    write_image_folder(str(root / "train"), {"a": 9, "b": 8, "c": 10}, grayscale_every=5)
-    write_image_folder(str(root / "validation"), {"a": 4, "b": 3, "c": 4}, seed=1)
-    return load_source(f"folder:{root}")
-
-
-@pytest.fixture(scope="module")
-def tfrecord_source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tfrecord")
-    make_tfrecord_set(str(root), num_train=29, num_validation=11, num_shards=4)
-    return load_source(f"tfrecord:{root}")
-
-
-@pytest.fixture(params=["folder", "tfrecord"])
-def source(request, folder_source, tfrecord_source):
-    return {"folder": folder_source, "tfrecord": tfrecord_source}[request.param]
 
 
 def _collect(dataset):

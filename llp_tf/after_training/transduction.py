@@ -1,0 +1,44 @@
+"""What every label propagation method of the Table 5 comparison takes and returns.
+
+A method propagates the labels of some points of one fixed set of
+embeddings to the others (transduction). It takes L2-normalised embeddings
+float [n, D], a labelled mask bool [n] and labels int [n] (read only where
+the mask is True, in ``[0, num_classes)``), and returns int64 [n] predicted
+classes; labelled points keep their label. Only the predictions of the
+unlabelled points matter. `check_inputs` checks the arguments and
+`with_labeled` assembles the result.
+"""
+
+import numpy as np
+
+from llp_tf.types import Array
+
+
+def check_inputs(embeddings: Array, labeled_mask: Array, labels: Array,
+                 num_classes: int) -> tuple[Array, Array, Array]:
+    """Float64 embeddings [n, D], bool mask [n], int64 labels [n].
+
+    Raises:
+      ValueError: shapes that do not match, no labelled point, or a label of
+        a labelled point outside ``[0, num_classes)``.
+    """
+    embeddings = np.asarray(embeddings, np.float64)
+    labeled_mask = np.asarray(labeled_mask, bool)
+    labels = np.asarray(labels, np.int64)
+    n = embeddings.shape[0]
+    if embeddings.ndim != 2 or labeled_mask.shape != (n,) or labels.shape != (n,):
+        raise ValueError(f"Expected embeddings [n, D] with a mask and labels of [n]; got "
+                         f"{embeddings.shape}, {labeled_mask.shape} and {labels.shape}.")
+    if not labeled_mask.any():
+        raise ValueError("No labelled point to propagate from.")
+    known = labels[labeled_mask]
+    if known.min() < 0 or known.max() >= num_classes:
+        raise ValueError(f"Labels of labelled points must lie in [0, {num_classes}).")
+    return embeddings, labeled_mask, labels
+
+
+def with_labeled(predicted_unlabeled: Array, labeled_mask: Array, labels: Array) -> Array:
+    """int64 [n]: the labels where known, the predictions (int [n - M]) elsewhere."""
+    predictions = labels.copy()
+    predictions[~labeled_mask] = predicted_unlabeled
+    return predictions
