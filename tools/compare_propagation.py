@@ -235,6 +235,20 @@ def classes_per_draw(labels, stream):
     return FLAGS.classes
 
 
+def method_settings(pb, k, t, temperature):
+    """dict: every method's settings, for the results file (``pb``: the
+    propagation_baselines module, imported late because it loads TensorFlow)."""
+    return {"k": int(k), "t": int(t), "temperature": float(temperature),
+            "rbf_gamma": pb.rbf_gamma(temperature),
+            "label_spreading": {"alpha": pb.LABEL_SPREADING_ALPHA,
+                                "max_iter": pb.LABEL_SPREADING_MAX_ITER,
+                                "tol": pb.SKLEARN_TOLERANCE},
+            "label_propagation": {"max_iter": pb.LABEL_PROPAGATION_MAX_ITER,
+                                  "tol": pb.SKLEARN_TOLERANCE},
+            "dlp": {"k": pb.DLP_K, "gamma": pb.DLP_GAMMA, "alpha": pb.DLP_ALPHA,
+                    "max_iter": pb.DLP_MAX_ITER, "tol": pb.DLP_TOLERANCE}}
+
+
 def run_comparison(stream=sys.stdout):
     """Reads the embeddings, runs the comparison, prints and writes the results.
 
@@ -257,15 +271,7 @@ def run_comparison(stream=sys.stdout):
     protocol = {"classes": int(num_classes), "images_per_class": images,
                 "labeled_per_class": labeled, "draws": draws, "seed": FLAGS.seed,
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
-    settings = {"k": int(k), "t": int(t), "temperature": float(temperature),
-                "rbf_gamma": pb.rbf_gamma(temperature),
-                "label_spreading": {"alpha": pb.LABEL_SPREADING_ALPHA,
-                                    "max_iter": pb.LABEL_SPREADING_MAX_ITER,
-                                    "tol": pb.SKLEARN_TOLERANCE},
-                "label_propagation": {"max_iter": pb.LABEL_PROPAGATION_MAX_ITER,
-                                      "tol": pb.SKLEARN_TOLERANCE},
-                "dlp": {"k": pb.DLP_K, "gamma": pb.DLP_GAMMA, "alpha": pb.DLP_ALPHA,
-                        "max_iter": pb.DLP_MAX_ITER, "tol": pb.DLP_TOLERANCE}}
+    settings = method_settings(pb, k, t, temperature)
     output = FLAGS.output or default_output(FLAGS.run_dir, FLAGS.features)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
