@@ -18,7 +18,6 @@ the dataset's true training labels), a split embedded with the run's model
 
 import os
 import sys
-import time
 import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -111,41 +110,24 @@ def features_from_files(features_path, labels_path):
 
 
 def embed_split(run, source, split, batch_size, stream):
-    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split."""
-    import numpy as np
-    import tensorflow as tf
+    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
+    in index order."""
+    from llp_tf.after_training.features import extract_features
 
-    from llp_tf.data import data_errors
-    from llp_tf.data.pipeline import make_eval_input_fn
-
-    dataset = make_eval_input_fn(source, batch_size, run.config.data.image_size, split=split)()
-    total = source.info.num_examples(split)
-    embed = tf.function(lambda images: run.model(images, training=False)["embedding"])
-    embeddings, labels, done, last_report = [], [], 0, time.monotonic()
-    with data_errors():
-        for batch in dataset:
-            keep = batch["mask"].numpy()
-            embeddings.append(embed(batch["image"]).numpy()[keep])
-            labels.append(batch["label"].numpy()[keep])
-            done += int(keep.sum())
-            if time.monotonic() - last_report > 10 or done == total:
-                stream.write(f"embedded {done}/{total} {split} images\n")
-                stream.flush()
-                last_report = time.monotonic()
-    return np.concatenate(embeddings), np.concatenate(labels).astype(np.int64)
+    embedded = extract_features(run.model, source, split, run.config.data.image_size,
+                                batch_size, stream, output="embedding")
+    return embedded.features, embedded.labels
 
 
 def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     """(features, labels, description dict, run config) of a run's bank or split."""
-    from llp_tf import data
     from llp_tf.after_training import trained_run
 
     config = trained_run.read_config(run_dir)
     if split is None and config.method.name != "llp":
         _fail(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
               "--embed_split=train or --embed_split=validation to embed images with its model.")
-    source = data.load_source(config.data.dataset, data_dir or config.data.data_dir)
-    run = trained_run.load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
+    run, source = trained_run.load_run_with_data(run_dir, checkpoint, data_dir)
     description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
                    "step": run.step, "dataset": config.data.dataset}
     if split is not None:

@@ -107,7 +107,6 @@ def main(argv, stdout=None, stderr=None):
                      "or choose another --output_dir.\n")
         return 1
 
-    from llp_tf import data  # noqa: PLC0415 -- imports TensorFlow
     from llp_tf.after_training import export, trained_run
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
@@ -118,8 +117,8 @@ def main(argv, stdout=None, stderr=None):
     try:
         config = trained_run.read_config(values.run_dir)
         checkpoint = resolve_checkpoint(values.run_dir, values.checkpoint)
-        info = data.load_source(config.data.dataset, config.data.data_dir).info
-        run = trained_run.load_run(values.run_dir, checkpoint, num_classes=info.num_classes)
+        run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
+        info = source.info
         module = export.build_inference_module(run, info.class_names, include_knn=values.knn)
         report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "
                f"{run.step}), {config.method.name} {config.model.architecture}, "

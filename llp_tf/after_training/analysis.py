@@ -180,10 +180,8 @@ def _run_data(run_dir, report):
         raise ConfigError(
             f"{run_dir} is a {config.method.name} run, which keeps no memory bank: the embedding "
             "analysis reads an LLP run's bank. Give the --run_dir of an LLP run.")
-    from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
-
     report(f"Opening the dataset {config.data.dataset}.")
-    source = data.load_source(config.data.dataset, config.data.data_dir)
+    source = trained_run.open_dataset(config)
     train_labels = source.train_labels()
     _, used_index = splits.load_splits(RunDirectory(run_dir).split_path, train_labels,
                                        source.info.name)

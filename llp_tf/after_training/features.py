@@ -42,8 +42,9 @@ class FeatureSet:
 
 
 def extract_features(model, source, split, image_size, batch_size=DEFAULT_BATCH_SIZE,
-                     stream=None):
-    """Pooled features of every example of a split, with the evaluation preprocessing.
+                     stream=None, output="features"):
+    """A model output of every example of a split, with the evaluation preprocessing:
+    the pooled features (the probe's), or the embedding.
 
     Args:
       model: `LLPModel`; called with ``training=False`` (frozen: batch norm
@@ -53,6 +54,8 @@ def extract_features(model, source, split, image_size, batch_size=DEFAULT_BATCH_
       image_size: int, side of the centre crop (the run's image size).
       batch_size: int, images per forward pass.
       stream: where progress goes (stdout when None).
+      output: "features" (float32 [N, F], pooled trunk) or "embedding"
+        (float32 [N, D], L2-normalised).
 
     Returns:
       `FeatureSet` in index order.
@@ -66,9 +69,9 @@ def extract_features(model, source, split, image_size, batch_size=DEFAULT_BATCH_
 
     @tf.function
     def pooled(images):
-        return model(images, training=False)["features"]
+        return model(images, training=False)[output]
 
-    progress = EpochProgress(f"features of {source.info.name} {split}", steps, batch_size,
+    progress = EpochProgress(f"{output} of {source.info.name} {split}", steps, batch_size,
                              stream=stream, log_every_seconds=LOG_EVERY_SECONDS)
     features, labels, index = [], [], []
     with data_errors():

@@ -145,3 +145,24 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
                       step=checkpoint_step(path), model=model, bank=bank,
                       labeled_index=labeled_index, used_index=used_index,
                       num_classes=int(num_classes))
+
+
+def open_dataset(config, data_dir=None):
+    """The `Source` a run trained on (``data_dir`` replaces the run's, e.g. on
+    another machine)."""
+    from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
+
+    return data.load_source(config.data.dataset, data_dir or config.data.data_dir)
+
+
+def load_run_with_data(run_dir, checkpoint=None, data_dir=None):
+    """(`TrainedRun`, `Source`): a run restored with the classes of its dataset.
+
+    Args:
+      run_dir: str, a run directory.
+      checkpoint: optional str, one of its checkpoints (the latest by default).
+      data_dir: optional str replacing the run's data_dir.
+    """
+    source = open_dataset(read_config(run_dir), data_dir)
+    run = load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
+    return run, source
