@@ -2,7 +2,7 @@
 
 A run lives in one directory, written by training and read by every tool:
 
-- ``config.json``: the resolved settings (`llp_tf.config`);
+- ``config.json``: the resolved settings (`llp_tf.training.config`);
 - ``split.npz``: the labelled / used split, drawn once (`llp_tf.data.splits`);
 - ``checkpoints/``: `tf.train.Checkpoint`s of all training state, numbered by
   global step, the newest ``keep`` of them kept;
