@@ -9,42 +9,60 @@ see llp_tf/data/tfrecord_builder.py. Read the result with
 --dataset=tfrecord:TFRECORDS.
 """
 
+import os
 import sys
 
-from absl import app, flags  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from llp_tf.errors import LLPError  # noqa: E402
+from absl import flags  # noqa: E402
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("train_dir", None, "Folder of class sub-folders of training images.")
-flags.DEFINE_string("validation_dir", None,
-                    "Optional folder of class sub-folders of validation images.")
-flags.DEFINE_string("output_dir", None, "Folder to write the shards into (must hold none yet).")
-flags.DEFINE_integer("train_shards", 1024, "Number of train-* shards (the release used 1024).")
-flags.DEFINE_integer("validation_shards", 128,
-                     "Number of validation-* shards (the release used 128).")
-flags.DEFINE_integer("seed", 0, "Seed of the permutation that numbers the training images.")
-flags.DEFINE_integer("num_threads", None, "Images encoded in parallel (default: CPU count).")
-flags.mark_flags_as_required(["train_dir", "output_dir"])
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    from llp_tf.data.tfrecord_builder import build_tfrecords  # noqa: PLC0415 -- imports TF
+def make_flags():
+    """The tool's `flags.FlagValues`."""
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_string("train_dir", None, "Folder of class sub-folders of training images; "
+                        "required.", flag_values=values)
+    flags.DEFINE_string("validation_dir", None, "Optional folder of class sub-folders of "
+                        "validation images.", flag_values=values)
+    flags.DEFINE_string("output_dir", None, "Folder to write the shards into (must hold none "
+                        "yet); required.", flag_values=values)
+    flags.DEFINE_integer("train_shards", 1024, "Number of train-* shards (the release used "
+                         "1024).", flag_values=values)
+    flags.DEFINE_integer("validation_shards", 128, "Number of validation-* shards (the release "
+                         "used 128).", flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the permutation that numbers the training images.",
+                         flag_values=values)
+    flags.DEFINE_integer("num_threads", None, "Images encoded in parallel (default: CPU count).",
+                         flag_values=values)
+    return values
 
-    try:
+
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    values = make_flags()
+    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    if not tool_cli.require(values, ("train_dir", "output_dir"), stderr):
+        return 1
+
+    def build():
+        from llp_tf.data.tfrecord_builder import build_tfrecords  # noqa: PLC0415 -- imports TF
+
         summary = build_tfrecords(
-            FLAGS.train_dir, FLAGS.output_dir, validation_dir=FLAGS.validation_dir,
-            train_shards=FLAGS.train_shards, validation_shards=FLAGS.validation_shards,
-            seed=FLAGS.seed, num_threads=FLAGS.num_threads)
-    except LLPError as error:
-        print(f"build_tfrecords: {error}", file=sys.stderr)
-        sys.exit(1)
-    print(f"{summary['num_train']} training and {summary['num_validation']} validation images "
-          f"of {summary['num_classes']} classes in {summary['train_shards']} + "
-          f"{summary['validation_shards']} shards in {FLAGS.output_dir}")
+            values.train_dir, values.output_dir, validation_dir=values.validation_dir,
+            train_shards=values.train_shards, validation_shards=values.validation_shards,
+            seed=values.seed, num_threads=values.num_threads)
+        stdout.write(f"{summary['num_train']} training and {summary['num_validation']} "
+                     f"validation images of {summary['num_classes']} classes in "
+                     f"{summary['train_shards']} + {summary['validation_shards']} shards in "
+                     f"{values.output_dir}\n")
+
+    return tool_cli.exit_code_of(build, stderr)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))

@@ -14,64 +14,77 @@ llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the
 split file into its run directory and never re-draws it.
 """
 
+import os
 import sys
 
-from absl import app, flags  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from llp_tf.errors import LLPError  # noqa: E402
+from absl import flags  # noqa: E402
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("dataset", None, 'Dataset name: "mnist5k", "digits", "tfds:<name>", '
-                    '"tfrecord:<folder>" or "folder:<folder>".')
-flags.DEFINE_string("data_dir", None, "Data folder for TFDS and embedded datasets (TFDS's "
-                    "default when unset); relative tfrecord:/folder: paths are taken from it.")
-flags.DEFINE_float("label_percent", None, "Percentage of each class that is labelled (PP); "
-                   "required unless --label_subset is given.")
-flags.DEFINE_string("label_subset", None, "Label exactly the training images this list "
-                    "names (one file name per line), or 1percent / 10percent for ImageNet's "
-                    "published subsets (fetched once through TFDS into <data_dir>/downloads).")
-flags.DEFINE_float("data_percent", 100.0, "Percentage of each class that is used (QQ >= PP).")
-flags.DEFINE_integer("seed", None, "Seed of a random draw; unset: lowest indices per class, "
-                     "as the release.")
-flags.DEFINE_string("output", None, "Split file to write (.npz).")
-flags.mark_flags_as_required(["dataset", "output"])
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 
-def make(stderr=sys.stderr):
+def make_flags():
+    """The tool's `flags.FlagValues`."""
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_string("dataset", None, 'Dataset name: "mnist5k", "digits", "tfds:<name>", '
+                        '"tfrecord:<folder>" or "folder:<folder>"; required.', flag_values=values)
+    flags.DEFINE_string("data_dir", None, "Data folder for TFDS and embedded datasets (TFDS's "
+                        "default when unset); relative tfrecord:/folder: paths are taken from "
+                        "it.", flag_values=values)
+    flags.DEFINE_float("label_percent", None, "Percentage of each class that is labelled (PP); "
+                       "required unless --label_subset is given.", flag_values=values)
+    flags.DEFINE_string("label_subset", None, "Label exactly the training images this list "
+                        "names (one file name per line), or 1percent / 10percent for ImageNet's "
+                        "published subsets (fetched once through TFDS into "
+                        "<data_dir>/downloads).", flag_values=values)
+    flags.DEFINE_float("data_percent", 100.0, "Percentage of each class that is used "
+                       "(QQ >= PP).", flag_values=values)
+    flags.DEFINE_integer("seed", None, "Seed of a random draw; unset: lowest indices per class, "
+                         "as the release.", flag_values=values)
+    flags.DEFINE_string("output", None, "Split file to write (.npz); required.",
+                        flag_values=values)
+    return values
+
+
+def make(values, stderr):
     """Draws and writes the split; returns its description."""
-    from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415 -- imports TF
+    from llp_tf import make_splits  # noqa: PLC0415 -- imports TF
+    from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
-    if (FLAGS.label_percent is None) == (FLAGS.label_subset is None):
+    if (values.label_percent is None) == (values.label_subset is None):
         raise ConfigError("Give --label_percent or --label_subset (exactly one).")
-    source = load_source(FLAGS.dataset, FLAGS.data_dir)
+    source = load_source(values.dataset, values.data_dir)
     labels = source.train_labels()
     warning = splits.absent_classes_warning(labels, source.info.num_classes)
     if warning:
         stderr.write(warning + "\n")
-    if FLAGS.label_subset:
+    if values.label_subset:
         labeled_index, used_index, _ = label_subsets.make_subset_splits(
-            source, FLAGS.label_subset, FLAGS.data_percent, FLAGS.seed, FLAGS.data_dir)
+            source, values.label_subset, values.data_percent, values.seed, values.data_dir)
     else:
-        labeled_index, used_index = splits.make_splits(
-            labels, FLAGS.label_percent, FLAGS.data_percent, FLAGS.seed,
+        labeled_index, used_index = make_splits(
+            labels, values.label_percent, values.data_percent, values.seed,
             num_classes=source.info.num_classes)
-    splits.save_splits(FLAGS.output, labeled_index, used_index, labels,
-                       dataset_name=source.info.name, label_percent=FLAGS.label_percent,
-                       data_percent=FLAGS.data_percent, seed=FLAGS.seed)
-    return (f"{FLAGS.output}: {labeled_index.size} labelled and {used_index.size} used of "
+    splits.save_splits(values.output, labeled_index, used_index, labels,
+                       dataset_name=source.info.name, label_percent=values.label_percent,
+                       data_percent=values.data_percent, seed=values.seed)
+    return (f"{values.output}: {labeled_index.size} labelled and {used_index.size} used of "
             f"{labels.size} training examples of {source.info.name}")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        print(make())
-    except LLPError as error:
-        print(f"make_splits: {error}", file=sys.stderr)
-        sys.exit(1)
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    values = make_flags()
+    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    if not tool_cli.require(values, ("dataset", "output"), stderr):
+        return 1
+    return tool_cli.exit_code_of(lambda: stdout.write(make(values, stderr) + "\n"), stderr)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))

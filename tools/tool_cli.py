@@ -1,7 +1,7 @@
 """Command-line plumbing shared by the tools.
 
 Tools that keep their flags in their own `FlagValues` (export, predict,
-analyze) can run their `main` several times in one process (tests) without
+analyze, make_splits, build_tfrecords) can run their `main` several times in one process (tests) without
 clashing over flag names, and each gets the same handling of --help, bad
 flags and stray arguments. Tools started by absl's `app.run` on its global
 flags (train, compare_propagation, linear_probe) share `run_absl_tool`. This
@@ -49,6 +49,14 @@ def parse(values, argv, usage, stdout, stderr, positional=False):
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, 1
     return rest[1:], None
+
+
+def require(values, names, stderr):
+    """Whether every flag in ``names`` was given; else one ``error:`` line naming them."""
+    missing = [f"--{name}" for name in names if values[name].value is None]
+    if missing:
+        stderr.write(f"error: give {' and '.join(missing)} (see --help).\n")
+    return not missing
 
 
 def parse_run_tool(values, argv, usage, what, stdout, stderr):
