@@ -19,19 +19,16 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf.after_training import linear_probe, trained_run  # noqa: E402
 
-FLAGS = flags.FLAGS
-
 
 def define_flags(flag_values):
-    """Defines the tool's flags on ``flag_values`` (absl's global FLAGS when run;
-    a private `flags.FlagValues` in tests, so tools that share flag names can
-    be tested in one process)."""
+    """Defines the tool's flags on ``flag_values`` (its own `flags.FlagValues`,
+    so tools that share flag names run in one process)."""
     def string(name, default, help_text):
         flags.DEFINE_string(name, default, help_text, flag_values=flag_values)
 
@@ -174,10 +171,14 @@ def run(options, stdout, stderr):
     return tool_cli.exit_code_of(lambda: run_probe(options, stdout), stderr)
 
 
-def main(argv):
-    return tool_cli.run_absl_tool(argv, FLAGS, lambda: run_probe(FLAGS, sys.stdout))
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options = tool_cli.new_flag_values()
+    define_flags(options)
+    _, exit_code = tool_cli.parse(options, argv, __doc__, stdout, stderr)
+    return exit_code if exit_code is not None else run(options, stdout, stderr)
 
 
 if __name__ == "__main__":
-    define_flags(FLAGS)
-    app.run(main)
+    sys.exit(main(sys.argv))

@@ -9,6 +9,8 @@ import types
 import pytest
 from absl import flags
 
+from tests.tools.tool_main import run_main
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "linear_probe.py")
 
@@ -105,3 +107,12 @@ def test_bad_numbers_are_one_clear_error(tool, tmp_path):
                                     "positive integer")
     assert "learning_rate must be a positive number" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_main_runs_in_process(tool, tmp_path):
+    code, out, _ = run_main(tool, "--help")
+    assert code == 0 and "--[no]standardize" in out and "Flags:" in out
+    code, _, err = run_main(tool, "--dataset=digits")
+    assert code == 1 and err.startswith("error: Give --run_dir")
+    code, _, err = run_main(tool, "stray")
+    assert code == 1 and err == "error: unexpected arguments: stray\n"
