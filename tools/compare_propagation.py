@@ -22,50 +22,63 @@ import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf.after_training import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
 
-FLAGS = flags.FLAGS
 OUTPUT_NAME = "propagation_comparison.json"
 
-flags.DEFINE_string("run_dir", None, "Run directory of tools/train.py whose embeddings are "
-                    "compared: its memory bank by default (scored with the dataset's true "
-                    "training labels of the bank rows), or see --embed_split.")
-flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read (default: latest).")
-flags.DEFINE_enum("embed_split", None, ["train", "validation"], "Instead of the memory bank, "
-                  "embed this split's images with the run's model (eval preprocessing) and "
-                  "use their true labels; needed for supervised runs, which have no bank.")
-flags.DEFINE_string("data_dir", None, "Where the run's dataset lives, if not where the run's "
-                    "config says (used for the true labels and --embed_split).")
-flags.DEFINE_integer("batch_size", 256, "Images per batch with --embed_split.")
-flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (rows are "
-                    "L2-normalised before use); needs --labels. Alternative to --run_dir.")
-flags.DEFINE_string("labels", None, "A .npy file of the true integer classes [N] of "
-                    "--features.")
-flags.DEFINE_integer("classes", protocol_lib.PAPER_CLASSES, "S: classes per draw (the "
-                     "paper's 50). Left at its default, it is lowered to the classes "
-                     "available, with a note.")
-flags.DEFINE_integer("images_per_class", protocol_lib.PAPER_IMAGES_PER_CLASS, "I: images drawn "
-                     "per class (the paper's 50).")
-flags.DEFINE_integer("labeled_per_class", protocol_lib.PAPER_LABELED_PER_CLASS, "L: drawn "
-                     "images per class whose label is kept (the paper's 5); the other I - L "
-                     "are scored.")
-flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
-                     "paper's 10).")
-flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.")
-flags.DEFINE_integer("k", None, "K: labelled neighbours voting in LLP and the weighted kNN "
-                     "(default: the run's setting, else the paper's 10).")
-flags.DEFINE_integer("t", None, "T: neighbours in LLP's local density, taken within each "
-                     "draw (default: the run's setting, else the paper's 25).")
-flags.DEFINE_float("temperature", None, "tau of LLP and the kNN; label spreading and label "
-                   "propagation use the RBF kernel exp(-||a-b||^2 / (2 tau)), the same "
-                   "similarity scale (default: the run's setting, else the paper's 0.07).")
-flags.DEFINE_string("output", None, "JSON file of the results (default: "
-                    f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
-                    "--features).")
+
+def make_flags():
+    """The tool's own `flags.FlagValues`."""
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_string("run_dir", None, "Run directory of tools/train.py whose embeddings are "
+                        "compared: its memory bank by default (scored with the dataset's true "
+                        "training labels of the bank rows), or see --embed_split.",
+                        flag_values=values)
+    flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read (default: latest).",
+                        flag_values=values)
+    flags.DEFINE_enum("embed_split", None, ["train", "validation"], "Instead of the memory bank, "
+                      "embed this split's images with the run's model (eval preprocessing) and "
+                      "use their true labels; needed for supervised runs, which have no bank.",
+                      flag_values=values)
+    flags.DEFINE_string("data_dir", None, "Where the run's dataset lives, if not where the run's "
+                        "config says (used for the true labels and --embed_split).",
+                        flag_values=values)
+    flags.DEFINE_integer("batch_size", 256, "Images per batch with --embed_split.",
+                         flag_values=values)
+    flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (rows are "
+                        "L2-normalised before use); needs --labels. Alternative to --run_dir.",
+                        flag_values=values)
+    flags.DEFINE_string("labels", None, "A .npy file of the true integer classes [N] of "
+                        "--features.", flag_values=values)
+    flags.DEFINE_integer("classes", protocol_lib.PAPER_CLASSES, "S: classes per draw (the "
+                         "paper's 50). Left at its default, it is lowered to the classes "
+                         "available, with a note.", flag_values=values)
+    flags.DEFINE_integer("images_per_class", protocol_lib.PAPER_IMAGES_PER_CLASS, "I: images drawn "
+                         "per class (the paper's 50).", flag_values=values)
+    flags.DEFINE_integer("labeled_per_class", protocol_lib.PAPER_LABELED_PER_CLASS, "L: drawn "
+                         "images per class whose label is kept (the paper's 5); the other I - L "
+                         "are scored.", flag_values=values)
+    flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
+                         "paper's 10).", flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.",
+                         flag_values=values)
+    flags.DEFINE_integer("k", None, "K: labelled neighbours voting in LLP and the weighted kNN "
+                         "(default: the run's setting, else the paper's 10).", flag_values=values)
+    flags.DEFINE_integer("t", None, "T: neighbours in LLP's local density, taken within each "
+                         "draw (default: the run's setting, else the paper's 25).",
+                         flag_values=values)
+    flags.DEFINE_float("temperature", None, "tau of LLP and the kNN; label spreading and label "
+                       "propagation use the RBF kernel exp(-||a-b||^2 / (2 tau)), the same "
+                       "similarity scale (default: the run's setting, else the paper's 0.07).",
+                       flag_values=values)
+    flags.DEFINE_string("output", None, "JSON file of the results (default: "
+                        f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
+                        "--features).", flag_values=values)
+    return values
 
 
 def _fail(message):
@@ -186,35 +199,35 @@ def results_json(comparison, protocol, settings, source):
 
 # -- main -----------------------------------------------------------------------
 
-def read_embeddings(stream):
+def read_embeddings(options, stream):
     """(features [N, D], labels int64 [N], description dict, run config or None)
     from --run_dir or --features, after the checks that need no data."""
-    if (FLAGS.run_dir is None) == (FLAGS.features is None):
+    if (options.run_dir is None) == (options.features is None):
         _fail("Give either --run_dir (a training run) or --features with --labels.")
-    if FLAGS.features is not None and FLAGS.labels is None:
+    if options.features is not None and options.labels is None:
         _fail("--features needs --labels, the true class of each feature row.")
-    if FLAGS.features is not None and FLAGS.embed_split is not None:
+    if options.features is not None and options.embed_split is not None:
         _fail("--embed_split applies to --run_dir only.")
-    if FLAGS.run_dir is not None and not os.path.isdir(FLAGS.run_dir):
-        _fail(f"--run_dir {FLAGS.run_dir} is not a directory.")
-    if FLAGS.batch_size < 1:
-        _fail(f"--batch_size must be positive, got {FLAGS.batch_size}.")
-    if FLAGS.run_dir is not None:
-        return features_from_run(FLAGS.run_dir, FLAGS.checkpoint, FLAGS.embed_split,
-                                 FLAGS.data_dir, FLAGS.batch_size, stream)
-    return features_from_files(FLAGS.features, FLAGS.labels) + (None,)
+    if options.run_dir is not None and not os.path.isdir(options.run_dir):
+        _fail(f"--run_dir {options.run_dir} is not a directory.")
+    if options.batch_size < 1:
+        _fail(f"--batch_size must be positive, got {options.batch_size}.")
+    if options.run_dir is not None:
+        return features_from_run(options.run_dir, options.checkpoint, options.embed_split,
+                                 options.data_dir, options.batch_size, stream)
+    return features_from_files(options.features, options.labels) + (None,)
 
 
-def classes_per_draw(labels, stream):
+def classes_per_draw(options, labels, stream):
     """S: --classes, lowered to the classes present when left at its default."""
     import numpy as np
     available = len(np.unique(labels))
-    if not FLAGS["classes"].present and FLAGS.classes > available:
+    if not options["classes"].present and options.classes > available:
         stream.write(f"note: the labels have {available} classes; drawing {available} per "
-                     f"draw instead of the paper's {FLAGS.classes} (set --classes to "
+                     f"draw instead of the paper's {options.classes} (set --classes to "
                      "choose).\n")
         return available
-    return FLAGS.classes
+    return options.classes
 
 
 def method_settings(pb, k, t, temperature):
@@ -231,14 +244,14 @@ def method_settings(pb, k, t, temperature):
                     "max_iter": pb.DLP_MAX_ITER, "tol": pb.DLP_TOLERANCE}}
 
 
-def run_comparison(stream=sys.stdout):
+def run_comparison(options, stream=sys.stdout):
     """Reads the embeddings, runs the comparison, prints and writes the results.
 
     Returns the `propagation_protocol.Comparison`.
     """
-    features, labels, source, config = read_embeddings(stream)
-    num_classes = classes_per_draw(labels, stream)
-    images, labeled, draws = FLAGS.images_per_class, FLAGS.labeled_per_class, FLAGS.draws
+    features, labels, source, config = read_embeddings(options, stream)
+    num_classes = classes_per_draw(options, labels, stream)
+    images, labeled, draws = options.images_per_class, options.labeled_per_class, options.draws
     protocol_lib.check_protocol(labels, num_classes, images, labeled, draws)
     # Imported once the input is known to be usable: it loads TensorFlow.
     from llp_tf.after_training import propagation_baselines as pb
@@ -248,13 +261,13 @@ def run_comparison(stream=sys.stdout):
     if config is not None:
         method = config.method
         defaults = {"k": method.k, "t": method.t, "temperature": method.temperature}
-    k, t, temperature = (FLAGS[name].value if FLAGS[name].value is not None else defaults[name]
+    k, t, temperature = (options[name].value if options[name].value is not None else defaults[name]
                          for name in ("k", "t", "temperature"))
     protocol = {"classes": int(num_classes), "images_per_class": images,
-                "labeled_per_class": labeled, "draws": draws, "seed": FLAGS.seed,
+                "labeled_per_class": labeled, "draws": draws, "seed": options.seed,
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
     settings = method_settings(pb, k, t, temperature)
-    output = FLAGS.output or default_output(FLAGS.run_dir, FLAGS.features)
+    output = options.output or default_output(options.run_dir, options.features)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {draws} draws of "
@@ -273,7 +286,7 @@ def run_comparison(stream=sys.stdout):
         warnings.simplefilter("always")
         comparison = protocol_lib.compare_methods(
             features, labels, pb.standard_methods(k, t, temperature), num_classes, images,
-            labeled, draws, FLAGS.seed, on_draw=on_draw)
+            labeled, draws, options.seed, on_draw=on_draw)
     for message in sorted({str(w.message) for w in caught
                            if issubclass(w.category, (UserWarning, RuntimeWarning))}):
         stream.write(f"note: a method warned: {message}\n")
@@ -289,9 +302,15 @@ def run_comparison(stream=sys.stdout):
     return comparison
 
 
-def main(argv):
-    return tool_cli.run_absl_tool(argv, FLAGS, run_comparison)
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options = make_flags()
+    _, exit_code = tool_cli.parse(options, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    return tool_cli.exit_code_of(lambda: run_comparison(options, stdout), stderr)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))

@@ -1,10 +1,12 @@
 """Command-line plumbing shared by the tools.
 
-Tools that keep their flags in their own `FlagValues` (export, predict,
-analyze, make_splits, build_tfrecords) can run their `main` several times in one process (tests) without
-clashing over flag names, and each gets the same handling of --help, bad
-flags and stray arguments. Tools started by absl's `app.run` on its global
-flags (train, compare_propagation, linear_probe) share `run_absl_tool`. This
+Every tool but train keeps its flags in its own `FlagValues` (export,
+predict, analyze, linear_probe, compare_propagation, make_splits,
+build_tfrecords), so its `main(argv, stdout, stderr)` runs several times in
+one process (tests) without clashing over flag names, with the same handling
+of --help, bad flags and stray arguments. tools/train.py, started by absl's
+`app.run` on its global flags (for --flagfile regimes and --helpfull), uses
+`run_absl_tool`. This
 module imports only absl (llp_tf only inside the functions that report its
 errors), so `tools/predict.py` still runs where llp_tf is not installed.
 """

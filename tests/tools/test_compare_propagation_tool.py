@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -11,6 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from llp_tf.after_training import propagation_baselines as pb
 from llp_tf.after_training import propagation_protocol as protocol
+from tests.tools.tool_main import load_tool, run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "compare_propagation.py")
@@ -27,10 +29,9 @@ def _error_line(stderr):
 
 
 def _run(*args):
-    # A subprocess, as for tools/train.py: absl flags are process-global and
-    # other tools define flags of the same names.
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    """The tool run in this process: (returncode, stdout, stderr) as attributes."""
+    code, out, err = run_main(load_tool("compare_propagation.py"), *args)
+    return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 @pytest.fixture(scope="module")
