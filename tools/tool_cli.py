@@ -1,21 +1,19 @@
 """Command-line plumbing shared by the tools.
 
-Every tool but train keeps its flags in its own `FlagValues` (export,
-predict, analyze, linear_probe, compare_propagation, make_splits,
-build_tfrecords), so its `main(argv, stdout, stderr)` runs several times in
-one process (tests) without clashing over flag names, with the same handling
-of --help, bad flags and stray arguments. tools/train.py, started by absl's
-`app.run` on its global flags (for --flagfile regimes and --helpfull), uses
-`run_absl_tool`. This
-module imports only absl (llp_tf only inside the functions that report its
-errors), so `tools/predict.py` still runs where llp_tf is not installed.
+Every tool (train, export, predict, analyze, linear_probe,
+compare_propagation, make_splits, build_tfrecords) keeps its flags in its own
+`FlagValues`, so its `main(argv, stdout, stderr)` runs several times in one
+process (tests) without clashing over flag names, with the same handling of
+--help, bad flags and stray arguments (absl's `app.run` is not used, so absl
+INFO logs stay hidden). This module imports only absl (llp_tf only inside
+the functions that report its errors), so `tools/predict.py` still runs
+where llp_tf is not installed.
 """
 
 import json
 import os
-import sys
 
-from absl import flags, logging
+from absl import flags
 
 
 def new_flag_values():
@@ -84,17 +82,6 @@ def exit_code_of(body, stderr):
     return 0
 
 
-def run_absl_tool(argv, flag_values, body):
-    """The ``main`` of a tool started by absl's `app.run`: refuses stray
-    arguments (exit 2), hides absl INFO logs unless --verbosity was given, then
-    returns `exit_code_of(body)`."""
-    if len(argv) > 1:
-        sys.stderr.write(f"error: unexpected arguments: {' '.join(argv[1:])}\n")
-        return 2
-    quiet_absl_info(flag_values)
-    return exit_code_of(body, sys.stderr)
-
-
 def check_run_dir(run_dir, what, stderr):
     """Whether ``run_dir`` (the --run_dir value) names an existing directory.
 
@@ -108,17 +95,6 @@ def check_run_dir(run_dir, what, stderr):
         stderr.write(f"error: the run directory {run_dir} does not exist.\n")
         return False
     return True
-
-
-def quiet_absl_info(flag_values):
-    """Hides absl INFO logs unless --verbosity was given.
-
-    TensorFlow's checkpointing and TFDS log at INFO level through absl on
-    every save and dataset open; a tool's output should be progress and
-    results.
-    """
-    if not flag_values["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
 
 
 def write_json_atomically(path, content):

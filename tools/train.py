@@ -14,19 +14,23 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import config_flags  # noqa: E402 -- tools/ is on the path of a script run from it
 import tool_cli  # noqa: E402
 
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
-FLAGS = flags.FLAGS
 
-flags.DEFINE_string("regime", None, "Name of a flagfile in flags/ (e.g. demo, r18_p10_q100); "
-                    "its settings apply first, later flags override them.")
-# One flag per training setting, with the defaults, choices and help of
-# llp_tf/training/config.py.
-config_flags.define_config_flags(FLAGS)
+
+def make_flags():
+    """The tool's `flags.FlagValues`: --regime and one flag per training setting,
+    with the defaults, choices and help of llp_tf/training/config.py."""
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_string("regime", None, "Name of a flagfile in flags/ (e.g. demo, r18_p10_q100); "
+                        "its settings apply first, later flags override them.",
+                        flag_values=values)
+    config_flags.define_config_flags(values)
+    return values
 
 
 def known_regimes():
@@ -34,42 +38,54 @@ def known_regimes():
                   if name.endswith(".flags"))
 
 
-def expand_regime(argv):
-    """Replaces ``--regime=NAME`` by ``--flagfile=flags/NAME.flags`` (at its position)."""
+def expand_regime(argv, stderr):
+    """``argv`` with ``--regime=NAME`` replaced by ``--flagfile=flags/NAME.flags`` (at
+    its position) and ``--helpfull`` by ``--help``; None after an error on ``stderr``."""
     expanded = []
     for arg in argv:
         if arg.startswith("--regime="):
             name = arg.split("=", 1)[1]
             path = os.path.join(FLAGS_DIR, name + ".flags")
             if not os.path.exists(path):
-                sys.stderr.write(f"Unknown regime {name!r}. Known regimes: "
-                                 f"{', '.join(known_regimes())}.\n")
-                sys.exit(2)
+                stderr.write(f"Unknown regime {name!r}. Known regimes: "
+                             f"{', '.join(known_regimes())}.\n")
+                return None
             expanded += [f"--flagfile={path}", arg]
         else:
-            expanded.append(arg)
+            expanded.append("--help" if arg == "--helpfull" else arg)
     return expanded
 
 
-def config_from_flags():
-    run_dir = FLAGS.run_dir or (os.path.join("runs", FLAGS.regime) if FLAGS.regime else None)
+def config_from_flags(values):
+    """The `TrainConfig` of parsed flags (the run directory defaults to runs/REGIME)."""
+    run_dir = values.run_dir or (os.path.join("runs", values.regime) if values.regime else None)
     if run_dir is None:
         from llp_tf.errors import ConfigError
         raise ConfigError("Give --run_dir (or --regime, whose run directory is runs/REGIME).")
-    return config_flags.config_from_flags(FLAGS, run_dir=run_dir)
+    return config_flags.config_from_flags(values, run_dir=run_dir)
 
 
-def train():
-    config = config_from_flags()
+def train(values, stdout):
+    config = config_from_flags(values)
     # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
     # configured before TensorFlow touches a device.
     from llp_tf.training import run_training  # noqa: PLC0415
-    run_training(config)
+    run_training(config, stdout)
 
 
-def main(argv):
-    return tool_cli.run_absl_tool(argv, FLAGS, train)
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code (2: an
+    unknown regime)."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    argv = expand_regime(argv, stderr)
+    if argv is None:
+        return 2
+    values = make_flags()
+    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    return tool_cli.exit_code_of(lambda: train(values, stdout), stderr)
 
 
 if __name__ == "__main__":
-    app.run(main, argv=expand_regime(sys.argv))
+    sys.exit(main(sys.argv))

@@ -57,3 +57,16 @@ def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothi
         "dataset)."]
     assert "Traceback" not in result.stderr
     assert not run_dir.exists() or not os.listdir(run_dir)
+
+
+def test_every_tool_runs_in_process_and_answers_help():
+    from tests.tools.tool_main import load_tool, run_main
+
+    tools = sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
+                   if name.endswith(".py") and not name.startswith("bench_")
+                   and name not in ("config_flags.py", "tool_cli.py"))
+    assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
+                     "linear_probe.py", "make_splits.py", "predict.py", "train.py"]
+    for name in tools:
+        code, out, err = run_main(load_tool(name), "--help")
+        assert code == 0 and "Flags:" in out, (name, err)
