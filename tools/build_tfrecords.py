@@ -39,29 +39,24 @@ def make_flags():
     return values
 
 
+def build(values, stdout, stderr):
+    """Builds the shards and prints what was written."""
+    from llp_tf.data.tfrecord_builder import build_tfrecords  # noqa: PLC0415 -- imports TF
+
+    summary = build_tfrecords(
+        values.train_dir, values.output_dir, validation_dir=values.validation_dir,
+        train_shards=values.train_shards, validation_shards=values.validation_shards,
+        seed=values.seed, num_threads=values.num_threads)
+    stdout.write(f"{summary['num_train']} training and {summary['num_validation']} "
+                 f"validation images of {summary['num_classes']} classes in "
+                 f"{summary['train_shards']} + {summary['validation_shards']} shards in "
+                 f"{values.output_dir}\n")
+
+
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    values = make_flags()
-    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    if not tool_cli.require(values, ("train_dir", "output_dir"), stderr):
-        return 1
-
-    def build():
-        from llp_tf.data.tfrecord_builder import build_tfrecords  # noqa: PLC0415 -- imports TF
-
-        summary = build_tfrecords(
-            values.train_dir, values.output_dir, validation_dir=values.validation_dir,
-            train_shards=values.train_shards, validation_shards=values.validation_shards,
-            seed=values.seed, num_threads=values.num_threads)
-        stdout.write(f"{summary['num_train']} training and {summary['num_validation']} "
-                     f"validation images of {summary['num_classes']} classes in "
-                     f"{summary['train_shards']} + {summary['validation_shards']} shards in "
-                     f"{values.output_dir}\n")
-
-    return tool_cli.exit_code_of(build, stderr)
+    return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__, build,
+                        required=("train_dir", "output_dir"))
 
 
 if __name__ == "__main__":

@@ -304,12 +304,8 @@ def run_comparison(options, stream=sys.stdout):
 
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    options = make_flags()
-    _, exit_code = tool_cli.parse(options, argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    return tool_cli.exit_code_of(lambda: run_comparison(options, stdout), stderr)
+    return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
+                        lambda options, out, err: run_comparison(options, out))
 
 
 if __name__ == "__main__":

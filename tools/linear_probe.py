@@ -173,11 +173,10 @@ def run(options, stdout, stderr):
 
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     options = tool_cli.new_flag_values()
     define_flags(options)
-    _, exit_code = tool_cli.parse(options, argv, __doc__, stdout, stderr)
-    return exit_code if exit_code is not None else run(options, stdout, stderr)
+    return tool_cli.run(argv, stdout, stderr, options, __doc__,
+                        lambda values, out, err: run_probe(values, out))
 
 
 if __name__ == "__main__":

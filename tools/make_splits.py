@@ -76,14 +76,9 @@ def make(values, stderr):
 
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    values = make_flags()
-    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    if not tool_cli.require(values, ("dataset", "output"), stderr):
-        return 1
-    return tool_cli.exit_code_of(lambda: stdout.write(make(values, stderr) + "\n"), stderr)
+    return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
+                        lambda values, out, err: out.write(make(values, err) + "\n"),
+                        required=("dataset", "output"))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ where llp_tf is not installed.
 """
 
 import json
+import sys
 import os
 
 from absl import flags
@@ -49,6 +50,19 @@ def parse(values, argv, usage, stdout, stderr, positional=False):
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, 1
     return rest[1:], None
+
+
+def run(argv, stdout, stderr, values, usage, body, required=()):
+    """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help and
+    bad flags handled by `parse`), checks the ``required`` flags, then returns
+    `exit_code_of` ``body(values, stdout, stderr)``. None streams mean sys's."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    _, exit_code = parse(values, argv, usage, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    if not require(values, required, stderr):
+        return 1
+    return exit_code_of(lambda: body(values, stdout, stderr), stderr)
 
 
 def require(values, names, stderr):

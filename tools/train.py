@@ -76,15 +76,11 @@ def train(values, stdout):
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code (2: an
     unknown regime)."""
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    argv = expand_regime(argv, stderr)
+    argv = expand_regime(argv, stderr or sys.stderr)
     if argv is None:
         return 2
-    values = make_flags()
-    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    return tool_cli.exit_code_of(lambda: train(values, stdout), stderr)
+    return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
+                        lambda values, out, err: train(values, out))
 
 
 if __name__ == "__main__":
