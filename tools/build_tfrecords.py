@@ -22,12 +22,12 @@ import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 def make_flags():
     """The tool's `flags.FlagValues`."""
     values = tool_cli.new_flag_values()
-    flags.DEFINE_string("train_dir", None, "Folder of class sub-folders of training images; "
-                        "required.", flag_values=values)
+    flags.DEFINE_string("train_dir", None, "Folder of class sub-folders of training images.",
+                        flag_values=values)
     flags.DEFINE_string("validation_dir", None, "Optional folder of class sub-folders of "
                         "validation images.", flag_values=values)
     flags.DEFINE_string("output_dir", None, "Folder to write the shards into (must hold none "
-                        "yet); required.", flag_values=values)
+                        "yet).", flag_values=values)
     flags.DEFINE_integer("train_shards", 1024, "Number of train-* shards (the release used "
                          "1024).", flag_values=values)
     flags.DEFINE_integer("validation_shards", 128, "Number of validation-* shards (the release "
@@ -36,6 +36,8 @@ def make_flags():
                          flag_values=values)
     flags.DEFINE_integer("num_threads", None, "Images encoded in parallel (default: CPU count).",
                          flag_values=values)
+    flags.mark_flags_as_required(["train_dir", "output_dir"], flag_values=values)
+    tool_cli.define_verbosity(values)
     return values
 
 
@@ -56,7 +58,7 @@ def build(values, stdout, stderr):
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
     return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__, build,
-                        required=("train_dir", "output_dir"))
+                        error_prefix="build_tfrecords: ")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def make_flags():
     """The tool's `flags.FlagValues`."""
     values = tool_cli.new_flag_values()
     flags.DEFINE_string("dataset", None, 'Dataset name: "mnist5k", "digits", "tfds:<name>", '
-                        '"tfrecord:<folder>" or "folder:<folder>"; required.', flag_values=values)
+                        '"tfrecord:<folder>" or "folder:<folder>".', flag_values=values)
     flags.DEFINE_string("data_dir", None, "Data folder for TFDS and embedded datasets (TFDS's "
                         "default when unset); relative tfrecord:/folder: paths are taken from "
                         "it.", flag_values=values)
@@ -42,15 +42,15 @@ def make_flags():
                        "(QQ >= PP).", flag_values=values)
     flags.DEFINE_integer("seed", None, "Seed of a random draw; unset: lowest indices per class, "
                          "as the release.", flag_values=values)
-    flags.DEFINE_string("output", None, "Split file to write (.npz); required.",
-                        flag_values=values)
+    flags.DEFINE_string("output", None, "Split file to write (.npz).", flag_values=values)
+    flags.mark_flags_as_required(["dataset", "output"], flag_values=values)
+    tool_cli.define_verbosity(values)
     return values
 
 
 def make(values, stderr):
     """Draws and writes the split; returns its description."""
-    from llp_tf import make_splits  # noqa: PLC0415 -- imports TF
-    from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415
+    from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415 -- imports TF
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
     if (values.label_percent is None) == (values.label_subset is None):
@@ -64,7 +64,7 @@ def make(values, stderr):
         labeled_index, used_index, _ = label_subsets.make_subset_splits(
             source, values.label_subset, values.data_percent, values.seed, values.data_dir)
     else:
-        labeled_index, used_index = make_splits(
+        labeled_index, used_index = splits.make_splits(
             labels, values.label_percent, values.data_percent, values.seed,
             num_classes=source.info.num_classes)
     splits.save_splits(values.output, labeled_index, used_index, labels,
@@ -78,7 +78,7 @@ def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
     return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
                         lambda values, out, err: out.write(make(values, err) + "\n"),
-                        required=("dataset", "output"))
+                        error_prefix="make_splits: ")
 
 
 if __name__ == "__main__":

@@ -4,17 +4,19 @@ Every tool (train, export, predict, analyze, linear_probe,
 compare_propagation, make_splits, build_tfrecords) keeps its flags in its own
 `FlagValues`, so its `main(argv, stdout, stderr)` runs several times in one
 process (tests) without clashing over flag names, with the same handling of
---help, bad flags and stray arguments (absl's `app.run` is not used, so absl
-INFO logs stay hidden). This module imports only absl (llp_tf only inside
-the functions that report its errors), so `tools/predict.py` still runs
-where llp_tf is not installed.
+--help, bad flags and stray arguments. absl's `app.run` is not used: the
+tools that had its --verbosity flag (train, compare_propagation,
+linear_probe, make_splits, build_tfrecords) define it with
+`define_verbosity`, and `run` hides absl INFO logs unless it is given. This
+module imports only absl (llp_tf only inside the functions that report its
+errors), so `tools/predict.py` still runs where llp_tf is not installed.
 """
 
 import json
-import sys
 import os
+import sys
 
-from absl import flags
+from absl import flags, logging
 
 
 def new_flag_values():
@@ -25,52 +27,73 @@ def new_flag_values():
     return values
 
 
-def parse(values, argv, usage, stdout, stderr, positional=False):
+def define_verbosity(values):
+    """Defines absl's --verbosity (-v) on ``values``, with absl's help and default:
+    given, it sets absl's logging verbosity (1: debug); `run` hides absl INFO
+    logs without it."""
+    flags.DEFINE_integer("verbosity", -1, "Logging verbosity level. Messages logged at this "
+                         "level or lower will be included. Set to 1 for debug logging. If the "
+                         "flag was not set or supplied, the value will be changed from the "
+                         "default of -1 (warning) to 0 (info) after flags are parsed.",
+                         short_name="v", flag_values=values)
+
+
+def quiet_absl_info(values):
+    """Sets absl's logging verbosity to --verbosity when given, else to WARNING.
+
+    TensorFlow's checkpointing and TFDS log at INFO level through absl on
+    every save and dataset open; a tool's output should be progress and
+    results.
+    """
+    if values["verbosity"].present:
+        logging.set_verbosity(values.verbosity)
+    else:
+        logging.set_verbosity(logging.WARNING)
+
+
+def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code=1):
     """Parses ``argv`` (argv[0] is the program) into ``values``.
 
     Args:
       values: from `new_flag_values`, with the tool's flags defined.
       usage: str, the tool's description printed above its flags by --help.
       positional: whether arguments other than flags are allowed.
+      stray_exit_code: the exit code after unexpected arguments.
 
     Returns:
       (arguments, None) to go on, arguments being argv[1:] minus the flags;
-      or (None, exit code) when the tool should stop: 0 after --help, 1
-      after an error message on ``stderr``.
+      or (None, exit code) when the tool should stop: 0 after --help (which
+      wins over a required flag left out), 1 after an error message on
+      ``stderr`` (``stray_exit_code`` after unexpected arguments).
     """
     try:
         rest = values(list(argv))
     except flags.Error as error:
-        stderr.write(f"error: {error}\nRun with --help for the flags.\n")
-        return None, 1
-    if values.help:
+        if not values["help"].value:
+            stderr.write(f"error: {error}\nRun with --help for the flags.\n")
+            return None, 1
+        rest = None
+    if values["help"].value:
         stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
         return None, 0
     if len(rest) > 1 and not positional:
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
-        return None, 1
+        return None, stray_exit_code
     return rest[1:], None
 
 
-def run(argv, stdout, stderr, values, usage, body, required=()):
-    """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help and
-    bad flags handled by `parse`), checks the ``required`` flags, then returns
-    `exit_code_of` ``body(values, stdout, stderr)``. None streams mean sys's."""
+def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_prefix="error: "):
+    """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help, bad
+    flags and required flags handled by `parse`), applies --verbosity when
+    ``values`` defines it (`quiet_absl_info`), then returns `exit_code_of`
+    ``body(values, stdout, stderr)``. None streams mean sys's."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    _, exit_code = parse(values, argv, usage, stdout, stderr)
+    _, exit_code = parse(values, argv, usage, stdout, stderr, stray_exit_code=stray_exit_code)
     if exit_code is not None:
         return exit_code
-    if not require(values, required, stderr):
-        return 1
-    return exit_code_of(lambda: body(values, stdout, stderr), stderr)
-
-
-def require(values, names, stderr):
-    """Whether every flag in ``names`` was given; else one ``error:`` line naming them."""
-    missing = [f"--{name}" for name in names if values[name].value is None]
-    if missing:
-        stderr.write(f"error: give {' and '.join(missing)} (see --help).\n")
-    return not missing
+    if "verbosity" in values:
+        quiet_absl_info(values)
+    return exit_code_of(lambda: body(values, stdout, stderr), stderr, error_prefix)
 
 
 def parse_run_tool(values, argv, usage, what, stdout, stderr):
@@ -85,13 +108,14 @@ def parse_run_tool(values, argv, usage, what, stdout, stderr):
     return None if check_run_dir(values.run_dir, what, stderr) else 1
 
 
-def exit_code_of(body, stderr):
-    """Runs ``body()``: 0, or 1 after one ``error:`` line for an `LLPError`."""
+def exit_code_of(body, stderr, prefix="error: "):
+    """Runs ``body()``: 0, or 1 after one ``error:`` line (``prefix`` and the
+    message) for an `LLPError`."""
     from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
     try:
         body()
     except LLPError as error:
-        stderr.write(f"error: {error}\n")
+        stderr.write(f"{prefix}{error}\n")
         return 1
     return 0
 
