@@ -78,6 +78,7 @@ def make_flags():
     flags.DEFINE_string("output", None, "JSON file of the results (default: "
                         f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
                         "--features).", flag_values=values)
+    tool_cli.define_verbosity(values)
     return values
 
 
@@ -303,9 +304,11 @@ def run_comparison(options, stream=sys.stdout):
 
 
 def main(argv, stdout=None, stderr=None):
-    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    """Runs the tool; argv[0] is the program name. Returns the exit code (2:
+    unexpected arguments)."""
     return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda options, out, err: run_comparison(options, out))
+                        lambda options, out, err: run_comparison(options, out),
+                        stray_exit_code=2)
 
 
 if __name__ == "__main__":

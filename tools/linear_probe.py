@@ -172,11 +172,13 @@ def run(options, stdout, stderr):
 
 
 def main(argv, stdout=None, stderr=None):
-    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    """Runs the tool; argv[0] is the program name. Returns the exit code (2:
+    unexpected arguments)."""
     options = tool_cli.new_flag_values()
     define_flags(options)
+    tool_cli.define_verbosity(options)
     return tool_cli.run(argv, stdout, stderr, options, __doc__,
-                        lambda values, out, err: run_probe(values, out))
+                        lambda values, out, err: run_probe(values, out), stray_exit_code=2)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ def make_flags():
                         "its settings apply first, later flags override them.",
                         flag_values=values)
     config_flags.define_config_flags(values)
+    tool_cli.define_verbosity(values)
     return values
 
 
@@ -75,12 +76,12 @@ def train(values, stdout):
 
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code (2: an
-    unknown regime)."""
+    unknown regime or unexpected arguments)."""
     argv = expand_regime(argv, stderr or sys.stderr)
     if argv is None:
         return 2
     return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda values, out, err: train(values, out))
+                        lambda values, out, err: train(values, out), stray_exit_code=2)
 
 
 if __name__ == "__main__":
