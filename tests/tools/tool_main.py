@@ -3,6 +3,7 @@
 import importlib.util
 import io
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -14,7 +15,11 @@ def tool_path(file_name):
 
 def load_tool(file_name):
     """The module of tools/<file_name> (tools/ is not a package), loaded under a
-    private name so it cannot clash with a module of the same name."""
+    private name so it cannot clash with a module of the same name. tools/ goes
+    on the import path (for `tool_cli`), also for tests outside tests/tools."""
+    tools_dir = os.path.dirname(tool_path(file_name))
+    if tools_dir not in sys.path:
+        sys.path.insert(0, tools_dir)
     name = os.path.splitext(file_name)[0] + "_tool"
     spec = importlib.util.spec_from_file_location(name, tool_path(file_name))
     module = importlib.util.module_from_spec(spec)
