@@ -1,5 +1,4 @@
 import importlib.util
-import io
 import json
 import os
 import re
@@ -24,21 +23,10 @@ def tool():
     return module
 
 
-def _parse(tool, *args):
-    # Private flag values: other tools define --run_dir and --dataset on
-    # absl's global FLAGS in the same test process.
-    options = flags.FlagValues()
-    tool.define_flags(options)
-    options(["linear_probe.py", *args])
-    return options
-
-
 def _run(tool, *args):
-    """Runs the tool in-process: (exit status, stdout, stderr)."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    status = tool.run(_parse(tool, *args), stdout, stderr)
-    return types.SimpleNamespace(returncode=status, stdout=stdout.getvalue(),
-                                 stderr=stderr.getvalue())
+    """Runs the tool's ``main`` in-process: (exit status, stdout, stderr) as attributes."""
+    status, stdout, stderr = run_main(tool, *args)
+    return types.SimpleNamespace(returncode=status, stdout=stdout, stderr=stderr)
 
 
 def test_probe_writes_json_and_prints_both_trunks(tool, tiny_llp_run, stripes, tmp_path):
@@ -115,4 +103,4 @@ def test_main_runs_in_process(tool, tmp_path):
     code, _, err = run_main(tool, "--dataset=digits")
     assert code == 1 and err.startswith("error: Give --run_dir")
     code, _, err = run_main(tool, "stray")
-    assert code == 1 and err == "error: unexpected arguments: stray\n"
+    assert code == 2 and err == "error: unexpected arguments: stray\n"
