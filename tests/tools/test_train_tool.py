@@ -1,20 +1,33 @@
+"""tools/train.py: run in process, but for the unknown regime, checked as users
+run it (a script)."""
+
 import os
 import subprocess
 import sys
+import types
+
+from absl import logging
 
 from llp_tf.training.config import settings_fields
+from tests.tools.tool_main import load_tool, run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "tools", "train.py")
 
 
-def _run(*args):
+def _run_script(*args):
     return subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
 
 
+def _run(*args):
+    """The tool's ``main`` run in this process: (returncode, stdout, stderr) as attributes."""
+    code, out, err = run_main(load_tool("train.py"), *args)
+    return types.SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
+
 def test_unknown_regime_lists_the_known_ones():
-    result = _run("--regime=r18_p50_q100")
+    result = _run_script("--regime=r18_p50_q100")
     assert result.returncode == 2
     assert "Unknown regime 'r18_p50_q100'" in result.stderr
     for name in ("demo", "r18_p01_q100", "r18_p10_q30", "r50_p10_q100"):
@@ -35,12 +48,31 @@ def test_every_regime_flagfile_parses_into_a_valid_config(tmp_path):
         assert "Traceback" not in result.stderr
 
 
-def test_helpfull_documents_a_flag_for_every_setting():
-    result = _run("--helpfull")  # absl exits with status 1 after printing help
-    assert "Train with Local Label Propagation" in result.stdout
-    assert "Traceback" not in result.stderr
-    for name in settings_fields():
-        assert f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout, name
+def test_help_and_helpfull_document_a_flag_for_every_setting():
+    for option in ("--help", "--helpfull"):
+        result = _run(option)
+        assert result.returncode == 0, result.stderr
+        assert "Train with Local Label Propagation" in result.stdout
+        assert "Traceback" not in result.stderr
+        for name in settings_fields():
+            assert f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout, name
+        assert "--regime:" in result.stdout and "--verbosity:" in result.stdout
+
+
+def test_unexpected_arguments_exit_2_and_unknown_flags_1():
+    result = _run("--regime=demo", "stray")
+    assert result.returncode == 2
+    assert result.stderr == "error: unexpected arguments: stray\n"
+    result = _run("--no_such_flag=1")
+    assert result.returncode == 1 and result.stderr.startswith("error: Unknown command line flag")
+
+
+def test_verbosity_sets_absl_logging_and_absl_info_is_hidden_without_it(tmp_path):
+    # Both stop at the settings check, after the flags are applied.
+    result = _run("--regime=demo", f"--run_dir={tmp_path}", "--label_percent=0", "--verbosity=1")
+    assert result.returncode == 1 and logging.get_verbosity() == logging.DEBUG
+    result = _run("--regime=demo", f"--run_dir={tmp_path}", "--label_percent=0")
+    assert result.returncode == 1 and logging.get_verbosity() == logging.WARNING
 
 
 def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothing(
@@ -58,15 +90,3 @@ def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothi
     assert "Traceback" not in result.stderr
     assert not run_dir.exists() or not os.listdir(run_dir)
 
-
-def test_every_tool_runs_in_process_and_answers_help():
-    from tests.tools.tool_main import load_tool, run_main
-
-    tools = sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
-                   if name.endswith(".py") and not name.startswith("bench_")
-                   and name not in ("config_flags.py", "tool_cli.py"))
-    assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
-                     "linear_probe.py", "make_splits.py", "predict.py", "train.py"]
-    for name in tools:
-        code, out, err = run_main(load_tool(name), "--help")
-        assert code == 0 and "Flags:" in out, (name, err)
