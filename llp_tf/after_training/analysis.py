@@ -24,9 +24,12 @@ from llp_tf.after_training import trained_run
 from llp_tf.after_training.mds import MDSProjection, mds_classes, project_classes
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError
-from llp_tf.training.run_directory import RunDirectory
+# The scores are defined once, in llp_tf.training.metrics; analysis and its
+# tests reach them through this module.
 from llp_tf.training.metrics import (AggregationScores, PseudoLabelStats, aggregation_scores,
                                      pseudo_label_stats)
+from llp_tf.training.run_directory import RunDirectory
+
 
 @dataclasses.dataclass(frozen=True)
 class BankState:
@@ -133,7 +136,6 @@ def read_metrics_history(run_dir):
                 phase=str(entry.get("phase", "")),
                 aggregation_score=float(entry["aggregation_score"]))
     return [by_epoch[epoch] for epoch in sorted(by_epoch)]
-
 
 
 @dataclasses.dataclass(frozen=True)

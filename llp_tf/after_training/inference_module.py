@@ -8,7 +8,7 @@ writes it with its description. See `llp_tf.after_training.export`.
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import label_encoding
+from llp_tf.core import label_encoding, propagation
 from llp_tf.data import augment
 
 # The paper reports top-1 and top-5 accuracy; classify returns the five best.
@@ -115,19 +115,10 @@ class InferenceModule(tf.Module):
         similarity = tf.matmul(embedding, self.bank_embeddings, transpose_b=True)
         top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k)
         classes = tf.gather(self.bank_classes, rows)
-        has_class = classes >= 0
-        # exp(s / tau) relative to the best neighbour's: the vote needs only
-        # ratios, and every weight then lies in (0, 1]. The K nearest are at
-        # most 2 / tau below the best (exp(-2 / 0.07) ~ 4e-13), so none
-        # underflows to zero.
-        weights = tf.exp((top_similarity - top_similarity[:, :1]) / self._temperature)
-        weights *= tf.cast(has_class, tf.float32)
-        # one_hot of -1 is all zeros: rows without a class add nothing.
-        class_weights = tf.einsum("bk,bkc->bc", weights,
-                                  tf.one_hot(classes, self.num_classes, dtype=tf.float32))
-        total = tf.reduce_sum(class_weights, axis=1)
-        voted = total > 0.0
-        probabilities = class_weights / tf.where(voted, total, 1.0)[:, tf.newaxis]
+        # Neighbours without a class (NO_CLASS) do not vote.
+        probabilities = propagation.class_vote(top_similarity / self._temperature, classes,
+                                               self.num_classes)
+        voted = tf.reduce_any(label_encoding.is_class(classes, self.num_classes), axis=1)
         knn_class = tf.where(voted, tf.argmax(probabilities, axis=1),
                              tf.constant(NO_CLASS, tf.int64))
         return {"neighbor_rows": rows, "neighbor_similarities": top_similarity,

@@ -11,6 +11,8 @@ import math
 
 import tensorflow as tf
 
+from llp_tf.core import label_encoding
+
 DEFAULT_TEMPERATURE = 0.07
 DEFAULT_K = 10
 DEFAULT_T = 25
@@ -278,13 +280,45 @@ def propagate(embeddings, labeled_bank, labeled_classes, num_classes, k=DEFAULT_
         log_density = tf.math.log(tf.convert_to_tensor(density, tf.float32))
     k = _static_or_dynamic_min(k, labeled_bank)
     top_scores, voters = nearest_rows(embeddings / temperature, labeled_bank, k, log_density)
-    vote_weights = tf.nn.softmax(top_scores, axis=1)
-
-    # Sum the weights per (example, class) without a [B, k, C] one-hot.
-    batch_size = tf.shape(embeddings, out_type=tf.int64)[0]
-    rows = tf.range(batch_size)[:, tf.newaxis]
-    segment = rows * num_classes + tf.gather(labeled_classes, voters)
-    class_weights = tf.math.unsorted_segment_sum(
-        vote_weights, segment, num_segments=batch_size * num_classes)
-    class_weights = tf.reshape(class_weights, [-1, num_classes])
+    class_weights = class_vote(top_scores, tf.gather(labeled_classes, voters), num_classes)
     return tf.argmax(class_weights, axis=1), tf.reduce_max(class_weights, axis=1)
+
+
+def class_vote(scores, neighbour_labels, num_classes):
+    """The weighted vote of eq. 6: each neighbour that has a class votes for it
+    with weight ``exp(score)``; the class weights are normalised to sum to 1.
+
+    `propagate` votes with its k voters (all have a class); the exported
+    ``knn`` signature votes with the K nearest bank rows, some of which may
+    hold no class (`label_encoding.is_class` False: an instance id, or -1)
+    and then do not vote.
+
+    Args:
+      scores: float32 [B, K], log-weights up to a constant per row:
+        ``similarity / tau`` (minus ``log rho`` with local weighting).
+      neighbour_labels: int [B, K], the neighbours' labels.
+      num_classes: int, C.
+
+    Returns:
+      float32 [B, C]: the share of each class in the row's total weight; all
+      zeros in a row where no neighbour has a class.
+    """
+    scores = tf.convert_to_tensor(scores, tf.float32)
+    neighbour_labels = tf.cast(neighbour_labels, tf.int64)
+    votes = label_encoding.is_class(neighbour_labels, num_classes)
+    # A softmax subtracts the row's largest score, so the weights lie in
+    # (0, 1] however large exp(1 / tau) is. -inf leaves non-voters out; a row
+    # without voters keeps finite scores (zeroed below) so no NaN appears.
+    any_vote = tf.reduce_any(votes, axis=1, keepdims=True)
+    masked = tf.where(votes, scores, tf.where(any_vote, -math.inf, 0.0))
+    weights = tf.nn.softmax(masked, axis=1) * tf.cast(votes, tf.float32)
+
+    # Sum the weights per (row, class) without a [B, K, C] one-hot; a
+    # non-voter adds its zero weight to class 0.
+    batch_size = tf.shape(scores, out_type=tf.int64)[0]
+    rows = tf.range(batch_size)[:, tf.newaxis]
+    segment = rows * num_classes + tf.where(votes, neighbour_labels, tf.zeros_like(
+        neighbour_labels))
+    class_weights = tf.math.unsorted_segment_sum(weights, segment,
+                                                 num_segments=batch_size * num_classes)
+    return tf.reshape(class_weights, [-1, num_classes])

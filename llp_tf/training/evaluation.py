@@ -61,8 +61,15 @@ class Evaluator:
         return metrics
 
     def bank_metrics(self):
-        """Pseudo-label and aggregation statistics of the bank's current state
-        (`metrics.pseudo_label_stats`, `metrics.aggregation_scores`)."""
+        """Pseudo-label and aggregation statistics of the bank's current state.
+
+        Returns:
+          dict of metric name -> Python float: ``aggregation_score`` (the mean
+          of `metrics.aggregation_scores` on the true classes) and, when some
+          unlabelled row has a known true class, ``pseudo_label_accuracy``,
+          ``pseudo_label_coverage`` and ``pseudo_label_confidence``
+          (`metrics.pseudo_label_stats`).
+        """
         stats = metrics_lib.pseudo_label_stats(
             self.bank.labels.numpy(), self.bank.confidence.numpy(),
             self.bank.is_labeled.numpy(), self.bank_true_labels, self.num_classes)
@@ -92,16 +99,15 @@ class Evaluator:
 
     def _replica_step(self, batch):
         outputs = self.model(batch["image"], training=False)
-        labels = tf.cast(batch["label"], tf.int64)
-        mask = tf.cast(batch["mask"], tf.float32)
+        labels, mask = batch["label"], batch["mask"]
         logits = outputs["logits"]
         counts = {
-            "examples": tf.reduce_sum(mask),
-            "top1": tf.reduce_sum(mask * metrics_lib.top_k_hits(logits, labels, 1)),
-            "top5": tf.reduce_sum(mask * metrics_lib.top_k_hits(logits, labels, 5)),
+            "examples": tf.reduce_sum(tf.cast(mask, tf.float32)),
+            "top1": metrics_lib.top_k_count(logits, labels, mask, 1),
+            "top5": metrics_lib.top_k_count(logits, labels, mask, 5),
         }
         if self.bank is not None:
-            counts["nn_top1"] = tf.reduce_sum(mask * metrics_lib.nearest_neighbour_hits(
+            counts["nn_top1"] = metrics_lib.nearest_neighbour_count(
                 outputs["embedding"], self.bank.embeddings, self._bank_true_labels_tensor,
-                labels))
+                labels, mask)
         return counts

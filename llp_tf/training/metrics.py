@@ -1,16 +1,20 @@
 """The run metrics, each defined once: evaluation logs them and analysis reads them.
 
-- per batch, for evaluation on the validation split: softmax top-1 and
-  top-k hits (`top_k_hits`) and nearest-neighbour top-1 hits through the
-  bank (`nearest_neighbour_hits`), as float32 [B] of 0/1 weighted by a mask;
+- per batch, for evaluation on the validation split: the number of real
+  (unmasked) examples whose label is the softmax top-1 or among the top-k
+  classes (`top_k_count`), or the true class of the nearest bank row
+  (`nearest_neighbour_count`); evaluation sums them over the split and
+  divides by the number of real examples;
 - per bank state: the pseudo-label statistics on the unlabelled rows
   (`pseudo_label_stats`) and the aggregation score of each class
   (`aggregation_scores`; their mean is ``aggregation_score`` in
   ``metrics.jsonl``).
 
-Edge conventions: with no unlabelled row (every example labelled) the
-pseudo-label statistics are NaN and evaluation leaves them out; with no
-pseudo-labelled row (warm-up) the mean confidence is 0. A class with no row
+Edge conventions: with no unlabelled row of known true class (every example
+labelled) the pseudo-label statistics are NaN and evaluation leaves them out
+of ``metrics.jsonl``; with no pseudo-labelled row (warm-up) coverage and
+accuracy are 0 and so is the mean confidence (coverage 0 already says that
+there is none, and 0 keeps the logged value a number). A class with no row
 has a NaN score and is left out of the mean.
 """
 
@@ -26,32 +30,49 @@ from llp_tf.core import label_encoding, propagation
 SUM_CHUNK_ROWS = 65536
 
 
-def top_k_hits(logits, labels, k):
-    """float32 [B]: 1 where ``labels`` is among the ``k`` largest ``logits``.
+def _masked_sum(hits, mask):
+    """float32 []: the sum of ``hits`` over the rows where ``mask`` is set."""
+    return tf.reduce_sum(tf.cast(mask, tf.float32) * tf.cast(hits, tf.float32))
+
+
+def top_k_count(logits, labels, mask, k):
+    """float32 []: real examples whose label is among the ``k`` largest logits.
 
     Args:
-      logits: float [B, C]; labels: int64 [B] in [0, C); k: int (capped at C).
-      Ties are broken as `tf.math.in_top_k` does (a tie at the k-th value
-      counts as a hit); top-1 uses argmax (the first maximum).
+      logits: float32 [B, C].
+      labels: int [B] in [0, C).
+      mask: bool or float [B]: 1 (True) for a real example, 0 for padding
+        (the evaluation input repeats an example to fill its last batch).
+      k: int; more than C counts every example (top-5 of fewer classes).
+
+    Ties: top-1 takes the first largest logit (`tf.argmax`), as the
+    logged ``top1`` always has; for k > 1 a tie at the k-th value counts as
+    a hit (`tf.math.in_top_k`).
     """
     labels = tf.cast(labels, tf.int64)
     if k == 1:
-        return tf.cast(tf.equal(tf.argmax(logits, axis=1), labels), tf.float32)
-    k = min(int(k), int(logits.shape[-1]))
-    return tf.cast(tf.math.in_top_k(labels, logits, k), tf.float32)
+        hits = tf.equal(tf.argmax(logits, axis=1), labels)
+    else:
+        # in_top_k counts the logits larger than the label's, so k >= C
+        # needs no cap: every example is a hit.
+        hits = tf.math.in_top_k(labels, logits, int(k))
+    return _masked_sum(hits, mask)
 
 
-def nearest_neighbour_hits(embeddings, bank, bank_true_labels, labels):
-    """float32 [B]: 1 where the true class of the nearest bank row is ``labels``.
+def nearest_neighbour_count(embeddings, bank, bank_true_labels, labels, mask):
+    """float32 []: real examples whose nearest bank row has their true class.
 
     Args:
-      embeddings: float32 [B, D]; bank: float32 [N, D];
-      bank_true_labels: int64 [N], the true class of each row (-1 unknown);
-      labels: int64 [B].
+      embeddings: float32 [B, D], unit rows.
+      bank: float32 [N, D], the bank rows.
+      bank_true_labels: int64 [N], the true class of each row (-1 where
+        unknown, which matches no label).
+      labels: int [B], the examples' classes.
+      mask: bool or float [B], as in `top_k_count`.
     """
     _, nearest = propagation.nearest_rows(embeddings, bank, 1)
     neighbour_labels = tf.gather(bank_true_labels, nearest[:, 0])
-    return tf.cast(tf.equal(neighbour_labels, tf.cast(labels, tf.int64)), tf.float32)
+    return _masked_sum(tf.equal(neighbour_labels, tf.cast(labels, tf.int64)), mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +100,9 @@ def aggregation_scores(embeddings, classes, num_classes):
 
     Args:
       embeddings: float [N, D], the (unit-norm) bank rows.
-      classes: int [N], the class of each row; rows whose value is outside
-        ``[0, C)`` (unknown, or an instance id) are left out.
+      classes: int [N], the class of each row; rows whose value is not a
+        class (`label_encoding.is_class`: -1 for unknown, or an instance id)
+        are left out.
       num_classes: int, C.
 
     Returns:
@@ -95,7 +117,7 @@ def aggregation_scores(embeddings, classes, num_classes):
     counts = np.zeros(num_classes, np.int64)
     for start in range(0, classes.size, SUM_CHUNK_ROWS):
         chunk = classes[start:start + SUM_CHUNK_ROWS]
-        known = (chunk >= 0) & (chunk < num_classes)
+        known = label_encoding.is_class_np(chunk, num_classes)
         rows = embeddings[start:start + SUM_CHUNK_ROWS][known].astype(np.float64)
         np.add.at(sums, chunk[known], rows)
         counts += np.bincount(chunk[known], minlength=num_classes)
@@ -114,10 +136,11 @@ class PseudoLabelStats:
       coverage: float, the fraction of them that carry a class (not an
         instance id).
       accuracy: float, the fraction whose label is their true class (rows
-        still holding an instance id count as wrong, as in `Evaluator`);
-        NaN when there is no unlabelled row.
+        still holding an instance id count as wrong).
       confidence: float, the mean confidence of the pseudo-labelled ones
         (0 if none: coverage 0 already says there are none).
+
+    With ``unlabeled`` 0 (every row labelled) the three fractions are NaN.
     """
 
     unlabeled: int
@@ -127,8 +150,24 @@ class PseudoLabelStats:
 
 
 def pseudo_label_stats(bank_labels, confidence, is_labeled, true_classes, num_classes):
-    """`PseudoLabelStats` of a bank state (all arrays [N], numpy)."""
-    unlabeled = ~np.asarray(is_labeled, bool) & (np.asarray(true_classes) >= 0)
+    """`PseudoLabelStats` of a bank state.
+
+    Args:
+      bank_labels: int64 [N], the bank's labels (`label_encoding`: a class,
+        or an instance id where nothing has been propagated yet).
+      confidence: float32 [N], the bank's confidences.
+      is_labeled: bool [N], True for the labelled examples.
+      true_classes: int64 [N], each row's true class, -1 where unknown (such
+        rows are left out).
+      num_classes: int, C.
+
+    Returns:
+      `PseudoLabelStats` (Python floats, computed in numpy).
+    """
+    bank_labels = np.asarray(bank_labels)
+    true_classes = np.asarray(true_classes)
+    confidence = np.asarray(confidence)
+    unlabeled = ~np.asarray(is_labeled, bool) & (true_classes >= 0)
     has_class = label_encoding.is_class_np(bank_labels, num_classes)
     if not unlabeled.any():
         return PseudoLabelStats(0, math.nan, math.nan, math.nan)

@@ -244,3 +244,50 @@ def test_nearest_rows_finds_winners_in_the_tail_after_the_last_group(k):
     want = np.argsort(-(queries.astype(np.float64) @ bank.astype(np.float64).T), axis=1)[:, :k]
     np.testing.assert_array_equal(np.sort(index.numpy(), axis=1), np.sort(want, axis=1))
     assert all(4005 + i in index.numpy()[i] for i in range(5))
+
+
+def _reference_vote(scores, labels, num_classes):
+    """Eq. 6 in float64 numpy, with the neighbours whose label is not a class left
+    out: [B, C] shares of each class's summed exp(score), zero where none votes."""
+    shares = np.zeros((len(scores), num_classes))
+    for row, (row_scores, row_labels) in enumerate(zip(scores.astype(np.float64), labels)):
+        votes = (row_labels >= 0) & (row_labels < num_classes)
+        if votes.any():
+            weights = np.exp(row_scores[votes] - row_scores[votes].max())
+            np.add.at(shares[row], row_labels[votes], weights / weights.sum())
+    return shares
+
+
+def test_class_vote_leaves_out_neighbours_without_a_class():
+    rng = np.random.default_rng(9)
+    c, k = 5, 6
+    # Similarities / tau as the knn signature passes them: up to 1 / 0.07.
+    scores = (rng.uniform(-1, 1, (40, k)) / TAU).astype(np.float32)
+    labels = rng.integers(0, c, (40, k))
+    no_class = rng.uniform(size=(40, k)) < 0.4
+    # -1 (an exported row without a class) and instance ids (>= C) do not vote.
+    labels[no_class] = rng.choice([-1, c, c + 17], no_class.sum())
+    labels[0] = -1  # no voter at all
+    labels[1] = [c + 1, 2, 2, -1, 4, 2]
+    scores[1] = [30.0, 1.0, 2.0, 29.0, 3.0, 0.5]  # the best two do not vote
+    got = propagation.class_vote(scores, labels, c).numpy()
+    want = _reference_vote(scores, labels, c)
+    assert got.dtype == np.float32 and got.shape == (40, c)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_array_equal(got[0], np.zeros(c))
+    # Row 1 by hand: class 4 has exp(3), class 2 exp(1) + exp(2) + exp(0.5).
+    total = np.exp(3.0) + np.exp(1.0) + np.exp(2.0) + np.exp(0.5)
+    np.testing.assert_allclose(got[1], [0, 0, 1 - np.exp(3.0) / total, 0, np.exp(3.0) / total],
+                               atol=1e-6)
+    voted = ((labels >= 0) & (labels < c)).any(axis=1)
+    np.testing.assert_allclose(got[voted].sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_class_vote_inside_tf_function_with_unknown_sizes():
+    rng = np.random.default_rng(10)
+    scores = rng.normal(size=(7, 4)).astype(np.float32) * 10
+    labels = rng.integers(-1, 3, (7, 4))
+    vote = tf.function(lambda s, l: propagation.class_vote(s, l, 3), input_signature=[
+        tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.int64)])
+    np.testing.assert_allclose(vote(scores, labels).numpy(), _reference_vote(scores, labels, 3),
+                               atol=1e-6)

@@ -1,4 +1,4 @@
-"""The run metrics against float64 numpy versions written here."""
+"""The run metrics against float64 numpy versions written here, not in llp_tf."""
 
 import math
 
@@ -6,99 +6,194 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.core import label_encoding
 from llp_tf.training import metrics
 
 
 def _distinct_logits(rng, b, c):
-    # A random permutation of distinct values per row: no ties by construction.
-    return np.stack([rng.permutation(c) + rng.uniform(0, 0.5) for _ in range(b)]).astype(
+    # Each row is a permutation of 0..C-1 plus one offset: its values differ
+    # by at least 1, so no two tie, even in float32.
+    return np.stack([rng.permutation(c) + rng.uniform(-3, 3) for _ in range(b)]).astype(
         np.float32)
 
 
-@pytest.mark.parametrize("c", [3, 10])
-def test_top1_and_top5_hits(c):
-    rng = np.random.default_rng(0)
+def _padded(rng, b, pad):
+    """(row of each example, mask): ``pad`` padding rows repeat real rows, as the
+    evaluation input does, so a padding row is as likely to be a hit."""
+    rows = np.concatenate([np.arange(b), rng.integers(0, b, pad)])
+    return rows, np.arange(b + pad) < b
+
+
+def _reference_top_k(logits, labels, mask, k):
+    """float64: real rows whose label's logit has fewer than k larger ones."""
+    logits = logits.astype(np.float64)
+    label_logit = logits[np.arange(len(labels)), labels]
+    larger = np.sum(logits > label_logit[:, None], axis=1)
+    return float(np.sum(np.where(mask, larger < k, False)))
+
+
+def _reference_nearest(queries, bank, bank_true, labels, mask):
+    """float64: real rows whose nearest bank row (largest dot product) has their class."""
+    similarity = queries.astype(np.float64) @ bank.astype(np.float64).T
+    ordered = np.sort(similarity, axis=1)
+    # float32 in the code under test must find the same nearest row.
+    assert np.all(ordered[:, -1] - ordered[:, -2] > 1e-3)
+    nearest = np.argmax(similarity, axis=1)
+    return float(np.sum(np.where(mask, bank_true[nearest] == labels, False)))
+
+
+@pytest.mark.parametrize("c", [1, 3, 4, 10])
+def test_top1_and_top5_counts(c):
+    rng = np.random.default_rng(c)
+    rows, mask = _padded(rng, 40, 9)
     logits = _distinct_logits(rng, 40, c)
     labels = rng.integers(0, c, 40)
-    ranks = (logits > logits[np.arange(40), labels][:, None]).sum(1)  # 0 = the largest
-    np.testing.assert_array_equal(metrics.top_k_hits(logits, labels, 1).numpy(), ranks == 0)
-    np.testing.assert_array_equal(metrics.top_k_hits(logits, labels, 5).numpy(),
-                                  ranks < min(5, c))
-    if c < 5:  # every label is among the top 5 of 3 classes
-        assert metrics.top_k_hits(logits, labels, 5).numpy().all()
+    labels[:8] = np.argmax(logits[:8], axis=1)  # some certain top-1 hits
+    logits, labels = logits[rows], labels[rows]
+    for k in (1, 5):
+        want = _reference_top_k(logits, labels, mask, k)
+        got = metrics.top_k_count(logits, labels, mask, k)
+        assert got.dtype == tf.float32 and got.shape == ()
+        assert float(got) == want, (k, float(got), want)
+        # A float mask (0/1) counts the same as a bool one.
+        assert float(metrics.top_k_count(logits, labels, mask.astype(np.float32), k)) == want
+    if c < 5:  # top-5 of fewer than five classes holds every class
+        assert float(metrics.top_k_count(logits, labels, mask, 5)) == 40.0
+    else:
+        assert 0 < _reference_top_k(logits, labels, mask, 1) < _reference_top_k(
+            logits, labels, mask, 5) < 40
 
 
-def test_masked_sums_leave_out_padding_rows():
-    logits = np.eye(4, dtype=np.float32)  # row i predicts class i
-    labels = np.array([0, 2, 2, 3])
-    mask = np.array([1.0, 1.0, 0.0, 0.0], np.float32)  # the last two are padding
-    hits = metrics.top_k_hits(logits, labels, 1).numpy()
-    np.testing.assert_array_equal(hits, [1, 0, 1, 1])
-    assert float(np.sum(mask * hits)) == 1.0
+def test_padding_rows_do_not_count():
+    logits = np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 0, 1]]  # row i predicts class i % 4
+    labels = np.array([0, 2, 2, 3, 0, 1])
+    mask = np.array([True, True, True, False, False, False])  # the last three: padding hits
+    assert float(metrics.top_k_count(logits, labels, mask, 1)) == 2.0
+    assert float(metrics.top_k_count(logits, labels, np.zeros(6, bool), 5)) == 0.0
 
 
-def test_nearest_neighbour_hits():
+def test_counts_inside_tf_function_with_an_unknown_batch():
+    rng = np.random.default_rng(11)
+    rows, mask = _padded(rng, 30, 5)
+    logits = _distinct_logits(rng, 30, 7)[rows]
+    labels = rng.integers(0, 7, 30)[rows]
+    count = tf.function(lambda l, y, m: metrics.top_k_count(l, y, m, 5), input_signature=[
+        tf.TensorSpec([None, 7], tf.float32), tf.TensorSpec([None], tf.int64),
+        tf.TensorSpec([None], tf.bool)])
+    assert float(count(logits, labels, mask)) == _reference_top_k(logits, labels, mask, 5)
+
+
+def _unit(rows):
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_nearest_neighbour_count():
     rng = np.random.default_rng(1)
-    bank = rng.normal(size=(50, 8))
-    bank /= np.linalg.norm(bank, axis=1, keepdims=True)
-    true = rng.integers(-1, 4, 50)  # -1: unknown class
-    queries = rng.normal(size=(12, 8))
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    labels = rng.integers(0, 4, 12)
-    nearest = np.argmax(queries @ bank.T, axis=1)
-    labels[:4] = true[nearest[:4]]  # make some hits certain
-    want = (true[nearest] == labels).astype(np.float32)
-    got = metrics.nearest_neighbour_hits(tf.constant(queries, tf.float32),
-                                         tf.constant(bank, tf.float32), tf.constant(true),
-                                         labels).numpy()
-    np.testing.assert_array_equal(got, want)
-    assert got[:4].all() and 0 < got.sum() < 12
+    bank = _unit(rng.normal(size=(60, 8)))
+    bank_true = rng.integers(-1, 4, 60)  # -1: true class unknown, matches no label
+    bank_true[:3] = -1
+    # Each query sits next to one bank row, so its nearest row is clear.
+    near = np.concatenate([[0, 1, 2], rng.integers(0, 60, 22)])
+    rows, mask = _padded(rng, 25, 6)
+    queries = _unit(bank[near] + 0.05 * rng.normal(size=(25, 8)))[rows]
+    labels = np.where(rng.uniform(size=25) < 0.6, bank_true[near], rng.integers(0, 4, 25))
+    labels[:3] = [0, 1, 2]  # next to an unknown row: never a hit
+    labels = labels[rows]
+    want = _reference_nearest(queries, bank, bank_true, labels, mask)
+    got = metrics.nearest_neighbour_count(
+        tf.constant(queries, tf.float32), tf.constant(bank, tf.float32),
+        tf.constant(bank_true, tf.int64), labels, mask)
+    assert got.dtype == tf.float32 and got.shape == ()
+    assert float(got) == want
+    assert 0 < want < 25
+
+
+def _reference_pseudo_label_stats(labels, confidence, is_labeled, true, c):
+    """(unlabeled, coverage, accuracy, confidence) in float64 by a loop over rows."""
+    rows = [i for i in range(len(labels)) if not is_labeled[i] and true[i] >= 0]
+    if not rows:
+        return 0, math.nan, math.nan, math.nan
+    pseudo = [i for i in rows if 0 <= labels[i] < c]
+    right = [i for i in rows if labels[i] == true[i]]
+    mean_confidence = (sum(float(confidence[i]) for i in pseudo) / len(pseudo)) if pseudo else 0.0
+    return len(rows), len(pseudo) / len(rows), len(right) / len(rows), mean_confidence
+
+
+def _bank(rng, n, c):
+    """A bank state: labels are classes or instance ids (c + row), 10% labelled,
+    about 10% of unknown true class."""
+    true = rng.integers(0, c, n)
+    labels = np.where(rng.uniform(size=n) < 0.7, rng.integers(0, c, n), c + np.arange(n))
+    is_labeled = rng.uniform(size=n) < 0.1
+    labels[is_labeled] = true[is_labeled]
+    true[rng.uniform(size=n) < 0.1] = -1
+    confidence = np.where(labels < c, rng.uniform(0.2, 1.0, n), 0.0).astype(np.float32)
+    return labels.astype(np.int64), confidence, is_labeled, true.astype(np.int64)
+
+
+def _assert_stats(stats, want):
+    assert stats.unlabeled == want[0]
+    for got, expected in zip((stats.coverage, stats.accuracy, stats.confidence), want[1:]):
+        assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(
+            expected, rel=1e-6, abs=0), (stats, want)
 
 
 def test_pseudo_label_stats():
-    c = 3
-    # rows: 0-1 labelled; 2-6 unlabelled (6 has an unknown true class)
-    labels = np.array([0, 1, 0, 2, c + 4, 1, 2])
-    confidence = np.array([1, 1, 0.9, 0.6, 0.0, 0.3, 0.8])
-    is_labeled = np.array([1, 1, 0, 0, 0, 0, 0], bool)
-    true = np.array([0, 1, 0, 1, 2, 1, -1])
-    stats = metrics.pseudo_label_stats(labels, confidence, is_labeled, true, c)
-    unlabeled = np.array([2, 3, 4, 5])
-    assert stats.unlabeled == 4
-    assert stats.accuracy == pytest.approx(np.mean(labels[unlabeled] == true[unlabeled]))
-    assert stats.accuracy == pytest.approx(0.5)
-    assert stats.coverage == pytest.approx(0.75)  # row 4 still holds an instance id
-    assert stats.confidence == pytest.approx(np.mean([0.9, 0.6, 0.3]))
-    # Warm-up: nothing propagated yet.
-    instance_ids = c + np.arange(7)
-    warm = metrics.pseudo_label_stats(instance_ids, confidence, is_labeled, true, c)
-    assert (warm.coverage, warm.accuracy, warm.confidence) == (0.0, 0.0, 0.0)
-    # Everything labelled: nothing to measure.
-    none = metrics.pseudo_label_stats(labels, confidence, np.ones(7, bool), true, c)
-    assert none.unlabeled == 0 and math.isnan(none.accuracy) and math.isnan(none.confidence)
+    rng = np.random.default_rng(3)
+    labels, confidence, is_labeled, true = _bank(rng, 300, 5)
+    want = _reference_pseudo_label_stats(labels, confidence, is_labeled, true, 5)
+    assert 0 < want[1] < 1 and 0 < want[2] < want[1]  # instance ids and wrong labels occur
+    _assert_stats(metrics.pseudo_label_stats(labels, confidence, is_labeled, true, 5), want)
 
 
-def test_aggregation_scores():
+def test_pseudo_label_stats_edges():
+    rng = np.random.default_rng(4)
+    labels, confidence, is_labeled, true = _bank(rng, 50, 3)
+    cases = {
+        # Everything labelled, or every unlabelled row of unknown class:
+        # nothing to measure, all NaN.
+        "no unlabelled row": (labels, confidence, np.ones(50, bool), true),
+        "only unknown classes unlabelled": (labels, confidence, is_labeled,
+                                            np.where(is_labeled, true, -1)),
+        # Warm-up: every unlabelled row still holds its instance id.
+        "no pseudo label": (np.where(is_labeled, labels, 3 + np.arange(50)), confidence,
+                            is_labeled, true),
+    }
+    for name, case in cases.items():
+        want = _reference_pseudo_label_stats(*case, 3)
+        _assert_stats(metrics.pseudo_label_stats(*case, 3), want)
+    assert _reference_pseudo_label_stats(*cases["no pseudo label"], 3)[1:] == (0.0, 0.0, 0.0)
+
+
+def _reference_scores(rows, classes, c):
+    """Per-class norm of the mean row, float64, NaN for a class without rows."""
+    rows = rows.astype(np.float64)
+    return np.array([np.linalg.norm(rows[classes == k].mean(axis=0)) if np.any(classes == k)
+                     else math.nan for k in range(c)])
+
+
+@pytest.mark.parametrize("chunk_rows", [metrics.SUM_CHUNK_ROWS, 7])
+def test_aggregation_scores(monkeypatch, chunk_rows):
+    monkeypatch.setattr(metrics, "SUM_CHUNK_ROWS", chunk_rows)  # 7: many partial chunks
     rng = np.random.default_rng(2)
-    rows = rng.normal(size=(30, 5))
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    classes = rng.integers(0, 3, 30)
-    classes[:3] = [-1, 7, 9]  # unknown and instance ids: left out (C = 4)
-    scores = metrics.aggregation_scores(rows, classes, 4)
-    for c in range(3):
-        want = np.linalg.norm(rows[classes == c].mean(axis=0))
-        assert scores.per_class[c] == pytest.approx(want, rel=1e-12)
-    assert math.isnan(scores.per_class[3]) and scores.counts[3] == 0
-    assert scores.mean == pytest.approx(np.mean([np.linalg.norm(rows[classes == c].mean(0))
-                                                 for c in range(3)]))
+    c = 5
+    classes = rng.integers(0, c - 1, 60)  # class 4 has no row
+    classes[:6] = [-1, -1, c, c + 9, c + 40, 2]  # unknown and instance ids: left out
+    # Rows of class k lean towards axis k, so the scores differ between classes.
+    rows = _unit(rng.normal(size=(60, 6)) + 2.0 * np.eye(6)[np.clip(classes, 0, 5)]).astype(
+        np.float32)
+    scores = metrics.aggregation_scores(rows, classes, c)
+    want = _reference_scores(rows, classes, c)
+    np.testing.assert_allclose(scores.per_class, want, rtol=1e-12)
+    assert scores.counts.tolist() == [int(np.sum(classes == k)) for k in range(c)]
+    assert math.isnan(scores.per_class[4]) and scores.counts[4] == 0
+    assert scores.mean == pytest.approx(np.nanmean(want), rel=1e-12)
     # Identical rows score 1.
     assert metrics.aggregation_scores(np.tile(rows[:1], (4, 1)), [1] * 4, 2).mean == \
         pytest.approx(1.0)
 
 
-def test_label_encoding_numpy_twins():
-    labels = np.array([0, 3, 4, 9, 2, -1])
-    np.testing.assert_array_equal(label_encoding.is_class_np(labels, 4),
-                                  label_encoding.is_class(labels, 4).numpy())
-    np.testing.assert_array_equal(label_encoding.classes_or(labels, 4), [0, 3, -1, -1, 2, -1])
+def test_aggregation_score_without_any_class_is_nan():
+    scores = metrics.aggregation_scores(np.eye(3, dtype=np.float32), [-1, 3, 8], 3)
+    assert np.isnan(scores.per_class).all() and math.isnan(scores.mean)
+    with pytest.raises(ValueError, match="embeddings must be"):
+        metrics.aggregation_scores(np.eye(3), [0, 1], 3)
