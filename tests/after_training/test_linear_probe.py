@@ -165,10 +165,11 @@ def test_load_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
     copy = shutil.copytree(tiny_llp_run, tmp_path / "run")
     with open(copy / "config.json") as f:
         settings = json.load(f)
-    settings["dataset"] = f"folder:{tmp_path / 'gone'}"
+    settings["data"]["dataset"] = f"folder:{tmp_path / 'gone'}"
     with open(copy / "config.json", "w") as f:
         json.dump(settings, f)
     run = trained_run.load_run(str(copy))
+    assert run.config.data.dataset == f"folder:{tmp_path / 'gone'}"
     assert run.num_classes == NUM_CLASSES and run.step == 15
 
 
