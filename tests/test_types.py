@@ -18,6 +18,12 @@ TYPED_MODULES = [
     "llp_tf.data.tfrecord_builder", "llp_tf.data.tfrecord_source",
     "llp_tf.models.batch_norm", "llp_tf.models.factory", "llp_tf.models.llp_model",
     "llp_tf.models.resnet_v2",
+    "llp_tf.training.actions", "llp_tf.training.config", "llp_tf.training.controller",
+    "llp_tf.training.distribution", "llp_tf.training.evaluation", "llp_tf.training.metrics",
+    "llp_tf.training.methods.base", "llp_tf.training.methods.llp",
+    "llp_tf.training.methods.supervised", "llp_tf.training.progress",
+    "llp_tf.training.run_directory", "llp_tf.training.schedule",
+    "llp_tf.training.training_run",
 ]
 
 

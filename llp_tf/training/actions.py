@@ -9,18 +9,21 @@
 """
 
 import sys
+from typing import Callable, Optional, TextIO
 
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.errors import LLPError
+from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.schedule import PlateauTracker
 
 
 class TrainingDiverged(LLPError):
     """The loss became NaN or infinite."""
 
 
-def log_line(stream, message):
+def log_line(stream: TextIO, message: str) -> None:
     """Writes one line to ``stream`` at once."""
     stream.write(message + "\n")
     stream.flush()
@@ -34,7 +37,7 @@ class NanGuard:
       latest_checkpoint: () -> str or None, the last good checkpoint.
     """
 
-    def __init__(self, run_dir, latest_checkpoint):
+    def __init__(self, run_dir: str, latest_checkpoint: Callable[[], Optional[str]]) -> None:
         self.run_dir = run_dir
         self.latest_checkpoint = latest_checkpoint
 
@@ -61,7 +64,8 @@ class EvaluationLog:
       stream: where the one-line summary goes.
     """
 
-    def __init__(self, run_directory, writer, stream=None):
+    def __init__(self, run_directory: RunDirectory, writer: tf.summary.SummaryWriter,
+                 stream: Optional[TextIO] = None) -> None:
         self.run_directory = run_directory
         self.writer = writer
         self.stream = stream or sys.stdout
@@ -85,7 +89,8 @@ class PlateauRule:
       stream: where the message goes.
     """
 
-    def __init__(self, tracker, tracks_plateau, drop_factor, stream=None):
+    def __init__(self, tracker: PlateauTracker, tracks_plateau: Callable[[str], bool],
+                 drop_factor: float, stream: Optional[TextIO] = None) -> None:
         self.tracker = tracker
         self.tracks_plateau = tracks_plateau
         self.drop_factor = drop_factor

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import os
 import typing
-from typing import Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods import METHODS, PROPAGATIONS
@@ -27,7 +27,8 @@ from llp_tf.training.run_directory import CONFIG_FILE
 AUGMENTATIONS = ("paper", "light")
 
 
-def setting(default, help, choices=None, flag=None):  # noqa: A002 -- absl's word
+def setting(default: Any, help: str, choices: Optional[Sequence[str]] = None,  # noqa: A002
+            flag: Optional[str] = None) -> Any:
     """A config field with its flag's help text, choices and (if not the field's) name."""
     return dataclasses.field(default=default,
                              metadata={"help": help, "choices": choices, "flag": flag})
@@ -168,18 +169,18 @@ STATE_SETTINGS = ("dataset", "label_percent", "data_percent", "split_seed", "arc
                   "small_inputs")
 
 
-def flag_name(field):
+def flag_name(field: dataclasses.Field) -> str:
     """The flag name of a config field."""
     return field.metadata.get("flag") or field.name
 
 
-def settings_fields():
+def settings_fields() -> dict[str, tuple[str, dataclasses.Field]]:
     """dict flag name -> (section name, `dataclasses.Field`), over all sections."""
     return {flag_name(field): (section, field) for section, cls in SECTIONS.items()
             for field in dataclasses.fields(cls)}
 
 
-def field_type(section, field):
+def field_type(section: str, field: dataclasses.Field) -> Any:
     """The resolved type annotation of a section's field."""
     return typing.get_type_hints(SECTIONS[section])[field.name]
 
@@ -248,7 +249,7 @@ class TrainConfig:
             raise ConfigError("Invalid training settings: " + "; ".join(problems) + ".")
 
     @classmethod
-    def from_settings(cls, **settings):
+    def from_settings(cls, **settings: Any) -> "TrainConfig":
         """A config from settings named by their flag names; the rest default."""
         fields = settings_fields()
         unknown = sorted(set(settings) - set(fields))
@@ -261,30 +262,30 @@ class TrainConfig:
         return cls(**{section: SECTIONS[section](**values)
                       for section, values in by_section.items()})
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         """dict flag name -> value of every setting."""
         return {name: getattr(getattr(self, section), field.name)
                 for name, (section, field) in settings_fields().items()}
 
-    def replace(self, **settings):
+    def replace(self, **settings: Any) -> "TrainConfig":
         """A copy with the given settings (by flag name) changed."""
         return TrainConfig.from_settings(**{**self.settings(), **settings})
 
     @property
-    def run_dir(self):
+    def run_dir(self) -> str:
         return self.run.run_dir
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> float:
         """The initial learning rate: base rate scaled by global batch / 128."""
         return (self.optimization.base_learning_rate * self.optimization.global_batch_size
                 / 128.0)
 
-    def to_json(self):
+    def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str) -> "TrainConfig":
         """Reads `to_json`'s nested form, or an earlier version's flat one."""
         values = json.loads(text)
         if not all(isinstance(values.get(section), dict) for section in SECTIONS):
@@ -299,7 +300,7 @@ class TrainConfig:
         return cls(**sections)
 
 
-def save_config(config):
+def save_config(config: TrainConfig) -> None:
     """Writes the resolved config to ``run_dir/config.json`` (atomically)."""
     os.makedirs(config.run_dir, exist_ok=True)
     path = os.path.join(config.run_dir, CONFIG_FILE)
@@ -308,7 +309,7 @@ def save_config(config):
     os.replace(path + ".tmp", path)
 
 
-def check_resumable(config):
+def check_resumable(config: TrainConfig) -> None:
     """Raises ConfigError when the run directory holds a run with other state settings."""
     path = os.path.join(config.run_dir, CONFIG_FILE)
     if not os.path.exists(path):

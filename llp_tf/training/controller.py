@@ -12,11 +12,13 @@ the method, so multi-worker writes and preemption belong here.
 
 import dataclasses
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 
+import keras
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.progress import EpochProgress
 
 
@@ -64,9 +66,15 @@ class Controller:
       stream: where progress is written.
     """
 
-    def __init__(self, *, method, runner, settings: LoopSettings, step, manager, optimizer,
-                 learning_rate: Callable[[int], float], make_iterator, evaluate, writer,
-                 train_actions: Sequence = (), eval_actions: Sequence = (), stream=None):
+    def __init__(self, *, method: Method, runner: StepRunner, settings: LoopSettings,
+                 step: tf.Variable, manager: tf.train.CheckpointManager,
+                 optimizer: keras.optimizers.Optimizer,
+                 learning_rate: Callable[[int], float],
+                 make_iterator: Callable[[int, int], Iterator],
+                 evaluate: Callable[[], dict[str, float]], writer: tf.summary.SummaryWriter,
+                 train_actions: Sequence[Callable[[int, int, dict], None]] = (),
+                 eval_actions: Sequence[Callable[[dict, dict, str], None]] = (),
+                 stream: Optional[TextIO] = None) -> None:
         self.method = method
         self.runner = runner
         self.settings = settings
@@ -81,7 +89,7 @@ class Controller:
         self.eval_actions = list(eval_actions)
         self.stream = stream or sys.stdout
 
-    def run(self):
+    def run(self) -> dict[str, Any]:
         """Trains to the last epoch; returns the last evaluation's row ({} if none ran)."""
         final = {}
         while True:

@@ -7,6 +7,8 @@ start, and the second one's all-reduces then collide with the first's
 repeated runs in one process (tests, notebooks) safe.
 """
 
+from typing import Optional, Sequence
+
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
@@ -14,7 +16,8 @@ from llp_tf.errors import ConfigError
 _MIRRORED = {}
 
 
-def mirrored_strategy(devices=None):
+def mirrored_strategy(devices: Optional[Sequence[str]] = None
+                      ) -> tf.distribute.MirroredStrategy:
     """The process's `MirroredStrategy` over ``devices`` (all GPUs when None)."""
     key = tuple(devices) if devices is not None else None
     if key not in _MIRRORED:
@@ -22,7 +25,7 @@ def mirrored_strategy(devices=None):
     return _MIRRORED[key]
 
 
-def make_strategy(cpu_replicas=0):
+def make_strategy(cpu_replicas: int = 0) -> tf.distribute.Strategy:
     """The distribution strategy of a run.
 
     ``cpu_replicas >= 2`` splits the CPU into that many logical devices and

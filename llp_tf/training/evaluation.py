@@ -12,10 +12,15 @@ Each is defined once, in `llp_tf.training.metrics`; this module runs them
 over the validation split and the bank.
 """
 
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.training import metrics as metrics_lib
+from llp_tf.types import Array
 
 
 class Evaluator:
@@ -30,7 +35,8 @@ class Evaluator:
       num_classes: int, C.
     """
 
-    def __init__(self, strategy, model, bank, bank_true_labels, num_classes):
+    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+                 bank: Optional[MemoryBank], bank_true_labels: Array, num_classes: int) -> None:
         self.strategy = strategy
         self.model = model
         self.bank = bank
@@ -39,7 +45,8 @@ class Evaluator:
         self._bank_true_labels_tensor = tf.constant(self.bank_true_labels)
         self._eval_loop = tf.function(self._loop)
 
-    def evaluate(self, distributed_dataset, num_steps):
+    def evaluate(self, distributed_dataset: tf.distribute.DistributedDataset,
+                 num_steps: int) -> dict[str, float]:
         """All metrics; validation ones from one pass over ``distributed_dataset``.
 
         Args:
@@ -60,7 +67,7 @@ class Evaluator:
             metrics.update(self.bank_metrics())
         return metrics
 
-    def bank_metrics(self):
+    def bank_metrics(self) -> dict[str, float]:
         """Pseudo-label and aggregation statistics of the bank's current state.
 
         Returns:

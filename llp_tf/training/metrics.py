@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import label_encoding, propagation
+from llp_tf.types import Array, BoolTensor, FloatTensor, IntTensor
 
 # Rows summed per chunk: bounds the float64 copy of a million-row bank.
 SUM_CHUNK_ROWS = 65536
@@ -35,7 +36,8 @@ def _masked_sum(hits, mask):
     return tf.reduce_sum(tf.cast(mask, tf.float32) * tf.cast(hits, tf.float32))
 
 
-def top_k_count(logits, labels, mask, k):
+def top_k_count(logits: FloatTensor, labels: IntTensor, mask: BoolTensor | FloatTensor,
+                k: int) -> FloatTensor:
     """float32 []: real examples whose label is among the ``k`` largest logits.
 
     Args:
@@ -59,7 +61,9 @@ def top_k_count(logits, labels, mask, k):
     return _masked_sum(hits, mask)
 
 
-def nearest_neighbour_count(embeddings, bank, bank_true_labels, labels, mask):
+def nearest_neighbour_count(embeddings: FloatTensor, bank: FloatTensor,
+                            bank_true_labels: IntTensor, labels: IntTensor,
+                            mask: BoolTensor | FloatTensor) -> FloatTensor:
     """float32 []: real examples whose nearest bank row has their true class.
 
     Args:
@@ -89,13 +93,14 @@ class AggregationScores:
     counts: np.ndarray
 
     @property
-    def mean(self):
+    def mean(self) -> float:
         """float: the mean score over the classes that have rows (NaN if none)."""
         present = self.counts > 0
         return float(np.mean(self.per_class[present])) if present.any() else math.nan
 
 
-def aggregation_scores(embeddings, classes, num_classes):
+def aggregation_scores(embeddings: FloatTensor | Array, classes: IntTensor | Array,
+                       num_classes: int) -> AggregationScores:
     """Per-class aggregation scores: ``|| mean of the rows of class c ||_2``.
 
     Args:
@@ -149,7 +154,9 @@ class PseudoLabelStats:
     confidence: float
 
 
-def pseudo_label_stats(bank_labels, confidence, is_labeled, true_classes, num_classes):
+def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor | Array,
+                       is_labeled: BoolTensor | Array, true_classes: Array,
+                       num_classes: int) -> PseudoLabelStats:
     """`PseudoLabelStats` of a bank state.
 
     Args:

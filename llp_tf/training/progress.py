@@ -9,9 +9,11 @@ the epoch, so logs stay readable.
 import os
 import sys
 import time
+from typing import Mapping, Optional, TextIO
 
 
-def is_interactive(stream):
+def is_interactive(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal a progress bar can redraw (never under CI)."""
     return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("CI")
 
 
@@ -36,8 +38,9 @@ class EpochProgress:
 
     BAR_WIDTH = 20
 
-    def __init__(self, description, total_steps, images_per_step, start_step=0, stream=None,
-                 log_every_seconds=30.0):
+    def __init__(self, description: str, total_steps: int, images_per_step: int,
+                 start_step: int = 0, stream: Optional[TextIO] = None,
+                 log_every_seconds: float = 30.0) -> None:
         self.description = description
         self.total_steps = int(total_steps)
         self.images_per_step = int(images_per_step)
@@ -49,7 +52,7 @@ class EpochProgress:
         self._start = time.monotonic()
         self._last_log = self._start
 
-    def update(self, step, metrics):
+    def update(self, step: int, metrics: Mapping[str, float]) -> None:
         """Reports that ``step`` steps of the epoch are done; metrics: name -> float."""
         self.step = int(step)
         now = time.monotonic()

@@ -17,6 +17,7 @@ an earlier version resumes and exports as long as they stay.
 
 import json
 import os
+from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
@@ -36,34 +37,35 @@ class RunDirectory:
       path: str, the run directory (need not exist yet).
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = str(path)
 
-    def file(self, name):
+    def file(self, name: str) -> str:
         """str: ``name`` inside the run directory."""
         return os.path.join(self.path, name)
 
     @property
-    def config_path(self):
+    def config_path(self) -> str:
         return self.file(CONFIG_FILE)
 
     @property
-    def split_path(self):
+    def split_path(self) -> str:
         return self.file(SPLIT_FILE)
 
     @property
-    def checkpoint_dir(self):
+    def checkpoint_dir(self) -> str:
         return self.file(CHECKPOINT_DIR)
 
     @property
-    def metrics_path(self):
+    def metrics_path(self) -> str:
         return self.file(METRICS_FILE)
 
     @property
-    def tensorboard_dir(self):
+    def tensorboard_dir(self) -> str:
         return self.file(TENSORBOARD_DIR)
 
-    def checkpoint_manager(self, items, keep):
+    def checkpoint_manager(self, items: Mapping[str, Any], keep: int
+                           ) -> tf.train.CheckpointManager:
         """A `tf.train.CheckpointManager` of a checkpoint of ``items``.
 
         Args:
@@ -73,22 +75,22 @@ class RunDirectory:
         return tf.train.CheckpointManager(tf.train.Checkpoint(**items), self.checkpoint_dir,
                                           max_to_keep=keep)
 
-    def latest_checkpoint(self):
+    def latest_checkpoint(self) -> Optional[str]:
         """str or None: the newest checkpoint's path."""
         return tf.train.latest_checkpoint(self.checkpoint_dir)
 
-    def checkpoint_paths(self):
+    def checkpoint_paths(self) -> list[str]:
         """list of str: the kept checkpoints, oldest first (may be empty)."""
         state = tf.train.get_checkpoint_state(self.checkpoint_dir)
         return [] if state is None else list(state.all_model_checkpoint_paths)
 
-    def append_metrics(self, row):
+    def append_metrics(self, row: Mapping[str, Any]) -> None:
         """Appends one evaluation's dict of metrics as a JSON line."""
         os.makedirs(self.path, exist_ok=True)
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(row) + "\n")
 
-    def read_metrics(self):
+    def read_metrics(self) -> list[dict]:
         """list of dict: the metrics file's rows in order ([] if there is none).
 
         Raises:
@@ -110,6 +112,6 @@ class RunDirectory:
         return rows
 
 
-def checkpoint_step(path):
+def checkpoint_step(path: str) -> int:
     """int: the global step a checkpoint path was saved at (its number)."""
     return int(path.rsplit("-", 1)[-1])

@@ -6,10 +6,13 @@ every plateau drop taken so far. The plateau state lives in variables so that
 it is saved in checkpoints with everything else.
 """
 
+from typing import Iterable
+
 import tensorflow as tf
 
 
-def learning_rate_at(epoch, initial_rate, drop_epochs, drop_factor, plateau_drops=0):
+def learning_rate_at(epoch: int, initial_rate: float, drop_epochs: Iterable[int],
+                     drop_factor: float, plateau_drops: int = 0) -> float:
     """The learning rate of an epoch (a Python float).
 
     Args:
@@ -30,7 +33,7 @@ class PlateauTracker(tf.Module):
     the count then restarts. ``patience = 0`` never drops.
     """
 
-    def __init__(self, patience, min_delta=1e-4, name="plateau"):
+    def __init__(self, patience: int, min_delta: float = 1e-4, name: str = "plateau") -> None:
         super().__init__(name=name)
         self.patience = int(patience)
         self.min_delta = float(min_delta)
@@ -39,7 +42,7 @@ class PlateauTracker(tf.Module):
                                            name="bad_evaluations")
         self.drops = tf.Variable(0, dtype=tf.int64, trainable=False, name="drops")
 
-    def update(self, metric):
+    def update(self, metric: float) -> bool:
         """Records one evaluation's metric (higher is better); returns True on a drop."""
         if self.patience <= 0:
             return False

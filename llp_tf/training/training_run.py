@@ -12,6 +12,7 @@ augmentation are stateless functions of (seed, epoch, example).
 import dataclasses
 import os
 import sys
+from typing import Any, Mapping, Optional, TextIO
 
 import keras
 import numpy as np
@@ -141,7 +142,7 @@ def _evaluate_fn(config, source, strategy, model, method, split):
     return lambda: evaluator.evaluate(dataset, steps)
 
 
-def format_table(metrics):
+def format_table(metrics: Mapping[str, Any]) -> str:
     """A two-column text table of metric name and value."""
     width = max(len(name) for name in metrics)
     lines = [f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
@@ -218,7 +219,8 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream)
                                           optimization.lr_drop_factor, stream)])
 
 
-def run_training(config, stream=None):
+def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
+                 ) -> dict[str, Any]:
     """Trains (or resumes) the run described by a `TrainConfig`; returns the final
     metrics ({} when the run had already finished).
 

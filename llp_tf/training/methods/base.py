@@ -18,12 +18,16 @@ mean (a sum divided by the global batch size), so the runner sums replicas.
 
 import abc
 import dataclasses
-from typing import Callable, ClassVar, Dict, Optional, Tuple
+from typing import Callable, ClassVar, Dict, Iterator, Optional, Tuple
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import losses
+from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.models.llp_model import LLPModel
+from llp_tf.types import FloatTensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +64,9 @@ class Method(abc.ABC):
     #: Metric names by phase.
     METRICS: ClassVar[Dict[str, Tuple[str, ...]]]
 
-    def __init__(self, strategy, model, optimizer, *, num_classes, global_batch_size,
-                 weight_decay):
+    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+                 optimizer: keras.optimizers.Optimizer, *, num_classes: int,
+                 global_batch_size: int, weight_decay: float) -> None:
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
@@ -105,13 +110,13 @@ class Method(abc.ABC):
         return True
 
     @property
-    def bank(self):
+    def bank(self) -> Optional[MemoryBank]:
         """The `MemoryBank` evaluation reads, or None."""
         return None
 
     # ---- shared by the replica steps ----------------------------------------
 
-    def weight_decay_share(self):
+    def weight_decay_share(self) -> FloatTensor:
         """This replica's share of the weight-decay penalty, float32 [].
 
         Gradients are summed over replicas, so each replica adds 1/R of it.
@@ -120,7 +125,7 @@ class Method(abc.ABC):
         return losses.l2_penalty(self.model.weight_decay_variables(),
                                  self.weight_decay) / replicas
 
-    def apply_gradients(self, tape, loss):
+    def apply_gradients(self, tape: tf.GradientTape, loss: FloatTensor) -> None:
         """One optimizer step on the model's trainable variables."""
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
@@ -131,11 +136,11 @@ class StepRunner:
     """Runs a method's steps: a `tf.while_loop` over `strategy.run`, one
     `tf.function` per phase."""
 
-    def __init__(self, method: Method):
+    def __init__(self, method: Method) -> None:
         self.method = method
         self._loops = {}
 
-    def run(self, iterator, num_steps: int, phase: str) -> Dict[str, np.ndarray]:
+    def run(self, iterator: Iterator, num_steps: int, phase: str) -> Dict[str, np.ndarray]:
         """Runs ``num_steps`` steps of ``phase`` from a distributed iterator.
 
         Returns:

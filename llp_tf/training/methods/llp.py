@@ -18,6 +18,9 @@ the densities are refreshed (eq. 7) if they belong to another epoch.
 
 import os
 
+from typing import Callable, Optional
+
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -26,7 +29,9 @@ from llp_tf.data import splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.training.methods.base import InputSpec, Method
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.run_directory import RunDirectory
+from llp_tf.types import Array, FloatTensor
 
 #: Where pseudo labels come from: the locally weighted kNN (LLP, eq. 7-8),
 #: the plain weighted kNN (eq. 5-6), or the category head's argmax.
@@ -61,10 +66,14 @@ class LLPMethod(Method):
                 "pseudo_labelled"),
     }
 
-    def __init__(self, strategy, model, optimizer, bank, *, num_classes, global_batch_size,
-                 weight_decay, temperature, k, t, propagation_method, weight_by_confidence,
-                 use_categorisation, density_chunk_size, warmup_epochs=0, warm_start=None,
-                 used_index=None, train_labels=None):
+    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+                 optimizer: keras.optimizers.Optimizer, bank: MemoryBank, *,
+                 num_classes: int, global_batch_size: int, weight_decay: float,
+                 temperature: float, k: int, t: int, propagation_method: str,
+                 weight_by_confidence: bool, use_categorisation: bool,
+                 density_chunk_size: int, warmup_epochs: int = 0,
+                 warm_start: Optional[str] = None, used_index: Optional[Array] = None,
+                 train_labels: Optional[Array] = None) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay)
         if propagation_method not in PROPAGATIONS:
@@ -108,32 +117,32 @@ class LLPMethod(Method):
     # ---- the Method interface ------------------------------------------------
 
     @property
-    def bank(self):
+    def bank(self) -> MemoryBank:
         return self._bank
 
-    def phase(self, epoch):
+    def phase(self, epoch: int) -> str:
         return "warmup" if epoch < self.warmup_epochs else "llp"
 
-    def replica_step(self, phase):
+    def replica_step(self, phase: str) -> Callable[[dict], dict[str, FloatTensor]]:
         return {"warmup": self._warmup_step, "llp": self._llp_step}[phase]
 
-    def input_spec(self, labeled_index, used_index):
+    def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=used_index)
 
-    def checkpoint_items(self):
+    def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
         return {"bank": self._bank, "density_epoch": self.density_epoch}
 
-    def before_epoch(self, epoch, phase):
+    def before_epoch(self, epoch: int, phase: str) -> None:
         if (phase == "llp" and self.propagation_method == "local"
                 and int(self.density_epoch.numpy()) != epoch):
             self.refresh_density()
             self.density_epoch.assign(epoch)
 
-    def tracks_plateau(self, phase):
+    def tracks_plateau(self, phase: str) -> bool:
         # Validation top-1 means nothing while the head is not trained.
         return phase != "warmup"
 
-    def initialise(self, steps_per_epoch):
+    def initialise(self, steps_per_epoch: int) -> Optional[tuple[int, str]]:
         if not self.warm_start:
             return None
         self._load_warm_start(self.warm_start)
@@ -142,7 +151,7 @@ class LLPMethod(Method):
 
     # ---- LLP ----------------------------------------------------------------
 
-    def refresh_density(self):
+    def refresh_density(self) -> None:
         """Recomputes rho of every labelled example against the whole bank (eq. 7)."""
         if self._density_function is None:
             self._density_function = tf.function(lambda: propagation.local_density(

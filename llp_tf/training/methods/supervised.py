@@ -7,10 +7,15 @@ one schedule; the labelled set is read in passes that may run into each
 other, and when it is small its records are held in memory.
 """
 
+from typing import Callable
+
+import keras
 import tensorflow as tf
 
 from llp_tf.core import losses
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import InputSpec, Method
+from llp_tf.types import Array, FloatTensor
 
 
 class SupervisedMethod(Method):
@@ -24,8 +29,9 @@ class SupervisedMethod(Method):
     name = "supervised"
     METRICS = {"supervised": ("loss", "categorisation", "weight_decay")}
 
-    def __init__(self, strategy, model, optimizer, *, num_classes, global_batch_size,
-                 weight_decay, cache_labeled_limit=0):
+    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+                 optimizer: keras.optimizers.Optimizer, *, num_classes: int,
+                 global_batch_size: int, weight_decay: float, cache_labeled_limit: int = 0) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay)
         self.cache_labeled_limit = int(cache_labeled_limit)
@@ -39,13 +45,13 @@ class SupervisedMethod(Method):
                    weight_decay=config.optimization.weight_decay,
                    cache_labeled_limit=config.method.cache_labeled_limit)
 
-    def phase(self, epoch):
+    def phase(self, epoch: int) -> str:
         return "supervised"
 
-    def replica_step(self, phase):
+    def replica_step(self, phase: str) -> Callable[[dict], dict[str, FloatTensor]]:
         return self._supervised_step
 
-    def input_spec(self, labeled_index, used_index):
+    def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=labeled_index, batches_cross_passes=True,
                          cache_passes=len(labeled_index) <= self.cache_labeled_limit)
 
