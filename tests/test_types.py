@@ -11,7 +11,9 @@ import pytest
 from llp_tf import types
 
 TYPED_MODULES = [
-    "llp_tf.core.memory_bank", "llp_tf.core.losses", "llp_tf.data", "llp_tf.data.decode",
+    "llp_tf.core.label_encoding", "llp_tf.core.losses", "llp_tf.core.memory_bank",
+    "llp_tf.core.propagation",
+    "llp_tf.data", "llp_tf.data.augment", "llp_tf.data.decode",
     "llp_tf.data.embedded", "llp_tf.data.epoch_order", "llp_tf.data.folder_source",
     "llp_tf.data.label_subsets", "llp_tf.data.pipeline", "llp_tf.data.shards",
     "llp_tf.data.source", "llp_tf.data.splits", "llp_tf.data.tfds_source",
@@ -24,14 +26,25 @@ TYPED_MODULES = [
     "llp_tf.training.methods.supervised", "llp_tf.training.progress",
     "llp_tf.training.run_directory", "llp_tf.training.schedule",
     "llp_tf.training.training_run",
+    "llp_tf.after_training.analysis", "llp_tf.after_training.analysis_figures",
+    "llp_tf.after_training.analysis_report", "llp_tf.after_training.analysis_summary",
+    "llp_tf.after_training.dlp_diffusion", "llp_tf.after_training.export",
+    "llp_tf.after_training.features", "llp_tf.after_training.inference_module",
+    "llp_tf.after_training.linear_probe", "llp_tf.after_training.mds",
+    "llp_tf.after_training.propagation_baselines",
+    "llp_tf.after_training.propagation_protocol", "llp_tf.after_training.readout",
+    "llp_tf.after_training.trained_run", "llp_tf.after_training.transduction",
 ]
 
 
 def _type_checking_names():
     """Names that modules import only for type checkers (``if TYPE_CHECKING:``)."""
+    from llp_tf.after_training.analysis import BankState, RunAnalysis
+    from llp_tf.after_training.propagation_baselines import PropagationMethod
     from llp_tf.training.config import ModelConfig
 
-    return {"ModelConfig": ModelConfig}
+    return {"BankState": BankState, "ModelConfig": ModelConfig,
+            "PropagationMethod": PropagationMethod, "RunAnalysis": RunAnalysis}
 
 
 def _public_callables(module):

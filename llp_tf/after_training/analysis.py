@@ -17,6 +17,7 @@ and writes the results.
 """
 
 import dataclasses
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from llp_tf.errors import ConfigError
 from llp_tf.training.metrics import (AggregationScores, PseudoLabelStats, aggregation_scores,
                                      pseudo_label_stats)
 from llp_tf.training.run_directory import RunDirectory
+from llp_tf.types import Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +58,8 @@ class BankState:
     all_rows_score: float
 
 
-def bank_state(run, true_classes, steps_per_epoch):
+def bank_state(run: trained_run.TrainedRun, true_classes: Array,
+               steps_per_epoch: int) -> BankState:
     """`BankState` of the checkpoint currently restored in ``run`` (a `TrainedRun`).
 
     Args:
@@ -78,7 +81,9 @@ def bank_state(run, true_classes, steps_per_epoch):
             embeddings, np.zeros(len(embeddings), np.int64), 1).per_class[0]))
 
 
-def checkpoint_trajectory(run, true_classes, steps_per_epoch, report=None):
+def checkpoint_trajectory(run: trained_run.TrainedRun, true_classes: Array,
+                          steps_per_epoch: int,
+                          report: Callable[[str], None] | None = None) -> list[BankState]:
     """`BankState` at every kept checkpoint of the run, oldest first.
 
     Restores each checkpoint into ``run`` in turn and the originally restored
@@ -116,7 +121,7 @@ class EvaluatedEpoch:
     aggregation_score: float
 
 
-def read_metrics_history(run_dir):
+def read_metrics_history(run_dir: str) -> list[EvaluatedEpoch]:
     """The aggregation score of every evaluated epoch in the run's metrics file.
 
     A resumed run may have evaluated an epoch twice; the last line wins.
@@ -161,15 +166,15 @@ class RunAnalysis:
 
     run_dir: str
     dataset: str
-    class_names: tuple
+    class_names: tuple[str, ...]
     num_rows: int
     num_labeled: int
     warmup_epochs: int
     epochs: int
     steps_per_epoch: int
     latest: BankState
-    trajectory: list
-    history: list
+    trajectory: list[BankState]
+    history: list[EvaluatedEpoch]
     mds: MDSProjection
     mds_seed: int
 
@@ -190,8 +195,9 @@ def _run_data(run_dir, report):
     return config, source.info, used_index, train_labels[used_index]
 
 
-def analyze_run(run_dir, num_mds_classes=5, points_per_class=100, seed=0, trajectory=True,
-                class_ids=None, report=None):
+def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class: int = 100,
+                seed: int = 0, trajectory: bool = True, class_ids: Sequence[int] | None = None,
+                report: Callable[[str], None] | None = None) -> RunAnalysis:
     """Scores, trajectory and MDS of an LLP run's memory bank.
 
     Args:

@@ -13,10 +13,14 @@ display, no global state).
 """
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llp_tf.after_training.analysis_summary import checkpoint_name, class_label
+
+if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
+    from llp_tf.after_training.analysis import RunAnalysis
 
 # Above this many classes the trajectory draws a percentile band instead of
 # one line per class (a legend of more entries is unreadable).
@@ -51,7 +55,7 @@ def _class_colours(count):
     return [palette(i % palette.N) for i in range(count)]
 
 
-def draw_histogram(analysis, path):
+def draw_histogram(analysis: "RunAnalysis", path: str) -> None:
     """Writes the histogram of per-class scores (latest, and first kept checkpoint)."""
     latest = analysis.latest
     series = [(latest, "tab:blue")]
@@ -99,7 +103,7 @@ def _mark_warmup(axes, warmup_epochs, x_min, x_max):
                      label=f"LLP starts (after epoch {warmup_epochs})")
 
 
-def draw_trajectory(analysis, path):
+def draw_trajectory(analysis: "RunAnalysis", path: str) -> None:
     """Writes the score over training: per-epoch mean, and per class at kept checkpoints."""
     states = analysis.trajectory
     figure = _new_figure(12 if states else 7, 4.8)
@@ -157,7 +161,7 @@ def draw_trajectory(analysis, path):
     figure.savefig(path)
 
 
-def draw_mds(analysis, path):
+def draw_mds(analysis: "RunAnalysis", path: str) -> None:
     """Writes the MDS scatter: a colour per class, labelled rows larger with an outline."""
     from matplotlib.lines import Line2D  # noqa: PLC0415
 

@@ -17,10 +17,14 @@ import math
 import os
 import shutil
 import tempfile
+from typing import TYPE_CHECKING, Any
 
 # write_report draws through these names, so that a test can replace one.
 from llp_tf.after_training.analysis_figures import draw_histogram, draw_mds, draw_trajectory
 from llp_tf.after_training.analysis_summary import summary_text
+
+if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
+    from llp_tf.after_training.analysis import RunAnalysis
 
 HISTOGRAM_FILE = "aggregation_histogram.png"
 TRAJECTORY_FILE = "aggregation_trajectory.png"
@@ -55,7 +59,7 @@ def _state_record(state):
                               "confidence": _json_float(stats.confidence)}}
 
 
-def analysis_record(analysis):
+def analysis_record(analysis: "RunAnalysis") -> dict[str, Any]:
     """dict (JSON-ready; NaN as null) of every number of the analysis."""
     mds = analysis.mds
     return {
@@ -76,7 +80,7 @@ def analysis_record(analysis):
     }
 
 
-def write_report(analysis, output_dir):
+def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
     """Writes the five files (module docstring) into ``output_dir`` atomically.
 
     Returns:

@@ -8,20 +8,25 @@ over the logged epochs, the pseudo labels' accuracy and the MDS projection.
 
 import math
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
+    from llp_tf.after_training.analysis import BankState, RunAnalysis
 
 # Classes named in the summary's "tightest" and "loosest" lists.
 EXTREME_CLASSES = 3
 
 
-def class_label(class_names, class_id):
+def class_label(class_names: Sequence[str], class_id: int) -> str:
     """str naming a class: its name, with its number when the two differ."""
     name = str(class_names[class_id])
     return name if name == str(class_id) else f"{name} ({class_id})"
 
 
-def checkpoint_name(state):
+def checkpoint_name(state: "BankState") -> str:
     """str naming a `analysis.BankState`'s checkpoint by its step and epoch."""
     return f"step {state.step} (epoch {state.epoch:.1f})"
 
@@ -124,7 +129,7 @@ def _mds_line(analysis):
             f"euclidean (chord) distances of the unit rows; Stress-1 {mds.stress:.3f}")
 
 
-def summary_text(analysis):
+def summary_text(analysis: "RunAnalysis") -> str:
     """A short plain-text report: mean score, extreme classes, changes, pseudo labels."""
     lines = (_heading_lines(analysis) + _score_lines(analysis) + _trajectory_lines(analysis)
              + [_history_line(analysis), _pseudo_label_line(analysis.latest.pseudo_labels),

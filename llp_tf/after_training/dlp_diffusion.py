@@ -8,6 +8,8 @@ and each unlabelled point takes its highest-scoring class (`dlp_diffusion`).
 Arguments and result as every method of the comparison (`transduction`).
 """
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
@@ -110,7 +112,7 @@ def dlp_class_scores(embeddings: Array, labeled_mask: Array, labels: Array, num_
 
 
 def dlp_diffusion(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
-                  **settings) -> Array:
+                  **settings: Any) -> Array:
     """Predictions of the DLP diffusion: the argmax of `dlp_class_scores`
     (settings passed on to it). Result as every method (`transduction`): int64 [n]."""
     scores = dlp_class_scores(embeddings, labeled_mask, labels, num_classes, **settings)

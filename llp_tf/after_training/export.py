@@ -71,6 +71,8 @@ import datetime
 import json
 import os
 import shutil
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -78,6 +80,7 @@ import tensorflow as tf
 from llp_tf.after_training.inference_module import (  # noqa: F401 -- the export's names
     CLASSIFY, EMBED, GRAYSCALE_CHANNELS, IMAGES_SPEC, KNN, NO_CLASS, RGB_CHANNELS,
     SERVING_DEFAULT, TOP_CLASSES, InferenceModule, bank_classes)
+from llp_tf.after_training.trained_run import TrainedRun
 from llp_tf.data import augment
 from llp_tf.errors import ConfigError
 
@@ -131,7 +134,8 @@ def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
     return docs
 
 
-def build_inference_module(run, class_names, include_knn=False):
+def build_inference_module(run: TrainedRun, class_names: Sequence[str],
+                           include_knn: bool = False) -> InferenceModule:
     """An `InferenceModule` of a restored run.
 
     Args:
@@ -159,7 +163,7 @@ def build_inference_module(run, class_names, include_knn=False):
                            k=run.config.method.k, temperature=run.config.method.temperature)
 
 
-def export_info(run, module):
+def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:
     """The dict written to export_info.json."""
     info = {
         "format_version": EXPORT_FORMAT_VERSION,
@@ -198,7 +202,8 @@ def export_info(run, module):
     return info
 
 
-def export_run(run, class_names, output_dir, include_knn=False, overwrite=False):
+def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
+               include_knn: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Writes a run's SavedModel and export_info.json to ``output_dir``, atomically.
 
     `build_inference_module`, then `save_module`.
@@ -229,7 +234,8 @@ def _check_output_dir(output_dir, overwrite):
             "or pass --overwrite to replace it.")
 
 
-def save_module(run, module, output_dir, overwrite=False):
+def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
+                overwrite: bool = False) -> dict[str, Any]:
     """Writes an `InferenceModule` of ``run`` as a SavedModel with export_info.json.
 
     The export is written to a temporary sibling directory and renamed into

@@ -9,12 +9,15 @@ per-feature mean and scale.
 """
 
 import dataclasses
+from typing import TextIO
 
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import data_errors, pipeline
+from llp_tf.data import Source, data_errors, pipeline
+from llp_tf.models import LLPModel
 from llp_tf.training.progress import EpochProgress
+from llp_tf.types import Array
 
 #: The project's global batch (the paper's 128): images per forward pass.
 DEFAULT_BATCH_SIZE = 128
@@ -41,8 +44,9 @@ class FeatureSet:
 
 
 
-def extract_features(model, source, split, image_size, batch_size=DEFAULT_BATCH_SIZE,
-                     stream=None, output="features"):
+def extract_features(model: LLPModel, source: Source, split: str, image_size: int,
+                     batch_size: int = DEFAULT_BATCH_SIZE, stream: TextIO | None = None,
+                     output: str = "features") -> FeatureSet:
     """A model output of every example of a split, with the evaluation preprocessing:
     the pooled features (the probe's), or the embedding.
 
@@ -90,7 +94,7 @@ def extract_features(model, source, split, image_size, batch_size=DEFAULT_BATCH_
     return FeatureSet(features[order], labels[order], index[order])
 
 
-def standardizer(train_features):
+def standardizer(train_features: Array) -> tuple[Array, Array]:
     """Per-feature (mean, scale) of the training features, float32 [F] each.
 
     Apply as ``(features - mean) / scale``; ``scale`` is the standard

@@ -5,11 +5,15 @@ Every signature takes raw uint8 images [B, H, W, C] of any size (C = 1 or
 writes it with its description. See `llp_tf.after_training.export`.
 """
 
+from collections.abc import Sequence
+
+import keras
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import label_encoding, propagation
 from llp_tf.data import augment
+from llp_tf.types import Array, FloatTensor, IntTensor, Tensor
 
 # The paper reports top-1 and top-5 accuracy; classify returns the five best.
 TOP_CLASSES = 5
@@ -27,7 +31,7 @@ SERVING_DEFAULT = "serving_default"
 IMAGES_SPEC = tf.TensorSpec([None, None, None, None], tf.uint8, name="images")
 
 
-def bank_classes(labels, num_classes):
+def bank_classes(labels: Array, num_classes: int) -> Array:
     """int64 [N]: the class of each bank row, `NO_CLASS` (-1) where it holds an
     instance id (`label_encoding.classes_or`)."""
     return label_encoding.classes_or(labels, num_classes, NO_CLASS)
@@ -47,8 +51,9 @@ class InferenceModule(tf.Module):
       temperature: float tau of the knn vote's weights.
     """
 
-    def __init__(self, model, image_size, class_names, bank_embeddings=None,
-                 bank_classes=None, k=10, temperature=0.07, name="llp_inference"):
+    def __init__(self, model: keras.layers.Layer, image_size: int, class_names: Sequence[str],
+                 bank_embeddings: Array | None = None, bank_classes: Array | None = None,
+                 k: int = 10, temperature: float = 0.07, name: str = "llp_inference") -> None:
         super().__init__(name=name)
         if (bank_embeddings is None) != (bank_classes is None):
             raise ValueError("Give both bank_embeddings and bank_classes, or neither.")
@@ -95,13 +100,13 @@ class InferenceModule(tf.Module):
         return self._model(self._preprocess(images), training=False)
 
     @tf.function(input_signature=[IMAGES_SPEC])
-    def embed(self, images):
+    def embed(self, images: IntTensor) -> dict[str, FloatTensor]:
         """uint8 [B, H, W, C] -> {"embedding": [B, D], "features": [B, F]}."""
         outputs = self._outputs(images)
         return {"embedding": outputs["embedding"], "features": outputs["features"]}
 
     @tf.function(input_signature=[IMAGES_SPEC])
-    def classify(self, images):
+    def classify(self, images: IntTensor) -> dict[str, Tensor]:
         """uint8 [B, H, W, C] -> probabilities and the top five classes."""
         probabilities = tf.nn.softmax(self._outputs(images)["logits"], axis=-1)
         top_probabilities, top_classes = tf.math.top_k(probabilities, k=self._top)
@@ -126,7 +131,7 @@ class InferenceModule(tf.Module):
                 "knn_class": knn_class,
                 "knn_confidence": tf.reduce_max(probabilities, axis=1)}
 
-    def signature_functions(self):
+    def signature_functions(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
         """dict name -> concrete function, for `tf.saved_model.save`."""
         classify = self.classify.get_concrete_function()
         signatures = {EMBED: self.embed.get_concrete_function(), CLASSIFY: classify,

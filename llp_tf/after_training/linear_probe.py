@@ -54,6 +54,7 @@ the same architecture (`random_trunk_model`).
 
 
 import time
+from typing import Any, TextIO
 
 import keras
 
@@ -63,13 +64,14 @@ from llp_tf.after_training.readout import (DEFAULT_DROP_FACTOR, DEFAULT_EPOCHS, 
                                            DEFAULT_LEARNING_RATE, DEFAULT_MAX_DROPS,
                                            DEFAULT_MOMENTUM, DEFAULT_PATIENCE, LinearReadout,
                                            ProbeResult, ProbeSettings, TOP_K, train_readout)
-from llp_tf.data import TRAIN, VALIDATION
-from llp_tf.models import build_model_from_config
+from llp_tf.data import TRAIN, VALIDATION, Source
+from llp_tf.models import LLPModel, build_model_from_config
+from llp_tf.training.config import TrainConfig
 
 # -- trunks --------------------------------------------------------------------
 
 
-def random_trunk_model(config, num_classes, seed):
+def random_trunk_model(config: TrainConfig, num_classes: int, seed: int) -> LLPModel:
     """An unrestored `LLPModel` of a run's architecture, initialised from ``seed``.
 
     Sets Keras's global random seed (`keras.utils.set_random_seed`), which the
@@ -81,8 +83,10 @@ def random_trunk_model(config, num_classes, seed):
 
 
 #: The checkpoint key of the category head's bias, whose length is the run's C.
-def probe_trunk(model, source, image_size, settings=ProbeSettings(), feature_batch_size=None,
-                stream=None, description="readout"):
+def probe_trunk(model: LLPModel, source: Source, image_size: int,
+                settings: ProbeSettings = ProbeSettings(), feature_batch_size: int | None = None,
+                stream: TextIO | None = None,
+                description: str = "readout") -> tuple[ProbeResult, dict[str, Any]]:
     """Features of both splits of ``source`` from a frozen model, then `train_readout`.
 
     Args:

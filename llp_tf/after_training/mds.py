@@ -7,17 +7,19 @@ seeded draws, so a projection is reproducible.
 """
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
 from llp_tf.errors import ConfigError
+from llp_tf.types import Array
 
 # SMACOF iterations of the MDS (scikit-learn's default); the classical-MDS
 # start makes it converge in far fewer on the small samples drawn here.
 MDS_MAX_ITERATIONS = 300
 
 
-def choose_classes(counts, num_chosen, seed):
+def choose_classes(counts: Array, num_chosen: int, seed: int) -> Array:
     """int64 [num_chosen]: a seeded draw of classes that have rows, sorted.
 
     Args:
@@ -37,7 +39,8 @@ def choose_classes(counts, num_chosen, seed):
     return np.sort(rng.choice(present, size=num_chosen, replace=False)).astype(np.int64)
 
 
-def mds_classes(counts, num_chosen, class_ids, seed):
+def mds_classes(counts: Array, num_chosen: int | None, class_ids: Sequence[int] | Array | None,
+                seed: int) -> Array:
     """int64 [K]: the given ``class_ids`` (checked, sorted), or a seeded draw of ``num_chosen``.
 
     Raises:
@@ -56,7 +59,8 @@ def mds_classes(counts, num_chosen, class_ids, seed):
     return np.sort(class_ids)
 
 
-def sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed):
+def sample_rows(true_classes: Array, is_labeled: Array, class_ids: Sequence[int] | Array,
+                points_per_class: int, seed: int) -> Array:
     """Bank rows to draw in the MDS plot: up to ``points_per_class`` per class.
 
     The labelled rows of a class come first (a seeded draw of them if there
@@ -87,7 +91,7 @@ def sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed):
     return np.concatenate(chosen).astype(np.int64)
 
 
-def chord_distances(rows):
+def chord_distances(rows: Array) -> Array:
     """float64 [P, P]: euclidean distances between the rows scaled to unit norm.
 
     Args:
@@ -102,7 +106,7 @@ def chord_distances(rows):
     return distances
 
 
-def mds_2d(rows, seed):
+def mds_2d(rows: Array, seed: int) -> tuple[Array, float]:
     """Metric 2-D MDS of rows by their chord distances (see the module docstring).
 
     Args:
@@ -142,7 +146,9 @@ class MDSProjection:
     stress: float
 
 
-def project_classes(embeddings, true_classes, is_labeled, class_ids, points_per_class, seed):
+def project_classes(embeddings: Array, true_classes: Array, is_labeled: Array,
+                    class_ids: Sequence[int] | Array, points_per_class: int,
+                    seed: int) -> MDSProjection:
     """`MDSProjection` of up to ``points_per_class`` rows of each class in ``class_ids``."""
     rows = sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed)
     if rows.size < 2:

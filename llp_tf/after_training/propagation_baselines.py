@@ -31,7 +31,7 @@ only in how they propagate.
 """
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from llp_tf.after_training.dlp_diffusion import (  # noqa: F401
     DLP_ALPHA, DLP_GAMMA, DLP_K, DLP_MAX_ITER, DLP_SEARCH_CHUNK, DLP_TOLERANCE,
     dlp_class_scores, dlp_diffusion, dlp_graph)
 from llp_tf.errors import ConfigError
+from llp_tf.types import Array
 
 # LLP and the weighted kNN: the paper's K = 10, T = 25 and tau = 0.07.
 DEFAULT_K = propagation.DEFAULT_K
@@ -82,8 +83,9 @@ PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
 
 # -- the methods ---------------------------------------------------------------
 
-def llp_propagation(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K, t=DEFAULT_T,
-                    temperature=DEFAULT_TEMPERATURE):
+def llp_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+                    k: int = DEFAULT_K, t: int = DEFAULT_T,
+                    temperature: float = DEFAULT_TEMPERATURE) -> Array:
     """LLP's locally weighted kNN (eq. 5-8) within one set of embeddings.
 
     The density rho of each labelled point is the sum of ``exp(v_j . v_i /
@@ -113,8 +115,8 @@ def llp_propagation(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K, 
     return transduction.with_labeled(classes.numpy(), labeled_mask, labels)
 
 
-def weighted_knn(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K,
-                 temperature=DEFAULT_TEMPERATURE):
+def weighted_knn(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+                 k: int = DEFAULT_K, temperature: float = DEFAULT_TEMPERATURE) -> Array:
     """The weighted kNN of eq. 5-6: the ``k`` labelled points most similar to
     an unlabelled point vote with weights ``exp(v_i . v / tau)``. Arguments
     and result as `llp_propagation`."""
@@ -126,7 +128,7 @@ def weighted_knn(embeddings, labeled_mask, labels, num_classes, k=DEFAULT_K,
     return transduction.with_labeled(classes.numpy(), labeled_mask, labels)
 
 
-def rbf_gamma(temperature):
+def rbf_gamma(temperature: float) -> float:
     """The RBF ``gamma`` whose kernel on unit vectors is ``exp(a.b / tau)`` up to
     a constant factor: ``1 / (2 tau)``."""
     return 1.0 / (2.0 * temperature)
@@ -139,9 +141,11 @@ def _sklearn_transduction(model, embeddings, labeled_mask, labels):
                                      labeled_mask, labels)
 
 
-def label_spreading(embeddings, labeled_mask, labels, num_classes,
-                    temperature=DEFAULT_TEMPERATURE, alpha=LABEL_SPREADING_ALPHA,
-                    max_iter=LABEL_SPREADING_MAX_ITER, tol=SKLEARN_TOLERANCE):
+def label_spreading(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+                    temperature: float = DEFAULT_TEMPERATURE,
+                    alpha: float = LABEL_SPREADING_ALPHA,
+                    max_iter: int = LABEL_SPREADING_MAX_ITER,
+                    tol: float = SKLEARN_TOLERANCE) -> Array:
     """Label spreading (Zhou et al. 2004) with scikit-learn, RBF kernel with
     ``gamma = 1 / (2 temperature)`` (see the module docstring) and
     scikit-learn's alpha (see `LABEL_SPREADING_ALPHA`).
@@ -160,9 +164,10 @@ def label_spreading(embeddings, labeled_mask, labels, num_classes,
     return _sklearn_transduction(model, embeddings, labeled_mask, labels)
 
 
-def label_propagation(embeddings, labeled_mask, labels, num_classes,
-                      temperature=DEFAULT_TEMPERATURE, max_iter=LABEL_PROPAGATION_MAX_ITER,
-                      tol=SKLEARN_TOLERANCE):
+def label_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+                      temperature: float = DEFAULT_TEMPERATURE,
+                      max_iter: int = LABEL_PROPAGATION_MAX_ITER,
+                      tol: float = SKLEARN_TOLERANCE) -> Array:
     """Label propagation (Zhu & Ghahramani 2002) with scikit-learn, RBF kernel
     with ``gamma = 1 / (2 temperature)``.
 
@@ -198,12 +203,13 @@ class PropagationMethod:
 
     name: str
     title: str
-    predict: Callable
-    paper_name: Optional[str] = None
-    paper_accuracy: Optional[float] = None
+    predict: Callable[[Array, Array, Array, int], Array]
+    paper_name: str | None = None
+    paper_accuracy: float | None = None
 
 
-def standard_methods(k=DEFAULT_K, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE):
+def standard_methods(k: int = DEFAULT_K, t: int = DEFAULT_T,
+                     temperature: float = DEFAULT_TEMPERATURE) -> tuple[PropagationMethod, ...]:
     """The five methods of the comparison with their settings bound.
 
     Args:

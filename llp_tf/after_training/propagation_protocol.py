@@ -11,16 +11,26 @@ features. This module needs no TensorFlow: it only calls the methods.
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llp_tf.errors import ConfigError, DataError
+from llp_tf.types import Array
+
+if TYPE_CHECKING:  # for the annotations only: this module needs no TensorFlow
+    from llp_tf.after_training.propagation_baselines import PropagationMethod
 
 # The paper's protocol (Table 5 of Zhuang et al. 2019).
 PAPER_CLASSES = 50
 PAPER_IMAGES_PER_CLASS = 50
 PAPER_LABELED_PER_CLASS = 5
 PAPER_DRAWS = 10
+
+#: ``on_draw(draw_number, total_draws, {method name: accuracy}, seconds)``, called
+#: by `compare_methods` after each draw.
+OnDraw = Callable[[int, int, dict[str, float], float], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +49,8 @@ class Draw:
     classes: np.ndarray
 
 
-def check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws):
+def check_protocol(labels: Array, num_classes: int, images_per_class: int,
+                   labeled_per_class: int, draws: int) -> None:
     """Raises ConfigError when the protocol cannot be drawn from ``labels``.
 
     Args:
@@ -73,7 +84,8 @@ def check_protocol(labels, num_classes, images_per_class, labeled_per_class, dra
             f"or --classes.")
 
 
-def draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws, seed):
+def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
+                 labeled_per_class: int, draws: int, seed: int) -> list[Draw]:
     """The protocol's R random subsets, reproducible by seed.
 
     Each draw picks S distinct classes among those with at least I examples,
@@ -109,7 +121,7 @@ def draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws
     return result
 
 
-def normalize_rows(features, row_ids=None):
+def normalize_rows(features: Array, row_ids: Array | None = None) -> Array:
     """float32 [n, D]: the rows scaled to unit length.
 
     Args:
@@ -141,21 +153,23 @@ class Comparison:
       seconds: dict name -> float, total time of each method.
     """
 
-    methods: tuple
-    accuracy: dict
-    seconds: dict
+    methods: tuple["PropagationMethod", ...]
+    accuracy: dict[str, Array]
+    seconds: dict[str, float]
 
-    def mean(self, name):
+    def mean(self, name: str) -> float:
+        """Mean accuracy of a method over the draws."""
         return float(np.mean(self.accuracy[name]))
 
-    def std(self, name):
+    def std(self, name: str) -> float:
         """Sample standard deviation over the draws (0 for a single draw)."""
         values = self.accuracy[name]
         return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-def compare_methods(features, labels, methods, num_classes, images_per_class,
-                    labeled_per_class, draws, seed, on_draw=None):
+def compare_methods(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
+                    num_classes: int, images_per_class: int, labeled_per_class: int, draws: int,
+                    seed: int, on_draw: OnDraw | None = None) -> Comparison:
     """Runs every method on every draw of the protocol.
 
     Args:

@@ -9,15 +9,18 @@ import dataclasses
 import math
 import sys
 import time
+from typing import Any, TextIO
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, LOG_EVERY_SECONDS, standardizer
+from llp_tf.after_training.features import (DEFAULT_BATCH_SIZE, LOG_EVERY_SECONDS, FeatureSet,
+                                            standardizer)
 from llp_tf.errors import ConfigError
 from llp_tf.training.progress import EpochProgress, is_interactive
 from llp_tf.training.schedule import PlateauTracker
+from llp_tf.types import Array
 
 #: The paper's initial learning rate of the Places205 readout.
 DEFAULT_LEARNING_RATE = 0.01
@@ -129,13 +132,14 @@ class ProbeResult:
     best_epoch: int
     epochs: int
     drops: int
-    drop_epochs: list
+    drop_epochs: list[int]
     stopped_on_plateau: bool
     final_learning_rate: float
-    history: list
+    history: list[dict[str, float]]
     seconds: float
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
+        """dict of every attribute (JSON-ready: numbers, lists, dicts)."""
         return dataclasses.asdict(self)
 
 
@@ -155,8 +159,9 @@ class LinearReadout:
       momentum: float.
     """
 
-    def __init__(self, feature_dim, num_classes, learning_rate=DEFAULT_LEARNING_RATE,
-                 momentum=DEFAULT_MOMENTUM):
+    def __init__(self, feature_dim: int, num_classes: int,
+                 learning_rate: float = DEFAULT_LEARNING_RATE,
+                 momentum: float = DEFAULT_MOMENTUM) -> None:
         self.num_classes = int(num_classes)
         self.dense = keras.layers.Dense(self.num_classes, kernel_initializer="zeros",
                                         bias_initializer="zeros", name="linear_readout")
@@ -170,14 +175,15 @@ class LinearReadout:
         self._batch_stats = tf.function(self._stats, input_signature=signature)
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> float:
+        """float: the optimizer's current learning rate (settable)."""
         return float(self.optimizer.learning_rate.numpy())
 
     @learning_rate.setter
-    def learning_rate(self, value):
+    def learning_rate(self, value: float) -> None:
         self.optimizer.learning_rate.assign(value)
 
-    def weights(self):
+    def weights(self) -> tuple[Array, Array]:
         """(kernel float32 [F, C], bias float32 [C]) as numpy arrays."""
         return self.dense.kernel.numpy(), self.dense.bias.numpy()
 
@@ -196,7 +202,8 @@ class LinearReadout:
         return (tf.reduce_sum(losses), tf.reduce_sum(tf.cast(top1, tf.float32)),
                 tf.reduce_sum(tf.cast(topk, tf.float32)))
 
-    def train_epoch(self, features, labels, order, batch_size):
+    def train_epoch(self, features: Array, labels: Array, order: Array,
+                    batch_size: int) -> float:
         """One pass of SGD steps over ``features[order]`` in batches.
 
         Args:
@@ -212,7 +219,8 @@ class LinearReadout:
             losses.append(float(self._train_step(features[rows], labels[rows])))
         return float(np.mean(losses))
 
-    def evaluate(self, features, labels, batch_size=None):
+    def evaluate(self, features: Array, labels: Array,
+                 batch_size: int | None = None) -> dict[str, float]:
         """dict loss (mean cross-entropy), top1, top5 over all the examples."""
         batch_size = batch_size or EVALUATION_BATCH_SIZE
         totals = np.zeros(3)
@@ -266,8 +274,18 @@ def _on_plateau(readout, settings, drop_epochs, epoch, description, stream, inte
     return stop
 
 
-def train_readout(train, validation, num_classes, settings=ProbeSettings(), stream=None,
-                  description="readout"):
+def _check_finite(loss, description, epoch, learning_rate):
+    """ConfigError when an epoch's mean loss is not finite: the readout diverged."""
+    if not math.isfinite(loss):
+        raise ConfigError(
+            f"The {description} diverged in epoch {epoch} (loss {loss}) at learning rate "
+            f"{learning_rate:g}; lower --learning_rate or standardise the features "
+            "(--standardize).")
+
+
+def train_readout(train: FeatureSet, validation: FeatureSet, num_classes: int,
+                  settings: ProbeSettings = ProbeSettings(), stream: TextIO | None = None,
+                  description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
     """Trains a linear readout on cached features (see the module docstring).
 
     Args:
@@ -300,11 +318,7 @@ def train_readout(train, validation, num_classes, settings=ProbeSettings(), stre
         order = np.random.default_rng([settings.seed, epoch]).permutation(len(train_labels))
         learning_rate = readout.learning_rate
         loss = readout.train_epoch(train_features, train_labels, order, settings.batch_size)
-        if not math.isfinite(loss):
-            raise ConfigError(
-                f"The {description} diverged in epoch {epoch} (loss {loss}) at learning rate "
-                f"{learning_rate:g}; lower --learning_rate or standardise the features "
-                "(--standardize).")
+        _check_finite(loss, description, epoch, learning_rate)
         metrics = readout.evaluate(validation_features, validation_labels)
         history.append({"epoch": epoch, "learning_rate": learning_rate, "loss": loss,
                         "top1": metrics["top1"], "top5": metrics["top5"]})

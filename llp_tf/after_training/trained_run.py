@@ -14,12 +14,11 @@ checkpoint into them for inference; optimizer state is not read.
 
 import dataclasses
 import os
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import splits
+from llp_tf.data import Source, splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models import LLPModel, build_model_from_config
@@ -29,7 +28,7 @@ from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FI
 
 
 
-def read_config(run_dir):
+def read_config(run_dir: str) -> TrainConfig:
     """The `TrainConfig` saved in ``run_dir/config.json`` (ConfigError if absent)."""
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.isfile(path):
@@ -40,7 +39,7 @@ def read_config(run_dir):
         return TrainConfig.from_json(f.read())
 
 
-def checkpoint_paths(run_dir):
+def checkpoint_paths(run_dir: str) -> list[str]:
     """list of str: the run's kept checkpoints, oldest first (may be empty)."""
     return RunDirectory(run_dir).checkpoint_paths()
 
@@ -68,12 +67,12 @@ class TrainedRun:
     checkpoint: str
     step: int
     model: LLPModel
-    bank: Optional[MemoryBank]
+    bank: MemoryBank | None
     labeled_index: np.ndarray
     used_index: np.ndarray
     num_classes: int
 
-    def restore(self, checkpoint):
+    def restore(self, checkpoint: str) -> None:
         """Restores another checkpoint of the same run into the model and bank."""
         _restore(self.model, self.bank, checkpoint)
         self.checkpoint = checkpoint
@@ -108,7 +107,8 @@ def _checkpoint_num_classes(path, run_dir):
     return shapes.get(_CATEGORY_BIAS_KEY, [None])[0]
 
 
-def load_run(run_dir, checkpoint=None, num_classes=None):
+def load_run(run_dir: str, checkpoint: str | None = None,
+             num_classes: int | None = None) -> TrainedRun:
     """Rebuilds a run's model and bank and restores a checkpoint into them.
 
     Args:
@@ -147,7 +147,7 @@ def load_run(run_dir, checkpoint=None, num_classes=None):
                       num_classes=int(num_classes))
 
 
-def open_dataset(config, data_dir=None):
+def open_dataset(config: TrainConfig, data_dir: str | None = None) -> Source:
     """The `Source` a run trained on (``data_dir`` replaces the run's, e.g. on
     another machine)."""
     from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
@@ -155,7 +155,8 @@ def open_dataset(config, data_dir=None):
     return data.load_source(config.data.dataset, data_dir or config.data.data_dir)
 
 
-def load_run_with_data(run_dir, checkpoint=None, data_dir=None):
+def load_run_with_data(run_dir: str, checkpoint: str | None = None,
+                       data_dir: str | None = None) -> tuple[TrainedRun, Source]:
     """(`TrainedRun`, `Source`): a run restored with the classes of its dataset.
 
     Args:

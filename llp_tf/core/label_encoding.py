@@ -13,8 +13,10 @@ discrimination. (The authors' release stored ``N + class`` for classes and
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.types import Array, BoolTensor, IntTensor
 
-def instance_labels(indices, num_classes):
+
+def instance_labels(indices: IntTensor, num_classes: int | IntTensor) -> IntTensor:
     """Instance-id labels of examples.
 
     Args:
@@ -27,19 +29,19 @@ def instance_labels(indices, num_classes):
     return tf.cast(indices, tf.int64) + tf.cast(num_classes, tf.int64)
 
 
-def is_class(labels, num_classes):
+def is_class(labels: IntTensor, num_classes: int | IntTensor) -> BoolTensor:
     """bool [B]: True where a label is a class, False where it is an instance id."""
     labels = tf.convert_to_tensor(labels)
     return tf.logical_and(labels >= 0, labels < tf.cast(num_classes, labels.dtype))
 
 
-def is_class_np(labels, num_classes):
+def is_class_np(labels: Array, num_classes: int) -> Array:
     """`is_class` on numpy arrays: bool [...]."""
     labels = np.asarray(labels)
     return (labels >= 0) & (labels < num_classes)
 
 
-def classes_or(labels, num_classes, fill=-1):
+def classes_or(labels: Array, num_classes: int, fill: int = -1) -> Array:
     """int64 [...]: each label where it is a class, ``fill`` where it is an instance id."""
     labels = np.asarray(labels, np.int64)
     return np.where(is_class_np(labels, num_classes), labels, fill).astype(np.int64)

@@ -12,6 +12,7 @@ import math
 import tensorflow as tf
 
 from llp_tf.core import label_encoding
+from llp_tf.types import FloatTensor, IntTensor
 
 DEFAULT_TEMPERATURE = 0.07
 DEFAULT_K = 10
@@ -102,7 +103,9 @@ def _merge_nearest(best, candidate, k):
     return scores, tf.gather(indices, position, batch_dims=1)
 
 
-def nearest_rows(queries, rows, k, row_offsets=None, block_rows=DEFAULT_BLOCK_ROWS):
+def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
+                 row_offsets: FloatTensor | None = None,
+                 block_rows: int = DEFAULT_BLOCK_ROWS) -> tuple[FloatTensor, IntTensor]:
     """Exact top-k of ``scores = queries @ rows^T - row_offsets`` per query.
 
     Two things make this faster than `tf.math.top_k` over the full score
@@ -162,8 +165,9 @@ def nearest_rows(queries, rows, k, row_offsets=None, block_rows=DEFAULT_BLOCK_RO
     return tuple(best)
 
 
-def log_local_density(queries, bank, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE,
-                      chunk_size=DEFAULT_DENSITY_CHUNK):
+def log_local_density(queries: FloatTensor, bank: FloatTensor,
+                      t: int = DEFAULT_T, temperature: float = DEFAULT_TEMPERATURE,
+                      chunk_size: int = DEFAULT_DENSITY_CHUNK) -> FloatTensor:
     """Logarithm of the local density rho of eq. 7 for each query row.
 
     ``log rho(q) = logsumexp over the t bank rows j with the largest q . bank_j
@@ -227,8 +231,9 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
     return tf.reshape(results.concat(), [num_queries])
 
 
-def local_density(queries, bank, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE,
-                  chunk_size=DEFAULT_DENSITY_CHUNK):
+def local_density(queries: FloatTensor, bank: FloatTensor, t: int = DEFAULT_T,
+                  temperature: float = DEFAULT_TEMPERATURE,
+                  chunk_size: int = DEFAULT_DENSITY_CHUNK) -> FloatTensor:
     """Local density rho of eq. 7 for each query row.
 
     ``rho(q) = sum over the t bank rows j with the largest q . bank_j of
@@ -242,8 +247,10 @@ def local_density(queries, bank, t=DEFAULT_T, temperature=DEFAULT_TEMPERATURE,
     return tf.exp(log_local_density(queries, bank, t, temperature, chunk_size))
 
 
-def propagate(embeddings, labeled_bank, labeled_classes, num_classes, k=DEFAULT_K,
-              temperature=DEFAULT_TEMPERATURE, density=None):
+def propagate(embeddings: FloatTensor, labeled_bank: FloatTensor,
+              labeled_classes: IntTensor, num_classes: int, k: int = DEFAULT_K,
+              temperature: float = DEFAULT_TEMPERATURE,
+              density: FloatTensor | None = None) -> tuple[IntTensor, FloatTensor]:
     """Pseudo labels and confidences for a batch from its labelled neighbours.
 
     With ``density=None`` this is the weighted kNN of eq. 5-6: the voters are
@@ -284,7 +291,8 @@ def propagate(embeddings, labeled_bank, labeled_classes, num_classes, k=DEFAULT_
     return tf.argmax(class_weights, axis=1), tf.reduce_max(class_weights, axis=1)
 
 
-def class_vote(scores, neighbour_labels, num_classes):
+def class_vote(scores: FloatTensor, neighbour_labels: IntTensor,
+               num_classes: int) -> FloatTensor:
     """The weighted vote of eq. 6: each neighbour that has a class votes for it
     with weight ``exp(score)``; the class weights are normalised to sum to 1.
 

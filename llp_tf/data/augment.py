@@ -31,6 +31,8 @@ import math
 
 import tensorflow as tf
 
+from llp_tf.types import FloatTensor, IntTensor
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -69,8 +71,10 @@ def _mean_luma(image):
                         tf.constant(_LUMA_WEIGHTS, tf.float32), 1)
 
 
-def crop_window(image_shape, seed, area_range=CROP_AREA_RANGE,
-                aspect_range=CROP_ASPECT_RANGE):
+def crop_window(image_shape: IntTensor, seed: IntTensor,
+                area_range: tuple[float, float] = CROP_AREA_RANGE,
+                aspect_range: tuple[float, float] = CROP_ASPECT_RANGE,
+                ) -> tuple[IntTensor, IntTensor, IntTensor, IntTensor]:
     """Samples the box of a random resized crop.
 
     Draws ``_CROP_ATTEMPTS`` candidate boxes with area fraction uniform in
@@ -128,8 +132,9 @@ def crop_window(image_shape, seed, area_range=CROP_AREA_RANGE,
             tf.cast(crop_h, tf.int32), tf.cast(crop_w, tf.int32))
 
 
-def random_resized_crop(image, seed, size, area_range=CROP_AREA_RANGE,
-                        aspect_range=CROP_ASPECT_RANGE):
+def random_resized_crop(image: IntTensor | FloatTensor, seed: IntTensor, size: int,
+                        area_range: tuple[float, float] = CROP_AREA_RANGE,
+                        aspect_range: tuple[float, float] = CROP_ASPECT_RANGE) -> FloatTensor:
     """Random resized crop (see `crop_window`) resized to ``size`` x ``size``.
 
     Args:
@@ -148,7 +153,8 @@ def random_resized_crop(image, seed, size, area_range=CROP_AREA_RANGE,
     return tf.clip_by_value(resized * scale, 0.0, 1.0)
 
 
-def random_grayscale(image, seed, probability=GRAYSCALE_PROBABILITY):
+def random_grayscale(image: FloatTensor, seed: IntTensor,
+                     probability: float = GRAYSCALE_PROBABILITY) -> FloatTensor:
     """float32 [H, W, 3] in [0, 1] -> same, replaced by its luma (in all three
     channels) with the given probability."""
     draw = tf.random.stateless_uniform([], seed)
@@ -156,29 +162,35 @@ def random_grayscale(image, seed, probability=GRAYSCALE_PROBABILITY):
                    lambda: image)
 
 
-def adjust_brightness(image, factor):
-    """Multiplies intensities by ``factor`` (torchvision's brightness)."""
+def adjust_brightness(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
+    """float32 [H, W, 3] in [0, 1] -> same, intensities multiplied by ``factor``
+    (torchvision's brightness)."""
     return tf.clip_by_value(image * factor, 0.0, 1.0)
 
 
-def adjust_contrast(image, factor):
-    """Blends with the mean luma of the image (torchvision's contrast)."""
+def adjust_contrast(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
+    """float32 [H, W, 3] in [0, 1] -> same, blended with the mean luma of the image
+    (torchvision's contrast)."""
     mean = _mean_luma(image)
     return tf.clip_by_value(mean + factor * (image - mean), 0.0, 1.0)
 
 
-def adjust_saturation(image, factor):
-    """Blends with the image's own luma (torchvision's saturation)."""
+def adjust_saturation(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
+    """float32 [H, W, 3] in [0, 1] -> same, blended with the image's own luma
+    (torchvision's saturation)."""
     gray = _grayscale_luma(image)
     return tf.clip_by_value(gray + factor * (image - gray), 0.0, 1.0)
 
 
-def adjust_hue(image, delta):
-    """Rotates hue by ``delta`` of the full circle, delta in [-0.5, 0.5]."""
+def adjust_hue(image: FloatTensor, delta: float | FloatTensor) -> FloatTensor:
+    """float32 [H, W, 3] in [0, 1] -> same, hue rotated by ``delta`` of the full circle,
+    delta in [-0.5, 0.5]."""
     return tf.clip_by_value(tf.image.adjust_hue(image, delta), 0.0, 1.0)
 
 
-def color_jitter(image, seed, factor_range=JITTER_FACTOR_RANGE, hue_max_delta=HUE_MAX_DELTA):
+def color_jitter(image: FloatTensor, seed: IntTensor,
+                 factor_range: tuple[float, float] = JITTER_FACTOR_RANGE,
+                 hue_max_delta: float = HUE_MAX_DELTA) -> FloatTensor:
     """Brightness, contrast, saturation and hue jitter, applied in a random order.
 
     Args:
@@ -203,20 +215,21 @@ def color_jitter(image, seed, factor_range=JITTER_FACTOR_RANGE, hue_max_delta=HU
     return image
 
 
-def random_flip(image, seed, probability=FLIP_PROBABILITY):
+def random_flip(image: FloatTensor, seed: IntTensor,
+                probability: float = FLIP_PROBABILITY) -> FloatTensor:
     """Mirrors [H, W, C] left-right with the given probability."""
     draw = tf.random.stateless_uniform([], seed)
     return tf.cond(draw < probability, lambda: tf.reverse(image, axis=[1]), lambda: image)
 
 
-def normalize(image):
+def normalize(image: FloatTensor) -> FloatTensor:
     """float32 [..., 3] in [0, 1] -> ImageNet mean/std normalised."""
     std = tf.constant(IMAGENET_STD, tf.float32)
     mean = tf.constant(IMAGENET_MEAN, tf.float32)
     return image * (1.0 / std) - mean / std
 
 
-def check_policy(policy, min_crop_area):
+def check_policy(policy: str, min_crop_area: float) -> None:
     """ValueError unless ``policy`` and ``min_crop_area`` are valid settings."""
     if policy not in POLICIES:
         raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of {POLICIES}.")
@@ -224,7 +237,8 @@ def check_policy(policy, min_crop_area):
         raise ValueError(f"min_crop_area must lie in (0, 1]; got {min_crop_area}.")
 
 
-def train_augment(image, seed, size, policy="paper", min_crop_area=CROP_AREA_RANGE[0]):
+def train_augment(image: IntTensor, seed: IntTensor, size: int, policy: str = "paper",
+                  min_crop_area: float = CROP_AREA_RANGE[0]) -> FloatTensor:
     """The training augmentation.
 
     Args:
@@ -254,7 +268,8 @@ def train_augment(image, seed, size, policy="paper", min_crop_area=CROP_AREA_RAN
     return image
 
 
-def resize_short_side(image, short_side):
+def resize_short_side(image: IntTensor | FloatTensor,
+                      short_side: int | IntTensor) -> FloatTensor:
     """Resizes [H, W, 3] so that min(H, W) == short_side, keeping the aspect
     ratio (the long side rounded). Returns float32 in the input's range."""
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
@@ -265,7 +280,7 @@ def resize_short_side(image, short_side):
     return tf.image.resize(image, new_shape, method="bilinear", antialias=True)
 
 
-def center_crop(image, size):
+def center_crop(image: FloatTensor, size: int) -> FloatTensor:
     """Central ``size`` x ``size`` window of [H, W, C] (H, W >= size)."""
     shape = tf.shape(image)
     top = (shape[0] - size) // 2
@@ -273,12 +288,12 @@ def center_crop(image, size):
     return image[top:top + size, left:left + size, :]
 
 
-def eval_short_side(size):
+def eval_short_side(size: int) -> int:
     """int: the short side the evaluation transform resizes to."""
     return int(round(size * EVAL_RESIZE_RATIO))
 
 
-def eval_preprocess(image, size):
+def eval_preprocess(image: IntTensor, size: int) -> FloatTensor:
     """The evaluation transform.
 
     Args:
