@@ -22,6 +22,7 @@ from llp_tf.data import Source, splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models import LLPModel, build_model_from_config
+from llp_tf.training import run_record
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,
                                            RunDirectory, checkpoint_step)
@@ -29,14 +30,18 @@ from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FI
 
 
 def read_config(run_dir: str) -> TrainConfig:
-    """The `TrainConfig` saved in ``run_dir/config.json`` (ConfigError if absent)."""
-    path = os.path.join(run_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    """The `TrainConfig` the run in ``run_dir`` trains with: ``config.json`` with
+    the changes of its resumes applied (`run_record.current_config`).
+
+    Raises:
+      ConfigError: ``run_dir`` has no ``config.json``.
+    """
+    config = run_record.current_config(run_dir)
+    if config is None:
         raise ConfigError(
             f"{run_dir} is not a training run directory: it has no {CONFIG_FILE}. "
             "Give the --run_dir of a run made by tools/train.py.")
-    with open(path) as f:
-        return TrainConfig.from_json(f.read())
+    return config
 
 
 def checkpoint_paths(run_dir: str) -> list[str]:

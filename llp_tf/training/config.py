@@ -8,21 +8,19 @@ command-line flags of tools/train.py are generated from these fields
 (`tools/config_flags.py`), so every default, choice and help text is written
 here once. Library code takes the sections or fields it needs.
 
-A run saves its config as JSON (nested by section) in ``config.json``; a
-resumed run checks that the settings that shape its state (`STATE_SETTINGS`)
-have not changed. ``config.json`` files of earlier versions, flat
-``{flag name: value}`` objects, are read as well.
+A run records its config as JSON (nested by section, `TrainConfig.to_json`)
+in ``config.json``, and its changes on resume beside it (`run_record`).
+``config.json`` files of earlier versions, flat ``{flag name: value}``
+objects, are read as well.
 """
 
 import dataclasses
 import json
-import os
 import typing
 from typing import Any, Optional, Sequence, Tuple
 
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods import METHODS, PROPAGATIONS
-from llp_tf.training.run_directory import CONFIG_FILE
 
 AUGMENTATIONS = ("paper", "light")
 
@@ -163,12 +161,6 @@ class RunConfig:
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optimization": OptimizationConfig,
             "method": MethodConfig, "run": RunConfig}
 
-#: Settings (flag names) whose change would make a checkpoint's state meaningless.
-STATE_SETTINGS = ("dataset", "label_percent", "data_percent", "split_seed", "architecture",
-                  "width", "blocks_per_stage", "embedding_dim", "method", "image_size",
-                  "small_inputs")
-
-
 def flag_name(field: dataclasses.Field) -> str:
     """The flag name of a config field."""
     return field.metadata.get("flag") or field.name
@@ -298,29 +290,3 @@ class TrainConfig:
                 name: _as_field_value(section, fields[name], value)
                 for name, value in values[section].items() if name in fields})
         return cls(**sections)
-
-
-def save_config(config: TrainConfig) -> None:
-    """Writes the resolved config to ``run_dir/config.json`` (atomically)."""
-    os.makedirs(config.run_dir, exist_ok=True)
-    path = os.path.join(config.run_dir, CONFIG_FILE)
-    with open(path + ".tmp", "w") as f:
-        f.write(config.to_json())
-    os.replace(path + ".tmp", path)
-
-
-def check_resumable(config: TrainConfig) -> None:
-    """Raises ConfigError when the run directory holds a run with other state settings."""
-    path = os.path.join(config.run_dir, CONFIG_FILE)
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        saved = TrainConfig.from_json(f.read()).settings()
-    now = config.settings()
-    changed = [f"{name}: saved {saved[name]!r}, now {now[name]!r}"
-               for name in STATE_SETTINGS if saved[name] != now[name]]
-    if changed:
-        raise ConfigError(
-            f"The run directory {config.run_dir} holds a run with different settings ("
-            + "; ".join(changed) + "). Its checkpoints cannot continue with these settings: "
-            "use a new --run_dir, or rerun with the saved settings.")

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.progress import EpochProgress
 
@@ -51,7 +52,7 @@ class Controller:
       runner: its `StepRunner`.
       settings: `LoopSettings`.
       step: int64 [] `tf.Variable`, the global step (in the checkpoint).
-      manager: `tf.train.CheckpointManager` of the run's checkpoint.
+      checkpoints: `RunCheckpoints` of the run (anything with ``save(checkpoint_number)``).
       optimizer: its ``learning_rate`` is set at each epoch start.
       learning_rate: epoch -> float, read at each epoch start.
       make_iterator: (epoch, start_step) -> distributed iterator of the
@@ -67,7 +68,7 @@ class Controller:
     """
 
     def __init__(self, *, method: Method, runner: StepRunner, settings: LoopSettings,
-                 step: tf.Variable, manager: tf.train.CheckpointManager,
+                 step: tf.Variable, checkpoints: RunCheckpoints,
                  optimizer: keras.optimizers.Optimizer,
                  learning_rate: Callable[[int], float],
                  make_iterator: Callable[[int, int], Iterator],
@@ -79,7 +80,7 @@ class Controller:
         self.runner = runner
         self.settings = settings
         self.step = step
-        self.manager = manager
+        self.checkpoints = checkpoints
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.make_iterator = make_iterator
@@ -126,7 +127,7 @@ class Controller:
                    "learning_rate": learning_rate, **train_means, **evaluated}
             for action in self.eval_actions:
                 action(row, evaluated, phase)
-        self.manager.save(checkpoint_number=int(self.step.numpy()))
+        self._save(int(self.step.numpy()))
         return row
 
     def _train_loop(self, iterator, phase, start, learning_rate, progress, totals):
@@ -151,5 +152,11 @@ class Controller:
         progress.update(start + steps, means)
         if global_step % settings.checkpoint_every == 0 and start + steps < \
                 settings.steps_per_epoch:
-            self.manager.save(checkpoint_number=global_step)
+            self._save(global_step)
         return steps
+
+    def _save(self, global_step):
+        # Summaries up to the checkpoint reach the disk first: a resumed run
+        # drops those past its checkpoint, and so records every step once.
+        self.writer.flush()
+        self.checkpoints.save(checkpoint_number=global_step)

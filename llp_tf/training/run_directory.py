@@ -2,12 +2,19 @@
 
 A run lives in one directory, written by training and read by every tool:
 
-- ``config.json``: the resolved settings (`llp_tf.training.config`);
+- ``run.lock``: present while a training process holds the directory
+  (`llp_tf.training.run_lock`);
+- ``config.json``: the settings the run started with, and
+  ``config_history.jsonl``: their changes on resume (`run_record`);
 - ``split.npz``: the labelled / used split, drawn once (`llp_tf.data.splits`);
 - ``checkpoints/``: `tf.train.Checkpoint`s of all training state, numbered by
   global step, the newest ``keep`` of them kept;
 - ``metrics.jsonl``: one JSON object per evaluation;
 - ``tensorboard/``: ``train/...`` and ``eval/...`` scalars.
+
+A resumed run first drops the metrics rows and TensorBoard events recorded
+past the step it resumes from (`RunDirectory.drop_records_after`), so every
+epoch appears once however often the run was killed.
 
 The checkpoint's items are named ``model``, ``optimizer``, ``step`` and
 ``plateau`` for every method, plus what the method adds (LLP: ``bank`` and
@@ -64,17 +71,6 @@ class RunDirectory:
     def tensorboard_dir(self) -> str:
         return self.file(TENSORBOARD_DIR)
 
-    def checkpoint_manager(self, items: Mapping[str, Any], keep: int
-                           ) -> tf.train.CheckpointManager:
-        """A `tf.train.CheckpointManager` of a checkpoint of ``items``.
-
-        Args:
-          items: dict of item name -> trackable (see the module docstring).
-          keep: int, checkpoints kept.
-        """
-        return tf.train.CheckpointManager(tf.train.Checkpoint(**items), self.checkpoint_dir,
-                                          max_to_keep=keep)
-
     def latest_checkpoint(self) -> Optional[str]:
         """str or None: the newest checkpoint's path."""
         return tf.train.latest_checkpoint(self.checkpoint_dir)
@@ -84,11 +80,54 @@ class RunDirectory:
         state = tf.train.get_checkpoint_state(self.checkpoint_dir)
         return [] if state is None else list(state.all_model_checkpoint_paths)
 
+    def write_atomically(self, name: str, text: str) -> None:
+        """Writes ``text`` to ``name`` through a temporary file in the run directory,
+        so a crash leaves the old file or the new one, never half of one."""
+        os.makedirs(self.path, exist_ok=True)
+        path = self.file(name)
+        temporary = f"{path}.tmp-{os.getpid()}"
+        with open(temporary, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+
+    def append_json_line(self, name: str, row: Mapping[str, Any]) -> None:
+        """Appends ``row`` to the JSON-lines file ``name``."""
+        os.makedirs(self.path, exist_ok=True)
+        with open(self.file(name), "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def read_json_lines(self, name: str, *, drop_torn_last_line: bool = False) -> list[dict]:
+        """The rows of the JSON-lines file ``name`` in order ([] if it does not exist).
+
+        Args:
+          drop_torn_last_line: skip a last line that is not JSON (a write cut
+            off by a crash) instead of raising.
+
+        Raises:
+          DataError: a line that is not JSON (the file was damaged).
+        """
+        path = self.file(name)
+        if not os.path.isfile(path):
+            return []
+        with open(path) as f:
+            lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
+        rows = []
+        for position, (number, line) in enumerate(lines):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                if drop_torn_last_line and position == len(lines) - 1:
+                    break
+                raise DataError(
+                    f"Line {number} of {path} is not JSON ({error}); the file was "
+                    "damaged. Delete the line to read the rest.") from None
+        return rows
+
     def append_metrics(self, row: Mapping[str, Any]) -> None:
         """Appends one evaluation's dict of metrics as a JSON line."""
-        os.makedirs(self.path, exist_ok=True)
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        self.append_json_line(METRICS_FILE, row)
 
     def read_metrics(self) -> list[dict]:
         """list of dict: the metrics file's rows in order ([] if there is none).
@@ -96,20 +135,49 @@ class RunDirectory:
         Raises:
           DataError: a line that is not JSON (the file was damaged).
         """
-        if not os.path.isfile(self.metrics_path):
-            return []
-        rows = []
-        with open(self.metrics_path) as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise DataError(
-                        f"Line {number} of {self.metrics_path} is not JSON ({error}); the file "
-                        "was damaged. Delete the line to read the rest.") from None
-        return rows
+        return self.read_json_lines(METRICS_FILE)
+
+    def drop_records_after(self, step: int) -> int:
+        """Forgets what was recorded past global step ``step``, the step a run
+        resumes from: metrics rows and TensorBoard events of work whose
+        checkpoint was lost, so that the resumed run records each step once.
+        Also drops a metrics line torn by a crash. Returns the metrics rows dropped.
+        """
+        rows = self.read_json_lines(METRICS_FILE, drop_torn_last_line=True)
+        kept = [row for row in rows if int(row["step"]) <= step]
+        if os.path.isfile(self.metrics_path):
+            self.write_atomically(METRICS_FILE, "".join(json.dumps(row) + "\n"
+                                                        for row in kept))
+        for folder, _, names in os.walk(self.tensorboard_dir):
+            for name in names:
+                if name.startswith("events."):
+                    _trim_event_file(os.path.join(folder, name), step)
+        return len(rows) - len(kept)
+
+
+def _trim_event_file(path: str, step: int) -> None:
+    """Rewrites a TensorBoard event file without its summaries past ``step`` (and
+    without a last record torn by a crash); leaves it alone if nothing goes."""
+    records = []
+    try:
+        for record in tf.data.TFRecordDataset(path):
+            records.append(record.numpy())
+    except tf.errors.DataLossError:
+        pass  # a torn last record
+    kept = [r for r in records if not _is_summary_after(r, step)]
+    if len(kept) == len(records) and os.path.getsize(path) == sum(
+            len(r) + 16 for r in records):
+        return
+    temporary = path + ".trimmed"
+    with tf.io.TFRecordWriter(temporary) as writer:
+        for record in kept:
+            writer.write(record)
+    os.replace(temporary, path)
+
+
+def _is_summary_after(record: bytes, step: int) -> bool:
+    event = tf.compat.v1.Event.FromString(record)
+    return event.HasField("summary") and event.step > step
 
 
 def checkpoint_step(path: str) -> int:

@@ -29,7 +29,10 @@ from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.methods import METHODS, StepRunner
+from llp_tf.training import run_record
+from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.run_lock import RunLock
 
 _log = actions.log_line
 
@@ -103,18 +106,9 @@ def _prepare_run_directory(config, source, stream):
         splits.save_splits(RunDirectory(config.run_dir).split_path, labeled_index, used_index,
                            train_labels, source.info.name, d.label_percent, d.data_percent,
                            d.split_seed)
-    config_lib.save_config(config)
+    if run_record.started_config(config.run_dir) is None:
+        run_record.save_config(config)
     return RunSplit(labeled_index, used_index, train_labels)
-
-
-def _restore_latest(checkpoint, path):
-    try:
-        checkpoint.restore(path).assert_existing_objects_matched()
-    except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
-        raise ConfigError(
-            f"The checkpoint {path} does not fit this run's data and model (its "
-            f"examples N, embedding size D or classes C differ): {error}. Use a new "
-            "--run_dir or the settings the checkpoint was written with.") from None
 
 
 def _input_maker(config, source, strategy, method, split, steps_per_epoch):
@@ -161,10 +155,10 @@ class _RunState:
     step: tf.Variable
     plateau: schedule.PlateauTracker
     method: object
-    manager: tf.train.CheckpointManager
+    checkpoints: RunCheckpoints
 
 
-def _build_state(config, strategy, num_classes, split):
+def _build_state(config, strategy, num_classes, split, stream):
     # Seeds weight initialisation, so a run is reproducible from its settings.
     keras.utils.set_random_seed(config.run.seed)
     optimization = config.optimization
@@ -178,32 +172,34 @@ def _build_state(config, strategy, num_classes, split):
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
     method = METHODS[config.method.name].from_config(config, strategy, model, optimizer,
                                                      num_classes, split)
-    manager = RunDirectory(config.run_dir).checkpoint_manager(
+    checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
-             **method.checkpoint_items()), config.run.keep_checkpoints)
-    return _RunState(model, optimizer, step, plateau, method, manager)
+             **method.checkpoint_items()), RunDirectory(config.run_dir),
+        config.run.keep_checkpoints, stream)
+    return _RunState(model, optimizer, step, plateau, method, checkpoints)
 
 
 def _start(state, steps_per_epoch, stream):
-    """Resumes from the latest checkpoint, or lets the method initialise a new run."""
-    restored = state.manager.latest_checkpoint
+    """Resumes from the newest readable checkpoint, or lets the method initialise
+    a new run; returns whether it resumed."""
+    restored = state.checkpoints.restore_latest()
     if restored:
-        _restore_latest(state.manager.checkpoint, restored)
         _log(stream, f"Resumed from {restored} (step {int(state.step.numpy())}).")
-        return
+        return True
     started = state.method.initialise(steps_per_epoch)
     if started:
         state.step.assign(started[0])
         _log(stream, started[1])
+    return False
 
 
 def _controller(config, source, strategy, state, split, steps_per_epoch, stream):
     run_directory = RunDirectory(config.run_dir)
     optimization, run, method = config.optimization, config.run, state.method
     writer = tf.summary.create_file_writer(run_directory.tensorboard_dir)
-    manager = state.manager
+    checkpoints = state.checkpoints
     return Controller(
-        method=method, runner=StepRunner(method), step=state.step, manager=manager,
+        method=method, runner=StepRunner(method), step=state.step, checkpoints=checkpoints,
         optimizer=state.optimizer, writer=writer, stream=stream,
         settings=LoopSettings(optimization.epochs, steps_per_epoch,
                               optimization.global_batch_size, run.steps_per_loop,
@@ -213,23 +209,63 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream)
             optimization.lr_drop_factor, int(state.plateau.drops.numpy())),
         make_iterator=_input_maker(config, source, strategy, method, split, steps_per_epoch),
         evaluate=_evaluate_fn(config, source, strategy, state.model, method, split),
-        train_actions=[actions.NanGuard(config.run_dir, lambda: manager.latest_checkpoint)],
+        train_actions=[actions.NanGuard(config.run_dir, lambda: checkpoints.latest)],
         eval_actions=[actions.EvaluationLog(run_directory, writer, stream),
                       actions.PlateauRule(state.plateau, method.tracks_plateau,
                                           optimization.lr_drop_factor, stream)])
 
 
+def _nothing_to_do(config, step, steps_per_epoch):
+    """The message of a rerun that asks for no more epochs than the run has trained."""
+    done, asked = step // steps_per_epoch, config.optimization.epochs
+    metrics = RunDirectory(config.run_dir).metrics_path
+    if done == asked:
+        return (f"The run in {config.run_dir} has trained all its {done} epochs (step {step}); "
+                f"nothing to do. Its metrics are in {metrics}; raise --epochs to train further.")
+    return (f"The run in {config.run_dir} has trained {done} epochs (step {step}), more than "
+            f"the {asked} asked (--epochs={asked}); nothing was trained or changed. Its "
+            f"metrics are in {metrics}; give --epochs above {done} to train further.")
+
+
+def _resume_records(config, resumed, step, steps_per_epoch, stream):
+    """Drops records past the restored step and records changed settings; returns
+    False when the run has nothing to do (it has trained the epochs asked)."""
+    run_directory = RunDirectory(config.run_dir)
+    if resumed:
+        dropped = run_directory.drop_records_after(step)
+        if dropped:
+            _log(stream, f"Dropped {dropped} metrics row(s) recorded after step {step}, whose "
+                         "checkpoint was lost; they are recomputed.")
+    if step // steps_per_epoch >= config.optimization.epochs:
+        _log(stream, _nothing_to_do(config, step, steps_per_epoch))
+        return False
+    changed = run_record.record_changes(config, step)
+    if changed:
+        _log(stream, f"Settings changed since the run last trained: "
+                     f"{run_record.format_changes(changed)}; recorded at step {step} in "
+                     f"{run_directory.file(run_record.HISTORY_FILE)}.")
+    return True
+
+
 def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
                  ) -> dict[str, Any]:
     """Trains (or resumes) the run described by a `TrainConfig`; returns the final
-    metrics ({} when the run had already finished).
+    metrics ({} when the run had nothing left to train).
+
+    The run holds its directory's lock (`run_lock.RunLock`) throughout.
 
     Raises:
-      LLPError (DataError, ConfigError, TrainingDiverged) for bad input or a
-      diverged run; the message says what to do.
+      LLPError (DataError, ConfigError, RunDirectoryBusy, CheckpointDamaged,
+      CheckpointWriteFailed, TrainingDiverged) for bad input, a busy or
+      damaged run directory or a diverged run; the message says what to do.
     """
     stream = stream or sys.stdout
-    config_lib.check_resumable(config)
+    with RunLock(config.run_dir, stream):
+        return _train(config, stream)
+
+
+def _train(config, stream):
+    run_record.check_resumable(config)
     strategy = make_strategy(config.run.cpu_replicas)
     batch = config.optimization.global_batch_size
     if batch % strategy.num_replicas_in_sync:
@@ -238,9 +274,12 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
     source = data.load_source(config.data.dataset, config.data.data_dir)
     info = source.info
     split = _prepare_run_directory(config, source, stream)
-    state = _build_state(config, strategy, info.num_classes, split)
+    state = _build_state(config, strategy, info.num_classes, split, stream)
     steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
-    _start(state, steps_per_epoch, stream)
+    resumed = _start(state, steps_per_epoch, stream)
+    start = int(state.step.numpy())
+    if not _resume_records(config, resumed, start, steps_per_epoch, stream):
+        return {}
     controller = _controller(config, source, strategy, state, split, steps_per_epoch, stream)
     _log(stream, f"{info.name}: {len(split.used_index)} training examples used, "
                  f"{len(split.labeled_index)} labelled, {info.num_classes} classes; "
@@ -248,11 +287,10 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
                  f"epoch of {batch}.")
     with data.data_errors():
         final = controller.run()
+    end = int(state.step.numpy())
     if final:
         _log(stream, "\n" + format_table(final))
-    else:
-        _log(stream, f"The run in {config.run_dir} has finished its "
-                     f"{config.optimization.epochs} epochs; its metrics are in "
-                     f"{RunDirectory(config.run_dir).metrics_path}. Raise --epochs to train "
-                     "further.")
+    _log(stream, f"Trained steps {start}-{end} (epochs {start // steps_per_epoch + 1}-"
+                 f"{end // steps_per_epoch}); the run in {config.run_dir} has trained "
+                 f"{end // steps_per_epoch} of {config.optimization.epochs} epochs.")
     return final

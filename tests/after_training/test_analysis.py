@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from llp_tf.after_training import (analysis, analysis_figures, analysis_report, mds,
                                    trained_run)
-from llp_tf.training import config
+from llp_tf.training import config, run_record
 from llp_tf.data import load_source, splits
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.evaluation import Evaluator
@@ -199,7 +199,7 @@ def test_choose_classes_is_seeded_and_refuses_too_many():
 
 
 def test_analyze_run_refuses_a_supervised_run(tmp_path):
-    config.save_config(config.TrainConfig.from_settings(run_dir=str(tmp_path),
+    run_record.save_config(config.TrainConfig.from_settings(run_dir=str(tmp_path),
                                                       method="supervised"))
     with pytest.raises(ConfigError, match="supervised run, which keeps no memory bank"):
         analysis.analyze_run(str(tmp_path))

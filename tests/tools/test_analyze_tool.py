@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from llp_tf.training import config
+from llp_tf.training import config, run_record
 from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
 
 ANALYZE = tool_path("analyze.py")
@@ -90,7 +90,7 @@ def test_runs_it_cannot_analyse_are_clear_errors(tmp_path):
     assert code == 1 and "does not exist" in err
     code, _, err = _main(f"--run_dir={tmp_path}")
     assert code == 1 and "is not a training run directory" in err
-    config.save_config(config.TrainConfig.from_settings(run_dir=str(tmp_path / "sup"),
+    run_record.save_config(config.TrainConfig.from_settings(run_dir=str(tmp_path / "sup"),
                                                       method="supervised"))
     code, _, err = _main(f"--run_dir={tmp_path / 'sup'}")
     assert code == 1 and "supervised run, which keeps no memory bank" in err

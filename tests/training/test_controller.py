@@ -34,7 +34,7 @@ class _FakeRunner:
         return {"loss": np.arange(first + 1, first + num_steps + 1, dtype=np.float32)}
 
 
-class _FakeManager:
+class _FakeCheckpoints:
     def __init__(self):
         self.saved = []
 
@@ -47,7 +47,7 @@ def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, **actions):
     optimizer = type("Optimizer", (), {"learning_rate": tf.Variable(0.0)})()
     evaluations = []
     controller = Controller(
-        method=_FakeMethod(), runner=_FakeRunner(step), step=step, manager=_FakeManager(),
+        method=_FakeMethod(), runner=_FakeRunner(step), step=step, checkpoints=_FakeCheckpoints(),
         optimizer=optimizer,
         settings=LoopSettings(epochs=epochs, steps_per_epoch=steps_per_epoch,
                               global_batch_size=8, steps_per_loop=2, checkpoint_every=3,
@@ -70,7 +70,7 @@ def test_loops_checkpoints_and_evaluations(tmp_path):
         (5, 1, "main"), (6, 2, "main"), (8, 1, "main"), (9, 1, "main"),
         (10, 2, "main"), (12, 2, "main"), (14, 1, "main")]
     # Mid-epoch checkpoints at multiples of 3 (not at an epoch's last step), and every epoch end.
-    assert controller.manager.saved == [3, 5, 6, 9, 10, 12, 15]
+    assert controller.checkpoints.saved == [3, 5, 6, 9, 10, 12, 15]
     # Evaluated every 2 epochs and after the last.
     assert evaluations == [10, 15]
     assert [phase for _, phase in rows] == ["main", "main"]

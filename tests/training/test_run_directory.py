@@ -1,5 +1,7 @@
 """The run directory: its files, the metrics file, the checkpoint manager."""
 
+import os
+
 import pytest
 import tensorflow as tf
 
@@ -32,7 +34,8 @@ def test_metrics_are_appended_and_read_in_order(tmp_path):
 def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):
     run = RunDirectory(tmp_path / "run")
     value = tf.Variable(1.0)
-    manager = run.checkpoint_manager({"value": value}, keep=2)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(value=value),
+                                         run.checkpoint_dir, max_to_keep=2)
     assert run.latest_checkpoint() is None and run.checkpoint_paths() == []
     for step in (3, 6, 9):
         value.assign(float(step))
@@ -42,3 +45,37 @@ def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):
     restored = tf.Variable(0.0)
     tf.train.Checkpoint(value=restored).restore(run.checkpoint_paths()[0])
     assert float(restored.numpy()) == 6.0
+
+
+def _event_steps(folder):
+    """(tag, step) of every summary in the event files under ``folder``, file by file."""
+    found = []
+    for name in sorted(os.listdir(folder)):
+        for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            found += [(value.tag, event.step) for value in event.summary.value]
+    return found
+
+
+def test_records_past_the_resumed_step_are_dropped(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    for step in (5, 10, 15):
+        run.append_metrics({"epoch": step // 5, "step": step})
+    with open(run.metrics_path, "a") as f:
+        f.write('{"epoch": 4, "st')  # torn by a kill
+    first = tf.summary.create_file_writer(run.tensorboard_dir)
+    with first.as_default():
+        for step in range(1, 16):
+            tf.summary.scalar("train/loss", float(step), step=step)
+    first.close()
+
+    assert run.drop_records_after(10) == 1
+    assert run.read_metrics() == [{"epoch": 1, "step": 5}, {"epoch": 2, "step": 10}]
+    second = tf.summary.create_file_writer(run.tensorboard_dir)  # the resumed run's file
+    with second.as_default():
+        for step in range(11, 16):
+            tf.summary.scalar("train/loss", float(step), step=step)
+    second.close()
+    assert _event_steps(run.tensorboard_dir) == [("train/loss", s) for s in range(1, 16)]
+    assert run.drop_records_after(15) == 0  # nothing past: nothing changes
+    assert len(run.read_metrics()) == 2

@@ -1,3 +1,4 @@
+import io
 import json
 import os
 
@@ -5,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.training import actions, run_directory, training_run
+from llp_tf.training import actions, run_directory, run_record, training_run
 from llp_tf.training.methods import StepRunner
 from llp_tf.errors import ConfigError
 from tests.runs import tiny_config as _config
@@ -139,3 +140,39 @@ def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
     config = _config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True, epochs=2)
     final = training_run.run_training(config, stream=open(os.devnull, "w"))
     assert final["step"] == 10 and np.isfinite(final["train_loss"])
+
+
+def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoint(
+        tmp_path, stripes):
+    config = _config(tmp_path, stripes, epochs=2)
+    run = run_directory.RunDirectory(config.run_dir)
+    training_run.run_training(config, stream=open(os.devnull, "w"))
+    started = open(run.config_path).read()
+
+    log = io.StringIO()
+    assert training_run.run_training(config.replace(epochs=1, k=5), stream=log) == {}
+    assert ("has trained 2 epochs (step 10), more than the 1 asked (--epochs=1); nothing "
+            "was trained or changed") in log.getvalue()
+    log = io.StringIO()
+    assert training_run.run_training(config, stream=log) == {}
+    assert "has trained all its 2 epochs (step 10); nothing to do" in log.getvalue()
+    assert open(run.config_path).read() == started
+    assert not os.path.exists(run.file(run_record.HISTORY_FILE))
+
+    newest = run.latest_checkpoint()
+    with open(newest + ".data-00000-of-00001", "r+b") as f:
+        f.truncate(100)
+    log = io.StringIO()
+    final = training_run.run_training(config.replace(epochs=3, k=5), stream=log)
+    text = log.getvalue()
+    assert f"the checkpoint {newest} cannot be read" in text
+    assert "Resumed from" in text and "ckpt-9 (step 9)" in text
+    assert "Dropped 1 metrics row(s) recorded after step 9" in text
+    assert "Settings changed since the run last trained: epochs: 2 -> 3, k: 3 -> 5; " \
+           "recorded at step 9" in text
+    assert "Trained steps 9-15 (epochs 2-3); the run in" in text
+    assert "has trained 3 of 3 epochs" in text
+    assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2, 3]
+    assert final["step"] == 15
+    assert open(run.config_path).read() == started
+    assert run_record.describe_history(config.run_dir) == ["step 9: epochs: 2 -> 3, k: 3 -> 5"]

@@ -1,0 +1,163 @@
+"""The run's checkpoints: restored with a fallback past damaged files, saved
+without losing the previous one.
+
+A checkpoint can be damaged after it was written: a full disk or a dying node
+truncates its data file, a copy loses its index. `RunCheckpoints.restore_latest`
+then warns with the damaged checkpoint's path, moves its files to
+``checkpoints/damaged/`` (kept for inspection, out of the way of the manager)
+and restores the newest checkpoint that can be read; when none can, it
+raises `CheckpointDamaged` naming the damaged files. A checkpoint that reads
+but does not fit the run (other shapes) is a `ConfigError`, as before.
+
+Writing stays TensorFlow's: a checkpoint is written into a temporary folder
+and renamed into place, and the checkpoint list and the deletion of the
+oldest kept checkpoint follow only a complete write. When a write fails (no
+space left, a file-size limit), `save` removes the partial folder and raises
+`CheckpointWriteFailed`, which names the previous checkpoint, still intact.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+from typing import Any, Mapping, Optional, TextIO
+
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError, LLPError
+from llp_tf.training.run_directory import RunDirectory
+
+DAMAGED_DIR = "damaged"
+
+# What reading a truncated, corrupted or half-missing checkpoint raises.
+_READ_ERRORS = (IndexError, tf.errors.DataLossError, tf.errors.NotFoundError,
+                tf.errors.OutOfRangeError, OSError)
+
+
+class CheckpointDamaged(LLPError):
+    """No kept checkpoint of the run can be read."""
+
+
+class CheckpointWriteFailed(LLPError):
+    """A checkpoint could not be written (the previous ones are intact)."""
+
+
+def _checkpoint_files(path: str) -> list[str]:
+    return sorted(glob.glob(path + ".index") + glob.glob(path + ".data-*"))
+
+
+class RunCheckpoints:
+    """A run's `tf.train.Checkpoint` of ``items`` and its kept checkpoints.
+
+    Args:
+      items: dict of item name -> trackable (see `run_directory`).
+      run_directory: `RunDirectory`.
+      keep: int, checkpoints kept.
+      stream: where warnings go.
+    """
+
+    def __init__(self, items: Mapping[str, Any], run_directory: RunDirectory, keep: int,
+                 stream: TextIO) -> None:
+        self.checkpoint = tf.train.Checkpoint(**items)
+        self.run_directory = run_directory
+        self.keep = int(keep)
+        self.stream = stream
+        self._manager: Optional[tf.train.CheckpointManager] = None
+
+    @property
+    def manager(self) -> tf.train.CheckpointManager:
+        """The `tf.train.CheckpointManager` (created after `restore_latest`)."""
+        if self._manager is None:
+            self._manager = tf.train.CheckpointManager(
+                self.checkpoint, self.run_directory.checkpoint_dir, max_to_keep=self.keep)
+        return self._manager
+
+    @property
+    def latest(self) -> Optional[str]:
+        """The newest kept checkpoint's path (None before the first)."""
+        return self.manager.latest_checkpoint
+
+    def restore_latest(self) -> Optional[str]:
+        """Restores the newest readable checkpoint; returns its path (None if the
+        run has none).
+
+        Raises:
+          CheckpointDamaged: checkpoints exist but none can be read.
+          ConfigError: the newest readable one does not fit the run's state.
+        """
+        damaged = []
+        for path in reversed(self.run_directory.checkpoint_paths()):
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except _READ_ERRORS as error:
+                damaged.append(path)
+                self._warn(f"warning: the checkpoint {path} cannot be read ({_first_line(error)})"
+                           "; trying the previous one.")
+                continue
+            except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
+                raise ConfigError(
+                    f"The checkpoint {path} does not fit this run's data and model (its "
+                    f"examples N, embedding size D or classes C differ): {error}. Use a new "
+                    "--run_dir or the settings the checkpoint was written with.") from None
+            self._set_aside(damaged)
+            return path
+        if damaged:
+            files = ", ".join(f for path in damaged for f in _checkpoint_files(path))
+            raise CheckpointDamaged(
+                f"No checkpoint of the run in {self.run_directory.path} can be read; damaged: "
+                f"{files}. Restore them from a copy, or delete "
+                f"{self.run_directory.checkpoint_dir} to train the run again from the start.")
+        return None
+
+    def _set_aside(self, damaged: list[str]) -> None:
+        """Moves damaged checkpoints to ``damaged/`` and drops them from the list."""
+        if not damaged:
+            return
+        directory = self.run_directory.checkpoint_dir
+        aside = os.path.join(directory, DAMAGED_DIR)
+        os.makedirs(aside, exist_ok=True)
+        for path in damaged:
+            for name in _checkpoint_files(path):
+                os.replace(name, os.path.join(aside, os.path.basename(name)))
+        self._warn(f"warning: moved the damaged checkpoint(s) to {aside}.")
+        state = tf.train.get_checkpoint_state(directory)
+        pairs = [(p, t) for p, t in zip(state.all_model_checkpoint_paths,
+                                        state.all_model_checkpoint_timestamps)
+                 if os.path.join(directory, os.path.basename(p)) not in damaged]
+        tf.compat.v1.train.update_checkpoint_state(
+            directory, pairs[-1][0], all_model_checkpoint_paths=[p for p, _ in pairs],
+            all_model_checkpoint_timestamps=[t for _, t in pairs],
+            last_preserved_timestamp=state.last_preserved_timestamp)
+
+    def save(self, checkpoint_number: int) -> str:
+        """Writes a checkpoint numbered ``checkpoint_number`` (the global step).
+
+        Raises:
+          CheckpointWriteFailed: the write failed; the previous checkpoint is kept.
+        """
+        previous = self.latest
+        try:
+            return self.manager.save(checkpoint_number=checkpoint_number)
+        except (tf.errors.OpError, OSError) as error:
+            partial = os.path.join(self.run_directory.checkpoint_dir,
+                                   f"ckpt-{checkpoint_number}_temp")
+            shutil.rmtree(partial, ignore_errors=True)
+            kept = (f"the previous checkpoint {previous} is intact" if previous
+                    else "no earlier checkpoint had been written")
+            raise CheckpointWriteFailed(
+                f"Could not write the checkpoint of step {checkpoint_number} in "
+                f"{self.run_directory.checkpoint_dir} ({_first_line(error)}); {kept}. Free "
+                "space (or fix the file system) and rerun the same command to resume.") from None
+
+    def _warn(self, message: str) -> None:
+        self.stream.write(message + "\n")
+        self.stream.flush()
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's first line without TensorFlow's op decorations."""
+    text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]", "", str(error))
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(error).__name__

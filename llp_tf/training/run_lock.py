@@ -1,0 +1,200 @@
+"""The run-directory lock: one training process per run directory.
+
+A training run takes the lock before it writes anything into its run
+directory and holds it until it ends. A second process started on the same
+directory (a second launch by mistake, a scheduler retry while the first
+still runs) fails at once with an error naming the holder, instead of
+training beside it and interleaving checkpoints and metrics.
+
+The lock is ``run.lock`` in the run directory: an advisory ``flock`` on the
+file, which the kernel releases when the holder dies however it dies, plus
+the holder's host, pid and start time written in the file, for the
+message. So:
+
+- the file held by a live process: `RunDirectoryBusy`;
+- the file left by a process that is gone (killed, crashed; its ``flock``
+  was released by the kernel) on this host: taken over, with a warning;
+- the file written by a process on another host whose ``flock`` this host
+  can take: refused, since on a file system whose locks do not reach across
+  hosts that process may still run. The message says to delete the file
+  once that process is known to be gone.
+
+Tools that only read a run (export, analysis, probe) do not take the lock.
+Under multi-worker training only the chief, the one process that writes the
+run directory, takes it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+from typing import Optional, TextIO
+
+from llp_tf.errors import LLPError
+
+LOCK_FILE = "run.lock"
+
+
+class RunDirectoryBusy(LLPError):
+    """Another process holds (or may hold) the run directory's lock."""
+
+
+def _process_is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
+
+
+def _describe(holder: dict) -> str:
+    return (f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+            f"(started {holder.get('started', '?')})")
+
+
+class RunLock:
+    """The lock of one run directory (see the module docstring).
+
+    Use as a context manager, or `acquire` and `release`.
+
+    Args:
+      run_dir: str, the run directory; created if missing.
+      stream: where the takeover warning goes (None: nowhere).
+    """
+
+    def __init__(self, run_dir: str, stream: Optional[TextIO] = None) -> None:
+        self.run_dir = str(run_dir)
+        self.path = os.path.join(self.run_dir, LOCK_FILE)
+        self.stream = stream
+        self._fd: Optional[int] = None
+        self._created_dir = False
+
+    def acquire(self) -> "RunLock":
+        """Takes the lock.
+
+        Raises:
+          RunDirectoryBusy: another live process (or one on another host)
+            holds it.
+        """
+        if not os.path.isdir(self.run_dir):
+            os.makedirs(self.run_dir)
+            self._created_dir = True
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._lock_fd(fd)
+                # The previous holder may have unlinked the file between our
+                # open and our lock: then we hold a lock on a deleted file.
+                if os.path.exists(self.path) and \
+                        os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        try:
+            self._check_previous_holder(fd)
+            self._write_holder(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def _lock_fd(self, fd: int) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return  # No flock on this file system: the holder record decides.
+            holder = _read_holder(fd)
+            who = _describe(holder) if holder else "another process"
+            raise RunDirectoryBusy(
+                f"The run directory {self.run_dir} is in use by {who}: one training "
+                "process per run directory. Wait for it to finish, stop it, or train in "
+                "another --run_dir.") from None
+
+    def _check_previous_holder(self, fd: int) -> None:
+        holder = _read_holder(fd)
+        if not holder or holder.get("pid") == os.getpid() and \
+                holder.get("host") == socket.gethostname():
+            return
+        if holder.get("host") != socket.gethostname():
+            raise RunDirectoryBusy(
+                f"The run directory {self.run_dir} is locked by {_describe(holder)}, which "
+                "this host cannot check. If that process is gone, delete "
+                f"{self.path} and rerun.")
+        pid = int(holder.get("pid", -1))
+        if not _process_is_gone(pid):
+            raise RunDirectoryBusy(
+                f"The run directory {self.run_dir} is locked by {_describe(holder)}, which "
+                "is still running although its lock is free (a file system without "
+                f"working locks?). If it is not training this run, delete {self.path}.")
+        if self.stream is not None:
+            self.stream.write(f"warning: took over the lock of {self.run_dir} from "
+                              f"{_describe(holder)}, which is no longer running.\n")
+            self.stream.flush()
+
+    def _write_holder(self, fd: int) -> None:
+        holder = {"host": socket.gethostname(), "pid": os.getpid(),
+                  "started": datetime.datetime.now().isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        os.fsync(fd)
+
+    def release(self) -> None:
+        """Releases the lock and deletes its file (and the run directory, if this
+        lock created it and nothing else was written there)."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)  # releases the flock
+        self._fd = None
+        if self._created_dir:
+            try:
+                os.rmdir(self.run_dir)
+            except OSError:  # not empty: the run wrote its files
+                pass
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict:
+    """The holder record in the lock file ({} if empty or unreadable)."""
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        holder = json.loads(text) if text.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def read_lock_holder(run_dir: str) -> dict:
+    """The holder record of a run directory's lock file ({} if there is none)."""
+    path = os.path.join(str(run_dir), LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return {}
+    try:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)

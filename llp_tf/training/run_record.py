@@ -1,0 +1,124 @@
+"""The run's record of its settings: what it started with, and each change.
+
+- ``config.json``: the settings the run was started with, written once,
+  when the run directory is set up, and never rewritten;
+- ``config_history.jsonl``: one line per resume that changed settings,
+  ``{"step": S, "time": ..., "changed": {name: [old, new], ...}}``, where
+  ``step`` is the global step the resumed run continued from.
+
+The settings a run trains with now are ``config.json`` with the history
+applied in order (`current_config`); tools that read a finished run use
+them. Settings that shape the saved state (`STATE_SETTINGS`: data, split,
+model, method) cannot change on resume: `check_resumable` refuses them.
+Where the run directory lives (``run_dir``) is not a setting of the run and
+is never compared.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Optional
+
+from llp_tf.errors import ConfigError, DataError
+from llp_tf.training.config import TrainConfig
+from llp_tf.training.run_directory import CONFIG_FILE, RunDirectory
+
+HISTORY_FILE = "config_history.jsonl"
+
+#: Settings (flag names) whose change would make a checkpoint's state meaningless.
+STATE_SETTINGS = ("dataset", "label_percent", "data_percent", "split_seed", "split_file",
+                  "label_subset", "architecture", "width", "blocks_per_stage",
+                  "embedding_dim", "method", "image_size", "small_inputs")
+
+#: Settings that are not part of how the run trains.
+NOT_COMPARED = ("run_dir",)
+
+
+def _read_json(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def started_config(run_dir: str) -> Optional[TrainConfig]:
+    """The settings the run in ``run_dir`` was started with (None if it has none)."""
+    path = os.path.join(str(run_dir), CONFIG_FILE)
+    return TrainConfig.from_json(_read_json(path)) if os.path.isfile(path) else None
+
+
+def read_history(run_dir: str) -> list[dict]:
+    """The run's settings changes, oldest first ([] if there were none).
+
+    Raises:
+      DataError: a line that is not JSON.
+    """
+    return RunDirectory(run_dir).read_json_lines(HISTORY_FILE)
+
+
+def current_config(run_dir: str) -> Optional[TrainConfig]:
+    """The settings the run trains with now: ``config.json`` with the history
+    applied (None if the run has no ``config.json``)."""
+    config = started_config(run_dir)
+    for entry in read_history(run_dir) if config is not None else []:
+        config = config.replace(**{name: new for name, (_, new) in entry["changed"].items()})
+    return config
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def changed_settings(before: TrainConfig, after: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """dict flag name -> (old, new) of the settings that differ (``run_dir`` aside)."""
+    old, new = before.settings(), after.settings()
+    return {name: (_plain(old[name]), _plain(new[name])) for name in old
+            if name not in NOT_COMPARED and old[name] != new[name]}
+
+
+def format_changes(changed: dict[str, tuple[Any, Any]]) -> str:
+    """``"k: 10 -> 5, epochs: 8 -> 12"``."""
+    return ", ".join(f"{name}: {old!r} -> {new!r}" for name, (old, new) in changed.items())
+
+
+def check_resumable(config: TrainConfig) -> None:
+    """Raises ConfigError when ``config.run_dir`` holds a run whose state
+    settings (`STATE_SETTINGS`) differ from ``config``'s."""
+    saved = current_config(config.run_dir)
+    if saved is None:
+        return
+    changed = {name: values for name, values in changed_settings(saved, config).items()
+               if name in STATE_SETTINGS}
+    if changed:
+        listed = "; ".join(f"{name}: saved {old!r}, now {new!r}"
+                           for name, (old, new) in changed.items())
+        raise ConfigError(
+            f"The run directory {config.run_dir} holds a run with different settings ("
+            f"{listed}). Its checkpoints cannot continue with these settings: use a new "
+            "--run_dir, or rerun with the saved settings.")
+
+
+def save_config(config: TrainConfig) -> None:
+    """Writes ``run_dir/config.json`` (atomically), the record of a new run's settings."""
+    RunDirectory(config.run_dir).write_atomically(CONFIG_FILE, config.to_json())
+
+
+def record_changes(config: TrainConfig, step: int) -> dict[str, tuple[Any, Any]]:
+    """Appends the settings ``config`` changes against the run's current ones to
+    the history, at global step ``step``; returns them ({} when none changed)."""
+    saved = current_config(config.run_dir)
+    if saved is None:
+        raise DataError(f"{config.run_dir} has no {CONFIG_FILE} to record changes against.")
+    changed = changed_settings(saved, config)
+    if changed:
+        RunDirectory(config.run_dir).append_json_line(HISTORY_FILE, {
+            "step": int(step), "time": datetime.datetime.now().isoformat(timespec="seconds"),
+            "changed": {name: [old, new] for name, (old, new) in changed.items()}})
+    return changed
+
+
+def describe_history(run_dir: str) -> list[str]:
+    """One line per recorded change, e.g. ``"step 40: k: 10 -> 5"``."""
+    return [f"step {entry['step']}: " + format_changes(
+        {name: tuple(values) for name, values in entry["changed"].items()})
+        for entry in read_history(run_dir)]
+

@@ -1,0 +1,175 @@
+"""Killed, relaunched and doubly launched runs, in real processes.
+
+A run of 4 epochs of 5 steps (2 of instance-recognition warm-up, then LLP),
+checkpointed at steps 3, 5, 6, 9, 10, 12, 15, 18 and 20 and evaluated at
+each epoch end, is killed with SIGKILL at four points and relaunched each
+time (`crash_driver` stops the process at the point; the test kills it
+there). It must end identical to an uninterrupted run, record each epoch
+once in ``metrics.jsonl`` and each summary step once in TensorBoard, and
+take over the lock each killed process left. A second process on a run
+directory whose lock is held fails at once and the first finishes unharmed.
+"""
+
+import io
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.training import run_training
+from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.run_lock import LOCK_FILE, RunDirectoryBusy
+from tests.runs import tiny_config
+from tests.tools.tool_main import ROOT
+
+BLOCK_TIMEOUT_SECONDS = 180
+SETTINGS = dict(warmup_epochs=2, epochs=4, eval_every=1)
+EVAL_METRICS = ("top1", "top5", "nn_top1", "pseudo_label_accuracy", "aggregation_score")
+
+
+def _checkpoint_state(run_dir):
+    """Every variable of the newest checkpoint of a run, by name."""
+    path = RunDirectory(run_dir).latest_checkpoint()
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
+            if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
+
+
+class _Driver:
+    """A `crash_driver` process, stopped by the test by its pid."""
+
+    def __init__(self, config_path, point):
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "tests.training.crash_driver", config_path, point],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        self.output = []
+
+    def wait_until_blocked(self):
+        # Raw reads: a buffered readline could hold BLOCKED back from select.
+        deadline, fd = time.monotonic() + BLOCK_TIMEOUT_SECONDS, self.process.stdout.fileno()
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 1.0)
+            chunk = os.read(fd, 65536).decode() if ready else ""
+            if ready and not chunk:
+                break
+            self.output.append(chunk)
+            if "BLOCKED" in self.text:
+                return
+        self.kill()
+        pytest.fail("the training process did not reach its stop point:\n" + self.text)
+
+    def kill(self):
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def resume_and_finish(self):
+        out, _ = self.process.communicate("continue\n", timeout=BLOCK_TIMEOUT_SECONDS)
+        self.output.append(out)
+        return self.process.returncode
+
+    @property
+    def text(self):
+        return "".join(self.output)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, stripes):
+    config = tiny_config(tmp_path_factory.mktemp("whole"), stripes, **SETTINGS)
+    run_training(config, stream=io.StringIO())
+    return config.run_dir
+
+
+def _write_config(tmp_path, stripes):
+    config = tiny_config(tmp_path, stripes, **SETTINGS)
+    path = str(tmp_path / "config-to-train.json")
+    with open(path, "w") as f:
+        f.write(config.to_json())
+    return config, path
+
+
+def _assert_same_final_state(run_dir, reference_dir):
+    want, got = _checkpoint_state(reference_dir), _checkpoint_state(run_dir)
+    assert set(want) == set(got)
+    assert any("bank/labels" in name for name in want)
+    for name in want:
+        if want[name].dtype.kind in "iub":
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
+
+
+def _summary_steps(run_dir):
+    """dict tag -> list of steps over all of a run's TensorBoard event files."""
+    steps = {}
+    for folder, _, names in os.walk(RunDirectory(run_dir).tensorboard_dir):
+        for name in sorted(names):
+            for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
+                event = tf.compat.v1.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    steps.setdefault(value.tag, []).append(event.step)
+    return steps
+
+
+def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterrupted):
+    config, config_path = _write_config(tmp_path, stripes)
+    run = RunDirectory(config.run_dir)
+    points = [("step:8", 6),             # warm-up, between checkpoints 6 and 9
+              ("before_save:10", 9),     # epoch 2 evaluated and logged, its checkpoint not
+              ("step:14", 12),           # LLP, between checkpoints 12 and 15
+              ("after_save:15", 15)]     # right after a checkpoint appears
+    killed_pid = None
+    for point, last_checkpoint in points:
+        driver = _Driver(config_path, point)
+        driver.wait_until_blocked()
+        driver.kill()
+        if killed_pid is not None:
+            assert f"took over the lock of {config.run_dir} from process {killed_pid}" in \
+                driver.text
+        killed_pid = driver.process.pid
+        assert run.latest_checkpoint().endswith(f"ckpt-{last_checkpoint}"), point
+        assert json.load(open(run.file(LOCK_FILE)))["pid"] == killed_pid
+    log = io.StringIO()
+    run_training(config, stream=log)
+    assert f"from process {killed_pid}" in log.getvalue()
+    assert not os.path.exists(run.file(LOCK_FILE))
+
+    _assert_same_final_state(config.run_dir, uninterrupted)
+    rows, reference = run.read_metrics(), RunDirectory(uninterrupted).read_metrics()
+    assert [row["epoch"] for row in rows] == [1, 2, 3, 4]
+    assert [row["step"] for row in rows] == [5, 10, 15, 20]
+    for row, want in zip(rows, reference):
+        for name in EVAL_METRICS:
+            assert row[name] == pytest.approx(want[name], abs=1e-5), (row["epoch"], name)
+    steps = _summary_steps(config.run_dir)
+    assert steps["eval/top1"] == [5, 10, 15, 20]
+    assert sorted(steps["train/loss"]) == [2, 3, 5, 6, 8, 9, 10, 12, 14, 15, 17, 18, 20]
+    assert not any(name.endswith("_temp") for name in os.listdir(run.checkpoint_dir))
+
+
+def test_a_second_process_on_a_held_run_directory_fails_and_the_first_finishes(
+        tmp_path, stripes, uninterrupted):
+    config, config_path = _write_config(tmp_path, stripes)
+    driver = _Driver(config_path, "step:8")
+    try:
+        driver.wait_until_blocked()
+        started = time.monotonic()
+        with pytest.raises(RunDirectoryBusy, match=rf"{config.run_dir} is in use by process "
+                                                   rf"{driver.process.pid} on host"):
+            run_training(config, stream=io.StringIO())
+        assert time.monotonic() - started < 30
+        assert driver.resume_and_finish() == 0, driver.text
+    finally:
+        driver.kill()
+    assert "FINISHED" in driver.text
+    assert [row["epoch"] for row in RunDirectory(config.run_dir).read_metrics()] == [1, 2, 3, 4]
+    _assert_same_final_state(config.run_dir, uninterrupted)

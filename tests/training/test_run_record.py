@@ -1,0 +1,66 @@
+"""The run's record of its settings: config.json as started, the history of changes."""
+
+import json
+
+import pytest
+
+from llp_tf.after_training import trained_run
+from llp_tf.errors import ConfigError
+from llp_tf.training import run_record
+from llp_tf.training.config import TrainConfig
+
+
+def _config(tmp_path, **changes):
+    return TrainConfig.from_settings(run_dir=str(tmp_path), **changes)
+
+
+def test_resuming_with_changed_state_settings_is_refused(tmp_path):
+    config = _config(tmp_path, label_percent=1.0)
+    run_record.save_config(config)
+    run_record.check_resumable(config.replace(epochs=500))  # harmless change
+    with pytest.raises(ConfigError, match="label_percent: saved 1.0, now 10.0"):
+        run_record.check_resumable(config.replace(label_percent=10.0))
+    with pytest.raises(ConfigError, match="method: saved 'llp', now 'supervised'"):
+        run_record.check_resumable(config.replace(method="supervised"))
+    with pytest.raises(ConfigError, match="split_file: saved None, now 'other.npz'"):
+        run_record.check_resumable(config.replace(split_file="other.npz"))
+    # Where the directory is (it was moved) is not a setting of the run.
+    run_record.check_resumable(config.replace(run_dir=str(tmp_path / "moved")))
+
+
+def test_changes_are_recorded_with_their_step_and_config_json_keeps_the_start(tmp_path):
+    started = _config(tmp_path, k=10, epochs=8, warmup_epochs=2, lr_drop_epochs=[4])
+    run_record.save_config(started)
+    assert run_record.record_changes(started, step=0) == {}
+    assert run_record.read_history(str(tmp_path)) == []
+
+    changed = started.replace(k=5, epochs=12, lr_drop_epochs=[4, 10])
+    assert run_record.record_changes(changed, step=400) == {
+        "k": (10, 5), "epochs": (8, 12), "lr_drop_epochs": ([4], [4, 10])}
+    # The same settings again (a second resume) change nothing.
+    assert run_record.record_changes(changed, step=450) == {}
+    assert run_record.record_changes(changed.replace(k=7), step=500) == {"k": (5, 7)}
+
+    history = run_record.read_history(str(tmp_path))
+    assert [(entry["step"], entry["changed"]) for entry in history] == [
+        (400, {"k": [10, 5], "epochs": [8, 12], "lr_drop_epochs": [[4], [4, 10]]}),
+        (500, {"k": [5, 7]})]
+    assert run_record.describe_history(str(tmp_path)) == [
+        "step 400: epochs: 8 -> 12, lr_drop_epochs: [4] -> [4, 10], k: 10 -> 5",
+        "step 500: k: 5 -> 7"]
+    with open(tmp_path / "config.json") as f:
+        assert json.load(f)["method"]["k"] == 10
+    assert run_record.started_config(str(tmp_path)) == started
+    current = run_record.current_config(str(tmp_path))
+    assert (current.method.k, current.optimization.epochs,
+            current.optimization.lr_drop_epochs) == (7, 12, (4, 10))
+    # Tools that read the run see the settings it trains with now.
+    assert trained_run.read_config(str(tmp_path)) == current
+
+
+def test_a_directory_without_config_has_no_record(tmp_path):
+    assert run_record.started_config(str(tmp_path)) is None
+    assert run_record.current_config(str(tmp_path)) is None
+    run_record.check_resumable(_config(tmp_path))
+    with pytest.raises(ConfigError, match="not a training run directory"):
+        trained_run.read_config(str(tmp_path))
