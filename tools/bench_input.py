@@ -18,6 +18,9 @@ import sys
 import tempfile
 import time
 
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
 from absl import app, flags  # noqa: E402
 
 from llp_tf.errors import LLPError  # noqa: E402

@@ -14,9 +14,11 @@ only the bank matmuls and top-k.
 """
 
 import os
+import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402

@@ -20,7 +20,8 @@ import os
 import sys
 import warnings
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
 

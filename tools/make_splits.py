@@ -14,10 +14,10 @@ llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the
 split file into its run directory and never re-draws it.
 """
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
 

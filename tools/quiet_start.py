@@ -27,10 +27,10 @@ import tempfile
 #: Start-up lines hidden without --verbosity: absl INFO lines (``I0000 ...``),
 #: absl's pre-initialisation banner, the CPU-feature notice's second line, and
 #: CUDA's failed probe on a machine without a GPU driver.
-NOTICE = re.compile(r"^(I\d{4} \d\d:\d\d:\d\d\.\d+ |"
+NOTICE = re.compile(r"^(I\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] |"
                     r"WARNING: All log messages before absl::InitializeLog\(\) |"
                     r"To enable the following instructions: |"
-                    r"E\d{4} .*\] failed call to cuInit: )")
+                    r"E\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] failed call to cuInit: )")
 
 
 def requested_verbosity(argv):

@@ -30,11 +30,13 @@ def new_flag_values():
 def define_verbosity(values):
     """Defines absl's --verbosity (-v) on ``values``, with absl's help and default:
     given, it sets absl's logging verbosity (1: debug); `run` hides absl INFO
-    logs without it."""
+    logs without it, and `quiet_start` TensorFlow's start-up notices."""
     flags.DEFINE_integer("verbosity", -1, "Logging verbosity level. Messages logged at this "
                          "level or lower will be included. Set to 1 for debug logging. If the "
                          "flag was not set or supplied, the value will be changed from the "
-                         "default of -1 (warning) to 0 (info) after flags are parsed.",
+                         "default of -1 (warning) to 0 (info) after flags are parsed. On the "
+                         "command line, 0 or more also shows TensorFlow's start-up notices "
+                         "(oneDNN, CUDA probing, CPU features), hidden otherwise.",
                          short_name="v", flag_values=values)
 
 

@@ -12,7 +12,8 @@ in --run_dir from its latest checkpoint, with the split saved there.
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
 

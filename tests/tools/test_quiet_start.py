@@ -1,0 +1,88 @@
+"""The tools' quiet start: TensorFlow's start-up notices hidden, real warnings kept."""
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.tools.tool_main import ROOT, load_tool, tool_path
+
+quiet_start = load_tool("quiet_start.py")
+
+# Lines TensorFlow 2.21 printed on this machine at import and at the GPU probe.
+NOTICES = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+    "I0000 00:00:1795396076.140563     372 port.cc:153] oneDNN custom operations are on. "
+    "You may see slightly different numerical results.\n",
+    "I0000 00:00:1795396076.141020     372 cudart_stub.cc:31] Could not find cuda drivers on "
+    "your machine, GPU will not be used.\n",
+    "I0000 00:00:1795396096.427044     456 cpu_feature_guard.cc:227] This TensorFlow binary "
+    "is optimized to use available CPU instructions in performance-critical operations.\n",
+    "To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild "
+    "TensorFlow with the appropriate compiler flags.\n",
+    "E0000 00:00:1795396348.055809    5392 cuda_platform.cc:52] failed call to cuInit: "
+    "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n",
+]
+KEPT = [
+    "W0000 00:00:1795396431.459906    5778 op_kernel.cc:1858] OP_REQUIRES failed at "
+    "save_restore_v2_ops.cc:233 : DATA_LOSS: Checksum does not match\n",
+    "E0000 00:00:1795396431.459960    5778 cuda_driver.cc:1] CUDA_ERROR_OUT_OF_MEMORY\n",
+    "Traceback (most recent call last):\n",
+    "UserWarning: something a user should see\n",
+]
+
+
+def test_notices_go_and_warnings_errors_and_other_text_stay():
+    assert quiet_start.without_notices("".join(NOTICES)) == ""
+    mixed = [line for pair in zip(NOTICES, KEPT + KEPT[:2]) for line in pair]
+    assert quiet_start.without_notices("".join(mixed)) == "".join(KEPT + KEPT[:2])
+
+
+@pytest.mark.parametrize("argv, level", [
+    ([], -1), (["--verbosity=0"], 0), (["--verbosity", "1"], 1), (["-v", "2"], 2),
+    (["-v=0"], 0), (["--epochs=3", "--v=1"], 1), (["--verbosity=x"], -1),
+    (["--verbosity=1", "--verbosity=-1"], -1), (["--", "--verbosity=1"], -1),
+    (["--verbose=1"], -1),
+])
+def test_verbosity_is_read_from_the_command_line_as_absl_would(argv, level):
+    assert quiet_start.requested_verbosity(["tool", *argv]) == level
+
+
+def _stderr_of_help(*args):
+    result = subprocess.run([sys.executable, tool_path("make_splits.py"), "--help", *args],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+def test_a_tool_starts_quietly_unless_verbosity_asks():
+    assert _stderr_of_help() == ""
+    verbose = _stderr_of_help("--verbosity=0")
+    # The lines are really printed, and hidden only by the quiet start.
+    assert "oneDNN custom operations" in verbose or "cuda" in verbose.lower(), verbose
+
+
+def _top_level_order(source):
+    """('call' or an imported module's top name) of a module's top-level statements."""
+    order = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            order += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            order.append((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Expr) and "quiet_start.import_tensorflow" in ast.unparse(node):
+            order.append("call")
+    return order
+
+
+def test_every_tool_starts_quietly_before_anything_imports_tensorflow():
+    tools = [name for name in sorted(os.listdir(os.path.join(ROOT, "tools")))
+             if name.endswith(".py") and "__main__" in open(tool_path(name)).read()]
+    assert len(tools) >= 11
+    heavy = {"llp_tf", "tensorflow", "keras", "numpy", "config_flags"}
+    for name in tools:
+        order = _top_level_order(open(tool_path(name)).read())
+        assert "call" in order, name
+        assert not heavy & set(order[:order.index("call")]), name
