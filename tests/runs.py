@@ -50,3 +50,27 @@ def tiny_config(tmp_path, dataset, **changes):
                     keep_checkpoints=10)
     settings.update(changes)
     return TrainConfig.from_settings(**settings)
+
+
+def checkpoint_state(run_dir):
+    """Every variable of the newest checkpoint of a run, by checkpoint key."""
+    from llp_tf.training.run_directory import RunDirectory
+    path = RunDirectory(run_dir).latest_checkpoint()
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
+            if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
+
+
+def assert_same_state(run_dir, reference_dir):
+    """The newest checkpoints of two runs hold the same variables and values:
+    integers (labels, steps) exactly, floats to 1e-4 relative (op order)."""
+    want, got = checkpoint_state(reference_dir), checkpoint_state(run_dir)
+    assert set(want) == set(got)
+    assert any("bank/labels" in name for name in want)
+    for name in want:
+        if want[name].dtype.kind in "iub":
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
+

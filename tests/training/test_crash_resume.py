@@ -19,27 +19,18 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.run_lock import LOCK_FILE, RunDirectoryBusy
-from tests.runs import tiny_config
+from tests.runs import assert_same_state, tiny_config
 from tests.tools.tool_main import ROOT
 
 BLOCK_TIMEOUT_SECONDS = 180
 SETTINGS = dict(warmup_epochs=2, epochs=4, eval_every=1)
 EVAL_METRICS = ("top1", "top5", "nn_top1", "pseudo_label_accuracy", "aggregation_score")
-
-
-def _checkpoint_state(run_dir):
-    """Every variable of the newest checkpoint of a run, by name."""
-    path = RunDirectory(run_dir).latest_checkpoint()
-    reader = tf.train.load_checkpoint(path)
-    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
-            if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
 
 
 class _Driver:
@@ -96,18 +87,6 @@ def _write_config(tmp_path, stripes):
     return config, path
 
 
-def _assert_same_final_state(run_dir, reference_dir):
-    want, got = _checkpoint_state(reference_dir), _checkpoint_state(run_dir)
-    assert set(want) == set(got)
-    assert any("bank/labels" in name for name in want)
-    for name in want:
-        if want[name].dtype.kind in "iub":
-            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-        else:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
-                                       err_msg=name)
-
-
 def _summary_steps(run_dir):
     """dict tag -> list of steps over all of a run's TensorBoard event files."""
     steps = {}
@@ -143,7 +122,7 @@ def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, unin
     assert f"from process {killed_pid}" in log.getvalue()
     assert not os.path.exists(run.file(LOCK_FILE))
 
-    _assert_same_final_state(config.run_dir, uninterrupted)
+    assert_same_state(config.run_dir, uninterrupted)
     rows, reference = run.read_metrics(), RunDirectory(uninterrupted).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2, 3, 4]
     assert [row["step"] for row in rows] == [5, 10, 15, 20]
@@ -172,4 +151,4 @@ def test_a_second_process_on_a_held_run_directory_fails_and_the_first_finishes(
         driver.kill()
     assert "FINISHED" in driver.text
     assert [row["epoch"] for row in RunDirectory(config.run_dir).read_metrics()] == [1, 2, 3, 4]
-    _assert_same_final_state(config.run_dir, uninterrupted)
+    assert_same_state(config.run_dir, uninterrupted)
