@@ -111,15 +111,15 @@ def parse_run_tool(values, argv, usage, what, stdout, stderr):
 
 
 def exit_code_of(body, stderr, prefix="error: "):
-    """Runs ``body()``: 0, or 1 after one ``error:`` line (``prefix`` and the
-    message) for an `LLPError`."""
+    """Runs ``body()``: its exit code if it returns an int, else 0; or 1 after one
+    ``error:`` line (``prefix`` and the message) for an `LLPError`."""
     from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
     try:
-        body()
+        result = body()
     except LLPError as error:
         stderr.write(f"{prefix}{error}\n")
         return 1
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 def check_run_dir(run_dir, what, stderr):

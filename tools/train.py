@@ -6,7 +6,10 @@
 
 `--regime=NAME` reads flags/NAME.flags (the paper's runs and `demo`); flags
 given after it override the file. Rerunning the same command resumes the run
-in --run_dir from its latest checkpoint, with the split saved there.
+in --run_dir from its latest checkpoint, with the split saved there. SIGTERM
+(a scheduler's preemption) stops the run after its current loop of steps with
+a checkpoint, exit code 143. Several workers: tools/launch_local.py, or
+TF_CONFIG / --cluster=slurm (README, "Multi-worker training").
 """
 
 import os
@@ -20,6 +23,9 @@ from absl import flags  # noqa: E402
 import config_flags  # noqa: E402 -- tools/ is on the path of a script run from it
 import tool_cli  # noqa: E402
 
+#: The exit code after SIGTERM stopped the run with a checkpoint (128 + SIGTERM),
+#: as a scheduler expects of a job it asked to stop.
+STOPPED_EXIT_CODE = 143
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 
 
@@ -72,7 +78,13 @@ def train(values, stdout):
     # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
     # configured before TensorFlow touches a device.
     from llp_tf.training import run_training  # noqa: PLC0415
-    run_training(config, stdout)
+    from llp_tf.training.preemption import TrainingStopped  # noqa: PLC0415
+    try:
+        run_training(config, stdout)
+    except TrainingStopped as stopped:
+        stdout.write(f"{stopped}\n")
+        return STOPPED_EXIT_CODE
+    return 0
 
 
 def main(argv, stdout=None, stderr=None):

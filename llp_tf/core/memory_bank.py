@@ -67,6 +67,11 @@ def _gather_global_batch(tensors):
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return tensors
+    # all_gather sends each tensor to its own device; under
+    # MultiWorkerMirroredStrategy a tensor can come without one (an op placed
+    # by the runtime), which all_gather refuses: a copy made here has this
+    # replica's device.
+    tensors = tf.nest.map_structure(tf.identity, tensors)
     return context.all_gather(tensors, axis=0)
 
 

@@ -14,6 +14,11 @@ and renamed into place, and the checkpoint list and the deletion of the
 oldest kept checkpoint follow only a complete write. When a write fails (no
 space left, a file-size limit), `save` removes the partial folder and raises
 `CheckpointWriteFailed`, which names the previous checkpoint, still intact.
+
+Under multi-worker training every worker must take part in each save, but
+only the chief writes the run's checkpoints: the others restore from the
+run directory (which they must be able to read) and save into a scratch
+folder of their own, emptied after each save.
 """
 
 from __future__ import annotations
@@ -56,14 +61,17 @@ class RunCheckpoints:
       run_directory: `RunDirectory`.
       keep: int, checkpoints kept.
       stream: where warnings go.
+      scratch_dir: a non-chief worker's folder for its saves (deleted after
+        each); None for the chief (or the one process), which writes the run's.
     """
 
     def __init__(self, items: Mapping[str, Any], run_directory: RunDirectory, keep: int,
-                 stream: TextIO) -> None:
+                 stream: TextIO, scratch_dir: Optional[str] = None) -> None:
         self.checkpoint = tf.train.Checkpoint(**items)
         self.run_directory = run_directory
         self.keep = int(keep)
         self.stream = stream
+        self.scratch_dir = scratch_dir
         self._manager: Optional[tf.train.CheckpointManager] = None
 
     @property
@@ -71,12 +79,15 @@ class RunCheckpoints:
         """The `tf.train.CheckpointManager` (created after `restore_latest`)."""
         if self._manager is None:
             self._manager = tf.train.CheckpointManager(
-                self.checkpoint, self.run_directory.checkpoint_dir, max_to_keep=self.keep)
+                self.checkpoint, self.scratch_dir or self.run_directory.checkpoint_dir,
+                max_to_keep=1 if self.scratch_dir else self.keep)
         return self._manager
 
     @property
     def latest(self) -> Optional[str]:
-        """The newest kept checkpoint's path (None before the first)."""
+        """The run's newest kept checkpoint's path (None before the first)."""
+        if self.scratch_dir:
+            return self.run_directory.latest_checkpoint()
         return self.manager.latest_checkpoint
 
     def restore_latest(self) -> Optional[str]:
@@ -112,8 +123,9 @@ class RunCheckpoints:
         return None
 
     def _set_aside(self, damaged: list[str]) -> None:
-        """Moves damaged checkpoints to ``damaged/`` and drops them from the list."""
-        if not damaged:
+        """Moves damaged checkpoints to ``damaged/`` and drops them from the list
+        (the chief's work: a non-chief worker only reads the run directory)."""
+        if not damaged or self.scratch_dir:
             return
         directory = self.run_directory.checkpoint_dir
         aside = os.path.join(directory, DAMAGED_DIR)
@@ -139,9 +151,16 @@ class RunCheckpoints:
         """
         previous = self.latest
         try:
-            return self.manager.save(checkpoint_number=checkpoint_number)
+            path = self.manager.save(checkpoint_number=checkpoint_number)
+            if self.scratch_dir:
+                for name in os.listdir(self.scratch_dir):
+                    shutil.rmtree(os.path.join(self.scratch_dir, name), ignore_errors=True)
+                    if os.path.isfile(os.path.join(self.scratch_dir, name)):
+                        os.remove(os.path.join(self.scratch_dir, name))
+                self._manager = None
+            return path
         except (tf.errors.OpError, OSError) as error:
-            partial = os.path.join(self.run_directory.checkpoint_dir,
+            partial = os.path.join(self.scratch_dir or self.run_directory.checkpoint_dir,
                                    f"ckpt-{checkpoint_number}_temp")
             shutil.rmtree(partial, ignore_errors=True)
             kept = (f"the previous checkpoint {previous} is intact" if previous

@@ -156,6 +156,14 @@ class RunConfig:
     eval_every: int = setting(1, "Evaluate every this many epochs (and after the last).")
     cpu_replicas: int = setting(0, "Split the CPU into this many logical devices and mirror "
                                 "over them (multi-replica training without GPUs).")
+    cluster: str = setting("auto", "Several processes (workers) train together with "
+                           "MultiWorkerMirroredStrategy: auto = when the TF_CONFIG environment "
+                           "variable describes a cluster; slurm = the SLURM job's tasks "
+                           "(SlurmClusterResolver); none = one process. The global batch is split "
+                           "over all replicas of all workers; only the chief writes --run_dir "
+                           "(see tools/launch_local.py).", choices=("auto", "none", "slurm"))
+    cluster_timeout: int = setting(300, "Seconds to wait for all workers to join the cluster "
+                                   "before a worker stops with an error naming the silent ones.")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optimization": OptimizationConfig,
@@ -210,6 +218,9 @@ def _checks(c):
         (run.keep_checkpoints > 0, "keep_checkpoints must be positive"),
         (run.eval_every > 0, "eval_every must be positive"),
         (run.cpu_replicas >= 0, "cpu_replicas cannot be negative"),
+        (run.cluster in ("auto", "none", "slurm"),
+         f"cluster must be auto, none or slurm, not {run.cluster!r}"),
+        (run.cluster_timeout > 0, "cluster_timeout must be positive"),
         (method.cache_labeled_limit >= 0, "cache_labeled_limit cannot be negative"),
         (model.width > 0, "width must be positive"),
         (0 <= model.batch_norm_momentum < 1, "batch_norm_momentum must lie in [0, 1)"),

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.methods.base import Method, StepRunner
+from llp_tf.training.preemption import TrainingStopped
 from llp_tf.training.progress import EpochProgress
 
 
@@ -64,6 +65,8 @@ class Controller:
       eval_actions: callables (row, evaluated, phase) run after each
         evaluation; ``row`` is the metrics-file line, ``evaluated`` its
         evaluation part.
+      stop_requested: () -> bool, asked after each loop (by every worker at
+        once): True saves a checkpoint and raises `TrainingStopped`.
       stream: where progress is written.
     """
 
@@ -75,6 +78,7 @@ class Controller:
                  evaluate: Callable[[], dict[str, float]], writer: tf.summary.SummaryWriter,
                  train_actions: Sequence[Callable[[int, int, dict], None]] = (),
                  eval_actions: Sequence[Callable[[dict, dict, str], None]] = (),
+                 stop_requested: Callable[[], bool] = lambda: False,
                  stream: Optional[TextIO] = None) -> None:
         self.method = method
         self.runner = runner
@@ -88,6 +92,7 @@ class Controller:
         self.writer = writer
         self.train_actions = list(train_actions)
         self.eval_actions = list(eval_actions)
+        self.stop_requested = stop_requested
         self.stream = stream or sys.stdout
 
     def run(self) -> dict[str, Any]:
@@ -127,7 +132,9 @@ class Controller:
                    "learning_rate": learning_rate, **train_means, **evaluated}
             for action in self.eval_actions:
                 action(row, evaluated, phase)
-        self._save(int(self.step.numpy()))
+        saved = self._save(int(self.step.numpy()))
+        if epoch_done < settings.epochs and self.stop_requested():
+            raise TrainingStopped(int(self.step.numpy()), saved)
         return row
 
     def _train_loop(self, iterator, phase, start, learning_rate, progress, totals):
@@ -150,13 +157,15 @@ class Controller:
                 tf.summary.scalar(f"train/{name}", value)
             tf.summary.scalar("train/learning_rate", learning_rate)
         progress.update(start + steps, means)
-        if global_step % settings.checkpoint_every == 0 and start + steps < \
-                settings.steps_per_epoch:
-            self._save(global_step)
+        if start + steps < settings.steps_per_epoch:  # epoch ends: see _epoch
+            if global_step % settings.checkpoint_every == 0:
+                self._save(global_step)
+            elif self.stop_requested():
+                raise TrainingStopped(global_step, self._save(global_step))
         return steps
 
     def _save(self, global_step):
         # Summaries up to the checkpoint reach the disk first: a resumed run
         # drops those past its checkpoint, and so records every step once.
         self.writer.flush()
-        self.checkpoints.save(checkpoint_number=global_step)
+        return self.checkpoints.save(checkpoint_number=global_step)

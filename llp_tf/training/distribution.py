@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
+from llp_tf.training import cluster as cluster_lib
 
 _MIRRORED = {}
 
@@ -25,14 +26,23 @@ def mirrored_strategy(devices: Optional[Sequence[str]] = None
     return _MIRRORED[key]
 
 
-def make_strategy(cpu_replicas: int = 0) -> tf.distribute.Strategy:
+def make_strategy(cpu_replicas: int = 0, cluster: str = "none",
+                  cluster_timeout: float = 300.0) -> tf.distribute.Strategy:
     """The distribution strategy of a run.
 
+    A cluster (``cluster``: see `llp_tf.training.cluster`) trains with
+    `MultiWorkerMirroredStrategy` over every worker's devices. Otherwise
     ``cpu_replicas >= 2`` splits the CPU into that many logical devices and
     mirrors over them (to try multi-replica training without GPUs); otherwise
     all GPUs are mirrored when there are several, and the default strategy
     (one device) is used when there is one or none.
     """
+    resolver = cluster_lib.cluster_resolver(cluster)
+    if resolver is not None:
+        if cpu_replicas >= 2:
+            raise ConfigError("cpu_replicas splits one process's CPU; a cluster's workers "
+                              "mirror their own devices: give one of them, not both.")
+        return cluster_lib.multi_worker_strategy(resolver, cluster_timeout)
     if cpu_replicas >= 2:
         cpu = tf.config.list_physical_devices("CPU")[0]
         try:

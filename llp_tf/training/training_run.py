@@ -12,6 +12,7 @@ augmentation are stateless functions of (seed, epoch, example).
 import dataclasses
 import os
 import sys
+import tempfile
 from typing import Any, Mapping, Optional, TextIO
 
 import keras
@@ -29,7 +30,9 @@ from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.methods import METHODS, StepRunner
+from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import run_record
+from llp_tf.training.preemption import PreemptionWatch
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.run_lock import RunLock
@@ -92,8 +95,10 @@ def _check_one_batch(num_used, global_batch_size):
             "(--data_percent, or a larger dataset).")
 
 
-def _prepare_run_directory(config, source, stream):
-    """Resolves the split and writes ``split.npz`` (if new) and ``config.json``.
+def _prepare_run_directory(config, source, stream, chief):
+    """Resolves the split and, on the chief, writes ``split.npz`` (if new) and
+    ``config.json`` (if new). Every worker resolves the same split: it is
+    drawn deterministically, or read once the chief has written it.
 
     Everything that can refuse the run is checked before anything is written.
     """
@@ -102,11 +107,11 @@ def _prepare_run_directory(config, source, stream):
     labeled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
                                                           train_labels, stream)
     _check_one_batch(len(used_index), config.optimization.global_batch_size)
-    if new_split:
+    if new_split and chief:
         splits.save_splits(RunDirectory(config.run_dir).split_path, labeled_index, used_index,
                            train_labels, source.info.name, d.label_percent, d.data_percent,
                            d.split_seed)
-    if run_record.started_config(config.run_dir) is None:
+    if chief and run_record.started_config(config.run_dir) is None:
         run_record.save_config(config)
     return RunSplit(labeled_index, used_index, train_labels)
 
@@ -158,7 +163,7 @@ class _RunState:
     checkpoints: RunCheckpoints
 
 
-def _build_state(config, strategy, num_classes, split, stream):
+def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     # Seeds weight initialisation, so a run is reproducible from its settings.
     keras.utils.set_random_seed(config.run.seed)
     optimization = config.optimization
@@ -175,7 +180,8 @@ def _build_state(config, strategy, num_classes, split, stream):
     checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
              **method.checkpoint_items()), RunDirectory(config.run_dir),
-        config.run.keep_checkpoints, stream)
+        config.run.keep_checkpoints, stream,
+        scratch_dir=scratch_dir)
     return _RunState(model, optimizer, step, plateau, method, checkpoints)
 
 
@@ -193,10 +199,13 @@ def _start(state, steps_per_epoch, stream):
     return False
 
 
-def _controller(config, source, strategy, state, split, steps_per_epoch, stream):
+def _controller(config, source, strategy, state, split, steps_per_epoch, stream, chief,
+                stop_requested):
     run_directory = RunDirectory(config.run_dir)
     optimization, run, method = config.optimization, config.run, state.method
-    writer = tf.summary.create_file_writer(run_directory.tensorboard_dir)
+    writer = (tf.summary.create_file_writer(run_directory.tensorboard_dir) if chief
+              else tf.summary.create_noop_writer())
+    logs = [actions.EvaluationLog(run_directory, writer, stream)] if chief else []
     checkpoints = state.checkpoints
     return Controller(
         method=method, runner=StepRunner(method), step=state.step, checkpoints=checkpoints,
@@ -210,9 +219,9 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream)
         make_iterator=_input_maker(config, source, strategy, method, split, steps_per_epoch),
         evaluate=_evaluate_fn(config, source, strategy, state.model, method, split),
         train_actions=[actions.NanGuard(config.run_dir, lambda: checkpoints.latest)],
-        eval_actions=[actions.EvaluationLog(run_directory, writer, stream),
-                      actions.PlateauRule(state.plateau, method.tracks_plateau,
-                                          optimization.lr_drop_factor, stream)])
+        eval_actions=logs + [actions.PlateauRule(state.plateau, method.tracks_plateau,
+                                                 optimization.lr_drop_factor, stream)],
+        stop_requested=stop_requested)
 
 
 def _nothing_to_do(config, step, steps_per_epoch):
@@ -227,11 +236,12 @@ def _nothing_to_do(config, step, steps_per_epoch):
             f"metrics are in {metrics}; give --epochs above {done} to train further.")
 
 
-def _resume_records(config, resumed, step, steps_per_epoch, stream):
-    """Drops records past the restored step and records changed settings; returns
-    False when the run has nothing to do (it has trained the epochs asked)."""
+def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
+    """On the chief, drops records past the restored step and records changed
+    settings; returns False when the run has nothing to do (it has trained the
+    epochs asked)."""
     run_directory = RunDirectory(config.run_dir)
-    if resumed:
+    if resumed and chief:
         dropped = run_directory.drop_records_after(step)
         if dropped:
             _log(stream, f"Dropped {dropped} metrics row(s) recorded after step {step}, whose "
@@ -239,7 +249,7 @@ def _resume_records(config, resumed, step, steps_per_epoch, stream):
     if step // steps_per_epoch >= config.optimization.epochs:
         _log(stream, _nothing_to_do(config, step, steps_per_epoch))
         return False
-    changed = run_record.record_changes(config, step)
+    changed = run_record.record_changes(config, step) if chief else {}
     if changed:
         _log(stream, f"Settings changed since the run last trained: "
                      f"{run_record.format_changes(changed)}; recorded at step {step} in "
@@ -252,41 +262,51 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
     """Trains (or resumes) the run described by a `TrainConfig`; returns the final
     metrics ({} when the run had nothing left to train).
 
-    The run holds its directory's lock (`run_lock.RunLock`) throughout.
+    In a cluster (`cluster`), every worker calls this; the chief alone takes
+    the run directory's lock (`run_lock.RunLock`) and writes the directory.
 
     Raises:
       LLPError (DataError, ConfigError, RunDirectoryBusy, CheckpointDamaged,
       CheckpointWriteFailed, TrainingDiverged) for bad input, a busy or
       damaged run directory or a diverged run; the message says what to do.
+      TrainingStopped: SIGTERM stopped the run after a checkpoint.
     """
     stream = stream or sys.stdout
+    run = config.run
+    strategy = make_strategy(run.cpu_replicas, run.cluster, run.cluster_timeout)
+    worker = cluster_lib.describe_worker(strategy)
+    if not cluster_lib.is_chief(strategy):
+        _log(stream, f"This is {worker}: it trains, the chief writes {config.run_dir}.")
+        # Every worker takes part in each save; this one saves here, then deletes.
+        with tempfile.TemporaryDirectory(prefix="llp-worker-checkpoints-") as scratch:
+            return _train(config, strategy, stream, scratch, bool(worker))
     with RunLock(config.run_dir, stream):
-        return _train(config, stream)
+        return _train(config, strategy, stream, None, bool(worker))
 
 
-def _train(config, stream):
+def _train(config, strategy, stream, scratch_dir, multi_worker):
+    chief = scratch_dir is None
     run_record.check_resumable(config)
-    strategy = make_strategy(config.run.cpu_replicas)
     batch = config.optimization.global_batch_size
     if batch % strategy.num_replicas_in_sync:
         raise ConfigError(f"The global batch size {batch} does not split evenly over "
                           f"{strategy.num_replicas_in_sync} replicas.")
     source = data.load_source(config.data.dataset, config.data.data_dir)
     info = source.info
-    split = _prepare_run_directory(config, source, stream)
-    state = _build_state(config, strategy, info.num_classes, split, stream)
+    split = _prepare_run_directory(config, source, stream, chief)
+    state = _build_state(config, strategy, info.num_classes, split, stream, scratch_dir)
     steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
     resumed = _start(state, steps_per_epoch, stream)
     start = int(state.step.numpy())
-    if not _resume_records(config, resumed, start, steps_per_epoch, stream):
+    if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
         return {}
-    controller = _controller(config, source, strategy, state, split, steps_per_epoch, stream)
     _log(stream, f"{info.name}: {len(split.used_index)} training examples used, "
                  f"{len(split.labeled_index)} labelled, {info.num_classes} classes; "
                  f"{strategy.num_replicas_in_sync} replica(s); {steps_per_epoch} steps per "
                  f"epoch of {batch}.")
-    with data.data_errors():
-        final = controller.run()
+    with data.data_errors(), PreemptionWatch(strategy, multi_worker) as watch:
+        final = _controller(config, source, strategy, state, split, steps_per_epoch, stream,
+                            chief, watch.stop_requested).run()
     end = int(state.step.numpy())
     if final:
         _log(stream, "\n" + format_table(final))

@@ -129,7 +129,10 @@ class Method(abc.ABC):
         """One optimizer step on the model's trainable variables."""
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
-        self.optimizer.apply_gradients(zip(gradients, variables))
+        # Variables the loss does not reach (the category head in the warm-up)
+        # have no gradient; MultiWorkerMirroredStrategy's all-reduce cannot take None.
+        self.optimizer.apply_gradients([(gradient, variable) for gradient, variable
+                                        in zip(gradients, variables) if gradient is not None])
 
 
 class StepRunner:

@@ -1,0 +1,144 @@
+"""Training over several processes (workers): `MultiWorkerMirroredStrategy`.
+
+A run is multi-worker when its cluster is described by ``TF_CONFIG`` (the
+environment variable TensorFlow's cluster resolvers read; ``cluster="auto"``
+uses it when it is set) or by SLURM (``cluster="slurm"``,
+`tf.distribute.cluster_resolver.SlurmClusterResolver`). Every worker then
+mirrors its devices, and the global batch is split over all replicas of all
+workers: the same global batches, the same bank protocol (all-gather the
+global batch, identical scatter everywhere) as one process with as many
+replicas.
+
+Collectives run over NCCL when the workers have GPUs and over gRPC rings on
+CPU. Forming the cluster blocks until every worker has joined, and
+TensorFlow neither times out nor answers SIGTERM meanwhile; a watchdog
+process therefore stops a worker whose cluster has not formed within
+``timeout_seconds``, with a message naming the peers that do not answer.
+
+The chief (the ``chief`` task, or worker 0 in a cluster without one) alone
+writes the run directory; see `is_chief`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+
+CLUSTERS = ("auto", "none", "slurm")
+
+# Run in its own process: waits for its stdin to close (the cluster formed,
+# or the worker died); on timeout names the peers that do not answer, then
+# kills the worker, whose Python cannot run while TensorFlow waits.
+_WATCHDOG = r"""
+import os, select, signal, socket, sys
+pid, timeout, me, peers = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
+if select.select([sys.stdin], [], [], timeout)[0]:
+    sys.exit(0)
+silent = []
+for peer in peers:
+    host, _, port = peer.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        silent.append(peer)
+sys.stderr.write(
+    f"error: the cluster did not form within {timeout:g} s ({me}); "
+    + (f"no answer from {', '.join(silent)}. " if silent else "")
+    + "Start every worker with the same cluster, check that they reach each other's "
+    "addresses, or give them longer with --cluster_timeout.\n")
+sys.stderr.flush()
+os.kill(pid, signal.SIGKILL)
+"""
+
+
+def _tf_config_resolver() -> Optional[tf.distribute.cluster_resolver.ClusterResolver]:
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return None
+    try:
+        spec = json.loads(text)
+        cluster, task = spec["cluster"], spec["task"]
+        addresses = [a for job in cluster.values() for a in job]
+        if not addresses or task["type"] not in cluster or \
+                not 0 <= int(task["index"]) < len(cluster[task["type"]]):
+            raise ValueError("its task is not one of its cluster's")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(
+            f"TF_CONFIG is not a valid cluster description ({error}): give JSON like "
+            '{"cluster": {"worker": ["host0:port", "host1:port"]}, "task": {"type": '
+            '"worker", "index": 0}}, the same cluster on every worker.') from None
+    return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+
+
+def cluster_resolver(cluster: str) -> Optional[tf.distribute.cluster_resolver.ClusterResolver]:
+    """The resolver of a run's ``--cluster`` setting; None for one process.
+
+    Raises:
+      ConfigError: an unknown setting, or a malformed ``TF_CONFIG``.
+    """
+    if cluster not in CLUSTERS:
+        raise ConfigError(f"cluster must be one of {CLUSTERS}, not {cluster!r}.")
+    if cluster == "slurm":
+        return tf.distribute.cluster_resolver.SlurmClusterResolver()
+    return _tf_config_resolver() if cluster == "auto" else None
+
+
+def _addresses(resolver) -> tuple[str, list[str]]:
+    """(this task's description, the other tasks' addresses)."""
+    spec = resolver.cluster_spec().as_dict()
+    me = (resolver.task_type, int(resolver.task_id))
+    others = [address for job, tasks in spec.items()
+              for index, address in (tasks.items() if isinstance(tasks, dict)
+                                     else enumerate(tasks)) if (job, index) != me]
+    return f"task {me[0]} {me[1]}", others
+
+
+def multi_worker_strategy(resolver: tf.distribute.cluster_resolver.ClusterResolver,
+                          timeout_seconds: float) -> tf.distribute.Strategy:
+    """A `MultiWorkerMirroredStrategy` over ``resolver``'s cluster, formed within
+    ``timeout_seconds`` or the process is stopped with a message (see the module
+    docstring). Call it before any other TensorFlow work of the process."""
+    gpus = tf.config.list_physical_devices("GPU")
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if gpus else implementation.RING)
+    me, others = _addresses(resolver)
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout_seconds), me, *others],
+        stdin=subprocess.PIPE)
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options)
+    finally:
+        watchdog.stdin.close()
+        watchdog.wait()
+    return strategy
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run directory: always for one process; the
+    ``chief`` task, or worker 0 where there is none, for a cluster."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    if resolver.task_type == "chief":
+        return True
+    return (resolver.task_type == "worker" and int(resolver.task_id) == 0
+            and "chief" not in resolver.cluster_spec().as_dict())
+
+
+def describe_worker(strategy: tf.distribute.Strategy) -> str:
+    """e.g. ``"worker 1 of 2"`` for a cluster, ``""`` for one process."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec:
+        return ""
+    total = sum(len(tasks) for tasks in spec.values())
+    return f"{resolver.task_type} {resolver.task_id} of {total}"

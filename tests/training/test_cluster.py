@@ -1,0 +1,66 @@
+"""The cluster's description: TF_CONFIG checked, the chief found, a cluster that
+does not form stopped with a message."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+from llp_tf.training import cluster
+from tests.tools.tool_main import ROOT
+
+
+@pytest.mark.parametrize("text", [
+    "not json", '{"cluster": {"worker": ["a:1"]}}', '{"task": {"type": "worker", "index": 0}}',
+    '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}',
+    '{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}',
+    '{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}',
+])
+def test_a_malformed_tf_config_is_one_clear_error(monkeypatch, text):
+    monkeypatch.setenv("TF_CONFIG", text)
+    with pytest.raises(ConfigError, match="TF_CONFIG is not a valid cluster description"):
+        cluster.cluster_resolver("auto")
+
+
+def test_auto_without_tf_config_and_none_are_one_process(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert cluster.cluster_resolver("auto") is None
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1"]}, "task": '
+                                    '{"type": "worker", "index": 0}}')
+    assert cluster.cluster_resolver("none") is None
+    assert cluster.is_chief(tf.distribute.get_strategy())
+    assert cluster.describe_worker(tf.distribute.get_strategy()) == ""
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+FORM = """
+import sys
+from llp_tf.training import cluster
+cluster.multi_worker_strategy(cluster.cluster_resolver("auto"), float(sys.argv[1]))
+print("formed")
+"""
+
+
+def test_a_cluster_whose_peer_never_comes_stops_within_the_timeout(tmp_path):
+    silent = f"127.0.0.1:{_free_port()}"
+    tf_config = {"cluster": {"worker": [f"127.0.0.1:{_free_port()}", silent]},
+                 "task": {"type": "worker", "index": 0}}
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", FORM, "3"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120,
+                            env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
+    assert result.returncode == -9 and "formed" not in result.stdout
+    assert (f"error: the cluster did not form within 3 s (task worker 0); no answer from "
+            f"{silent}.") in result.stderr
+    assert time.monotonic() - started < 60

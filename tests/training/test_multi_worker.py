@@ -1,0 +1,113 @@
+"""Two worker processes (MultiWorkerMirroredStrategy over loopback, one CPU each),
+started by tools/launch_local.py, against one process with two CPU replicas."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from llp_tf.training import run_training
+from llp_tf.training.run_directory import RunDirectory
+from tests.runs import checkpoint_state, tiny_config
+from tests.tools.tool_main import ROOT, tool_path
+
+LAUNCH_TIMEOUT_SECONDS = 240
+SETTINGS = dict(warmup_epochs=1, epochs=2, eval_every=1)
+RUN_FILES = {"config.json", "split.npz", "checkpoints", "metrics.jsonl", "tensorboard"}
+
+
+def _flags(config):
+    """Command-line flags of tools/train.py that give ``config``."""
+    args = []
+    for name, value in config.settings().items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            args.append(f"--{'' if value else 'no'}{name}")
+        elif isinstance(value, tuple):
+            args.append(f"--{name}={','.join(str(v) for v in value)}")
+        else:
+            args.append(f"--{name}={value}")
+    return args
+
+
+def _launch(config, **popen):
+    command = [sys.executable, tool_path("launch_local.py"), "--workers=2",
+               f"--timeout_seconds={LAUNCH_TIMEOUT_SECONDS}", "--", tool_path("train.py"),
+               *_flags(config)]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **popen)
+
+
+@pytest.fixture(scope="module")
+def one_process_two_replicas(tmp_path_factory, stripes):
+    config = tiny_config(tmp_path_factory.mktemp("one"), stripes, cpu_replicas=2, **SETTINGS)
+    run_training(config, stream=io.StringIO())
+    return config.run_dir
+
+
+def _assert_close_states(run_dir, reference_dir):
+    """Same variables; integers equal, floats within the drift of summing the
+    replicas' gradients in another order over ten steps."""
+    want, got = checkpoint_state(reference_dir), checkpoint_state(run_dir)
+    assert set(got) == set(want)
+    for name in want:
+        if want[name].dtype.kind in "iub":
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-3,
+                                       err_msg=name)
+
+
+def test_two_workers_train_as_one_process_with_two_replicas(
+        tmp_path, stripes, one_process_two_replicas):
+    config = tiny_config(tmp_path, stripes, cluster="auto", **SETTINGS)
+    launcher = _launch(config)
+    out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert launcher.returncode == 0, out
+    assert "[worker 1] This is worker 1 of 2: it trains, the chief writes" in out
+    _assert_close_states(config.run_dir, one_process_two_replicas)
+    rows = RunDirectory(config.run_dir).read_metrics()
+    assert [row["epoch"] for row in rows] == [1, 2]
+    reference = RunDirectory(one_process_two_replicas).read_metrics()
+    assert rows[-1]["top1"] == pytest.approx(reference[-1]["top1"], abs=0.03)
+    # The chief alone wrote the run directory; the other worker left nothing.
+    assert set(os.listdir(config.run_dir)) == RUN_FILES
+
+
+def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_resumes(
+        tmp_path, stripes, one_process_two_replicas):
+    config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
+                         checkpoint_every=100, **SETTINGS)
+    run = RunDirectory(config.run_dir)
+    launcher = _launch(config, start_new_session=True)
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
+        while not os.path.exists(run.metrics_path) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first epoch's evaluation: the second epoch runs
+        children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        assert len(children) == 2
+        os.kill(int(children[1]), signal.SIGTERM)  # one worker only
+        out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode == 143, out
+    assert "[worker 0] Stopped by SIGTERM at step" in out
+    assert "[worker 1] Stopped by SIGTERM at step" in out
+    stopped = int(out.split("[worker 0] Stopped by SIGTERM at step ")[1].split(",")[0])
+    assert 5 <= stopped < 10
+
+    relaunch = _launch(config)
+    out, _ = relaunch.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert relaunch.returncode == 0, out
+    assert f"Resumed from {run.checkpoint_dir}/ckpt-{stopped}" in out
+    _assert_close_states(config.run_dir, one_process_two_replicas)
+    assert [row["epoch"] for row in run.read_metrics()] == [1, 2]
