@@ -110,8 +110,12 @@ def parse_run_tool(values, argv, usage, what, stdout, stderr):
     return None if check_run_dir(values.run_dir, what, stderr) else 1
 
 
+class ExitCode(int):
+    """What a tool's body returns to end with an exit code other than 0."""
+
+
 def exit_code_of(body, stderr, prefix="error: "):
-    """Runs ``body()``: its exit code if it returns an int, else 0; or 1 after one
+    """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one
     ``error:`` line (``prefix`` and the message) for an `LLPError`."""
     from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
     try:
@@ -119,7 +123,7 @@ def exit_code_of(body, stderr, prefix="error: "):
     except LLPError as error:
         stderr.write(f"{prefix}{error}\n")
         return 1
-    return result if isinstance(result, int) else 0
+    return int(result) if isinstance(result, ExitCode) else 0
 
 
 def check_run_dir(run_dir, what, stderr):

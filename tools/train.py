@@ -83,8 +83,8 @@ def train(values, stdout):
         run_training(config, stdout)
     except TrainingStopped as stopped:
         stdout.write(f"{stopped}\n")
-        return STOPPED_EXIT_CODE
-    return 0
+        return tool_cli.ExitCode(STOPPED_EXIT_CODE)
+    return None
 
 
 def main(argv, stdout=None, stderr=None):

@@ -31,7 +31,7 @@ def test_run_writes_its_files_and_final_metrics(tmp_path, stripes):
     assert len(_metrics(config.run_dir)) == 3
 
 
-def test_resume_mid_epoch_reaches_the_uninterruptedcheckpoint_state(tmp_path, stripes, monkeypatch):
+def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, monkeypatch):
     whole = _config(tmp_path / "whole", stripes)
     training_run.run_training(whole, stream=open(os.devnull, "w"))
 
