@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.training.checkpoints import RunCheckpoints
+from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.preemption import TrainingStopped
 from llp_tf.training.progress import EpochProgress
@@ -53,6 +54,7 @@ class Controller:
       runner: its `StepRunner`.
       settings: `LoopSettings`.
       step: int64 [] `tf.Variable`, the global step (in the checkpoint).
+      totals: `EpochTotals` of the training metrics (in the checkpoint).
       checkpoints: `RunCheckpoints` of the run (anything with ``save(checkpoint_number)``).
       optimizer: its ``learning_rate`` is set at each epoch start.
       learning_rate: epoch -> float, read at each epoch start.
@@ -71,7 +73,7 @@ class Controller:
     """
 
     def __init__(self, *, method: Method, runner: StepRunner, settings: LoopSettings,
-                 step: tf.Variable, checkpoints: RunCheckpoints,
+                 step: tf.Variable, totals: EpochTotals, checkpoints: RunCheckpoints,
                  optimizer: keras.optimizers.Optimizer,
                  learning_rate: Callable[[int], float],
                  make_iterator: Callable[[int, int], Iterator],
@@ -84,6 +86,7 @@ class Controller:
         self.runner = runner
         self.settings = settings
         self.step = step
+        self.totals = totals
         self.checkpoints = checkpoints
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -118,15 +121,14 @@ class Controller:
         progress = EpochProgress(f"epoch {epoch + 1}/{settings.epochs} ({phase})",
                                  settings.steps_per_epoch, settings.global_batch_size, start,
                                  self.stream)
-        totals = {}
+        if start == 0:
+            self.totals.reset()
         while start < settings.steps_per_epoch:
-            steps = self._train_loop(iterator, phase, start, learning_rate, progress, totals)
-            start += steps
+            start += self._train_loop(iterator, phase, start, learning_rate, progress)
         epoch_done = epoch + 1
         row = None
         if epoch_done % settings.eval_every == 0 or epoch_done == settings.epochs:
-            train_means = {f"train_{name}": total / count for name, (total, count)
-                           in totals.items()}
+            train_means = self.totals.means(self.method.metric_names(phase))
             evaluated = self.evaluate()
             row = {"epoch": epoch_done, "step": int(self.step.numpy()), "phase": phase,
                    "learning_rate": learning_rate, **train_means, **evaluated}
@@ -137,7 +139,7 @@ class Controller:
             raise TrainingStopped(int(self.step.numpy()), saved)
         return row
 
-    def _train_loop(self, iterator, phase, start, learning_rate, progress, totals):
+    def _train_loop(self, iterator, phase, start, learning_rate, progress):
         """Runs one loop of steps; returns how many."""
         settings = self.settings
         global_step = int(self.step.numpy())
@@ -149,9 +151,7 @@ class Controller:
         self.step.assign_add(steps)
         global_step += steps
         means = {name: float(np.mean(values)) for name, values in metrics.items()}
-        for name, value in means.items():
-            total, count = totals.get(name, (0.0, 0))
-            totals[name] = (total + value * steps, count + steps)
+        self.totals.add(metrics)
         with self.writer.as_default(step=global_step):
             for name, value in means.items():
                 tf.summary.scalar(f"train/{name}", value)

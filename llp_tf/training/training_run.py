@@ -29,6 +29,7 @@ from llp_tf.models import build_model_from_config
 from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
+from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods import METHODS, StepRunner
 from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import run_record
@@ -161,6 +162,7 @@ class _RunState:
     plateau: schedule.PlateauTracker
     method: object
     checkpoints: RunCheckpoints
+    totals: EpochTotals
 
 
 def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
@@ -177,12 +179,15 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
     method = METHODS[config.method.name].from_config(config, strategy, model, optimizer,
                                                      num_classes, split)
+    with strategy.scope():
+        totals = EpochTotals(name for phase in method.phases
+                             for name in method.metric_names(phase))
     checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
              **method.checkpoint_items()), RunDirectory(config.run_dir),
-        config.run.keep_checkpoints, stream,
-        scratch_dir=scratch_dir)
-    return _RunState(model, optimizer, step, plateau, method, checkpoints)
+        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir,
+        optional_items=dict(epoch_totals=totals))
+    return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 
 def _start(state, steps_per_epoch, stream):
@@ -208,7 +213,8 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
     logs = [actions.EvaluationLog(run_directory, writer, stream)] if chief else []
     checkpoints = state.checkpoints
     return Controller(
-        method=method, runner=StepRunner(method), step=state.step, checkpoints=checkpoints,
+        method=method, runner=StepRunner(method), step=state.step, totals=state.totals,
+        checkpoints=checkpoints,
         optimizer=state.optimizer, writer=writer, stream=stream,
         settings=LoopSettings(optimization.epochs, steps_per_epoch,
                               optimization.global_batch_size, run.steps_per_loop,

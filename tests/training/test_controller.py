@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from llp_tf.training.actions import NanGuard, TrainingDiverged
 from llp_tf.training.controller import Controller, LoopSettings
+from llp_tf.training.epoch_totals import EpochTotals
 
 
 class _FakeMethod:
@@ -19,6 +20,9 @@ class _FakeMethod:
 
     def before_epoch(self, epoch, phase):
         self.prepared.append((epoch, phase))
+
+    def metric_names(self, phase):
+        return ("loss",)
 
 
 class _FakeRunner:
@@ -42,12 +46,13 @@ class _FakeCheckpoints:
         self.saved.append(checkpoint_number)
 
 
-def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, **actions):
+def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, totals=None, **actions):
     step = tf.Variable(start_step, dtype=tf.int64)
     optimizer = type("Optimizer", (), {"learning_rate": tf.Variable(0.0)})()
     evaluations = []
     controller = Controller(
-        method=_FakeMethod(), runner=_FakeRunner(step), step=step, checkpoints=_FakeCheckpoints(),
+        method=_FakeMethod(), runner=_FakeRunner(step), step=step,
+        totals=totals or EpochTotals(["loss"]), checkpoints=_FakeCheckpoints(),
         optimizer=optimizer,
         settings=LoopSettings(epochs=epochs, steps_per_epoch=steps_per_epoch,
                               global_batch_size=8, steps_per_loop=2, checkpoint_every=3,
@@ -83,10 +88,17 @@ def test_loops_checkpoints_and_evaluations(tmp_path):
 
 
 def test_resumes_inside_an_epoch_and_stops_at_the_end(tmp_path):
-    controller, evaluations = _controller(tmp_path, start_step=7)
+    # Resumed at step 7 with the running sums of steps 6 and 7 (losses 6 and 7),
+    # as the checkpoint of step 7 holds them: the epoch reports all its steps.
+    totals = EpochTotals(["loss"])
+    totals.add({"loss": np.array([6.0, 7.0], np.float32)})
+    controller, evaluations = _controller(tmp_path, start_step=7, totals=totals)
+    rows = []
+    controller.eval_actions.append(lambda row, evaluated, phase: rows.append(row))
     controller.run()
     assert controller.runner.calls[0] == (7, 2, "main")
     assert evaluations == [10, 15]
+    assert rows[0]["train_loss"] == pytest.approx(np.mean(np.arange(6, 11)))
     finished, evaluations = _controller(tmp_path, start_step=15)
     assert finished.run() == {} and finished.runner.calls == [] and evaluations == []
 

@@ -52,15 +52,16 @@ def one_process_two_replicas(tmp_path_factory, stripes):
 
 
 def _assert_close_states(run_dir, reference_dir):
-    """Same variables; integers equal, floats within the drift of summing the
-    replicas' gradients in another order over ten steps."""
+    """Same variables; integers equal, floats equal up to rounding (measured:
+    bit-equal here, where a two-replica sum has one order; longer runs with
+    more replicas drift by float rounding, as any all-reduce order does)."""
     want, got = checkpoint_state(reference_dir), checkpoint_state(run_dir)
     assert set(got) == set(want)
     for name in want:
         if want[name].dtype.kind in "iub":
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         else:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-3,
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
                                        err_msg=name)
 
 
