@@ -64,3 +64,15 @@ def test_a_cluster_whose_peer_never_comes_stops_within_the_timeout(tmp_path):
     assert (f"error: the cluster did not form within 3 s (task worker 0); no answer from "
             f"{silent}.") in result.stderr
     assert time.monotonic() - started < 60
+
+
+def test_a_global_batch_that_does_not_divide_over_the_replicas_is_refused(
+        tmp_path, stripes, two_replica_strategy):
+    # Two replicas (two workers of one device each count the same): 33 does not divide.
+    from llp_tf.training import run_training
+    from tests.runs import tiny_config
+    config = tiny_config(tmp_path, stripes, cpu_replicas=2, global_batch_size=33)
+    with pytest.raises(ConfigError, match="global batch size 33 does not split evenly over 2 "
+                                          "replicas"):
+        run_training(config, stream=open(os.devnull, "w"))
+    assert not os.path.exists(config.run_dir)
