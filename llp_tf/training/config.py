@@ -20,6 +20,7 @@ import typing
 from typing import Any, Optional, Sequence, Tuple
 
 from llp_tf.errors import ConfigError
+from llp_tf.training.cluster import CLUSTERS
 from llp_tf.training.methods import METHODS, PROPAGATIONS
 
 AUGMENTATIONS = ("paper", "light")
@@ -161,13 +162,14 @@ class RunConfig:
                            "variable describes a cluster; slurm = the SLURM job's tasks "
                            "(SlurmClusterResolver); none = one process. The global batch is split "
                            "over all replicas of all workers; only the chief writes --run_dir "
-                           "(see tools/launch_local.py).", choices=("auto", "none", "slurm"))
+                           "(see tools/launch_local.py).", choices=CLUSTERS)
     cluster_timeout: int = setting(300, "Seconds to wait for all workers to join the cluster "
                                    "before a worker stops with an error naming the silent ones.")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optimization": OptimizationConfig,
             "method": MethodConfig, "run": RunConfig}
+
 
 def flag_name(field: dataclasses.Field) -> str:
     """The flag name of a config field."""
@@ -218,8 +220,7 @@ def _checks(c):
         (run.keep_checkpoints > 0, "keep_checkpoints must be positive"),
         (run.eval_every > 0, "eval_every must be positive"),
         (run.cpu_replicas >= 0, "cpu_replicas cannot be negative"),
-        (run.cluster in ("auto", "none", "slurm"),
-         f"cluster must be auto, none or slurm, not {run.cluster!r}"),
+        (run.cluster in CLUSTERS, f"cluster must be one of {CLUSTERS}, not {run.cluster!r}"),
         (run.cluster_timeout > 0, "cluster_timeout must be positive"),
         (method.cache_labeled_limit >= 0, "cache_labeled_limit cannot be negative"),
         (model.width > 0, "width must be positive"),

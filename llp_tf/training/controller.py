@@ -6,8 +6,12 @@ learning rate; it runs the method's steps in loops of ``steps_per_loop``,
 checkpoints every ``checkpoint_every`` steps and at each epoch end, writes
 training summaries and progress, and evaluates every ``eval_every`` epochs.
 After each loop and each evaluation it runs its actions (`actions.py`: the
-NaN guard, the metrics file, the plateau rule). Nothing in it depends on
-the method, so multi-worker writes and preemption belong here.
+NaN guard, the metrics file, the plateau rule). After each loop it asks
+whether to stop (`preemption.PreemptionWatch`: SIGTERM on any worker), and
+then saves a checkpoint and raises `TrainingStopped`. Every worker of a
+cluster runs the same loop; what only the chief writes is decided by the
+checkpoints, writer and actions it is given (`training_run`). Nothing in it
+depends on the method.
 """
 
 import dataclasses

@@ -18,8 +18,10 @@ epoch appears once however often the run was killed.
 
 The checkpoint's items are named ``model``, ``optimizer``, ``step`` and
 ``plateau`` for every method, plus what the method adds (LLP: ``bank`` and
-``density_epoch``). Those names are the checkpoint format: a run written by
-an earlier version resumes and exports as long as they stay.
+``density_epoch``), plus ``epoch_totals``, the running sums of the epoch's
+training metrics, which a checkpoint written before them may lack. Those
+names are the checkpoint format: a run written by an earlier version resumes
+and exports as long as they stay.
 """
 
 import json
