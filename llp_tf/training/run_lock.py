@@ -26,6 +26,7 @@ run directory, takes it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import fcntl
@@ -153,17 +154,13 @@ class RunLock:
         lock created it and nothing else was written there)."""
         if self._fd is None:
             return
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
         os.close(self._fd)  # releases the flock
         self._fd = None
         if self._created_dir:
-            try:
+            with contextlib.suppress(OSError):  # not empty: the run wrote its files
                 os.rmdir(self.run_dir)
-            except OSError:  # not empty: the run wrote its files
-                pass
 
     @property
     def held(self) -> bool:
