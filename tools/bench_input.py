@@ -7,8 +7,12 @@ Measures the training and evaluation pipelines of llp_tf.data.pipeline on
   - a generated set of --num_generated 224x224 JPEGs in TFRecord shards of
     the authors' format, at 224 (decode, random resized crop, colour jitter,
     ...), like ImageNet,
-each for about --seconds after a warm-up, on all CPU cores. Temporary data
-goes to a fresh temporary folder that is removed at the end.
+each for about --seconds after a warm-up, on all CPU cores; and the random
+crop's decoding on one core, fused (`llp_tf.data.crop_decode`, only the
+window of a JPEG decoded) against the full decode followed by the crop, on
+--num_crop_decode generated JPEGs of ImageNet-like sizes (~400x350), as a
+ratio measured in the same run. Temporary data goes to a fresh temporary
+folder that is removed at the end.
 """
 
 import json
@@ -30,6 +34,8 @@ flags.DEFINE_float("seconds", 8.0, "Time measured per pipeline, after warm-up.")
 flags.DEFINE_integer("batch_size", 128, "Global batch size (one replica).")
 flags.DEFINE_integer("small_size", 32, "Output image side for the embedded set.")
 flags.DEFINE_integer("num_generated", 512, "Images in the generated 224x224 JPEG set.")
+flags.DEFINE_integer("num_crop_decode", 64, "Generated ~400x350 JPEGs for the crop-decode "
+                     "figure.")
 flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.")
 
 
@@ -81,6 +87,56 @@ def _measure(make_dataset, seconds, warmup_batches=3):
     return images / elapsed if elapsed else float("nan")
 
 
+def _imagenet_like_jpegs(count):
+    """``count`` JPEG bytes (quality 90) of smooth noisy images, sides 330-450 px."""
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    rng = np.random.default_rng(1)
+    jpegs = []
+    for index in range(count):
+        height, width = (int(v) for v in rng.integers(330, 451, 2))
+        coarse = tf.constant(rng.integers(0, 256, (height // 8, width // 8, 3)), tf.float32)
+        image = (tf.image.resize(coarse, [height, width], method="bicubic")
+                 + tf.random.stateless_normal([height, width, 3], [index, 1], stddev=12.0))
+        jpegs.append(tf.io.encode_jpeg(tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8),
+                                       quality=90).numpy())
+    return jpegs
+
+
+def _crop_decode_rates(jpegs, seconds, rounds=4):
+    """(fused, full) images/s on one core of decoding an image's random crop
+    window (`augment.crop_window`), rounds of the two interleaved."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from llp_tf.data import augment, crop_decode, decode  # noqa: PLC0415
+
+    def window_fn(index):
+        return lambda shape: augment.crop_window(shape, tf.stack([index, 0]))
+
+    loads = {
+        "fused": lambda e, i: crop_decode.decode_window(e, window_fn(i)),
+        "full": lambda e, i: crop_decode.crop_image(decode.decode_image(e), window_fn(i)),
+    }
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1
+    options.threading.max_intra_op_parallelism = 1
+    counts, times = dict.fromkeys(loads, 0), dict.fromkeys(loads, 0.0)
+    base = tf.data.Dataset.from_tensor_slices((jpegs, tf.range(len(jpegs))))
+    for _ in range(rounds):
+        for name, load in loads.items():
+            dataset = base.repeat().map(lambda e, i, f=load: f(e, i)[0, 0, 0]).with_options(
+                options)
+            iterator = iter(dataset)
+            next(iterator)  # warm-up: tracing and the first image
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds / (2 * rounds):
+                next(iterator)
+                counts[name] += 1
+            times[name] += time.perf_counter() - start
+    return counts["fused"] / times["fused"], counts["full"] / times["full"]
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -110,6 +166,14 @@ def main(argv):
                                 FLAGS.seconds / 2)
             results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
                             "images_per_second": round(evaluate, 1)})
+        jpegs = _imagenet_like_jpegs(FLAGS.num_crop_decode)
+        fused, full = _crop_decode_rates(jpegs, FLAGS.seconds)
+        mean_kib = sum(len(j) for j in jpegs) / len(jpegs) / 1024
+        for name, rate in (("crop-decode full", full), ("crop-decode fused", fused)):
+            results.append({"set": f"jpeg ~400x350 ({mean_kib:.0f} KiB/image)",
+                            "pipeline": f"{name}, 1 core", "image_size": None,
+                            "images_per_second": round(rate, 1)})
+        crop_ratio = fused / full
     except LLPError as error:
         print(f"bench_input: {error}", file=sys.stderr)
         sys.exit(1)
@@ -118,12 +182,15 @@ def main(argv):
 
     print(f"input pipeline throughput, {os.cpu_count()} CPU cores, batch {FLAGS.batch_size}")
     for r in results:
-        print(f"  {r['set']:<28} {r['pipeline']:<18} {r['image_size']:>4}px "
+        size = f"{r['image_size']}px" if r["image_size"] else "window"
+        print(f"  {r['set']:<28} {r['pipeline']:<25} {size:>6} "
               f"{r['images_per_second']:>9.1f} images/s")
+    print(f"  crop-decode per core, fused / full: {crop_ratio:.2f}x")
     if FLAGS.output_json:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
         with open(FLAGS.output_json, "w") as f:
-            json.dump({"cpu_cores": os.cpu_count(), "results": results}, f, indent=1)
+            json.dump({"cpu_cores": os.cpu_count(), "results": results,
+                       "crop_decode_fused_over_full": round(crop_ratio, 3)}, f, indent=1)
 
 
 if __name__ == "__main__":

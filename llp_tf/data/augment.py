@@ -132,6 +132,14 @@ def crop_window(image_shape: IntTensor, seed: IntTensor,
             tf.cast(crop_h, tf.int32), tf.cast(crop_w, tf.int32))
 
 
+def resize_crop(crop: IntTensor | FloatTensor, size: int) -> FloatTensor:
+    """uint8 or float32 [h, w, 3] crop window (float32 in [0, 1]) -> float32
+    [size, size, 3] in [0, 1]: the second half of a random resized crop."""
+    scale = 1.0 / 255.0 if crop.dtype == tf.uint8 else 1.0
+    resized = tf.image.resize(crop, [size, size], method="bilinear", antialias=True)
+    return tf.clip_by_value(resized * scale, 0.0, 1.0)
+
+
 def random_resized_crop(image: IntTensor | FloatTensor, seed: IntTensor, size: int,
                         area_range: tuple[float, float] = CROP_AREA_RANGE,
                         aspect_range: tuple[float, float] = CROP_ASPECT_RANGE) -> FloatTensor:
@@ -147,10 +155,7 @@ def random_resized_crop(image: IntTensor | FloatTensor, seed: IntTensor, size: i
     """
     top, left, crop_h, crop_w = crop_window(tf.shape(image), seed, area_range, aspect_range)
     # Crop before converting to float: only the window is touched.
-    crop = tf.image.crop_to_bounding_box(image, top, left, crop_h, crop_w)
-    scale = 1.0 / 255.0 if image.dtype == tf.uint8 else 1.0
-    resized = tf.image.resize(crop, [size, size], method="bilinear", antialias=True)
-    return tf.clip_by_value(resized * scale, 0.0, 1.0)
+    return resize_crop(tf.image.crop_to_bounding_box(image, top, left, crop_h, crop_w), size)
 
 
 def random_grayscale(image: FloatTensor, seed: IntTensor,
@@ -237,6 +242,12 @@ def check_policy(policy: str, min_crop_area: float) -> None:
         raise ValueError(f"min_crop_area must lie in (0, 1]; got {min_crop_area}.")
 
 
+def crop_seed(seed: IntTensor) -> IntTensor:
+    """int [2]: the sub-seed of an example's ``seed`` (int [2]) that
+    `train_augment` draws the crop window with (`crop_window`)."""
+    return tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS)[_SEED_CROP]
+
+
 def train_augment(image: IntTensor, seed: IntTensor, size: int, policy: str = "paper",
                   min_crop_area: float = CROP_AREA_RANGE[0]) -> FloatTensor:
     """The training augmentation.
@@ -253,16 +264,37 @@ def train_augment(image: IntTensor, seed: IntTensor, size: int, policy: str = "p
       float32 [S, S, 3], normalised.
     """
     check_policy(policy, min_crop_area)
+    top, left, height, width = crop_window(tf.shape(image), crop_seed(seed),
+                                           (float(min_crop_area), 1.0))
+    crop = tf.image.crop_to_bounding_box(image, top, left, height, width)
+    return train_augment_crop(crop, seed, size, policy)
+
+
+def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
+                       policy: str = "paper") -> FloatTensor:
+    """The training augmentation after its crop window was cut out.
+
+    ``train_augment(image, seed, ...)`` is this function applied to the
+    window of ``image`` that `crop_window` draws with ``crop_seed(seed)``
+    and area range ``(min_crop_area, 1)``; a caller that decodes only that
+    window (`llp_tf.data.crop_decode`) passes it here.
+
+    Args:
+      crop: uint8 [h, w, 3], the crop window.
+      seed: int32/int64 [2], this example's stateless seed (not the crop's).
+      size: int, output side S.
+      policy: "paper" or "light".
+
+    Returns:
+      float32 [S, S, 3], normalised.
+    """
+    check_policy(policy, CROP_AREA_RANGE[0])
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
-    image = random_resized_crop(image, seeds[_SEED_CROP], size,
-                                area_range=(float(min_crop_area), 1.0))
-    if policy == "light":
-        image = normalize(image)
-        image.set_shape([size, size, 3])
-        return image
-    image = random_grayscale(image, seeds[_SEED_GRAY])
-    image = color_jitter(image, seeds[_SEED_JITTER])
-    image = random_flip(image, seeds[_SEED_FLIP])
+    image = resize_crop(crop, size)
+    if policy == "paper":
+        image = random_grayscale(image, seeds[_SEED_GRAY])
+        image = color_jitter(image, seeds[_SEED_JITTER])
+        image = random_flip(image, seeds[_SEED_FLIP])
     image = normalize(image)
     image.set_shape([size, size, 3])
     return image

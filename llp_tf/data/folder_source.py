@@ -148,8 +148,11 @@ class FolderSource(Source):
             "label": self._labels[split], "index": index,
             "shard": np.zeros(count, np.int64), "position": index})
 
+    def load_encoded(self, record: Record) -> StringTensor:
+        return tf.io.read_file(record["data"])
+
     def load_image(self, record: Record) -> IntTensor:
-        return decode.decode_image(tf.io.read_file(record["data"]))
+        return decode.decode_image(self.load_encoded(record))
 
     def describe(self, split: str, record: Record) -> StringTensor:
         return tf.strings.join(["file ", record["data"]])

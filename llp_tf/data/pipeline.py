@@ -18,8 +18,9 @@ workers, worker w reads the same order and keeps the w-th of W equal parts
 of each global batch. Each example is then decoded and augmented with a
 stateless seed made of (seed, epoch, pass, the example's original index), so
 its image is the same whatever the replica count, the parallelism, or where
-the epoch was resumed. (An epoch is one pass unless ``steps`` asks for more
-or fewer batches.)
+the epoch was resumed. Of a JPEG only the random crop's window is decoded
+(`llp_tf.data.crop_decode`). (An epoch is one pass unless ``steps`` asks for
+more or fewer batches.)
 
 Elements: {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64
 [b]}; ``index`` is the example's original index, or with ``used_index`` its
@@ -104,8 +105,9 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
     """Checks `make_train_input_fn`'s settings (ConfigError, or DataError for the data).
 
     Returns:
-      (used_index: checked int64 [U] or None, num_used: int, steps_per_pass:
-      int, steps: int, the epoch's global batches).
+      (used_index: checked int64 [U] or None, steps: int, the epoch's global
+      batches, pass_records: int, records of a pass: whole batches only or,
+      with ``batches_cross_passes``, every used example).
     """
     epoch_order.check_seed_epoch(seed, epoch)
     _check_positive("global_batch_size", global_batch_size)
@@ -132,23 +134,41 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
     if not isinstance(start_step, (int, np.integer)) or not 0 <= start_step <= steps:
         raise ConfigError(f"start_step must lie in [0, {steps}] (steps per epoch); got "
                           f"{start_step!r}.")
-    return used_index, num_used, steps_per_pass, steps
+    pass_records = num_used if batches_cross_passes else steps_per_pass * global_batch_size
+    return used_index, steps, pass_records
 
 
-def _train_element_fn(augment_seed, image_size, augmentation, min_crop_area):
-    """(record, uint8 image) -> the element of one training example, augmented.
+def _example_seed(augment_seed, record):
+    """int32 [2]: the example's seed, the record's pass and original index
+    folded into the epoch's ``augment_seed`` (int32 [2])."""
+    pass_seed = tf.random.experimental.stateless_fold_in(augment_seed, record["pass"])
+    return tf.random.experimental.stateless_fold_in(pass_seed, record["index"])
 
-    The example's seed folds the record's pass and original index into the
-    epoch's ``augment_seed`` (int32 [2]).
+
+def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_area,
+                       fused_crop):
+    """Dataset of records -> Dataset of training elements {"image", "label",
+    "index"}, one per record, in order.
+
+    Each record's random-resized-crop window (`augment.crop_window` with
+    ``augment.crop_seed`` of the example's seed) is decoded, only the window
+    of JPEG bytes if ``fused_crop`` (`Source.load_crop`), and augmented
+    (`augment.train_augment_crop`).
     """
-    def train_element(record, image):
-        pass_seed = tf.random.experimental.stateless_fold_in(augment_seed, record["pass"])
-        example_seed = tf.random.experimental.stateless_fold_in(pass_seed, record["index"])
-        return {"image": augment.train_augment(image, example_seed, image_size, augmentation,
-                                               min_crop_area),
+    area_range = (float(min_crop_area), 1.0)
+
+    def load_crop(record):
+        seed = augment.crop_seed(_example_seed(augment_seed, record))
+        return source.load_crop(
+            record, lambda shape: augment.crop_window(shape, seed, area_range), fused_crop)
+
+    def train_element(record, crop):
+        return {"image": augment.train_augment_crop(
+                    crop, _example_seed(augment_seed, record), image_size, augmentation),
                 "label": record["label"], "index": record["dense_index"]}
 
-    return train_element
+    return lambda records: source.decode(records, TRAIN, load_crop).map(
+        train_element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def make_train_input_fn(source: Source, global_batch_size: int, image_size: int, seed: int,
@@ -156,7 +176,8 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
                         steps: int | None = None, cycle_length: int = DEFAULT_CYCLE_LENGTH,
                         shuffle_block: int | None = None, batches_cross_passes: bool = False,
                         augmentation: str = "paper", cache_passes: bool = False,
-                        min_crop_area: float = augment.CROP_AREA_RANGE[0]) -> InputFn:
+                        min_crop_area: float = augment.CROP_AREA_RANGE[0],
+                        fused_crop: bool = True) -> InputFn:
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -185,19 +206,19 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
       cache_passes: read the used records once per epoch and hold them in
         memory (`epoch_order.cached_passes`): for a small set trained for many
         passes (the supervised baseline's); memory grows with its records.
+      fused_crop: decode only the crop window of JPEGs (`llp_tf.data.crop_decode`:
+        the same pixels, less work); False decodes every image whole.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
       {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}
       with ``steps - start_step`` elements per replica.
     """
-    used_index, num_used, steps_per_pass, steps = _checked_train_settings(
+    used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
         batches_cross_passes, augmentation, min_crop_area)
-    train_element = _train_element_fn(epoch_order.augment_seed(seed, epoch), image_size,
-                                      augmentation, min_crop_area)
-    # Records per pass: whole batches only, or every used example.
-    pass_records = num_used if batches_cross_passes else steps_per_pass * global_batch_size
+    train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch),
+                                        image_size, augmentation, min_crop_area, fused_crop)
 
     def input_fn(input_context=None):
         per_replica, num_pipelines, pipeline_id = _batch_layout(global_batch_size, input_context)
@@ -205,9 +226,7 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
             source, seed, epoch, start_step, steps, global_batch_size, pass_records,
             used_index, cycle_length, shuffle_block, cache_passes)
         records = _keep_worker_part(records, global_batch_size, num_pipelines, pipeline_id)
-        examples = source.decode(records, TRAIN).map(
-            train_element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        dataset = examples.batch(per_replica, drop_remainder=True)
+        dataset = train_examples(records).batch(per_replica, drop_remainder=True)
         return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     return input_fn

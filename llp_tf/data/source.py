@@ -10,8 +10,8 @@ shard).
 
 The input pipeline reads every source the same way: a split is a list of
 shards, each a dataset of *records* in storage order; records are filtered,
-ordered and sharded before `load_image` does the expensive reading and
-decoding. A record is a dict:
+ordered and sharded before `load_image` (or, for a training crop,
+`load_crop`) does the expensive reading and decoding. A record is a dict:
 
 - ``data``: string [], the encoded image bytes or a file path (per source);
 - ``label``: int64 [], the true class in ``[0, num_classes)``;
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import decode
+from llp_tf.data import crop_decode, decode
 from llp_tf.errors import DataError
 from llp_tf.types import Array, IntTensor, StringTensor, Tensor
 
@@ -156,6 +156,25 @@ class Source(abc.ABC):
     def load_image(self, record: Record) -> IntTensor:
         """uint8 [H, W, 3] of a record (reads the file if ``data`` is a path)."""
 
+    def load_encoded(self, record: Record) -> StringTensor | None:
+        """string []: the record's encoded image bytes (read from the file if
+        ``data`` is a path), or None for a source that does not hold encoded
+        images; then `load_crop` decodes with `load_image`."""
+        del record
+        return None
+
+    def load_crop(self, record: Record, window_fn: crop_decode.WindowFn,
+                  fused: bool = True) -> IntTensor:
+        """uint8 [h, w, 3]: the window of the record's image that ``window_fn``
+        picks from the image's shape (see `crop_decode.WindowFn`). With
+        ``fused`` and JPEG bytes, only the window is decoded
+        (`crop_decode.decode_window`); otherwise the image is decoded whole
+        (`load_image`) and cropped."""
+        encoded = self.load_encoded(record) if fused else None
+        if encoded is None:
+            return crop_decode.crop_image(self.load_image(record), window_fn)
+        return crop_decode.decode_window(encoded, window_fn)
+
     @abc.abstractmethod
     def describe(self, split: str, record: Record) -> StringTensor:
         """string []: names the record's file, or shard and record, for messages."""
@@ -180,12 +199,18 @@ class Source(abc.ABC):
                                  block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                                  deterministic=True)
 
-    def decode(self, records: tf.data.Dataset, split: str) -> tf.data.Dataset:
-        """Dataset of (record, uint8 [H, W, 3] image); see `decode.decode_checked`."""
+    def decode(self, records: tf.data.Dataset, split: str,
+               load_fn: Callable[[Record], IntTensor] | None = None) -> tf.data.Dataset:
+        """Dataset of (record, uint8 [H, W, 3] image); see `decode.decode_checked`.
+
+        ``load_fn`` (record -> uint8 [h, w, 3]) replaces `load_image`, e.g. a
+        `load_crop` that decodes only a training crop; a failure names the
+        record all the same.
+        """
+        load_fn = load_fn or self.load_image
         if self.trusted_bytes:
-            return decode.decode_unchecked(records, self.load_image)
-        return decode.decode_checked(records, self.load_image,
-                                     lambda r: self.describe(split, r))
+            return decode.decode_unchecked(records, load_fn)
+        return decode.decode_checked(records, load_fn, lambda r: self.describe(split, r))
 
     def raw_dataset(self, split: str) -> tf.data.Dataset:
         """Decoded examples of ``split`` in storage order (shard by shard), which is
@@ -219,8 +244,11 @@ class ShardFileSource(Source):
     def num_shards(self, split: str) -> int:
         return len(self._files[split])
 
+    def load_encoded(self, record: Record) -> StringTensor:
+        return record["data"]
+
     def load_image(self, record: Record) -> IntTensor:
-        return decode.decode_image(record["data"])
+        return decode.decode_image(self.load_encoded(record))
 
     def describe(self, split: str, record: Record) -> StringTensor:
         files = tf.constant(self._files[split] or [""], tf.string)

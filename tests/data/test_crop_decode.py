@@ -1,0 +1,179 @@
+"""Fused crop-decode (llp_tf.data.crop_decode): same windows and pixels as the
+full decode followed by the crop, and the training pipeline unchanged by it."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.data import augment, crop_decode, data_errors, decode, load_source, pipeline
+from llp_tf.errors import DataError
+from tests.data.helpers import example_bytes, random_image, write_shards
+
+SEEDS = 60
+
+
+def _photo(rng, height, width, channels=3):
+    """uint8 [H, W, C]: smooth blobs plus noise, so the JPEG has real detail."""
+    noise = rng.normal(0.0, 10.0, (height, width, channels))
+    return np.clip(random_image(rng, height, width, channels) + noise, 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def jpegs():
+    """JPEG bytes at quality 95: colour 400x350 and 333x500 (4:2:0 chroma),
+    an odd 401x353, and a grayscale 375x500."""
+    rng = np.random.default_rng(0)
+    shapes = [(400, 350, 3), (333, 500, 3), (401, 353, 3), (375, 500, 1)]
+    return [tf.io.encode_jpeg(_photo(rng, *shape), quality=95).numpy() for shape in shapes]
+
+
+def _window_fn(seed, area_range=augment.CROP_AREA_RANGE):
+    return lambda shape: augment.crop_window(shape, tf.constant([seed, 7]), area_range)
+
+
+def _full_then_crop(encoded, window_fn):
+    return crop_decode.crop_image(decode.decode_image(encoded), window_fn)
+
+
+def test_window_is_crop_window_of_the_decoded_shape(jpegs):
+    for encoded in jpegs:
+        decoded_shape = tf.shape(decode.decode_image(encoded))
+        for seed in range(SEEDS):
+            seen = []
+
+            def recording(shape, seed=seed):
+                window = _window_fn(seed)(shape)
+                seen.append([int(v) for v in window])
+                return window
+
+            crop = crop_decode.decode_jpeg_window(encoded, recording)
+            want = [int(v) for v in _window_fn(seed)(decoded_shape)]
+            assert seen == [want]
+            assert crop.shape == (want[2], want[3], 3)
+
+
+def _differences(jpegs, load):
+    """(max, mean) |load - full decode then crop| in uint8 levels over SEEDS windows
+    of each JPEG, at the release's areas and at small ones (0.05-0.2)."""
+    largest, total, count = 0, 0.0, 0
+    for encoded in jpegs:
+        for seed in range(SEEDS):
+            window_fn = _window_fn(seed, (0.05, 0.2) if seed % 2 else augment.CROP_AREA_RANGE)
+            got = load(encoded, window_fn).numpy().astype(np.int32)
+            want = _full_then_crop(encoded, window_fn).numpy().astype(np.int32)
+            assert got.shape == want.shape and got.shape[-1] == 3
+            difference = np.abs(got - want)
+            largest = max(largest, int(difference.max()))
+            total, count = total + float(difference.sum()), count + difference.size
+    return largest, total / count
+
+
+def test_fused_pixels_equal_the_full_decode(jpegs):
+    # Tolerance 0: with the 8-pixel margin the window's pixels are the full
+    # decode's exactly (measured: max 0, mean 0 levels).
+    largest, mean = _differences(jpegs, crop_decode.decode_window)
+    assert (largest, mean) == (0, 0.0)
+
+
+def test_without_the_margin_only_the_window_border_differs(jpegs):
+    # Why the margin: a tight partial decode upsamples chroma at its border
+    # without neighbours (measured here: max 38 levels, mean 0.009).
+    largest, mean = _differences(
+        jpegs, lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=0))
+    assert largest > 0
+    assert mean < 0.05
+
+
+def test_grayscale_jpeg_gives_three_equal_channels(jpegs):
+    crop = crop_decode.decode_window(jpegs[-1], _window_fn(3)).numpy()
+    assert crop.shape[-1] == 3
+    np.testing.assert_array_equal(crop[..., 0], crop[..., 2])
+
+
+def test_png_falls_back_to_the_full_decode_exactly():
+    rng = np.random.default_rng(1)
+    for channels in (3, 1):
+        png = tf.io.encode_png(_photo(rng, 120, 90, channels)).numpy()
+        for seed in range(10):
+            np.testing.assert_array_equal(crop_decode.decode_window(png, _window_fn(seed)),
+                                          _full_then_crop(png, _window_fn(seed)))
+
+
+def test_train_augment_is_train_augment_crop_of_its_window():
+    image = tf.constant(_photo(np.random.default_rng(2), 60, 50))
+    seed = tf.constant([5, 9], tf.int64)
+    for policy, area in (("paper", 0.2), ("light", 0.6)):
+        window = augment.crop_window(tf.shape(image), augment.crop_seed(seed), (area, 1.0))
+        crop = tf.image.crop_to_bounding_box(image, *window)
+        np.testing.assert_array_equal(
+            augment.train_augment(image, seed, 16, policy, area),
+            augment.train_augment_crop(crop, seed, 16, policy))
+
+
+@pytest.fixture(scope="module")
+def jpeg_records(tmp_path_factory):
+    """A TFRecord set of 10 JPEGs (one grayscale) and 2 PNGs, 150x130."""
+    rng = np.random.default_rng(3)
+    root = str(tmp_path_factory.mktemp("jpeg_records"))
+    records = []
+    for index in range(12):
+        image = _photo(rng, 150, 130, 1 if index == 4 else 3)
+        data = (tf.io.encode_png(image) if index % 6 == 5 else
+                tf.io.encode_jpeg(image, quality=95)).numpy()
+        records.append(example_bytes(data, index % 3, index))
+    write_shards(root, "train", records, 2)
+    return root
+
+
+def _elements(source, fused):
+    dataset = pipeline.make_train_input_fn(source, 4, 32, seed=3, epoch=1,
+                                           fused_crop=fused)(None)
+    with data_errors():
+        return [{k: v.numpy() for k, v in batch.items()} for batch in dataset]
+
+
+def test_training_pipeline_fused_equals_full(jpeg_records):
+    source = load_source(f"tfrecord:{jpeg_records}")
+    fused, full = _elements(source, True), _elements(source, False)
+    assert len(fused) == len(full) == 3
+    for got, want in zip(fused, full):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key].shape == want[key].shape and got[key].dtype == want[key].dtype
+        np.testing.assert_array_equal(got["label"], want["label"])
+        np.testing.assert_array_equal(got["index"], want["index"])
+        np.testing.assert_allclose(got["image"], want["image"], atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncated_header", "garbage_body"])
+def test_corrupt_jpeg_in_a_folder_names_the_file(tmp_path, jpegs, damage):
+    for name in ("a", "b"):
+        os.makedirs(tmp_path / name)
+        for i in range(2):
+            (tmp_path / name / f"{i}.jpg").write_bytes(jpegs[i])
+    bad = tmp_path / "b" / "1.jpg"
+    good = jpegs[1]
+    bad.write_bytes(good[:40] if damage == "truncated_header"
+                    else good[:400] + b"\x00" * (len(good) - 400))
+    source = load_source(f"folder:{tmp_path}")
+    with pytest.raises(DataError, match=f"image of file {bad}: .*not a JPEG, PNG"):
+        _elements(source, True)
+
+
+def test_jpeg_cut_short_fails_once_a_window_reaches_the_missing_rows(jpegs):
+    cut = jpegs[0][:len(jpegs[0]) // 2]
+    top = crop_decode.decode_window(cut, lambda shape: (0, 0, 40, 40))
+    np.testing.assert_array_equal(top, decode.decode_image(jpegs[0])[:40, :40])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        crop_decode.decode_window(cut, lambda shape: (shape[0] - 40, 0, 40, 40))
+
+
+def test_corrupt_jpeg_in_a_shard_names_the_shard_and_record(tmp_path, jpegs):
+    records = [example_bytes(jpegs[i % 2] if i != 2 else b"\xff\xd8\xff" + b"x" * 300,
+                             i % 2, i) for i in range(4)]
+    paths = write_shards(str(tmp_path), "train", records, 1)
+    source = load_source(f"tfrecord:{tmp_path}")
+    with pytest.raises(DataError, match=f"shard {paths[0]}, record 2"):
+        _elements(source, True)
