@@ -61,9 +61,9 @@ def checkpoint_state(run_dir):
             if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
 
 
-def assert_same_state(run_dir, reference_dir):
+def assert_same_state(run_dir, reference_dir, rtol=1e-4, atol=1e-5):
     """The newest checkpoints of two runs hold the same variables and values:
-    integers (labels, steps) exactly, floats to 1e-4 relative (op order)."""
+    integers (labels, steps) exactly, floats to ``rtol``/``atol`` (op order)."""
     want, got = checkpoint_state(reference_dir), checkpoint_state(run_dir)
     assert set(want) == set(got)
     assert any("bank/labels" in name for name in want)
@@ -71,6 +71,6 @@ def assert_same_state(run_dir, reference_dir):
         if want[name].dtype.kind in "iub":
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         else:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+            np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol,
                                        err_msg=name)
 

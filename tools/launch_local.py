@@ -23,6 +23,7 @@ TensorFlow's gRPC server listens on its port on every interface. POSIX
 only. This tool imports no TensorFlow (so no quiet start).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -189,10 +190,8 @@ class Workers:
             _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
         for process in running:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # killed below
                 process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         for process in self.processes:
             _signal_group(process, signal.SIGKILL)
         for process in self.processes:

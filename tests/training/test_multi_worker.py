@@ -8,12 +8,11 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
-from tests.runs import checkpoint_state, tiny_config
+from tests.runs import assert_same_state, tiny_config
 from tests.tools.tool_main import ROOT, tool_path
 
 LAUNCH_TIMEOUT_SECONDS = 240
@@ -55,14 +54,7 @@ def _assert_close_states(run_dir, reference_dir):
     """Same variables; integers equal, floats equal up to rounding (measured:
     bit-equal here, where a two-replica sum has one order; longer runs with
     more replicas drift by float rounding, as any all-reduce order does)."""
-    want, got = checkpoint_state(reference_dir), checkpoint_state(run_dir)
-    assert set(got) == set(want)
-    for name in want:
-        if want[name].dtype.kind in "iub":
-            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-        else:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
-                                       err_msg=name)
+    assert_same_state(run_dir, reference_dir, rtol=1e-5, atol=1e-6)
 
 
 def test_two_workers_train_as_one_process_with_two_replicas(
