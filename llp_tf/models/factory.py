@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from llp_tf.errors import ConfigError
 from llp_tf.models.llp_model import DEFAULT_EMBEDDING_DIM, LLPModel
 from llp_tf.models.batch_norm import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
+from llp_tf.models.precision import dtype_policy
 from llp_tf.models.resnet_v2 import ResNetV2
 
 if TYPE_CHECKING:  # for the annotation only: models do not depend on the training stack
@@ -35,7 +36,8 @@ def build_model(architecture: str, num_classes: int,
                 blocks_per_stage: Sequence[int] | None = None,
                 sync_batch_norm: bool = False,
                 batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
-                batch_norm_epsilon: float = BATCH_NORM_EPSILON) -> LLPModel:
+                batch_norm_epsilon: float = BATCH_NORM_EPSILON,
+                precision: str = "float32") -> LLPModel:
     """An unbuilt `LLPModel` (its weights are created on the first call).
 
     Args:
@@ -50,6 +52,9 @@ def build_model(architecture: str, num_classes: int,
         replicas rather than each replica's share.
       batch_norm_momentum, batch_norm_epsilon: of every batch norm; default
         to the release's 0.997 and 1e-5.
+      precision: "float32", or "bfloat16" / "float16" for a trunk that
+        computes in that precision with float32 variables (see
+        `llp_tf.models.precision`); the heads and outputs stay float32.
 
     Raises:
       ConfigError: for an unknown architecture or an invalid setting.
@@ -61,6 +66,13 @@ def build_model(architecture: str, num_classes: int,
             f"Unknown architecture {architecture!r}; choose one of "
             f"{', '.join(sorted(ARCHITECTURES))}.")
     spec = ARCHITECTURES[architecture]
+    with dtype_policy(precision):
+        return _build(spec, num_classes, embedding_dim, width, small_inputs, blocks_per_stage,
+                      sync_batch_norm, batch_norm_momentum, batch_norm_epsilon)
+
+
+def _build(spec, num_classes, embedding_dim, width, small_inputs, blocks_per_stage,
+           sync_batch_norm, batch_norm_momentum, batch_norm_epsilon):
     trunk = ResNetV2(
         blocks_per_stage=(spec.blocks_per_stage if blocks_per_stage is None
                           else blocks_per_stage),
@@ -75,13 +87,15 @@ def build_model(architecture: str, num_classes: int,
 
 
 def build_model_from_config(model_config: "ModelConfig", num_classes: int,
-                            image_size: int) -> LLPModel:
+                            image_size: int, precision: str = "float32") -> LLPModel:
     """The `LLPModel` a run's model settings describe, with its weights created.
 
     Args:
       model_config: `llp_tf.training.config.ModelConfig`.
       num_classes: int, C.
       image_size: int, side of the input images.
+      precision: see `build_model` (training: the run's ``mixed_precision``;
+        export and analysis read the weights into a float32 model).
 
     Create it inside `strategy.scope()` to train with a strategy.
     """
@@ -90,4 +104,5 @@ def build_model_from_config(model_config: "ModelConfig", num_classes: int,
         m.architecture, num_classes, embedding_dim=m.embedding_dim, width=m.width,
         small_inputs=m.small_inputs, blocks_per_stage=m.blocks_per_stage,
         sync_batch_norm=m.sync_batch_norm,
-        batch_norm_momentum=m.batch_norm_momentum).create_weights(image_size)
+        batch_norm_momentum=m.batch_norm_momentum,
+        precision=precision).create_weights(image_size)

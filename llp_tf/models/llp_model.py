@@ -39,6 +39,10 @@ class LLPModel(keras.Model):
     - "embedding": [B, D], unit L2 norm;
     - "logits": [B, C].
 
+    Built under a mixed-precision policy (`llp_tf.models.precision`), the
+    trunk computes in bfloat16 or float16; the heads are float32 layers, so
+    these outputs are float32 computed in float32 from the cast features.
+
     Create it inside `strategy.scope()` to train with a distribution strategy;
     it is trackable, so `tf.train.Checkpoint(model=model)` saves every weight
     and batch-norm moving statistic. Keras creates the weights on the first
@@ -63,11 +67,13 @@ class LLPModel(keras.Model):
         self.embedding_dim = embedding_dim
         # Initialisers as in the release: `tf.layers.dense` defaults
         # (Glorot uniform) for the embedding head, variance scaling for the
-        # category head; both with a zero-initialised bias.
+        # category head; both with a zero-initialised bias. Both compute in
+        # float32 under any mixed-precision policy: the embedding feeds the
+        # bank's softmax at temperature 0.07, the logits a softmax too.
         self.embedding_head = keras.layers.Dense(
-            embedding_dim, name="embedding_head")
+            embedding_dim, dtype="float32", name="embedding_head")
         self.category_head = keras.layers.Dense(
-            num_classes,
+            num_classes, dtype="float32",
             kernel_initializer=keras.initializers.VarianceScaling(
                 scale=1.0, mode="fan_in", distribution="truncated_normal"),
             name="category_head")
@@ -88,21 +94,22 @@ class LLPModel(keras.Model):
         return self
 
     def call(self, images: FloatTensor, training: bool = False) -> dict[str, FloatTensor]:
-        features = self.trunk(images, training=training)
-        # The heads may compute in a lower precision under a mixed-precision
-        # policy; normalise and report in float32.
-        embedding = tf.cast(self.embedding_head(features), tf.float32)
-        embedding = tf.math.l2_normalize(embedding, axis=-1)
-        logits = tf.cast(self.category_head(features), tf.float32)
+        features = tf.cast(self.trunk(images, training=training), tf.float32)
+        embedding = tf.math.l2_normalize(self.embedding_head(features), axis=-1)
+        logits = self.category_head(features)
         return {
-            "features": tf.cast(features, tf.float32),
+            "features": features,
             "embedding": embedding,
             "logits": logits,
         }
 
+    def batch_norm_layers(self) -> list[keras.layers.Layer]:
+        """The trunk's batch norms, in a fixed order."""
+        return self.trunk.batch_norm_layers()
+
     def batch_norm_variables(self) -> list[keras.Variable]:
         """The batch-norm gamma and beta variables (trainable, no decay)."""
-        return [variable for norm in self.trunk.batch_norm_layers()
+        return [variable for norm in self.batch_norm_layers()
                 for variable in norm.trainable_weights]
 
     def weight_decay_variables(self) -> list[keras.Variable]:

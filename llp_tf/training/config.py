@@ -20,6 +20,8 @@ import typing
 from typing import Any, Optional, Sequence, Tuple
 
 from llp_tf.errors import ConfigError
+from llp_tf.models.factory import ARCHITECTURES
+from llp_tf.models.precision import PRECISIONS
 from llp_tf.training.cluster import CLUSTERS
 from llp_tf.training.methods import METHODS, PROPAGATIONS
 
@@ -165,6 +167,22 @@ class RunConfig:
                            "(see tools/launch_local.py).", choices=CLUSTERS)
     cluster_timeout: int = setting(300, "Seconds to wait for all workers to join the cluster "
                                    "before a worker stops with an error naming the silent ones.")
+    mixed_precision: str = setting(
+        "float32", "Compute precision of the ResNet trunk: float32, or bfloat16 / float16 with "
+        "float32 weights (Keras mixed precision; float16 adds dynamic loss scaling). The "
+        "heads, embedding, memory bank, propagation, densities and losses stay float32. "
+        "Checkpoints hold float32 weights, so a run can change this on resume. Not in the "
+        "paper or the release (both float32). bfloat16 suits GPUs from A100 on and TPUs; "
+        "float16 older GPUs (V100, T4).", choices=PRECISIONS)
+    jit_compile: bool = setting(
+        False, "Compile each replica's forward and backward pass, loss and propagation with "
+        "XLA (the gradient all-reduce, the optimizer update and the bank update run outside "
+        "it). Same results within float tolerance; not with --sync_batch_norm, whose "
+        "cross-replica statistics XLA cannot compile in a replica step, nor for a network "
+        "whose last feature map is smaller than 4x4 (e.g. 28 px inputs with the ImageNet "
+        "stem, or 16 px with the CIFAR one): there XLA (TensorFlow 2.21, CPU) computed "
+        "gradients of the early layers that were wrong by several percent against a float64 "
+        "reference.")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optimization": OptimizationConfig,
@@ -187,9 +205,18 @@ def field_type(section: str, field: dataclasses.Field) -> Any:
     return typing.get_type_hints(SECTIONS[section])[field.name]
 
 
+def final_feature_map_side(model: ModelConfig, image_size: int) -> int:
+    """Side of the trunk's last feature map for square ``image_size`` inputs."""
+    stages = len(model.blocks_per_stage or ARCHITECTURES[model.architecture].blocks_per_stage)
+    stride = (1 if model.small_inputs else 4) * 2 ** (stages - 1)
+    return -(-image_size // stride)
+
+
 def _checks(c):
     """(ok, message) pairs over the whole config."""
     data, model, optimization, method, run = c.data, c.model, c.optimization, c.method, c.run
+    side = (final_feature_map_side(model, data.image_size)
+            if run.jit_compile and model.architecture in ARCHITECTURES else None)
     return [
         (bool(run.run_dir), "run_dir must be given"),
         (data.augmentation in AUGMENTATIONS,
@@ -222,6 +249,13 @@ def _checks(c):
         (run.cpu_replicas >= 0, "cpu_replicas cannot be negative"),
         (run.cluster in CLUSTERS, f"cluster must be one of {CLUSTERS}, not {run.cluster!r}"),
         (run.cluster_timeout > 0, "cluster_timeout must be positive"),
+        (run.mixed_precision in PRECISIONS,
+         f"mixed_precision must be one of {PRECISIONS}, not {run.mixed_precision!r}"),
+        (not (run.jit_compile and model.sync_batch_norm),
+         "jit_compile cannot compile sync_batch_norm's cross-replica statistics; give one"),
+        (side is None or side >= 4,
+         f"jit_compile needs a last feature map of at least 4x4 (XLA miscomputes gradients "
+         f"below), not {side}x{side}: use larger images or train without jit_compile"),
         (method.cache_labeled_limit >= 0, "cache_labeled_limit cannot be negative"),
         (model.width > 0, "width must be positive"),
         (0 <= model.batch_norm_momentum < 1, "batch_norm_momentum must lie in [0, 1)"),

@@ -25,7 +25,7 @@ from llp_tf.data import label_subsets, pipeline, splits
 from llp_tf.training.distribution import make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
-from llp_tf.models import build_model_from_config
+from llp_tf.models import build_model_from_config, precision
 from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
@@ -170,14 +170,18 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     keras.utils.set_random_seed(config.run.seed)
     optimization = config.optimization
     with strategy.scope():
-        model = build_model_from_config(config.model, num_classes, config.data.image_size)
+        model = build_model_from_config(config.model, num_classes, config.data.image_size,
+                                        precision=config.run.mixed_precision)
         optimizer = keras.optimizers.SGD(learning_rate=config.learning_rate,
                                          momentum=optimization.momentum)
         # Keras 3 restores nothing into slots that do not exist yet.
         optimizer.build(model.trainable_variables)
+        # The checkpoint holds the SGD itself, so the precision can change on resume.
+        stepping = precision.wrap_optimizer(optimizer, config.run.mixed_precision,
+                                            model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
-    method = METHODS[config.method.name].from_config(config, strategy, model, optimizer,
+    method = METHODS[config.method.name].from_config(config, strategy, model, stepping,
                                                      num_classes, split)
     with strategy.scope():
         totals = EpochTotals(name for phase in method.phases

@@ -125,15 +125,17 @@ def test_every_flag_reaches_its_config_field():
         expected[name] = (section, field.name, value)
         argv.append(text)
     flag_values(argv)
-    config = config_flags.config_from_flags(flag_values, split_file=None)
+    # split_file excludes label_subset, jit_compile sync_batch_norm: checked below.
+    config = config_flags.config_from_flags(flag_values, split_file=None, jit_compile=False)
     for name, (section, field_name, value) in expected.items():
-        if name == "split_file":
-            continue  # cannot be combined with label_subset; checked below
+        if name in ("split_file", "jit_compile"):
+            continue
         assert getattr(getattr(config, section), field_name) == value, name
     flag_values2 = flags.FlagValues()
     config_flags.define_config_flags(flag_values2)
-    flag_values2(["train", "--run_dir=/r", "--split_file=/s.npz"])
-    assert config_flags.config_from_flags(flag_values2).data.split_file == "/s.npz"
+    flag_values2(["train", "--run_dir=/r", "--split_file=/s.npz", "--jit_compile"])
+    config = config_flags.config_from_flags(flag_values2)
+    assert config.data.split_file == "/s.npz" and config.run.jit_compile
 
 
 def test_flag_defaults_help_and_choices_are_the_fields():
@@ -148,3 +150,20 @@ def test_flag_defaults_help_and_choices_are_the_fields():
         assert default == field.default, name
         if field.metadata.get("choices"):
             assert tuple(flag.parser.enum_values) == field.metadata["choices"], name
+
+
+def test_jit_compile_refuses_sync_batch_norm_and_feature_maps_below_4x4():
+    assert TrainConfig.from_settings(run_dir="/r", jit_compile=True).run.jit_compile
+    with pytest.raises(ConfigError, match="sync_batch_norm"):
+        TrainConfig.from_settings(run_dir="/r", jit_compile=True, sync_batch_norm=True)
+    # The ImageNet stem strides 4, three more stages 8: 28 px end at 1x1.
+    with pytest.raises(ConfigError, match="not 1x1"):
+        TrainConfig.from_settings(run_dir="/r", jit_compile=True, image_size=28)
+    with pytest.raises(ConfigError, match="not 2x2"):
+        TrainConfig.from_settings(run_dir="/r", jit_compile=True, image_size=16,
+                                  small_inputs=True)
+    assert TrainConfig.from_settings(run_dir="/r", jit_compile=True, image_size=32,
+                                     small_inputs=True).run.jit_compile
+    assert TrainConfig.from_settings(run_dir="/r", image_size=28).data.image_size == 28
+    with pytest.raises(ConfigError, match="mixed_precision must be one of"):
+        TrainConfig.from_settings(run_dir="/r", mixed_precision="half")

@@ -159,3 +159,29 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
     assert final["step"] == 15
     assert open(run.config_path).read() == started
     assert run_record.describe_history(config.run_dir) == ["step 9: epochs: 2 -> 3, k: 3 -> 5"]
+
+
+def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
+    """float32 for 2 epochs, then bfloat16 with XLA, then float16 with loss
+    scaling: the checkpoint (float32 weights, the SGD's slots) restores into each."""
+    config = _config(tmp_path, stripes, epochs=2, image_size=32)
+    training_run.run_training(config, stream=open(os.devnull, "w"))
+    first = checkpoint_state(config.run_dir)
+    assert {str(first[name].dtype) for name in first if name.startswith("model/")} == {"float32"}
+    log = io.StringIO()
+    changed = config.replace(epochs=3, mixed_precision="bfloat16", jit_compile=True)
+    final = training_run.run_training(changed, stream=log)
+    assert ("Settings changed since the run last trained: epochs: 2 -> 3, mixed_precision: "
+            "'float32' -> 'bfloat16', jit_compile: False -> True; recorded at step 10"
+            ) in log.getvalue()
+    assert final["step"] == 15 and np.isfinite(final["train_loss"])
+    state = checkpoint_state(config.run_dir)
+    assert set(state) == set(first)
+    assert all(state[name].dtype == first[name].dtype for name in first)
+    final = training_run.run_training(changed.replace(epochs=4, mixed_precision="float16",
+                                                      jit_compile=False),
+                                      stream=open(os.devnull, "w"))
+    assert final["step"] == 20 and 0.0 <= final["top1"] <= 1.0
+    assert set(checkpoint_state(config.run_dir)) == set(first)
+    assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2, 3, 4]
+    assert all(np.isfinite(row["train_loss"]) for row in _metrics(config.run_dir))

@@ -14,6 +14,14 @@ between methods; the controller (`llp_tf.training.controller`) and the
 
 A replica step returns, for each metric name, its share of the global-batch
 mean (a sum divided by the global batch size), so the runner sums replicas.
+
+Methods write a step as a ``forward`` (the loss under the gradient tape,
+its metrics and what the step writes afterwards) and a ``finish`` (the
+writes, e.g. the bank update); `Method.replica_step_from` puts them together
+around the backward pass. With ``jit_compile`` the forward and backward
+pass are one XLA-compiled function; the cross-replica work (the gradient
+all-reduce and optimizer update, the batch norms' replica-averaged moving
+statistics, the bank's all-gather and scatter) runs after it, uncompiled.
 """
 
 import abc
@@ -26,8 +34,15 @@ import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.models import batch_norm, precision
 from llp_tf.models.llp_model import LLPModel
-from llp_tf.types import FloatTensor
+from llp_tf.types import FloatTensor, Tensor
+
+#: forward(batch) -> (loss float32 [], metric shares {name: float32 []},
+#: update: a nest of tensors, computed without gradient, for `Finish`).
+Forward = Callable[[dict], Tuple[FloatTensor, Dict[str, FloatTensor], Tensor]]
+#: finish(batch, update) -> None: the step's writes after the gradient step.
+Finish = Callable[[dict, Tensor], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +68,12 @@ class Method(abc.ABC):
     Args:
       strategy: the `tf.distribute.Strategy` the variables live in.
       model: `LLPModel`, built in ``strategy.scope()``.
-      optimizer: a Keras optimizer built for the model's trainable variables.
+      optimizer: a Keras optimizer built for the model's trainable variables
+        (a `LossScaleOptimizer` scales the loss: `precision.wrap_optimizer`).
       num_classes: int, C.
       global_batch_size: int, examples per step over all replicas.
       weight_decay: float, lambda (see `losses.l2_penalty`).
+      jit_compile: compile each replica's forward and backward pass with XLA.
     """
 
     #: The method's name in configs, flags and the registry.
@@ -66,13 +83,15 @@ class Method(abc.ABC):
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float) -> None:
+                 global_batch_size: int, weight_decay: float,
+                 jit_compile: bool = False) -> None:
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
         self.num_classes = int(num_classes)
         self.global_batch_size = int(global_batch_size)
         self.weight_decay = float(weight_decay)
+        self.jit_compile = bool(jit_compile)
 
     @property
     def phases(self) -> Tuple[str, ...]:
@@ -125,14 +144,46 @@ class Method(abc.ABC):
         return losses.l2_penalty(self.model.weight_decay_variables(),
                                  self.weight_decay) / replicas
 
-    def apply_gradients(self, tape: tf.GradientTape, loss: FloatTensor) -> None:
-        """One optimizer step on the model's trainable variables."""
-        variables = self.model.trainable_variables
-        gradients = tape.gradient(loss, variables)
+    def replica_step_from(self, forward: Forward, finish: Optional[Finish] = None
+                          ) -> Callable[[dict], Dict[str, FloatTensor]]:
+        """The replica step that runs ``forward`` under a gradient tape (with
+        the batch norms' moving-statistic updates deferred), one optimizer
+        step on its loss, the deferred updates, then ``finish(batch,
+        update)``; it returns ``forward``'s metrics. See the module docstring.
+        """
+        layers = self.model.batch_norm_layers()
+
+        def compute(batch):
+            with batch_norm.DeferredMovingStatistics(layers) as deferred, \
+                    tf.GradientTape() as tape:
+                loss, metrics, update = forward(batch)
+            variables = self.model.trainable_variables
+            # Seeding the backward pass with the loss scale scales the loss.
+            gradients = tape.gradient(loss, variables, output_gradients=tf.cast(
+                precision.loss_scale(self.optimizer), loss.dtype))
+            return gradients, metrics, update, deferred.moments()
+
+        compiled = tf.function(compute, jit_compile=True) if self.jit_compile else compute
+
+        def step(batch):
+            gradients, metrics, update, moments = compiled(batch)
+            batch_norm.update_moving_statistics(layers, moments)
+            self.apply_gradients(gradients)
+            if finish is not None:
+                finish(batch, update)
+            return metrics
+
+        return step
+
+    def apply_gradients(self, gradients: list[Optional[FloatTensor]]) -> None:
+        """One optimizer step on the model's trainable variables, from their
+        gradients (in `trainable_variables` order; None where the loss does not
+        reach a variable)."""
         # Variables the loss does not reach (the category head in the warm-up)
         # have no gradient; MultiWorkerMirroredStrategy's all-reduce cannot take None.
-        self.optimizer.apply_gradients([(gradient, variable) for gradient, variable
-                                        in zip(gradients, variables) if gradient is not None])
+        self.optimizer.apply_gradients([
+            (gradient, variable) for gradient, variable
+            in zip(gradients, self.model.trainable_variables) if gradient is not None])
 
 
 class StepRunner:

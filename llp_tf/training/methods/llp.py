@@ -73,9 +73,10 @@ class LLPMethod(Method):
                  weight_by_confidence: bool, use_categorisation: bool,
                  density_chunk_size: int, warmup_epochs: int = 0,
                  warm_start: Optional[str] = None, used_index: Optional[Array] = None,
-                 train_labels: Optional[Array] = None) -> None:
+                 train_labels: Optional[Array] = None, jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
-                         global_batch_size=global_batch_size, weight_decay=weight_decay)
+                         global_batch_size=global_batch_size, weight_decay=weight_decay,
+                         jit_compile=jit_compile)
         if propagation_method not in PROPAGATIONS:
             raise ValueError(f"Unknown propagation method {propagation_method!r}.")
         self._bank = bank
@@ -112,7 +113,7 @@ class LLPMethod(Method):
                    use_categorisation=m.use_categorisation,
                    density_chunk_size=m.density_chunk_size, warmup_epochs=m.warmup_epochs,
                    warm_start=m.warm_start, used_index=split.used_index,
-                   train_labels=split.train_labels)
+                   train_labels=split.train_labels, jit_compile=config.run.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
 
@@ -124,7 +125,9 @@ class LLPMethod(Method):
         return "warmup" if epoch < self.warmup_epochs else "llp"
 
     def replica_step(self, phase: str) -> Callable[[dict], dict[str, FloatTensor]]:
-        return {"warmup": self._warmup_step, "llp": self._llp_step}[phase]
+        if phase == "warmup":
+            return self.replica_step_from(self._warmup_forward, self._warmup_finish)
+        return self.replica_step_from(self._llp_forward, self._llp_finish)
 
     def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=used_index)
@@ -181,47 +184,45 @@ class LLPMethod(Method):
         except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
             raise ConfigError(f"Cannot warm-start from {path}: {error}") from None
 
-    def _warmup_step(self, batch):
+    def _warmup_forward(self, batch):
         bank = self._bank
         index = tf.cast(batch["index"], tf.int64)
         labels = label_encoding.instance_labels(index, self.num_classes)
         bank_labels = label_encoding.instance_labels(
             tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
-        with tf.GradientTape() as tape:
-            outputs = self.model(batch["image"], training=True)
-            aggregation = losses.aggregation_loss(
-                outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
-            data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
-            decay = self.weight_decay_share()
-            loss = data_loss + decay
-        self.apply_gradients(tape, loss)
-        bank.update(index, tf.stop_gradient(outputs["embedding"]))
-        return {"loss": loss, "aggregation": data_loss, "weight_decay": decay}
+        outputs = self.model(batch["image"], training=True)
+        aggregation = losses.aggregation_loss(
+            outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
+        data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
+        decay = self.weight_decay_share()
+        loss = data_loss + decay
+        metrics = {"loss": loss, "aggregation": data_loss, "weight_decay": decay}
+        return loss, metrics, tf.stop_gradient(outputs["embedding"])
 
-    def _llp_step(self, batch):
+    def _warmup_finish(self, batch, embedding):
+        self._bank.update(tf.cast(batch["index"], tf.int64), embedding)
+
+    def _llp_forward(self, batch):
         bank = self._bank
         index = tf.cast(batch["index"], tf.int64)
         # The loss uses the state as read at the start of the step.
         labels, confidence = bank.read(index)
-        with tf.GradientTape() as tape:
-            outputs = self.model(batch["image"], training=True)
-            aggregation = losses.aggregation_loss(
-                outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
-            categorisation = losses.categorisation_loss(outputs["logits"], labels)
-            data_loss = losses.llp_loss(aggregation, categorisation, confidence,
-                                        self.global_batch_size, self.weight_by_confidence,
-                                        self.use_categorisation)
-            decay = self.weight_decay_share()
-            loss = data_loss + decay
-        self.apply_gradients(tape, loss)
+        outputs = self.model(batch["image"], training=True)
+        aggregation = losses.aggregation_loss(
+            outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
+        categorisation = losses.categorisation_loss(outputs["logits"], labels)
+        data_loss = losses.llp_loss(aggregation, categorisation, confidence,
+                                    self.global_batch_size, self.weight_by_confidence,
+                                    self.use_categorisation)
+        decay = self.weight_decay_share()
+        loss = data_loss + decay
 
+        # The bank is written after the step: propagation reads it as it was.
         embedding = tf.stop_gradient(outputs["embedding"])
         classes, new_confidence = self._propagate(embedding, outputs["logits"])
-        bank.update(index, embedding, classes, new_confidence)
-
         share = 1.0 / self.global_batch_size
         has_class = tf.cast(label_encoding.is_class(labels, self.num_classes), tf.float32)
-        return {
+        metrics = {
             "loss": loss,
             "aggregation": tf.reduce_sum(aggregation) * share,
             "categorisation": tf.reduce_sum(categorisation) * share,
@@ -229,6 +230,10 @@ class LLPMethod(Method):
             "confidence": tf.reduce_sum(confidence) * share,
             "pseudo_labelled": tf.reduce_sum(has_class) * share,
         }
+        return loss, metrics, (embedding, classes, new_confidence)
+
+    def _llp_finish(self, batch, update):
+        self._bank.update(tf.cast(batch["index"], tf.int64), *update)
 
     def _propagate(self, embedding, logits):
         """Pseudo classes int64 [B] and confidences float32 [B] for a batch."""

@@ -31,9 +31,11 @@ class SupervisedMethod(Method):
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, cache_labeled_limit: int = 0) -> None:
+                 global_batch_size: int, weight_decay: float, cache_labeled_limit: int = 0,
+                 jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
-                         global_batch_size=global_batch_size, weight_decay=weight_decay)
+                         global_batch_size=global_batch_size, weight_decay=weight_decay,
+                         jit_compile=jit_compile)
         self.cache_labeled_limit = int(cache_labeled_limit)
 
     @classmethod
@@ -43,25 +45,24 @@ class SupervisedMethod(Method):
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   cache_labeled_limit=config.method.cache_labeled_limit)
+                   cache_labeled_limit=config.method.cache_labeled_limit,
+                   jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "supervised"
 
     def replica_step(self, phase: str) -> Callable[[dict], dict[str, FloatTensor]]:
-        return self._supervised_step
+        return self.replica_step_from(self._supervised_forward)
 
     def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=labeled_index, batches_cross_passes=True,
                          cache_passes=len(labeled_index) <= self.cache_labeled_limit)
 
-    def _supervised_step(self, batch):
+    def _supervised_forward(self, batch):
         labels = tf.cast(batch["label"], tf.int64)
-        with tf.GradientTape() as tape:
-            outputs = self.model(batch["image"], training=True)
-            cross_entropy = losses.categorisation_loss(outputs["logits"], labels)
-            data_loss = tf.reduce_sum(cross_entropy) / self.global_batch_size
-            decay = self.weight_decay_share()
-            loss = data_loss + decay
-        self.apply_gradients(tape, loss)
-        return {"loss": loss, "categorisation": data_loss, "weight_decay": decay}
+        outputs = self.model(batch["image"], training=True)
+        cross_entropy = losses.categorisation_loss(outputs["logits"], labels)
+        data_loss = tf.reduce_sum(cross_entropy) / self.global_batch_size
+        decay = self.weight_decay_share()
+        loss = data_loss + decay
+        return loss, {"loss": loss, "categorisation": data_loss, "weight_decay": decay}, ()

@@ -1,0 +1,82 @@
+"""Mixed precision: the network's compute dtype, and loss scaling for float16.
+
+``float32`` computes everything in float32. ``bfloat16`` and ``float16``
+build the trunk under the Keras policy ``mixed_bfloat16`` /
+``mixed_float16``: its convolutions and dense layers compute in the low
+precision while every variable stays float32 (so checkpoints are the same
+whatever the setting, and a run can change it on resume); batch norm
+computes its statistics in float32 (Keras upcasts them). The two heads are
+float32 layers whatever the policy: the embedding is L2-normalised, and the
+bank, its updates, propagation, densities and both losses work on it in
+float32 (logits of 1/0.07 over the bank overflow float16's 65504 once
+exponentiated, and bfloat16's 8-bit mantissa would round the cosine
+similarities that pick neighbours).
+
+float16's 5-bit exponent underflows small gradients, so it trains with
+dynamic loss scaling (`keras.optimizers.LossScaleOptimizer`: the loss is
+multiplied by a scale before the backward pass, gradients are divided by it,
+and a step whose gradients are not finite is skipped and halves the scale).
+bfloat16 has float32's exponent range and needs no scaling. The scale is not
+part of the checkpoint: a resumed float16 run starts again from 2^15 and
+finds its level within a few steps.
+"""
+
+import contextlib
+from typing import Iterator, Sequence
+
+import keras
+
+from llp_tf.errors import ConfigError
+from llp_tf.types import FloatTensor
+
+#: The settings of ``--mixed_precision``, each with its Keras policy name.
+POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+PRECISIONS = tuple(POLICIES)
+
+
+def policy_name(precision: str) -> str:
+    """The Keras dtype policy of a precision setting ("float32", "bfloat16", "float16")."""
+    if precision not in POLICIES:
+        raise ConfigError(f"Unknown mixed precision {precision!r}; choose one of "
+                          f"{', '.join(PRECISIONS)}.")
+    return POLICIES[precision]
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str) -> Iterator[None]:
+    """Layers created inside compute in ``precision`` (see the module docstring).
+
+    Keras layers take the global policy when they are created, so the
+    policy is set for the block and the previous one restored after it:
+    nothing else in the process (export, the probe, another run) changes.
+    """
+    previous = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(policy_name(precision))
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous)
+
+
+def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: str,
+                   variables: Sequence[keras.Variable]) -> keras.optimizers.Optimizer:
+    """The optimizer a step applies gradients with: ``optimizer`` itself, or for
+    float16 a `LossScaleOptimizer` around it, built for ``variables`` (the
+    model's trainable variables; create it in the strategy's scope).
+
+    The checkpoint keeps ``optimizer`` (the inner one), so its slots restore
+    whatever the precision.
+    """
+    if policy_name(precision) != "mixed_float16":
+        return optimizer
+    scaled = keras.optimizers.LossScaleOptimizer(optimizer)
+    scaled.build(list(variables))
+    return scaled
+
+
+def loss_scale(optimizer: keras.optimizers.Optimizer) -> FloatTensor | float:
+    """The factor a step's loss is scaled by before the backward pass: the
+    dynamic scale of a `LossScaleOptimizer`, else 1.0."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer.scale_loss(1.0)
+    return 1.0

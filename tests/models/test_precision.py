@@ -1,0 +1,62 @@
+"""Mixed precision: policies, a low-precision trunk with float32 heads, loss scaling."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.errors import ConfigError
+from llp_tf.models import precision
+from tests.models.helpers import tiny_model
+
+
+def test_policy_names_and_unknown_precision():
+    assert [precision.policy_name(p) for p in precision.PRECISIONS] == [
+        "float32", "mixed_bfloat16", "mixed_float16"]
+    with pytest.raises(ConfigError, match="bfloat16"):
+        precision.policy_name("half")
+
+
+def test_dtype_policy_is_restored_even_after_an_error():
+    before = keras.mixed_precision.dtype_policy().name
+    with pytest.raises(RuntimeError):
+        with precision.dtype_policy("float16"):
+            assert keras.mixed_precision.dtype_policy().name == "mixed_float16"
+            raise RuntimeError("inside")
+    assert keras.mixed_precision.dtype_policy().name == before == "float32"
+
+
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_low_precision_trunk_float32_weights_heads_and_outputs(images, low):
+    reference = tiny_model().create_weights(16)
+    model = tiny_model(precision=low).create_weights(16)
+    model.set_weights(reference.get_weights())
+    assert {str(v.dtype) for v in model.weights} == {"float32"}
+    assert model.trunk.stem_conv.compute_dtype == low
+    assert model.embedding_head.compute_dtype == model.category_head.compute_dtype == "float32"
+    want, got = reference(images, training=False), model(images, training=False)
+    for name in want:
+        assert got[name].dtype == tf.float32
+    embedding = got["embedding"].numpy().astype(np.float64)
+    np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0, atol=1e-6)
+    # bfloat16 keeps 8 mantissa bits, float16 11: the cosine of each low-precision
+    # embedding with its float32 one stays near 1, and the logits near theirs.
+    cosine = np.sum(embedding * want["embedding"].numpy(), axis=1)
+    assert cosine.min() > (0.995 if low == "bfloat16" else 0.9999)
+    np.testing.assert_allclose(got["logits"], want["logits"],
+                               atol=0.1 if low == "bfloat16" else 0.01)
+    # The computation really is in low precision: not the float32 result.
+    assert not np.array_equal(got["features"].numpy(), want["features"].numpy())
+
+
+def test_only_float16_wraps_the_optimizer_in_loss_scaling():
+    model = tiny_model().create_weights(16)
+    sgd = keras.optimizers.SGD(0.1)
+    sgd.build(model.trainable_variables)
+    for name in ("float32", "bfloat16"):
+        assert precision.wrap_optimizer(sgd, name, model.trainable_variables) is sgd
+        assert precision.loss_scale(sgd) == 1.0
+    scaled = precision.wrap_optimizer(sgd, "float16", model.trainable_variables)
+    assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)
+    assert scaled.inner_optimizer is sgd and scaled.built
+    assert float(precision.loss_scale(scaled)) == 2.0 ** 15
