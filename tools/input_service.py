@@ -103,7 +103,12 @@ def plan(values):
         raise ValueError(f"--worker_ports names {len(ports)} port(s) for --workers="
                          f"{values.workers}.")
     ports = ports or free_ports(values.workers)
-    listed = values.worker_addresses or [f"{values.host}:{port}" for port in ports]
+    here = [f"{values.host}:{port}" for port in ports]
+    listed = values.worker_addresses or here
+    missing = [address for address in here if address not in listed]
+    if missing and not joining:
+        raise ValueError(f"--worker_addresses must list the workers started here; it lacks "
+                         f"{', '.join(missing)}.")
     if not joining and not listed:
         raise ValueError("A dispatcher without workers: give --workers or --worker_addresses.")
     return joining or None, ports, None if joining else listed

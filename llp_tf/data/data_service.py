@@ -102,8 +102,10 @@ def served_steps(records: tf.data.Dataset,
       several (see the module docstring).
 
     Raises:
-      ConfigError: a malformed address. A dispatcher that cannot be reached
-      or lists no workers stalls or fails on the first element, not here.
+      ConfigError: a malformed address. Later, when iterating: a dispatcher
+      without a worker list fails with tf.errors.NotFoundError ("... is not
+      in the workers list"); one that cannot be reached is waited for,
+      without a time limit (the service client retries).
     """
     service = check_address(address)
     step = per_replica * replicas

@@ -40,6 +40,7 @@ def test_help_explains_every_flag():
     (["--workers=2", "--worker_ports=5051"], "names 1 port"),
     (["--worker_ports=five"], "must be integers"),
     (["--workers=0"], "A dispatcher without workers"),
+    (["--worker_ports=5051", "--worker_addresses=h1:5051"], "lacks 127.0.0.1:5051"),
 ])
 def test_bad_flags_are_one_error_line(args, match):
     code, out, err = run_main(input_service, *args)
