@@ -20,7 +20,9 @@ stateless seed made of (seed, epoch, pass, the example's original index), so
 its image is the same whatever the replica count, the parallelism, or where
 the epoch was resumed. Of a JPEG only the random crop's window is decoded
 (`llp_tf.data.crop_decode`). (An epoch is one pass unless ``steps`` asks for
-more or fewer batches.)
+more or fewer batches.) With ``input_service`` the batches are built by
+tf.data service workers instead (`llp_tf.data.data_service`: the same steps,
+in the same order only with one service worker).
 
 Elements: {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64
 [b]}; ``index`` is the example's original index, or with ``used_index`` its
@@ -44,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.data import augment
+from llp_tf.data import data_service
 from llp_tf.data import epoch_order
 from llp_tf.data.epoch_order import DEFAULT_CYCLE_LENGTH
 from llp_tf.data.source import TRAIN, VALIDATION, Source
@@ -101,7 +104,7 @@ def _options():
 
 def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, start_step,
                             used_index, steps, batches_cross_passes, augmentation,
-                            min_crop_area):
+                            min_crop_area, input_service):
     """Checks `make_train_input_fn`'s settings (ConfigError, or DataError for the data).
 
     Returns:
@@ -110,6 +113,8 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
       with ``batches_cross_passes``, every used example).
     """
     epoch_order.check_seed_epoch(seed, epoch)
+    if input_service:
+        data_service.check_address(input_service)
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
     try:
@@ -171,13 +176,25 @@ def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_
         train_element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
+def _train_batches(records, train_examples, global_batch_size, input_context, input_service):
+    """This pipeline's per-replica training batches of the epoch's ``records``,
+    built here or, with a dispatcher address, by the tf.data service's workers."""
+    per_replica, num_pipelines, pipeline_id = _batch_layout(global_batch_size, input_context)
+    records = _keep_worker_part(records, global_batch_size, num_pipelines, pipeline_id)
+    if input_service:
+        replicas = global_batch_size // num_pipelines // per_replica
+        return data_service.served_steps(records, train_examples, per_replica, replicas,
+                                         input_service)
+    return train_examples(records).batch(per_replica, drop_remainder=True)
+
+
 def make_train_input_fn(source: Source, global_batch_size: int, image_size: int, seed: int,
                         epoch: int, start_step: int = 0, used_index: Array | None = None,
                         steps: int | None = None, cycle_length: int = DEFAULT_CYCLE_LENGTH,
                         shuffle_block: int | None = None, batches_cross_passes: bool = False,
                         augmentation: str = "paper", cache_passes: bool = False,
                         min_crop_area: float = augment.CROP_AREA_RANGE[0],
-                        fused_crop: bool = True) -> InputFn:
+                        fused_crop: bool = True, input_service: str = "") -> InputFn:
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -208,6 +225,8 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
         passes (the supervised baseline's); memory grows with its records.
       fused_crop: decode only the crop window of JPEGs (`llp_tf.data.crop_decode`:
         the same pixels, less work); False decodes every image whole.
+      input_service: address of a tf.data service dispatcher whose workers
+        build the batches (`llp_tf.data.data_service`); "": built here.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
@@ -216,17 +235,16 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
     """
     used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
-        batches_cross_passes, augmentation, min_crop_area)
+        batches_cross_passes, augmentation, min_crop_area, input_service)
     train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch),
                                         image_size, augmentation, min_crop_area, fused_crop)
 
     def input_fn(input_context=None):
-        per_replica, num_pipelines, pipeline_id = _batch_layout(global_batch_size, input_context)
         records = epoch_order.epoch_records(
             source, seed, epoch, start_step, steps, global_batch_size, pass_records,
             used_index, cycle_length, shuffle_block, cache_passes)
-        records = _keep_worker_part(records, global_batch_size, num_pipelines, pipeline_id)
-        dataset = train_examples(records).batch(per_replica, drop_remainder=True)
+        dataset = _train_batches(records, train_examples, global_batch_size, input_context,
+                                 input_service)
         return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     return input_fn

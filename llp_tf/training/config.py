@@ -19,6 +19,7 @@ import json
 import typing
 from typing import Any, Optional, Sequence, Tuple
 
+from llp_tf.data import data_service
 from llp_tf.errors import ConfigError
 from llp_tf.models.factory import ARCHITECTURES
 from llp_tf.models.precision import PRECISIONS
@@ -65,6 +66,13 @@ class DataConfig:
                                 choices=AUGMENTATIONS)
     min_crop_area: float = setting(0.2, "Smallest area fraction of the random resized crop, in "
                                    "(0, 1] (the release: 0.2).")
+    input_service: str = setting(
+        "", "Address of a tf.data service dispatcher, host:port or grpc://host:port (as "
+        "tools/input_service.py prints it), whose workers then build the training batches; "
+        "empty: built in this process. Evaluation input stays local. Each step holds the same "
+        "examples and pixels either way; the order of steps within an epoch is kept only with "
+        "one service worker (README, 'Remote input workers'). Not part of the run's state: it "
+        "may change on resume.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +225,7 @@ def _checks(c):
     data, model, optimization, method, run = c.data, c.model, c.optimization, c.method, c.run
     side = (final_feature_map_side(model, data.image_size)
             if run.jit_compile and model.architecture in ARCHITECTURES else None)
+    service_problem = data.input_service and data_service.address_problem(data.input_service)
     return [
         (bool(run.run_dir), "run_dir must be given"),
         (data.augmentation in AUGMENTATIONS,
@@ -225,6 +234,7 @@ def _checks(c):
         (method.propagation in PROPAGATIONS,
          f"propagation must be one of {PROPAGATIONS}, not {method.propagation!r}"),
         (0 < data.min_crop_area <= 1, "min_crop_area must lie in (0, 1]"),
+        (not service_problem, service_problem),
         (not (data.split_file and data.label_subset),
          "give split_file or label_subset, not both (each sets the labelled examples)"),
         (0 < data.label_percent <= 100, "label_percent must lie in (0, 100]"),

@@ -126,7 +126,8 @@ def _input_maker(config, source, strategy, method, split, steps_per_epoch):
             source, config.optimization.global_batch_size, d.image_size, config.run.seed,
             epoch, start_step=start_step, used_index=spec.index, steps=steps_per_epoch,
             batches_cross_passes=spec.batches_cross_passes, augmentation=d.augmentation,
-            min_crop_area=d.min_crop_area, cache_passes=spec.cache_passes)
+            min_crop_area=d.min_crop_area, cache_passes=spec.cache_passes,
+            input_service=d.input_service)
         return iter(strategy.distribute_datasets_from_function(input_fn))
 
     return make_iterator
@@ -314,6 +315,9 @@ def _train(config, strategy, stream, scratch_dir, multi_worker):
                  f"{len(split.labeled_index)} labelled, {info.num_classes} classes; "
                  f"{strategy.num_replicas_in_sync} replica(s); {steps_per_epoch} steps per "
                  f"epoch of {batch}.")
+    if config.data.input_service:
+        _log(stream, f"Training batches from the tf.data service at {config.data.input_service} "
+                     "(evaluation input is built here).")
     with data.data_errors(), PreemptionWatch(strategy, multi_worker) as watch:
         final = _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                             chief, watch.stop_requested).run()

@@ -14,7 +14,8 @@ def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
                    if name.endswith(".py") and not name.startswith("bench_")
                    and name not in NOT_TOOLS)
     assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
-                     "launch_local.py", "linear_probe.py", "make_splits.py", "predict.py", "train.py"]
+                     "input_service.py", "launch_local.py", "linear_probe.py", "make_splits.py",
+                     "predict.py", "train.py"]
     for name in tools:
         module = load_tool(name)
         assert list(inspect.signature(module.main).parameters)[:3] == \

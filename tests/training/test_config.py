@@ -75,6 +75,8 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     (dict(min_crop_area=1.5), "min_crop_area"),
     (dict(split_file="s.npz", label_subset="1percent"), "split_file or label_subset, not both"),
     (dict(run_dir=None), "run_dir must be given"),
+    (dict(input_service="127.0.0.1"), "input_service must be a tf.data service dispatcher"),
+    (dict(input_service="grpc://h:99999"), "port of input_service"),
 ])
 def test_invalid_settings_are_one_clear_error(tmp_path, changes, match):
     with pytest.raises(ConfigError, match=match):
@@ -95,7 +97,8 @@ def _other_value(name, section, field):
                "lr_drop_epochs": (3, 5), "blocks_per_stage": (1, 2, 1), "epochs": 31,
                "warmup_epochs": 4, "label_percent": 2.5, "data_percent": 50.0,
                "min_crop_area": 0.35, "width": 0.5, "batch_norm_momentum": 0.8,
-               "bank_momentum": 0.25, "lr_drop_factor": 0.5}
+               "bank_momentum": 0.25, "lr_drop_factor": 0.5,
+               "input_service": "grpc://127.0.0.1:5050"}
     if name in special:
         value = special[name]
     elif choices:

@@ -26,6 +26,11 @@ def test_resuming_with_changed_state_settings_is_refused(tmp_path):
         run_record.check_resumable(config.replace(split_file="other.npz"))
     # Where the directory is (it was moved) is not a setting of the run.
     run_record.check_resumable(config.replace(run_dir=str(tmp_path / "moved")))
+    # Nor is where the training input is built: changed, it is recorded, not refused.
+    served = config.replace(input_service="grpc://127.0.0.1:5050")
+    run_record.check_resumable(served)
+    assert run_record.record_changes(served, step=7) == {
+        "input_service": ("", "grpc://127.0.0.1:5050")}
 
 
 def test_changes_are_recorded_with_their_step_and_config_json_keeps_the_start(tmp_path):
