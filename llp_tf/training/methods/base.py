@@ -105,9 +105,13 @@ class Method(abc.ABC):
     def phase(self, epoch: int) -> str:
         """The phase of 0-based ``epoch``."""
 
-    @abc.abstractmethod
+    def step_parts(self, phase: str) -> Tuple[Forward, Optional[Finish]]:
+        """The ``forward`` and ``finish`` of ``phase``'s step (see `replica_step_from`)."""
+        raise NotImplementedError(f"{type(self).__name__} defines replica_step itself.")
+
     def replica_step(self, phase: str) -> Callable[[dict], Dict[str, tf.Tensor]]:
         """The per-replica step of ``phase``: batch dict -> metric shares (float32 [])."""
+        return self.replica_step_from(*self.step_parts(phase))
 
     @abc.abstractmethod
     def input_spec(self, labeled_index: np.ndarray, used_index: np.ndarray) -> InputSpec:
@@ -152,17 +156,7 @@ class Method(abc.ABC):
         update)``; it returns ``forward``'s metrics. See the module docstring.
         """
         layers = self.model.batch_norm_layers()
-
-        def compute(batch):
-            with batch_norm.DeferredMovingStatistics(layers) as deferred, \
-                    tf.GradientTape() as tape:
-                loss, metrics, update = forward(batch)
-            variables = self.model.trainable_variables
-            # Seeding the backward pass with the loss scale scales the loss.
-            gradients = tape.gradient(loss, variables, output_gradients=tf.cast(
-                precision.loss_scale(self.optimizer), loss.dtype))
-            return gradients, metrics, update, deferred.moments()
-
+        compute = self.forward_backward(forward)
         compiled = tf.function(compute, jit_compile=True) if self.jit_compile else compute
 
         def step(batch):
@@ -174,6 +168,24 @@ class Method(abc.ABC):
             return metrics
 
         return step
+
+    def forward_backward(self, forward: Forward) -> Callable[[dict], Tuple[Tensor, ...]]:
+        """The part of a step that ``jit_compile`` compiles: batch -> (gradients
+        in `trainable_variables` order (None where the loss does not reach),
+        metrics, update, batch-norm moments); it writes no variable."""
+        layers = self.model.batch_norm_layers()
+
+        def compute(batch):
+            with batch_norm.DeferredMovingStatistics(layers) as deferred, \
+                    tf.GradientTape() as tape:
+                loss, metrics, update = forward(batch)
+            variables = self.model.trainable_variables
+            # Seeding the backward pass with the loss scale scales the loss.
+            gradients = tape.gradient(loss, variables, output_gradients=tf.cast(
+                precision.loss_scale(self.optimizer), loss.dtype))
+            return gradients, metrics, update, deferred.moments()
+
+        return compute
 
     def apply_gradients(self, gradients: list[Optional[FloatTensor]]) -> None:
         """One optimizer step on the model's trainable variables, from their

@@ -18,7 +18,7 @@ the densities are refreshed (eq. 7) if they belong to another epoch.
 
 import os
 
-from typing import Callable, Optional
+from typing import Optional
 
 import keras
 import numpy as np
@@ -28,10 +28,10 @@ from llp_tf.core import label_encoding, losses, propagation
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.training.methods.base import InputSpec, Method
+from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.run_directory import RunDirectory
-from llp_tf.types import Array, FloatTensor
+from llp_tf.types import Array
 
 #: Where pseudo labels come from: the locally weighted kNN (LLP, eq. 7-8),
 #: the plain weighted kNN (eq. 5-6), or the category head's argmax.
@@ -124,10 +124,10 @@ class LLPMethod(Method):
     def phase(self, epoch: int) -> str:
         return "warmup" if epoch < self.warmup_epochs else "llp"
 
-    def replica_step(self, phase: str) -> Callable[[dict], dict[str, FloatTensor]]:
+    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
         if phase == "warmup":
-            return self.replica_step_from(self._warmup_forward, self._warmup_finish)
-        return self.replica_step_from(self._llp_forward, self._llp_finish)
+            return self._warmup_forward, self._warmup_finish
+        return self._llp_forward, self._llp_finish
 
     def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=used_index)

@@ -7,15 +7,13 @@ one schedule; the labelled set is read in passes that may run into each
 other, and when it is small its records are held in memory.
 """
 
-from typing import Callable
-
 import keras
 import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.models.llp_model import LLPModel
-from llp_tf.training.methods.base import InputSpec, Method
-from llp_tf.types import Array, FloatTensor
+from llp_tf.training.methods.base import Forward, InputSpec, Method
+from llp_tf.types import Array
 
 
 class SupervisedMethod(Method):
@@ -51,8 +49,8 @@ class SupervisedMethod(Method):
     def phase(self, epoch: int) -> str:
         return "supervised"
 
-    def replica_step(self, phase: str) -> Callable[[dict], dict[str, FloatTensor]]:
-        return self.replica_step_from(self._supervised_forward)
+    def step_parts(self, phase: str) -> tuple[Forward, None]:
+        return self._supervised_forward, None
 
     def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=labeled_index, batches_cross_passes=True,

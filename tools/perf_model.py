@@ -1,0 +1,194 @@
+"""A performance model of the training step for GPU users, computed on any machine.
+
+  python tools/perf_model.py [--architectures=resnet18,resnet50] [--output_json=...]
+
+For each architecture at --image_size, global batch --batch on one replica
+and an ImageNet-shaped bank (--bank rows, --labeled of them labelled,
+--classes classes), and for each step (the supervised baseline, the
+instance-recognition warm start, the LLP step), it counts
+
+  - floating-point operations of the replica step's forward and backward
+    pass (TensorFlow's profiler over the traced graph: convolutions, matmuls
+    and their gradients, element-wise ops), and
+  - bytes moved: the step compiled by XLA (the part `--jit_compile`
+    compiles, `Method.forward_backward`), summing for every instruction of
+    the optimised program's entry computation (each fusion, convolution,
+    dot, ...) the bytes of its operands and its result: the traffic to
+    device memory once XLA has fused the element-wise work,
+
+in float32. XLA here is the CPU backend; a GPU build fuses similarly but
+not identically, so the bytes are an estimate. The CPU backend also computes
+bfloat16 convolutions in float32, so its bfloat16 program does not show
+bfloat16 traffic: for ``--mixed_precision=bfloat16`` the trunk's bytes (the
+supervised step's) are taken as half the float32 ones, the bank's (LLP
+minus supervised) as they are.
+
+From these and published peak rates (`GPUS`) it gives a roofline bound on
+images/s per GPU: time per step >= max(FLOPs / peak FLOP/s, bytes / memory
+bandwidth), the trunk's FLOPs at the float32 or the bfloat16 tensor-core
+rate, the bank's at the float32 rate (the bank stays float32; TensorFlow's
+default TF32 matmuls on A100/H100 would run them ~8x faster, rounding
+their inputs to 10 mantissa bits). Real steps reach perhaps 40-60 % of
+such a bound. Nothing is timed.
+"""
+
+import json
+import os
+import re
+import sys
+
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("architectures", ["resnet18", "resnet50"], "Architectures to model.")
+flags.DEFINE_integer("image_size", 224, "Input side (ImageNet stem).")
+flags.DEFINE_integer("batch", 128, "Images per step (one replica: the global batch).")
+flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).")
+flags.DEFINE_integer("labeled", 128_116, "M: labelled rows (10 %).")
+flags.DEFINE_integer("classes", 1000, "C: classes.")
+flags.DEFINE_string("output_json", None, "Optional file for the figures as JSON.")
+
+#: Published dense peak rates: (low-precision tensor FLOP/s, float32 FLOP/s
+#: (no TF32), memory bytes/s). A100 SXM 80 GB and H100 SXM data sheets.
+GPUS = {
+    "A100": (312e12, 19.5e12, 2.039e12),
+    "H100": (989e12, 67e12, 3.35e12),
+}
+STEPS = ("supervised", "warmup", "llp")
+
+_SHAPE = re.compile(r"\b(pred|s8|u8|s16|u16|s32|u32|s64|u64|bf16|f16|f32|f64)\[([\d,]*)\]")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4,
+          "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.+?)\s([a-z][\w-]*)\((.*)$")
+
+
+def _shape_bytes(text):
+    total = 0
+    for dtype, dims in _SHAPE.findall(text):
+        count = 1
+        for dim in filter(None, dims.split(",")):
+            count *= int(dim)
+        total += count * _BYTES[dtype]
+    return total
+
+
+def hlo_bytes(hlo_text: str) -> int:
+    """Bytes read and written by the entry computation's instructions of an
+    optimised HLO module (operands and results; parameters, constants,
+    tuples and bitcasts move nothing themselves)."""
+    entry = hlo_text[hlo_text.index("\nENTRY"):].splitlines()[1:]
+    sizes, total = {}, 0
+    for line in entry:
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        name, shape, opcode, rest = match.groups()
+        sizes[name] = _shape_bytes(shape)
+        if opcode in _FREE:
+            continue
+        operands = re.findall(r"%([\w.\-]+)", rest.split("), ")[0])
+        total += sizes[name] + sum(sizes.get(operand, 0) for operand in operands)
+    return total
+
+
+def _method(step, architecture, bank):
+    import keras  # noqa: PLC0415
+
+    from llp_tf.models import build_model  # noqa: PLC0415
+    from llp_tf.training.methods import LLPMethod, SupervisedMethod  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    keras.utils.set_random_seed(0)
+    model = build_model(architecture, FLAGS.classes).create_weights(FLAGS.image_size)
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    common = dict(num_classes=FLAGS.classes, global_batch_size=FLAGS.batch, weight_decay=1e-4)
+    strategy = tf.distribute.get_strategy()
+    if step == "supervised":
+        return SupervisedMethod(strategy, model, optimizer, **common)
+    return LLPMethod(strategy, model, optimizer, bank, temperature=0.07, k=10, t=25,
+                     propagation_method="local", weight_by_confidence=True,
+                     use_categorisation=True, density_chunk_size=1024, **common)
+
+
+def count_step(step, architecture, bank):
+    """(FLOPs, bytes) of one float32 replica step's forward and backward pass."""
+    import tensorflow as tf  # noqa: PLC0415
+    from tensorflow.python.profiler import model_analyzer, option_builder  # noqa: PLC0415
+
+    method = _method(step, architecture, bank)
+    phase = {"supervised": "supervised"}.get(step, step)
+    compute = method.forward_backward(method.step_parts(phase)[0])
+    size, b = FLAGS.image_size, FLAGS.batch
+    batch = {"image": tf.zeros([b, size, size, 3]), "label": tf.zeros([b], tf.int64),
+             "index": tf.range(b, dtype=tf.int64)}
+    graph = tf.function(compute).get_concrete_function(batch).graph
+    options = (option_builder.ProfileOptionBuilder(
+        option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build())
+    flops = model_analyzer.profile(graph, options=options).total_float_ops
+    hlo = tf.function(compute, jit_compile=True).experimental_get_compiler_ir(batch)(
+        stage="optimized_hlo")
+    return flops, hlo_bytes(hlo)
+
+
+def roofline(counts, gpu, precision):
+    """images/s bounds of each step on ``gpu`` in ``precision`` from the float32
+    `count_step` figures (see the module docstring)."""
+    low_peak, float32_peak, bandwidth = GPUS[gpu]
+    trunk_flops, trunk_bytes = counts["supervised"]
+    trunk_peak = float32_peak if precision == "float32" else low_peak
+    bytes_factor = 1.0 if precision == "float32" else 0.5
+    result = {}
+    for step, (flops, moved) in counts.items():
+        seconds = max(trunk_flops / trunk_peak + max(flops - trunk_flops, 0) / float32_peak,
+                      (trunk_bytes * bytes_factor + max(moved - trunk_bytes, 0)) / bandwidth)
+        result[step] = FLAGS.batch / seconds
+    return result
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    import numpy as np  # noqa: PLC0415
+
+    from llp_tf.core.memory_bank import MemoryBank  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    labeled = rng.choice(FLAGS.bank, FLAGS.labeled, replace=False)
+    bank = MemoryBank(FLAGS.bank, 128, FLAGS.classes, labeled,
+                      rng.integers(0, FLAGS.classes, FLAGS.labeled))
+    rows = []
+    for architecture in FLAGS.architectures:
+        counts = {}
+        for step in STEPS:
+            counts[step] = count_step(step, architecture, bank)
+            print(f"{architecture} {step:10s} {counts[step][0] / 1e12:7.3f} TFLOP "
+                  f"{counts[step][1] / 1e9:7.2f} GB per step of {FLAGS.batch} (float32)",
+                  flush=True)
+        for precision in ("float32", "bfloat16"):
+            bounds = {gpu: roofline(counts, gpu, precision) for gpu in GPUS}
+            rows += [{"architecture": architecture, "precision": precision, "step": step,
+                      "flops": counts[step][0], "float32_bytes": counts[step][1],
+                      **{f"{gpu}_images_per_second_bound": round(bounds[gpu][step])
+                         for gpu in GPUS}} for step in STEPS]
+    print(f"\nroofline images/s per GPU ({FLAGS.image_size}px, batch {FLAGS.batch}, "
+          f"bank {FLAGS.bank} x 128 float32)")
+    for row in rows:
+        bounds = "  ".join(f"{gpu} {row[f'{gpu}_images_per_second_bound']:>7}" for gpu in GPUS)
+        print(f"  {row['architecture']:9s} {row['precision']:8s} {row['step']:10s} "
+              f"{row['flops'] / 1e12:6.3f} TFLOP {row['float32_bytes'] / 1e9:6.2f} GB  {bounds}")
+    if FLAGS.output_json:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
+        with open(FLAGS.output_json, "w") as f:
+            json.dump({"settings": {"image_size": FLAGS.image_size, "batch": FLAGS.batch,
+                                    "bank": FLAGS.bank, "labeled": FLAGS.labeled,
+                                    "classes": FLAGS.classes},
+                       "gpus": GPUS, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)
