@@ -1,16 +1,22 @@
-"""Benchmark of one LLP training step against one supervised step.
+"""Benchmark of the training step: LLP against supervised, bfloat16 against
+float32, XLA-compiled against not.
 
-Same model, batch and thread count, on synthetic in-memory batches (so the
-input pipeline is not measured). Prints the time per step of
+Same model architecture, batch and thread count, on synthetic in-memory
+batches (so the input pipeline is not measured), with an ImageNet-shaped
+bank by default (N = 1,281,167 rows of 128 float32, 10 % labelled, 1000
+classes). Prints the time per step of
 
   - the supervised baseline (forward, cross-entropy, backward, SGD),
   - the LLP step (the same plus the aggregation loss over the whole bank,
     propagation from the labelled rows and the bank update),
+  - the LLP step with --mixed_precision=bfloat16, and with --jit_compile,
   - the bank work alone (aggregation loss forward + backward from fixed
     embeddings, propagation, bank update),
 
-so that (LLP - supervised) can be set beside the bank work: LLP should add
-only the bank matmuls and top-k.
+all interleaved in one run, and their ratios: (LLP - supervised) beside the
+bank work (LLP should add only the bank matmuls and top-k), bfloat16 /
+float32 and XLA / not. On a CPU these ratios say little about a GPU (see
+tools/perf_model.py for that); they show the options work at this scale.
 """
 
 import os
@@ -28,36 +34,38 @@ flags.DEFINE_string("architecture", "resnet18", "Model architecture.")
 flags.DEFINE_float("width", 0.25, "Width multiplier of the model.")
 flags.DEFINE_integer("image_size", 32, "Input side (small inputs use the CIFAR stem).")
 flags.DEFINE_integer("batch", 128, "Global batch size.")
-flags.DEFINE_integer("bank", 50_000, "N: bank rows.")
-flags.DEFINE_integer("labeled", 5_000, "M: labelled rows.")
-flags.DEFINE_integer("classes", 100, "C: classes.")
+flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).")
+flags.DEFINE_integer("labeled", 128_116, "M: labelled rows (10 %).")
+flags.DEFINE_integer("classes", 1000, "C: classes.")
 flags.DEFINE_integer("steps", 4, "Steps per timed call.")
 flags.DEFINE_integer("rounds", 9, "Timed calls per phase (alternating); the median is kept.")
 flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow intra-op threads.")
 
 
-def _methods(strategy, rng, b, n, m, c, size):
+def _methods(strategy, rng, b, n, m, c, size, precision="float32", jit_compile=False):
     """(bank, LLP method, supervised method) sharing one model and optimizer."""
     import keras
 
     from llp_tf.core.memory_bank import MemoryBank
     from llp_tf.models import build_model
+    from llp_tf.models import precision as precision_lib
     from llp_tf.training.methods import LLPMethod, SupervisedMethod
 
     keras.utils.set_random_seed(0)
-    model = build_model(FLAGS.architecture, c, width=FLAGS.width,
-                        small_inputs=size <= 64).create_weights(size)
+    model = build_model(FLAGS.architecture, c, width=FLAGS.width, small_inputs=size <= 64,
+                        precision=precision).create_weights(size)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     optimizer.build(model.trainable_variables)
-    labeled = rng.choice(n, m, replace=False)
+    optimizer = precision_lib.wrap_optimizer(optimizer, precision, model.trainable_variables)
+    labeled = np.random.default_rng(0).choice(n, m, replace=False)
     bank = MemoryBank(n, 128, c, labeled, rng.integers(0, c, m))
-    llp = LLPMethod(strategy, model, optimizer, bank, num_classes=c, global_batch_size=b,
-                    weight_decay=1e-4, temperature=0.07, k=10, t=25,
+    common = dict(num_classes=c, global_batch_size=b, weight_decay=1e-4,
+                  jit_compile=jit_compile)
+    llp = LLPMethod(strategy, model, optimizer, bank, temperature=0.07, k=10, t=25,
                     propagation_method="local", weight_by_confidence=True,
-                    use_categorisation=True, density_chunk_size=1024)
+                    use_categorisation=True, density_chunk_size=1024, **common)
     llp.refresh_density()
-    supervised = SupervisedMethod(strategy, model, optimizer, num_classes=c,
-                                  global_batch_size=b, weight_decay=1e-4)
+    supervised = SupervisedMethod(strategy, model, optimizer, **common)
     return bank, llp, supervised
 
 
@@ -121,10 +129,12 @@ def _print_report(median, b, n, m, c, size):
     print(f"training step, {FLAGS.architecture} x{FLAGS.width} at {size}px, batch {b}, "
           f"bank N={n}, M={m} labelled, C={c} ({FLAGS.threads} threads)")
     for name, value in median.items():
-        print(f"  {name:18s} {value * 1e3:8.1f} ms")
+        print(f"  {name:24s} {value * 1e3:8.1f} ms")
     print(f"  LLP / supervised = {llp / supervised:.2f}; LLP - supervised = "
           f"{(llp - supervised) * 1e3:.1f} ms, bank work alone = {bank_only * 1e3:.1f} ms "
           f"(ratio {(llp - supervised) / bank_only:.2f})")
+    print(f"  LLP step bfloat16 / float32 = {median['LLP step, bfloat16'] / llp:.2f}; "
+          f"XLA-compiled / not = {median['LLP step, jit_compile'] / llp:.2f}")
 
 
 def main(argv):
@@ -138,15 +148,18 @@ def main(argv):
     b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labeled, FLAGS.classes, FLAGS.image_size
     strategy = tf.distribute.get_strategy()
     bank, llp, supervised = _methods(strategy, rng, b, n, m, c, size)
-    llp_runner, supervised_runner = StepRunner(llp), StepRunner(supervised)
+    runners = {"supervised step": (StepRunner(supervised), "supervised"),
+               "LLP step": (StepRunner(llp), "llp"),
+               "LLP step, bfloat16": (StepRunner(_methods(
+                   strategy, rng, b, n, m, c, size, precision="bfloat16")[1]), "llp"),
+               "LLP step, jit_compile": (StepRunner(_methods(
+                   strategy, rng, b, n, m, c, size, jit_compile=True)[1]), "llp")}
     iterator, order = _synthetic_batches(strategy, rng, b, n, size)
     embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(b, 128)), tf.float32), 1)
     bank_work = _bank_work(bank, embeddings, tf.constant(order[:b]), c)
-    contenders = {
-        "supervised step": lambda: supervised_runner.run(iterator, FLAGS.steps, "supervised"),
-        "LLP step": lambda: llp_runner.run(iterator, FLAGS.steps, "llp"),
-        "bank work alone": lambda: bank_work(tf.constant(FLAGS.steps)),
-    }
+    contenders = {name: (lambda r=runner, p=phase: r.run(iterator, FLAGS.steps, p))
+                  for name, (runner, phase) in runners.items()}
+    contenders["bank work alone"] = lambda: bank_work(tf.constant(FLAGS.steps))
     _print_report(_median_step_seconds(contenders, FLAGS.steps, FLAGS.rounds), b, n, m, c, size)
 
 
