@@ -16,7 +16,7 @@ classes). Prints the time per step of
 all interleaved in one run, and their ratios: (LLP - supervised) beside the
 bank work (LLP should add only the bank matmuls and top-k), bfloat16 /
 float32 and XLA / not. On a CPU these ratios say little about a GPU (see
-tools/perf_model.py for that); they show the options work at this scale.
+tools/bench_gpu_model.py for that); they show the options work at this scale.
 """
 
 import os

@@ -1,6 +1,6 @@
 """A performance model of the training step for GPU users, computed on any machine.
 
-  python tools/perf_model.py [--architectures=resnet18,resnet50] [--output_json=...]
+  python tools/bench_gpu_model.py [--architectures=resnet18,resnet50] [--output_json=...]
 
 For each architecture at --image_size, global batch --batch on one replica
 and an ImageNet-shaped bank (--bank rows, --labeled of them labelled,
@@ -8,13 +8,9 @@ and an ImageNet-shaped bank (--bank rows, --labeled of them labelled,
 instance-recognition warm start, the LLP step), it counts
 
   - floating-point operations of the replica step's forward and backward
-    pass (TensorFlow's profiler over the traced graph: convolutions, matmuls
-    and their gradients, element-wise ops), and
-  - bytes moved: the step compiled by XLA (the part `--jit_compile`
-    compiles, `Method.forward_backward`), summing for every instruction of
-    the optimised program's entry computation (each fusion, convolution,
-    dot, ...) the bytes of its operands and its result: the traffic to
-    device memory once XLA has fused the element-wise work,
+    pass (`Method.forward_backward`, the part `--jit_compile` compiles), and
+  - bytes moved by it once XLA has fused the element-wise work
+    (`llp_tf.training.step_cost`),
 
 in float32. XLA here is the CPU backend; a GPU build fuses similarly but
 not identically, so the bytes are an estimate. The CPU backend also computes
@@ -34,7 +30,6 @@ such a bound. Nothing is timed.
 
 import json
 import os
-import re
 import sys
 
 import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
@@ -59,42 +54,6 @@ GPUS = {
 }
 STEPS = ("supervised", "warmup", "llp")
 
-_SHAPE = re.compile(r"\b(pred|s8|u8|s16|u16|s32|u32|s64|u64|bf16|f16|f32|f64)\[([\d,]*)\]")
-_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4,
-          "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
-_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.+?)\s([a-z][\w-]*)\((.*)$")
-
-
-def _shape_bytes(text):
-    total = 0
-    for dtype, dims in _SHAPE.findall(text):
-        count = 1
-        for dim in filter(None, dims.split(",")):
-            count *= int(dim)
-        total += count * _BYTES[dtype]
-    return total
-
-
-def hlo_bytes(hlo_text: str) -> int:
-    """Bytes read and written by the entry computation's instructions of an
-    optimised HLO module (operands and results; parameters, constants,
-    tuples and bitcasts move nothing themselves)."""
-    entry = hlo_text[hlo_text.index("\nENTRY"):].splitlines()[1:]
-    sizes, total = {}, 0
-    for line in entry:
-        match = _INSTRUCTION.match(line)
-        if not match:
-            continue
-        name, shape, opcode, rest = match.groups()
-        sizes[name] = _shape_bytes(shape)
-        if opcode in _FREE:
-            continue
-        operands = re.findall(r"%([\w.\-]+)", rest.split("), ")[0])
-        total += sizes[name] + sum(sizes.get(operand, 0) for operand in operands)
-    return total
-
-
 def _method(step, architecture, bank):
     import keras  # noqa: PLC0415
 
@@ -118,7 +77,8 @@ def _method(step, architecture, bank):
 def count_step(step, architecture, bank):
     """(FLOPs, bytes) of one float32 replica step's forward and backward pass."""
     import tensorflow as tf  # noqa: PLC0415
-    from tensorflow.python.profiler import model_analyzer, option_builder  # noqa: PLC0415
+
+    from llp_tf.training import step_cost  # noqa: PLC0415
 
     method = _method(step, architecture, bank)
     phase = {"supervised": "supervised"}.get(step, step)
@@ -126,13 +86,7 @@ def count_step(step, architecture, bank):
     size, b = FLAGS.image_size, FLAGS.batch
     batch = {"image": tf.zeros([b, size, size, 3]), "label": tf.zeros([b], tf.int64),
              "index": tf.range(b, dtype=tf.int64)}
-    graph = tf.function(compute).get_concrete_function(batch).graph
-    options = (option_builder.ProfileOptionBuilder(
-        option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build())
-    flops = model_analyzer.profile(graph, options=options).total_float_ops
-    hlo = tf.function(compute, jit_compile=True).experimental_get_compiler_ir(batch)(
-        stage="optimized_hlo")
-    return flops, hlo_bytes(hlo)
+    return step_cost.step_flops(compute, batch), step_cost.step_bytes(compute, batch)
 
 
 def roofline(counts, gpu, precision):
