@@ -29,7 +29,7 @@ photographs and noisy images at quality 90 and 95 too).
 
 Speed, one core, ~400x350 quality-90 4:2:0 JPEGs (tools/bench_input.py;
 images per CPU second, noisy from run to run by a few %): the fused crop
-decode is only 0.99-1.12x the full decode followed by the crop (five runs), and that
+decode is only 0.96-1.12x the full decode followed by the crop (four runs), and that
 is near the limit with identical pixels. Of a full decode of photographs
 (45 KiB/image) about 8 % is set-up, 60 % Huffman decoding and 32 % the
 inverse DCT, upsampling and colour conversion (63 % Huffman on noisy
