@@ -7,12 +7,22 @@ Measures the training and evaluation pipelines of llp_tf.data.pipeline on
   - a generated set of --num_generated 224x224 JPEGs in TFRecord shards of
     the authors' format, at 224 (decode, random resized crop, colour jitter,
     ...), like ImageNet,
-each for about --seconds after a warm-up, on all CPU cores; and the random
-crop's decoding on one core, fused (`llp_tf.data.crop_decode`, only the
-window of a JPEG decoded) against the full decode followed by the crop, on
---num_crop_decode generated JPEGs of ImageNet-like sizes (~400x350), as a
-ratio measured in the same run. Temporary data goes to a fresh temporary
-folder that is removed at the end.
+each for about --seconds after a warm-up, on all CPU cores; then, on one
+core (a private tf.data thread pool of one thread, one thread per op), in
+--rounds rounds with the contenders interleaved:
+  - the random crop's decoding, fused (`llp_tf.data.crop_decode`, only the
+    window of a JPEG decoded) against the full decode then the crop, on
+    --num_crop_decode JPEGs of ImageNet-like sizes (sides 330-450 px,
+    quality 90, 4:2:0) of two kinds: cut from real photographs
+    (scikit-learn's sample images) and smooth images plus pixel noise, whose
+    entropy decoding weighs more; and
+  - the whole training input (read, decode, crop, augment at 224 px, batch)
+    on the photographs, with fused and with full decoding: a GPU that takes
+    G images/s needs about G / (this rate) such cores to be fed.
+One-core figures are given per wall second and per CPU second of the
+process; the latter still counts one core when other processes share it.
+Mean KiB per image is given for each set. Temporary data goes to a fresh
+temporary folder that is removed at the end.
 """
 
 import json
@@ -34,8 +44,10 @@ flags.DEFINE_float("seconds", 8.0, "Time measured per pipeline, after warm-up.")
 flags.DEFINE_integer("batch_size", 128, "Global batch size (one replica).")
 flags.DEFINE_integer("small_size", 32, "Output image side for the embedded set.")
 flags.DEFINE_integer("num_generated", 512, "Images in the generated 224x224 JPEG set.")
-flags.DEFINE_integer("num_crop_decode", 64, "Generated ~400x350 JPEGs for the crop-decode "
-                     "figure.")
+flags.DEFINE_integer("num_crop_decode", 256, "Generated ~400x350 JPEGs of each kind for "
+                     "the one-core figures.")
+flags.DEFINE_integer("rounds", 5, "Measured rounds of the one-core figures, contenders "
+                     "interleaved.")
 flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.")
 
 
@@ -87,8 +99,10 @@ def _measure(make_dataset, seconds, warmup_batches=3):
     return images / elapsed if elapsed else float("nan")
 
 
-def _imagenet_like_jpegs(count):
-    """``count`` JPEG bytes (quality 90) of smooth noisy images, sides 330-450 px."""
+def _noisy_jpegs(count):
+    """``count`` JPEG bytes (quality 90, 4:2:0) of smooth images plus Gaussian
+    pixel noise (stddev 12), sides 330-450 px: much of the noise survives
+    quantisation, so entropy decoding weighs more than in most photographs."""
     import numpy as np  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
@@ -104,9 +118,70 @@ def _imagenet_like_jpegs(count):
     return jpegs
 
 
-def _crop_decode_rates(jpegs, seconds, rounds=4):
-    """(fused, full) images/s on one core of decoding an image's random crop
-    window (`augment.crop_window`), rounds of the two interleaved."""
+def _photo_jpegs(count):
+    """``count`` JPEG bytes (quality 90, 4:2:0) cut from real photographs,
+    scikit-learn's sample images (china.jpg, flower.jpg, 427x640, installed
+    with it): crops at the photos' own scale (no resampling, which would
+    smooth them), sides 330-450 px, randomly transposed and mirrored."""
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+    from sklearn.datasets import load_sample_images  # noqa: PLC0415
+
+    photos = load_sample_images().images
+    rng = np.random.default_rng(0)
+    jpegs = []
+    for index in range(count):
+        photo = photos[index % len(photos)]
+        if rng.random() < 0.5:
+            photo = photo.transpose(1, 0, 2)
+        if rng.random() < 0.5:
+            photo = photo[:, ::-1]
+        height, width = (int(rng.integers(330, min(450, side) + 1)) for side in photo.shape[:2])
+        top = int(rng.integers(0, photo.shape[0] - height + 1))
+        left = int(rng.integers(0, photo.shape[1] - width + 1))
+        crop = np.ascontiguousarray(photo[top:top + height, left:left + width])
+        jpegs.append(tf.io.encode_jpeg(crop, quality=90).numpy())
+    return jpegs
+
+
+def _one_core():
+    """tf.data options that run a dataset, and each op in it, on one thread."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1
+    options.threading.max_intra_op_parallelism = 1
+    return options
+
+
+def _interleaved_rates(runs, rounds):
+    """{name: (images per wall second, images per CPU second)} of
+    ``runs[name]() -> images``, each called once per round, round-robin, after
+    one unmeasured warm-up call. CPU time is the whole process's (all threads),
+    so it counts the core really used even when other processes share it."""
+    import resource  # noqa: PLC0415
+
+    def cpu():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    totals = {name: [0, 0.0, 0.0] for name in runs}
+    for name, run in runs.items():
+        run()
+    for _ in range(rounds):
+        for name, run in runs.items():
+            wall, used = time.perf_counter(), cpu()
+            images = run()
+            totals[name][0] += images
+            totals[name][1] += time.perf_counter() - wall
+            totals[name][2] += cpu() - used
+    return {name: (n / wall, n / used) for name, (n, wall, used) in totals.items()}
+
+
+def _crop_decode_rates(jpegs, rounds):
+    """{"fused"|"full": (wall, CPU) images/s} on one core of decoding an
+    image's random crop window (`augment.crop_window`): `crop_decode.decode_window`
+    against `decode.decode_image` then the crop, as the pipeline did before."""
     import tensorflow as tf  # noqa: PLC0415
 
     from llp_tf.data import augment, crop_decode, decode  # noqa: PLC0415
@@ -118,23 +193,81 @@ def _crop_decode_rates(jpegs, seconds, rounds=4):
         "fused": lambda e, i: crop_decode.decode_window(e, window_fn(i)),
         "full": lambda e, i: crop_decode.crop_image(decode.decode_image(e), window_fn(i)),
     }
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = 1
-    options.threading.max_intra_op_parallelism = 1
-    counts, times = dict.fromkeys(loads, 0), dict.fromkeys(loads, 0.0)
-    base = tf.data.Dataset.from_tensor_slices((jpegs, tf.range(len(jpegs))))
-    for _ in range(rounds):
-        for name, load in loads.items():
-            dataset = base.repeat().map(lambda e, i, f=load: f(e, i)[0, 0, 0]).with_options(
-                options)
-            iterator = iter(dataset)
-            next(iterator)  # warm-up: tracing and the first image
-            start = time.perf_counter()
-            while time.perf_counter() - start < seconds / (2 * rounds):
-                next(iterator)
-                counts[name] += 1
-            times[name] += time.perf_counter() - start
-    return counts["fused"] / times["fused"], counts["full"] / times["full"]
+    base = tf.data.Dataset.from_tensor_slices((jpegs, tf.range(len(jpegs)))).repeat(2)
+    runs = {}
+    for name, load in loads.items():
+        # A reduce inside one function call: no Python step per image.
+        dataset = base.map(lambda e, i, f=load: tf.cast(f(e, i)[0, 0, 0], tf.int64)).with_options(
+            _one_core())
+        reduce = tf.function(lambda d=dataset: d.reduce(tf.constant(0, tf.int64), tf.add))
+        runs[name] = lambda r=reduce: (r(), 2 * len(jpegs))[1]
+    return _interleaved_rates(runs, rounds)
+
+
+def _train_rates(source, batch, rounds, batches_per_round=6):
+    """{"fused"|"full": (wall, CPU) images/s} on one core of the whole training
+    input (`pipeline.make_train_input_fn` at 224 px, "paper" augmentation:
+    read, decode, random resized crop, grayscale, colour jitter, flip,
+    normalise, batch): per call, a fresh iterator over the same
+    ``batches_per_round`` batches, start-up included (tracing is not: the
+    dataset is built once). Only one iterator lives at a time: a live one
+    keeps prefetching in the background."""
+    from llp_tf.data import data_errors, pipeline  # noqa: PLC0415
+
+    def runner(fused):
+        dataset = pipeline.make_train_input_fn(
+            source, batch, 224, seed=0, epoch=0, steps=batches_per_round,
+            fused_crop=fused)(None).with_options(_one_core())
+
+        def run():
+            with data_errors():
+                return sum(int(b["image"].shape[0]) for b in dataset)
+        return run
+
+    return _interleaved_rates({"fused": runner(True), "full": runner(False)}, rounds)
+
+
+def _write_jpeg_records(folder, jpegs, shards=4):
+    """Writes ``jpegs`` as a TFRecord training set (labels index % 10)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from llp_tf.data.tfrecord_source import serialize_example, shard_name  # noqa: PLC0415
+
+    os.makedirs(folder)
+    for shard in range(shards):
+        with tf.io.TFRecordWriter(os.path.join(folder, shard_name("train", shard, shards))) as w:
+            for index in range(shard, len(jpegs), shards):
+                w.write(serialize_example(jpegs[index], index % 10, index))
+    with open(os.path.join(folder, "dataset_info.json"), "w") as f:
+        json.dump({"class_names": [str(c) for c in range(10)]}, f)
+
+
+def _per_core_results(scratch, results):
+    """Appends the one-core figures to ``results``; returns {"fused_over_full":
+    {what: images/s fused / full, per wall and per CPU second}}."""
+    from llp_tf.data import load_source  # noqa: PLC0415
+
+    photos, noisy = _photo_jpegs(FLAGS.num_crop_decode), _noisy_jpegs(FLAGS.num_crop_decode)
+    cases = [("photo", photos, _crop_decode_rates(photos, FLAGS.rounds)),
+             ("noisy", noisy, _crop_decode_rates(noisy, FLAGS.rounds))]
+    folder = os.path.join(scratch, "photo")
+    _write_jpeg_records(folder, photos)
+    train = _train_rates(load_source(f"tfrecord:{folder}"), 64, FLAGS.rounds)
+    cases.append(("photo", photos, train))
+    ratios = {}
+    for (name, jpegs, rates), what in zip(cases, ("crop-decode", "crop-decode",
+                                                  "train input 224px")):
+        kib = sum(len(j) for j in jpegs) / len(jpegs) / 1024
+        for path, (wall, cpu) in sorted(rates.items(), reverse=True):
+            results.append({"set": f"{name} ~400x350 ({kib:.0f} KiB/image)",
+                            "pipeline": f"{what} {path}, 1 core",
+                            "image_size": 224 if what.startswith("train") else None,
+                            "images_per_second": round(wall, 1),
+                            "images_per_cpu_second": round(cpu, 1)})
+        ratios[f"{what}, {name} ({kib:.0f} KiB/image)"] = {
+            "wall": round(rates["fused"][0] / rates["full"][0], 3),
+            "cpu": round(rates["fused"][1] / rates["full"][1], 3)}
+    return {"fused_over_full": ratios}
 
 
 def main(argv):
@@ -166,14 +299,7 @@ def main(argv):
                                 FLAGS.seconds / 2)
             results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
                             "images_per_second": round(evaluate, 1)})
-        jpegs = _imagenet_like_jpegs(FLAGS.num_crop_decode)
-        fused, full = _crop_decode_rates(jpegs, FLAGS.seconds)
-        mean_kib = sum(len(j) for j in jpegs) / len(jpegs) / 1024
-        for name, rate in (("crop-decode full", full), ("crop-decode fused", fused)):
-            results.append({"set": f"jpeg ~400x350 ({mean_kib:.0f} KiB/image)",
-                            "pipeline": f"{name}, 1 core", "image_size": None,
-                            "images_per_second": round(rate, 1)})
-        crop_ratio = fused / full
+        per_core = _per_core_results(scratch, results)
     except LLPError as error:
         print(f"bench_input: {error}", file=sys.stderr)
         sys.exit(1)
@@ -185,12 +311,17 @@ def main(argv):
         size = f"{r['image_size']}px" if r["image_size"] else "window"
         print(f"  {r['set']:<28} {r['pipeline']:<25} {size:>6} "
               f"{r['images_per_second']:>9.1f} images/s")
-    print(f"  crop-decode per core, fused / full: {crop_ratio:.2f}x")
+    for r in results:
+        if "images_per_cpu_second" in r:
+            print(f"  {r['set']:<28} {r['pipeline']:<25} {r['images_per_cpu_second']:>16.1f} "
+                  "images per CPU second")
+    for name, ratio in per_core["fused_over_full"].items():
+        print(f"  per core, fused / full decode, {name}: {ratio}")
     if FLAGS.output_json:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
         with open(FLAGS.output_json, "w") as f:
             json.dump({"cpu_cores": os.cpu_count(), "results": results,
-                       "crop_decode_fused_over_full": round(crop_ratio, 3)}, f, indent=1)
+                       **per_core}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Decoding only the window of an image that a random crop keeps.
 
 A training example keeps one random-resized-crop window of its image (on
-average 60 % of the area for the release's crop areas 0.2-1). For JPEG
-bytes the window is drawn from the shape in the JPEG header
+average about half of the area for the release's crop areas 0.2-1, and
+its bottom edge at 87 % of the height; measured on 330-450 px images). For
+JPEG bytes the window is drawn from the shape in the JPEG header
 (`tf.image.extract_jpeg_shape`, no decoding) and only the rows and columns
 around it are decoded (`tf.image.decode_and_crop_jpeg`): entropy decoding
 stops below the window, and the inverse DCT, upsampling and colour
@@ -22,7 +23,24 @@ region decoded here is therefore the window grown by ``JPEG_MARGIN`` pixels
 on each side (clipped to the image), and the margin is cut off after
 decoding: the upsampler reaches at most one chroma sample (<= 4 pixels for
 any standard subsampling) across, so the window's pixels equal the full
-decode's (tests/data/test_crop_decode.py checks that they are identical).
+decode's. Tolerance 0: tests/data/test_crop_decode.py checks that they are
+identical; with 4:2:0 chroma one pixel of margin already is (checked on
+photographs and noisy images at quality 90 and 95 too).
+
+Speed, one core, ~400x350 quality-90 4:2:0 JPEGs (tools/bench_input.py;
+images per CPU second, noisy from run to run by a few %): the fused crop
+decode is only 0.96-1.12x the full decode followed by the crop (four runs), and that
+is near the limit with identical pixels. Of a full decode of photographs
+(45 KiB/image) about 8 % is set-up, 60 % Huffman decoding and 32 % the
+inverse DCT, upsampling and colour conversion (63 % Huffman on noisy
+images, 76 KiB); Huffman decoding cannot skip rows or columns, so it runs
+down to the window's bottom edge (87 %), and only the last part shrinks
+with the window: at best ~1.28x (photographs) and ~1.22x (noisy) for the
+decode alone, less once the shared costs (drawing the window, ~0.15 ms,
+reading the header) are counted. A tf.cond on the format cost ~0.2 ms, more
+than the fused decode saves, so `decode_window` has no control flow.
+The whole training input at 224 px runs at ~150-185 images per CPU second
+either way: the augmentation after the crop, not the decode, dominates.
 
 Errors: bytes that are not an image, or a JPEG whose header or data up to
 the window is damaged, fail as the full decode does (and
@@ -31,6 +49,8 @@ a window decodes that window, whose data is intact; it fails on the first
 crop that reaches the missing rows.
 """
 
+import functools
+import struct
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -44,7 +64,7 @@ WindowFn = Callable[[IntTensor], tuple[IntTensor, IntTensor, IntTensor, IntTenso
 
 #: Pixels decoded on each side of the window and then cut off, so that
 #: chroma upsampling at the decoded region's border does not reach the window.
-JPEG_MARGIN = 8
+JPEG_MARGIN = 4
 
 
 def crop_image(image: IntTensor, window_fn: WindowFn) -> IntTensor:
@@ -59,6 +79,20 @@ def crop_image(image: IntTensor, window_fn: WindowFn) -> IntTensor:
     """
     top, left, height, width = window_fn(tf.shape(image))
     return tf.image.crop_to_bounding_box(image, top, left, height, width)
+
+
+def _region(shape, window, margin):
+    """(box, row, column): the window (top, left, height, width) grown by
+    ``margin`` on each side and clipped to ``shape``, as decode_and_crop_jpeg's
+    int32 [4] crop window, and the window's offset inside it."""
+    top, left, height, width = window
+    region_top = tf.maximum(top - margin, 0)
+    region_left = tf.maximum(left - margin, 0)
+    region_bottom = tf.minimum(top + height + margin, shape[0])
+    region_right = tf.minimum(left + width + margin, shape[1])
+    box = tf.stack([region_top, region_left, region_bottom - region_top,
+                    region_right - region_left])
+    return box, top - region_top, left - region_left
 
 
 def decode_jpeg_window(encoded: StringTensor, window_fn: WindowFn,
@@ -76,34 +110,59 @@ def decode_jpeg_window(encoded: StringTensor, window_fn: WindowFn,
       `decode.decode_image` does.
     """
     shape = tf.image.extract_jpeg_shape(encoded, output_type=tf.int32)
-    top, left, height, width = window_fn(shape)
-    region_top = tf.maximum(top - margin, 0)
-    region_left = tf.maximum(left - margin, 0)
-    region_bottom = tf.minimum(top + height + margin, shape[0])
-    region_right = tf.minimum(left + width + margin, shape[1])
-    region = tf.image.decode_and_crop_jpeg(
-        encoded, tf.stack([region_top, region_left, region_bottom - region_top,
-                           region_right - region_left]), channels=3)
-    row, column = top - region_top, left - region_left
+    _, _, height, width = window = window_fn(shape)
+    box, row, column = _region(shape, window, margin)
+    region = tf.image.decode_and_crop_jpeg(encoded, box, channels=3)
     window = region[row:row + height, column:column + width, :]
     window.set_shape([None, None, 3])
     return window
 
 
+@functools.cache
+def _stand_ins() -> tuple[bytes, bytes]:
+    """(JPEG, BMP) bytes of a 1x1 image: what the unused decode of
+    `decode_window` reads, cheaply, instead of the real bytes."""
+    # 24-bit 1x1 BMP: file header, BITMAPINFOHEADER, one 4-byte-padded row.
+    bmp = (b"BM" + struct.pack("<IHHI", 58, 0, 0, 54)
+           + struct.pack("<IiiHHIIiiII", 40, 1, 1, 1, 24, 0, 4, 2835, 2835, 0, 0)
+           + bytes(4))
+    with tf.init_scope():  # eager even while a tf.data function is traced
+        jpeg = tf.io.encode_jpeg(tf.zeros([1, 1, 1], tf.uint8)).numpy()
+    return jpeg, bmp
+
+
 def decode_window(encoded: StringTensor, window_fn: WindowFn) -> IntTensor:
     """The window of an encoded image, decoding only the window of a JPEG.
 
+    Both decodes run on every image, without control flow: the one the
+    format does not need reads a 1x1 stand-in instead (a tf.cond here cost
+    more, about 0.2 ms per image, than the fused decode saves; see the
+    module docstring).
+
     Args:
       encoded: string [], JPEG, PNG, GIF (first frame) or BMP bytes.
-      window_fn: see `WindowFn`, called with the image's shape (int32 [3]).
+      window_fn: see `WindowFn`, called once with the image's shape (int32 [3]).
 
     Returns:
       uint8 [h, w, 3]. For JPEG the pixels of `decode_jpeg_window`, equal to
       the full decode's; for other formats ``crop_image(decode_image(encoded))``
       exactly.
     """
-    window = tf.cond(tf.io.is_jpeg(encoded),
-                     lambda: decode_jpeg_window(encoded, window_fn),
-                     lambda: crop_image(decode.decode_image(encoded), window_fn))
+    stand_in_jpeg, stand_in_other = _stand_ins()
+    is_jpeg = tf.io.is_jpeg(encoded)
+    jpeg = tf.where(is_jpeg, encoded, stand_in_jpeg)
+    other = decode.decode_image(tf.where(is_jpeg, stand_in_other, encoded))
+    shape = tf.where(is_jpeg, tf.image.extract_jpeg_shape(jpeg, output_type=tf.int32),
+                     tf.shape(other))
+    top, left, height, width = window = window_fn(shape)
+    box, row, column = _region(shape, window, JPEG_MARGIN)
+    # The stand-in JPEG's region is its one pixel; the unused path's window
+    # has no rows, so the two windows concatenated are the used one.
+    jpeg_height = tf.where(is_jpeg, height, 0)
+    region = tf.image.decode_and_crop_jpeg(jpeg, tf.where(is_jpeg, box, [0, 0, 1, 1]),
+                                           channels=3)
+    parts = [region[row:row + jpeg_height, column:column + width],
+             other[top:top + height - jpeg_height, left:left + width]]
+    window = tf.concat([tf.reshape(part, [-1, width, 3]) for part in parts], axis=0)
     window.set_shape([None, None, 3])
     return window

@@ -71,7 +71,7 @@ def _differences(jpegs, load):
 
 
 def test_fused_pixels_equal_the_full_decode(jpegs):
-    # Tolerance 0: with the 8-pixel margin the window's pixels are the full
+    # Tolerance 0: with the 4-pixel margin the window's pixels are the full
     # decode's exactly (measured: max 0, mean 0 levels).
     largest, mean = _differences(jpegs, crop_decode.decode_window)
     assert (largest, mean) == (0, 0.0)
@@ -84,6 +84,14 @@ def test_without_the_margin_only_the_window_border_differs(jpegs):
         jpegs, lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=0))
     assert largest > 0
     assert mean < 0.05
+
+
+def test_one_pixel_of_margin_is_enough_for_420_chroma(jpegs):
+    # Why JPEG_MARGIN = 4 is safe: with 4:2:0 chroma (2-pixel samples) one
+    # pixel already gives identical pixels; 4 covers 4-pixel samples (4:1:1).
+    assert crop_decode.JPEG_MARGIN >= 4
+    largest, _ = _differences(jpegs, lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=1))
+    assert largest == 0
 
 
 def test_grayscale_jpeg_gives_three_equal_channels(jpegs):
