@@ -8,7 +8,10 @@ Prints, on the same arrays and with the same thread count:
   3. the aggregation loss forward + backward (B x N bank) in GFLOP/s, counting
      4 B N D, next to a plain `tf.matmul` of the same [B, D] x [D, N] shape;
   4. peak resident memory of the density refresh at two chunk sizes and two
-     query counts (each in a fresh subprocess), showing it follows the chunk.
+     query counts (each in a fresh subprocess), showing it follows the chunk;
+  5. peak resident memory of the aggregation loss forward + backward against
+     an ImageNet-sized bank (N = 1,281,167 rows, one replica batch), in a
+     fresh subprocess, next to the B x N float32 logits it must hold.
 
 Contenders run in alternating blocks (ours x n, theirs x n, ours x n, ...),
 each opened by an untimed call, and their medians are compared, so the
@@ -46,6 +49,12 @@ flags.DEFINE_integer("memory_probe_chunk", 0,
                      "Internal: run one density refresh with this chunk size and print "
                      "the peak RSS growth (used by the memory measurement).")
 flags.DEFINE_integer("memory_probe_queries", 0, "Internal: Q for --memory_probe_chunk.")
+flags.DEFINE_integer("loss_memory_bank", 1_281_167,
+                     "N of the aggregation loss memory measurement (ImageNet's train split); "
+                     "0 skips it.")
+flags.DEFINE_boolean("loss_memory_probe", False,
+                     "Internal: run one aggregation loss forward + backward with "
+                     "--loss_memory_bank rows and print the peak RSS growth.")
 
 
 def _unit_rows(rng, n, d):
@@ -87,6 +96,17 @@ def _status_kib(field):
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
+def _reset_peak_rss():
+    """Resets the peak (VmHWM) to the current RSS and returns the current RSS in KiB."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kib("VmRSS")
+
+
+def _peak_growth_mib(baseline_kib):
+    return (_status_kib("VmHWM") - baseline_kib) / 1024.0
+
+
 def memory_probe(chunk_size, num_queries):
     """Runs one density refresh in this process; prints its peak RSS growth in MiB."""
     import tensorflow as tf
@@ -97,27 +117,62 @@ def memory_probe(chunk_size, num_queries):
     queries = tf.constant(bank[:num_queries])
     # A small call first, so TF's start-up allocations are in the baseline.
     propagation.local_density(queries[:8], bank[:64], t=FLAGS.t, chunk_size=8).numpy()
-    # Writing 5 to clear_refs resets the peak (VmHWM) to the current RSS.
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    baseline = _status_kib("VmRSS")
+    baseline = _reset_peak_rss()
     propagation.local_density(queries, bank, t=FLAGS.t, chunk_size=chunk_size).numpy()
-    print(json.dumps({"growth_mib": (_status_kib("VmHWM") - baseline) / 1024.0}))
+    print(json.dumps({"growth_mib": _peak_growth_mib(baseline)}))
+
+
+def loss_memory_probe():
+    """One aggregation loss forward + backward (B x --loss_memory_bank) in this
+    process; prints the peak RSS growth in MiB over the bank and the batch."""
+    import tensorflow as tf
+    _configure_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    # The bank is drawn in a loop of row blocks: a [N, D] float64 normal
+    # array would be four times the bank.
+    bank = np.concatenate([_unit_rows(rng, min(65_536, FLAGS.loss_memory_bank - start),
+                                      FLAGS.dim)
+                           for start in range(0, FLAGS.loss_memory_bank, 65_536)])
+    loss_step, _ = _loss_step(rng, tf.constant(bank), FLAGS.batch, FLAGS.loss_memory_bank,
+                              FLAGS.dim)
+    del bank
+    # Traced before the baseline, but not run: the allocator keeps what a run
+    # frees, so a second run would not show the peak. XLA's compilation of the
+    # two element-wise kernels (a few MiB) is in the figure.
+    loss_step.get_concrete_function()
+    baseline = _reset_peak_rss()
+    loss_step().numpy()
+    print(json.dumps({"growth_mib": _peak_growth_mib(baseline)}))
+
+
+def _probe_in_subprocess(args):
+    """The JSON line a fresh run of this script with ``args`` prints last."""
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), f"--dim={FLAGS.dim}", f"--t={FLAGS.t}",
+         f"--threads={FLAGS.threads}", f"--batch={FLAGS.batch}"] + args,
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _density_memory(chunks, query_counts):
     rows = []
     for chunk in chunks:
         for queries in query_counts:
-            out = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), f"--memory_probe_chunk={chunk}",
-                 f"--memory_probe_queries={queries}", f"--bank={FLAGS.bank}",
-                 f"--dim={FLAGS.dim}", f"--t={FLAGS.t}", f"--threads={FLAGS.threads}"],
-                check=True, capture_output=True, text=True).stdout
-            growth = json.loads(out.strip().splitlines()[-1])["growth_mib"]
+            growth = _probe_in_subprocess([f"--memory_probe_chunk={chunk}",
+                                           f"--memory_probe_queries={queries}",
+                                           f"--bank={FLAGS.bank}"])["growth_mib"]
             rows.append({"chunk": chunk, "queries": queries, "growth_mib": growth,
                          "chunk_scores_mib": chunk * FLAGS.bank * 4 / 2**20})
     return rows
+
+
+def _loss_memory():
+    n, b = FLAGS.loss_memory_bank, FLAGS.batch
+    growth = _probe_in_subprocess(["--loss_memory_probe",
+                                   f"--loss_memory_bank={n}"])["growth_mib"]
+    logits_mib = b * n * 4 / 2**20
+    return {"bank_rows": n, "batch": b, "growth_mib": growth, "logits_mib": logits_mib,
+            "growth_over_logits": growth / logits_mib}
 
 
 def _bench_propagation(rng, faiss, b, m, d):
@@ -156,8 +211,9 @@ def _bench_density(rng, faiss, n, d, q):
     return {"ours_s": ours, "faiss_s": theirs, "faiss_over_ours": theirs / ours}, bank_t
 
 
-def _bench_aggregation_loss(rng, bank_t, b, n, d):
-    """The aggregation loss forward + backward against the whole bank vs a plain matmul."""
+def _loss_step(rng, bank_t, b, n, d):
+    """(a tf.function giving d(sum of the aggregation loss)/d embeddings, the
+    [B, D] embeddings variable): labels of 1000 classes, the batch's from the bank."""
     import tensorflow as tf
     from llp_tf.core import losses
 
@@ -171,6 +227,15 @@ def _bench_aggregation_loss(rng, bank_t, b, n, d):
             total = tf.reduce_sum(losses.aggregation_loss(embeddings, bank_t, bank_labels,
                                                           labels))
         return tape.gradient(total, embeddings)
+
+    return loss_step, embeddings
+
+
+def _bench_aggregation_loss(rng, bank_t, b, n, d):
+    """The aggregation loss forward + backward against the whole bank vs a plain matmul."""
+    import tensorflow as tf
+
+    loss_step, embeddings = _loss_step(rng, bank_t, b, n, d)
 
     @tf.function
     def matmul():
@@ -203,7 +268,16 @@ def run_benchmarks():
     # Memory of the density refresh: bounded by the chunk, not by Q.
     chunks = [int(c) for c in FLAGS.memory_chunks]
     results["density_memory"] = _density_memory(chunks, [q // 4, q])
+    if FLAGS.loss_memory_bank:
+        results["loss_memory"] = _loss_memory()
     return results
+
+
+def _print_loss_memory(m):
+    print(f"aggregation loss fwd+bwd peak RSS growth (B={m['batch']} vs N={m['bank_rows']}, "
+          "fresh process, bank and batch excluded)")
+    print(f"  {m['growth_mib']:8.1f} MiB = {m['growth_over_logits']:.2f} x the B x N float32 "
+          f"logits ({m['logits_mib']:.0f} MiB)")
 
 
 def print_report(r):
@@ -227,12 +301,17 @@ def print_report(r):
     for row in r["density_memory"]:
         print(f"  chunk {row['chunk']:5d}  Q={row['queries']:6d}: {row['growth_mib']:8.1f} MiB"
               f"   (one chunk of scores: {row['chunk_scores_mib']:.0f} MiB)")
+    if "loss_memory" in r:
+        _print_loss_memory(r["loss_memory"])
 
 
 def main(argv):
     del argv
     if FLAGS.memory_probe_chunk:
         memory_probe(FLAGS.memory_probe_chunk, FLAGS.memory_probe_queries)
+        return
+    if FLAGS.loss_memory_probe:
+        loss_memory_probe()
         return
     results = run_benchmarks()
     print_report(results)

@@ -155,3 +155,31 @@ def test_l2_penalty():
     want = 1e-4 / 2 * sum((w.astype(np.float64) ** 2).sum() for w in weights)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert l2_penalty([], 1e-4).numpy() == 0.0
+
+
+@pytest.mark.parametrize("rows,block_rows,num_labels", [
+    (2500, 1000, 30),     # blocks of 1000, 1000 and a 500-row tail
+    (2000, 1000, 3000),   # two whole blocks; mostly singleton labels
+])
+def test_aggregation_loss_in_row_blocks_matches_equation(rows, block_rows, num_labels):
+    embeddings, bank, bank_labels, labels = _problem(10, 12, rows, 16, num_labels)
+    # The batch's own rows are the nearest, in different blocks: the blocks'
+    # maxima differ widely, which the combination of their sums must handle.
+    embeddings = bank[::rows // 12][:12].copy()
+    labels = bank_labels[::rows // 12][:12]
+    upstream = np.random.default_rng(10).uniform(0.5, 2.0, 12).astype(np.float32)
+    v = tf.Variable(embeddings)
+    with tf.GradientTape() as tape:
+        loss = aggregation_loss(v, bank, bank_labels, labels, TAU, block_rows=block_rows)
+        weighted = tf.reduce_sum(loss * upstream)
+    grad = tape.gradient(weighted, v).numpy()
+    np.testing.assert_allclose(loss.numpy(), reference.aggregation_loss(
+        embeddings, bank, bank_labels, labels, TAU), atol=1e-4, rtol=1e-5)
+    np.testing.assert_allclose(grad, upstream[:, None] * reference.aggregation_loss_gradient(
+        embeddings, bank, bank_labels, labels, TAU), atol=2e-4, rtol=1e-4)
+
+
+def test_aggregation_loss_rejects_a_bad_block_size():
+    embeddings, bank, bank_labels, labels = _problem(11, 2, 10, 4, 2)
+    with pytest.raises(ValueError, match="block_rows must be positive"):
+        aggregation_loss(embeddings, bank, bank_labels, labels, TAU, block_rows=0)
