@@ -16,7 +16,13 @@ from llp_tf.core.propagation import DEFAULT_TEMPERATURE
 from llp_tf.types import FloatTensor, IntTensor
 
 
-#: Bank rows per block of the aggregation loss (see `aggregation_loss`).
+#: Bank rows per block of `aggregation_loss`. Its forward pass keeps the
+#: [B, N] float32 logits for the backward pass (recomputing them would cost a
+#: third matmul). A bank of at least two blocks is taken a block of rows at a
+#: time, and the backward pass goes through the blocks one after the other,
+#: freeing each block's logits once used; so its peak is the logits plus one
+#: block of logit gradients (about 1.2x the logits at N = 1.28M), not twice
+#: the logits, at the same speed.
 DEFAULT_LOSS_BLOCK_ROWS = 262_144
 
 
@@ -30,15 +36,7 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
 
     computed as the difference of two log-sum-exps, so it is exact in float32
     at tau = 0.07 with millions of rows. The bank is a constant: gradients
-    reach ``embeddings`` only.
-
-    Memory: the forward pass keeps the [B, N] float32 logits for the
-    backward pass (recomputing them would cost a third matmul). A bank of at
-    least two ``block_rows`` blocks is taken a block of rows at a time, and
-    the backward pass goes through the blocks one after the other, freeing
-    each block's logits once used; so its peak is the logits plus one block
-    of logit gradients (about 1.2x the logits at N = 1.28M) rather than twice
-    the logits.
+    reach ``embeddings`` only. Memory: see `DEFAULT_LOSS_BLOCK_ROWS`.
 
     Every label must occur in ``bank_labels`` (it does when labels are read
     from the bank's own label state, since an example's row carries its own
@@ -80,9 +78,8 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
                 # Each block waits for the previous one's matmul, so a single
                 # block of logit gradients is alive at a time.
                 with tf.control_dependencies([] if result is None else [result]):
-                    dlogits = _logits_gradient(block, labels, bank_labels[rows], row_max,
-                                               total, same_total, upstream)
-                part = tf.matmul(dlogits, bank[rows])
+                    part = tf.matmul(_logits_gradient(block, labels, bank_labels[rows], row_max,
+                                                      total, same_total, upstream), bank[rows])
                 result = part if result is None else result + part
             return result * inverse_temperature
 
