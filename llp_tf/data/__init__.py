@@ -7,23 +7,15 @@
 - `decode.data_errors`: turns a bad image met inside tf.data into `DataError`.
 """
 
-import os
-
 from llp_tf.data.decode import data_errors
-from llp_tf.data.source import NAME_FORMS, SPLITS, TRAIN, VALIDATION, Source, SourceInfo
+from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, Source, SourceInfo,
+                                resolve_path)
 from llp_tf.errors import DataError
 
 EMBEDDED = ("mnist5k", "digits")
 
 __all__ = ["EMBEDDED", "NAME_FORMS", "SPLITS", "TRAIN", "VALIDATION", "Source", "SourceInfo",
            "data_errors", "load_source"]
-
-
-def _resolve(path, data_dir):
-    path = os.path.expanduser(path)
-    if data_dir is not None and not os.path.isabs(path):
-        path = os.path.join(os.path.expanduser(data_dir), path)
-    return path
 
 
 def load_source(name: str, data_dir: str | None = None) -> Source:
@@ -35,8 +27,12 @@ def load_source(name: str, data_dir: str | None = None) -> Source:
           TFDS's default when None);
         - "tfds:<name>": a TFDS dataset in ``data_dir`` (prepared if needed);
         - "tfrecord:<folder>": shards in the authors' format;
-        - "folder:<folder>": class sub-folders of images.
-        A relative folder is taken relative to ``data_dir`` when given.
+        - "folder:<folder>": class sub-folders of images;
+        - "list:<image root>?train=<list file>[&validation=<list file>]
+          [&classes=<file>][&check_files=no]": images named by list files
+          of ``<path> <label>`` lines (`list_source`);
+        - "places205:<folder>": Places205 as distributed (`places205`).
+        A relative folder or file is taken relative to ``data_dir`` when given.
       data_dir: optional str.
 
     Returns:
@@ -56,8 +52,14 @@ def load_source(name: str, data_dir: str | None = None) -> Source:
         return tfds_source.load(rest, data_dir)
     if kind == "tfrecord" and rest:
         from llp_tf.data.tfrecord_source import TFRecordSource  # noqa: PLC0415
-        return TFRecordSource(_resolve(rest, data_dir))
+        return TFRecordSource(resolve_path(rest, data_dir))
     if kind == "folder" and rest:
         from llp_tf.data.folder_source import FolderSource  # noqa: PLC0415
-        return FolderSource(_resolve(rest, data_dir))
+        return FolderSource(resolve_path(rest, data_dir))
+    if kind == "list" and rest:
+        from llp_tf.data import list_source  # noqa: PLC0415
+        return list_source.from_name(rest, data_dir)
+    if kind == "places205" and rest:
+        from llp_tf.data import places205  # noqa: PLC0415
+        return places205.load(rest, data_dir)
     raise DataError(f"Unknown dataset {name!r}. Dataset names have the forms {NAME_FORMS}.")

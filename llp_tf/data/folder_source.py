@@ -19,12 +19,10 @@ shows up then (the error names it).
 import os
 
 import numpy as np
-import tensorflow as tf
 
-from llp_tf.data import decode
-from llp_tf.data.source import TRAIN, VALIDATION, Record, Source, SourceInfo
+from llp_tf.data.source import TRAIN, VALIDATION, FileSource, SourceInfo
 from llp_tf.errors import DataError
-from llp_tf.types import Array, IntTensor, StringTensor
+from llp_tf.types import Array
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 VALIDATION_FOLDERS = ("validation", "val")
@@ -89,11 +87,8 @@ def list_image_folder(folder: str, class_names: tuple[str, ...] | None = None
     return paths, np.asarray(labels, np.int64), class_names
 
 
-class FolderSource(Source):
+class FolderSource(FileSource):
     """Images read straight from class sub-folders (see the module docstring)."""
-
-    # Records are file paths, so a whole split fits in one shuffle block.
-    shuffle_block = None
 
     def __init__(self, folder: str) -> None:
         folder = os.path.abspath(os.path.expanduser(folder))
@@ -122,37 +117,3 @@ class FolderSource(Source):
             name=f"folder:{folder}", num_classes=len(class_names), class_names=class_names,
             num_train=len(self._paths[TRAIN]), num_validation=len(self._paths[VALIDATION]),
             image_size=None, channels=3))
-
-    def labels(self, split: str) -> Array:
-        self.info.num_examples(split)
-        return self._labels[split].copy()
-
-    def paths(self, split: str) -> list[str]:
-        """list of str: the image files of ``split`` by index."""
-        self.info.num_examples(split)
-        return list(self._paths[split])
-
-    def file_names(self, split: str) -> Array:
-        self.info.num_examples(split)
-        return np.array([os.path.basename(path) for path in self._paths[split]], dtype=str)
-
-    def num_shards(self, split: str) -> int:
-        return 1
-
-    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
-        del shard  # One shard: the listing.
-        count = len(self._paths[split])
-        index = np.arange(count, dtype=np.int64)
-        return tf.data.Dataset.from_tensor_slices({
-            "data": tf.constant(self._paths[split], tf.string, shape=[count]),
-            "label": self._labels[split], "index": index,
-            "shard": np.zeros(count, np.int64), "position": index})
-
-    def load_encoded(self, record: Record) -> StringTensor:
-        return tf.io.read_file(record["data"])
-
-    def load_image(self, record: Record) -> IntTensor:
-        return decode.decode_image(self.load_encoded(record))
-
-    def describe(self, split: str, record: Record) -> StringTensor:
-        return tf.strings.join(["file ", record["data"]])

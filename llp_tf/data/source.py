@@ -21,6 +21,7 @@ ordered and sharded before `load_image` (or, for a training crop,
 
 import abc
 import dataclasses
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -35,7 +36,9 @@ VALIDATION = "validation"
 SPLITS = (TRAIN, VALIDATION)
 #: The forms of a dataset name accepted by `llp_tf.data.load_source`.
 NAME_FORMS = ('"mnist5k", "digits", "tfds:<name>" (e.g. "tfds:imagenet2012"), '
-              '"tfrecord:<folder>", "folder:<folder>"')
+              '"tfrecord:<folder>", "folder:<folder>", '
+              '"list:<image root>?train=<list file>[&validation=<list file>][&classes=<file>]", '
+              '"places205:<folder>"')
 #: A record (see the module docstring): field name -> scalar tensor.
 Record = dict[str, Tensor]
 
@@ -67,6 +70,15 @@ class SourceInfo:
     def num_examples(self, split: str) -> int:
         check_split(split)
         return self.num_train if split == TRAIN else self.num_validation
+
+
+def resolve_path(path: str, data_dir: str | None) -> str:
+    """``path`` with ``~`` expanded, taken relative to ``data_dir`` when relative
+    and ``data_dir`` is given (how dataset names' folders are resolved)."""
+    path = os.path.expanduser(path)
+    if data_dir is not None and not os.path.isabs(path):
+        path = os.path.join(os.path.expanduser(data_dir), path)
+    return path
 
 
 def check_split(split: str) -> None:
@@ -124,7 +136,8 @@ class Source(abc.ABC):
         raise DataError(
             f"Dataset {self.info.name} does not record its images' file names, so a list of "
             "file names cannot be matched to its examples. Use a source that records them: "
-            "an image folder (folder:...) or a TFDS dataset with a file_name feature (such "
+            "an image folder (folder:...), list files (list:..., places205:...) or a TFDS "
+            "dataset with a file_name feature (such "
             "as tfds:imagenet2012), or give the split as indices with --split_file.")
 
     def train_labels(self) -> Array:
@@ -254,3 +267,50 @@ class ShardFileSource(Source):
         files = tf.constant(self._files[split] or [""], tf.string)
         return tf.strings.join(["shard ", tf.gather(files, record["shard"]), ", record ",
                                 tf.strings.as_string(record["position"])])
+
+
+class FileSource(Source):
+    """A source whose examples are image files, listed by path with labels by index.
+
+    Subclasses set ``self._paths`` (split -> list of absolute file paths, str,
+    by stable index) and ``self._labels`` (split -> int64 [N]). A record's
+    "data" is the file path; the file is read when the example is needed, so
+    an unreadable or corrupt file is reported then, by name.
+    """
+
+    # Records are file paths, so a whole split fits in one shuffle block.
+    shuffle_block = None
+
+    def labels(self, split: str) -> Array:
+        self.info.num_examples(split)
+        return self._labels[split].copy()
+
+    def paths(self, split: str) -> list[str]:
+        """list of str: the image files of ``split`` by index."""
+        self.info.num_examples(split)
+        return list(self._paths[split])
+
+    def file_names(self, split: str) -> Array:
+        self.info.num_examples(split)
+        return np.array([os.path.basename(path) for path in self._paths[split]], dtype=str)
+
+    def num_shards(self, split: str) -> int:
+        return 1
+
+    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
+        del shard  # One shard: the listing.
+        count = len(self._paths[split])
+        index = np.arange(count, dtype=np.int64)
+        return tf.data.Dataset.from_tensor_slices({
+            "data": tf.constant(self._paths[split], tf.string, shape=[count]),
+            "label": self._labels[split], "index": index,
+            "shard": np.zeros(count, np.int64), "position": index})
+
+    def load_encoded(self, record: Record) -> StringTensor:
+        return tf.io.read_file(record["data"])
+
+    def load_image(self, record: Record) -> IntTensor:
+        return decode.decode_image(self.load_encoded(record))
+
+    def describe(self, split: str, record: Record) -> StringTensor:
+        return tf.strings.join(["file ", record["data"]])

@@ -1,0 +1,81 @@
+"""Places205 as distributed: its image folder and its official list files.
+
+The release unpacks into a folder ROOT holding
+
+- the images, ``ROOT/images256/<letter>/<scene>/*.jpg`` or (as the archive
+  stores them) ``ROOT/data/vision/torralba/deeplearning/images256/...``;
+- the lists ``trainvalsplit_places205/train_places205.csv`` and
+  ``val_places205.csv``, in ROOT or beside ``images256``, of lines
+  ``a/abbey/00000001.jpg 0`` (paths relative to ``images256``).
+
+``places205:ROOT`` (optionally ``places205:ROOT?check_files=no``) opens it as
+a `list_source.ListSource` with 205 classes: the train split is the train
+list, the validation split the val list, classes are named after the scene
+folders without the letter (``a/abbey`` -> "abbey",
+``a/apartment_building/outdoor`` -> "apartment_building/outdoor"), and an
+example's index is its line's position among the list's lines.
+"""
+
+import os
+
+from llp_tf.data import list_source
+from llp_tf.data.source import resolve_path
+from llp_tf.errors import DataError
+
+NUM_CLASSES = 205
+IMAGE_FOLDERS = ("images256", os.path.join("data", "vision", "torralba", "deeplearning",
+                                           "images256"))
+LIST_FOLDER = "trainvalsplit_places205"
+TRAIN_LIST = "train_places205.csv"
+VALIDATION_LIST = "val_places205.csv"
+
+
+def _first_existing(candidates, test):
+    return next((path for path in candidates if test(path)), None)
+
+
+def find_layout(root: str) -> tuple[str, str, str]:
+    """(image root, train list, validation list): the paths of Places205's
+    parts under ``root``, the folder as distributed.
+
+    Raises:
+      DataError: naming every path tried, when a part is not found.
+    """
+    if not os.path.isdir(root):
+        raise DataError(f"Places205 folder {root} does not exist or is not a folder. Give the "
+                        "folder the release was unpacked into (holding images256/ or data/, and "
+                        f"{LIST_FOLDER}/).")
+    image_candidates = [os.path.join(root, folder) for folder in IMAGE_FOLDERS]
+    images = _first_existing(image_candidates, os.path.isdir)
+    if images is None:
+        raise DataError(f"No Places205 image folder in {root}: tried "
+                        f"{' and '.join(image_candidates)}. Unpack the images there, or give "
+                        "the folder they were unpacked into.")
+    list_folders = list(dict.fromkeys([os.path.join(root, LIST_FOLDER),
+                                       os.path.join(os.path.dirname(images), LIST_FOLDER)]))
+    lists = []
+    for file_name in (TRAIN_LIST, VALIDATION_LIST):
+        tried = [os.path.join(folder, file_name) for folder in list_folders]
+        found = _first_existing(tried, os.path.isfile)
+        if found is None:
+            raise DataError(f"No Places205 list file {file_name} for {root}: tried "
+                            f"{' and '.join(tried)}. Unpack trainvalsplit_places205 (the "
+                            "release's train/val split) into that folder.")
+        lists.append(found)
+    return images, lists[0], lists[1]
+
+
+def load(rest: str, data_dir: str | None = None) -> list_source.ListSource:
+    """The source of ``places205:<rest>``: ``rest`` is ROOT, optionally followed by
+    ``?check_files=no``; a relative ROOT is taken relative to ``data_dir``."""
+    name = f"places205:{rest}"
+    root, _, query = rest.partition("?")
+    pairs = list_source.parse_query(name, query, ("check_files",))
+    if not root:
+        raise DataError(f"Dataset {name!r} needs a folder: places205:<folder as distributed>.")
+    root = os.path.abspath(resolve_path(root, data_dir))
+    images, train, validation = find_layout(root)
+    return list_source.ListSource(
+        images, train, validation, num_classes=NUM_CLASSES,
+        check_files=list_source.check_files_option(pairs), strip_components=1,
+        name=f"places205:{root}")
