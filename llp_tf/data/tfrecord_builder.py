@@ -1,11 +1,15 @@
-"""Writes an image folder as TFRecord shards in the authors' format.
+"""Writes an image folder, or any source of image files, as TFRecord shards in
+the authors' format.
 
 Like the release's builder: the training images are listed (classes sorted,
 files sorted), put in the order of ``numpy.random.RandomState(seed)
 .permutation`` (seed 0 by default), and numbered 0..N-1 in that order; the
 ``index`` feature is that number and records are written in that order, so
 the shards are already shuffled. Validation images keep the listing order.
-Labels are the class folder's position in the sorted class list.
+Labels are the class folder's position in the sorted class list. A source of
+image files (`build_tfrecords_from_source`: folder:, list:, places205:) keeps
+its labels and class names, and its training images are numbered in the same
+seeded permutation of their source indices.
 
 JPEG files that TensorFlow decodes are stored as they are; other images
 (PNG, GIF, BMP) are decoded and stored as JPEG (quality 95). Every image is
@@ -25,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.data.folder_source import list_image_folder
-from llp_tf.data.source import TRAIN, VALIDATION
+from llp_tf.data.source import SPLITS, TRAIN, VALIDATION, FileSource, Source
 from llp_tf.data.tfrecord_source import INFO_FILE, list_shards, serialize_example, shard_name
 from llp_tf.errors import DataError
 
@@ -90,15 +94,57 @@ def build_tfrecords(train_dir: str, output_dir: str, validation_dir: str | None 
       dict with num_train, num_validation, num_classes, train_shards,
       validation_shards.
     """
+    _check_shard_counts(train_shards, validation_shards)
+    paths, labels, class_names = list_image_folder(os.path.abspath(train_dir))
+    splits = {TRAIN: (paths, labels)}
+    if validation_dir is not None:
+        v_paths, v_labels, _ = list_image_folder(os.path.abspath(validation_dir), class_names)
+        splits[VALIDATION] = (v_paths, v_labels)
+    return _build(splits, class_names, output_dir, (train_shards, validation_shards), seed,
+                  num_threads, log)
+
+
+def build_tfrecords_from_source(source: Source, output_dir: str, train_shards: int = 1024,
+                                validation_shards: int = 128, seed: int = 0,
+                                num_threads: int | None = None,
+                                log: Callable[[str], object] = print) -> dict:
+    """Writes a source of image files (folder:, list:, places205:) as shards into
+    ``output_dir``, as `build_tfrecords` does an image folder.
+
+    The source's class names and labels are kept; training images are
+    renumbered in the seeded permutation of their source indices (the new
+    index i is source index ``permutation[i]``), validation images keep
+    their indices. Arguments and result as `build_tfrecords`.
+
+    Raises:
+      DataError: the source is not read from image files.
+    """
+    _check_shard_counts(train_shards, validation_shards)
+    if not isinstance(source, FileSource):
+        raise DataError(
+            f"Dataset {source.info.name} is not read from image files, so it cannot be written "
+            "as shards: give an image folder (folder:...), list files (list:...) or "
+            "places205:..., or --train_dir.")
+    splits = {split: (source.paths(split), source.labels(split)) for split in SPLITS
+              if source.info.num_examples(split)}
+    return _build(splits, source.info.class_names, output_dir,
+                  (train_shards, validation_shards), seed, num_threads, log)
+
+
+def _check_shard_counts(train_shards, validation_shards):
     if train_shards < 1 or validation_shards < 1:
         raise DataError("train_shards and validation_shards must be at least 1.")
-    paths, labels, class_names = list_image_folder(os.path.abspath(train_dir))
+
+
+def _build(splits, class_names, output_dir, shard_counts, seed, num_threads, log):
+    """Writes ``splits`` (split -> (paths, labels by source index))."""
+    paths, labels = splits[TRAIN]
     order = np.random.RandomState(seed).permutation(len(paths))
     train = ([paths[i] for i in order], labels[order], np.arange(len(paths), dtype=np.int64))
     validation = ([], np.zeros(0, np.int64), np.zeros(0, np.int64))
-    if validation_dir is not None:
-        v_paths, v_labels, _ = list_image_folder(os.path.abspath(validation_dir), class_names)
-        validation = (v_paths, v_labels, np.arange(len(v_paths), dtype=np.int64))
+    if VALIDATION in splits:
+        v_paths, v_labels = splits[VALIDATION]
+        validation = (list(v_paths), v_labels, np.arange(len(v_paths), dtype=np.int64))
 
     os.makedirs(output_dir, exist_ok=True)
     existing = list_shards(output_dir, TRAIN) + list_shards(output_dir, VALIDATION)
@@ -113,7 +159,7 @@ def build_tfrecords(train_dir: str, output_dir: str, validation_dir: str | None 
         written = {}
         with concurrent.futures.ThreadPoolExecutor(num_threads or os.cpu_count() or 1) as pool:
             for split, (split_paths, split_labels, split_index), shards in (
-                    (TRAIN, train, train_shards), (VALIDATION, validation, validation_shards)):
+                    (TRAIN, train, shard_counts[0]), (VALIDATION, validation, shard_counts[1])):
                 if split_paths:
                     written[split] = _write_split(split, split_paths, split_labels, split_index,
                                                   scratch, shards, pool, log)

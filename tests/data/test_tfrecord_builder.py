@@ -140,7 +140,7 @@ def test_make_splits_tool_with_a_subset_list(tmp_path):
 
 
 def test_tools_answer_help_and_name_missing_required_flags():
-    for module, prefix, required in ((BUILD, "build_tfrecords: ", ("train_dir", "output_dir")),
+    for module, prefix, required in ((BUILD, "build_tfrecords: ", ("output_dir",)),
                                      (MAKE_SPLITS, "make_splits: ", ("dataset", "output"))):
         code, out, _ = run_main(module, "--help")
         assert code == 0 and "Flags:" in out and "--verbosity" in out
