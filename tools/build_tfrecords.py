@@ -8,9 +8,9 @@ authors' format.
       --dataset='list:IMAGES?train=train.txt&validation=val.txt'
 
 Each folder holds one sub-folder per class; --dataset takes a dataset of image
-files instead (folder:, list: or places205:, as --dataset of tools/train.py). Training images are numbered in
-a seeded permutation (seed 0, as the release) and written in that order;
-see llp_tf/data/tfrecord_builder.py. Read the result with
+files instead (folder:, list: or places205:, as --dataset of tools/train.py).
+Training images are numbered in a seeded permutation (seed 0, as the release)
+and written in that order; see llp_tf/data/tfrecord_builder.py. Read the result with
 --dataset=tfrecord:TFRECORDS.
 """
 

@@ -47,7 +47,10 @@ def define_flags(flag_values):
     string("checkpoint", None, "A checkpoint path of that run; the latest when unset.")
     string("dataset", None, 'Probe dataset, with its own classes: "digits", "mnist5k" '
            '(embedded, offline), "tfds:<name>" (e.g. tfds:places365_small), '
-           '"tfrecord:<folder>" or "folder:<folder>". It needs train and validation splits.')
+           '"tfrecord:<folder>", "folder:<folder>", "list:<image root>?train=<list file>&'
+           'validation=<list file>[&classes=<file>]" (lines "<path> <label>") or '
+           '"places205:<folder>" (Places205 as distributed: images256/ and '
+           'trainvalsplit_places205/). It needs train and validation splits.')
     string("data_dir", None, "TFDS data_dir, or the folder relative paths in --dataset are "
            "resolved against.")
     integer("batch_size", linear_probe.DEFAULT_BATCH_SIZE, "Examples per SGD step of the "

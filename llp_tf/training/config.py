@@ -40,8 +40,9 @@ def setting(default: Any, help: str, choices: Optional[Sequence[str]] = None,  #
 class DataConfig:
     """Which data, which split, which augmentation."""
 
-    dataset: str = setting("mnist5k", 'Training data: "mnist5k", "digits", "tfds:<name>" (e.g. '
-                           'tfds:imagenet2012), "tfrecord:<folder>" or "folder:<folder>".')
+    dataset: str = setting("mnist5k", 'Training data: "mnist5k", "digits", "tfds:<name>", '
+                           '"tfrecord:<folder>", "folder:<folder>", "list:<root>?train=<file>'
+                           '[&validation=<file>][&classes=<file>]" or "places205:<folder>".')
     data_dir: Optional[str] = setting(None, "TFDS data_dir, or the folder relative paths in "
                                       "--dataset are resolved against.")
     image_size: int = setting(224, "Side of the square training and evaluation images.")
