@@ -15,6 +15,7 @@ from tests.data.helpers import decoded, encode, random_image
 from tests.tools.tool_main import load_tool, run_main
 
 BUILD = load_tool("build_tfrecords.py")
+TRAIN = load_tool("train.py")
 #: A small fake of Places205: scene folder -> its real label.
 SCENES = {"a/abbey": 0, "a/apartment_building/outdoor": 8, "b/bar": 17, "h/hotel/outdoor": 109}
 DEEP = os.path.join("data", "vision", "torralba", "deeplearning")
@@ -315,3 +316,24 @@ def test_places205_feeds_the_training_pipeline(tmp_path):
     for batch in batches:
         assert batch["image"].shape == (4, 8, 8, 3) and batch["image"].dtype == np.float32
         np.testing.assert_array_equal(batch["label"], source.train_labels()[batch["index"]])
+
+
+def test_train_tool_trains_on_places205(tmp_path):
+    _write_places(str(tmp_path / "places"))
+    code, stdout, stderr = run_main(
+        TRAIN, f"--run_dir={tmp_path / 'run'}",
+        f"--dataset=places205:{tmp_path / 'places'}", "--image_size=16",
+        "--architecture=resnet10", "--width=0.125", "--small_inputs", "--embedding_dim=8",
+        "--label_percent=50", "--global_batch_size=4", "--epochs=1", "--k=2", "--t=3",
+        "--warmup_epochs=0")
+    assert code == 0, stderr
+    assert (f"places205:{tmp_path / 'places'}: 12 training examples used, 8 labelled, "
+            "205 classes") in stdout
+    assert "the run in" in stdout and "has trained 1 of 1 epochs" in stdout
+
+
+@pytest.mark.parametrize("name", ["list:", "places205:"])
+def test_empty_list_and_places205_names_are_unknown(name):
+    with pytest.raises(DataError, match=f"Unknown dataset '{name}'. Dataset names have the "
+                                        "forms .*list:<image root>.*places205:<folder>"):
+        load_source(name)
