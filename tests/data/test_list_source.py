@@ -137,13 +137,13 @@ def test_missing_images_are_counted_and_named(tmp_path, flat):
     root, _ = flat
     lines = ["cat/a.jpg 0", "cat/gone.jpg 0", "nowhere/x.jpg 1", "dog/c.jpg 1", "dog/a.jpg 1",
              "x/v3.png 2"]
-    (tmp_path / "val.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "val.txt").write_text("# val list\n\n" + "\n".join(lines) + "\n")
     (tmp_path / "train.txt").write_text("cat/a.jpg 0\n")
     with pytest.raises(DataError) as error:
         load_source(_list_name(root, tmp_path / "train.txt", tmp_path / "val.txt"))
     assert str(error.value).startswith(
         f"List file {tmp_path / 'val.txt'}: 4 of 6 listed images do not exist under the image "
-        f"root {root} (first: line 2: cat/gone.jpg; line 3: nowhere/x.jpg; line 5: dog/a.jpg). "
+        f"root {root} (first: line 4: cat/gone.jpg; line 5: nowhere/x.jpg; line 7: dog/a.jpg). "
         "Check the image root")
 
     # Unchecked, the source opens and the missing file stops reading, by name.
