@@ -34,8 +34,10 @@ below C, a path listed twice in one list, an empty list, and (unless
 check reads each folder named in a list once and looks the file names up in
 that listing, instead of one stat call per image: for Places205 (2.45M
 images in 205 folders) that is 205 directory reads, cheap on network file
-systems too. With ``check_files=False`` a missing image is reported, by
-name, only when it is read.
+systems too (measured on a local disk with warm caches: 0.18 s for 246k
+listed images against 0.75 s stat-ing each; opening a 2.45M-line list takes
+about 5 s in all). With ``check_files=False`` a missing image is reported,
+by name, only when it is read.
 
 Dataset name form (`llp_tf.data.load_source`)::
 
