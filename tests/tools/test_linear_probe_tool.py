@@ -81,10 +81,13 @@ def test_every_flag_has_help(tool):
     tool.define_flags(options)
     expected = {"run_dir", "checkpoint", "dataset", "data_dir", "batch_size", "epochs",
                 "learning_rate", "momentum", "patience", "max_drops", "seed", "standardize",
-                "skip_random", "output"}
+                "skip_random", "output", "protocol", "cache_dir", "reuse_cache",
+                "max_train_examples"}
     assert set(options) == expected
     assert all(len(options[name].help) > 20 for name in expected)
     assert options["learning_rate"].default == 0.01 and options["max_drops"].default == 2
+    assert options["protocol"].default == "cached" and options["reuse_cache"].default
+    assert options["max_train_examples"].default is None
 
 
 def test_bad_numbers_are_one_clear_error(tool, tmp_path):
