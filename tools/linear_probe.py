@@ -60,24 +60,7 @@ def define_flags(flag_values):
             "readout, and images per forward pass of the feature extraction.")
     integer("epochs", linear_probe.DEFAULT_EPOCHS, "Maximum epochs of readout training (passes "
             "over the training examples); the plateau rule usually stops it earlier.")
-    flags.DEFINE_enum("protocol", "cached", list(linear_probe.PROTOCOLS), "cached: train the "
-                      "readout on the features of one centre crop per training image, "
-                      "computed once into the cache (fast; no augmentation). online: the "
-                      "paper's protocol, every SGD step through the frozen trunk (batch norm "
-                      "in inference mode) on images augmented as in the run's training; one "
-                      "trunk pass per image per epoch. Validation uses the cached features "
-                      "of one centre crop either way.", flag_values=flag_values)
-    string("cache_dir", None, "Folder of the feature caches (default <run_dir>/probe_cache); "
-           "each probe keeps <dataset>/<trunk>-<split>/ there: features.npy (N x F float32, "
-           "N x F x 4 bytes on disk), labels, index and manifest.json (the trunk's weights "
-           "hash, dataset, split, image size, examples). Built under a .partial name and "
-           "renamed when complete.")
-    boolean("reuse_cache", True, "Reuse existing caches in --cache_dir; one made from other "
-            "weights, data or --max_train_examples is an error naming the difference. "
-            "--noreuse_cache rebuilds them.")
-    integer("max_train_examples", None, "Use at most this many training images, a uniform "
-            "draw fixed by --seed, chosen before any image is read (a quicker or smaller "
-            "probe, e.g. 100000 of Places205's 2.45M); unset: all of them.")
+    define_protocol_flags(flag_values)
     real("learning_rate", linear_probe.DEFAULT_LEARNING_RATE, "Initial SGD learning rate (the "
          "paper's 0.01).")
     real("momentum", linear_probe.DEFAULT_MOMENTUM, "SGD momentum (the paper's network "
@@ -98,6 +81,32 @@ def define_flags(flag_values):
             "the same architecture.")
     string("output", None, "JSON file of the results; default "
            "<run_dir>/linear_probe_<dataset>.json. Written atomically (write, then rename).")
+
+
+def define_protocol_flags(flag_values):
+    """Defines --protocol and the flags of the feature caches on ``flag_values``."""
+    flags.DEFINE_enum(
+        "protocol", "cached", list(linear_probe.PROTOCOLS), "cached: train the readout on the "
+        "features of one centre crop per training image, computed once into the cache (fast; "
+        "no augmentation). online: the paper's protocol, every SGD step through the frozen "
+        "trunk (batch norm in inference mode) on images augmented as in the run's training; "
+        "one trunk pass per image per epoch. Validation uses the cached features of one "
+        "centre crop either way.", flag_values=flag_values)
+    flags.DEFINE_string(
+        "cache_dir", None, "Folder of the feature caches (default <run_dir>/probe_cache); each "
+        "probe keeps <dataset>/<trunk>-<split>/ there: features.npy (N x F float32, N x F x 4 "
+        "bytes on disk), labels, index and manifest.json (the trunk's weights hash, dataset, "
+        "split, image size, examples). Built under a .partial name and renamed when complete.",
+        flag_values=flag_values)
+    flags.DEFINE_boolean(
+        "reuse_cache", True, "Reuse existing caches in --cache_dir; one made from other "
+        "weights, data or --max_train_examples is an error naming the difference. "
+        "--noreuse_cache rebuilds them.", flag_values=flag_values)
+    flags.DEFINE_integer(
+        "max_train_examples", None, "Use at most this many training images, a uniform draw "
+        "fixed by --seed, chosen before any image is read (a quicker or smaller probe, e.g. "
+        "100000 of Places205's 2.45M); unset: all of them.", flag_values=flag_values)
+
 
 def dataset_slug(name):
     """A file-name part for a dataset name: "tfds:places365_small" ->

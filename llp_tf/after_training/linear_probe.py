@@ -188,10 +188,13 @@ def probe_trunk(model: LLPModel, source: Source, image_size: int,
             for cache in caches.values():
                 cache.features.close()
     num_train = source.info.num_train if train_index is None else len(train_index)
-    facts = {"feature_dim": int(caches[VALIDATION].features.shape[1]), "num_train": num_train,
-             "num_validation": len(caches[VALIDATION].labels),
-             "extraction_seconds": extraction_seconds,
-             "cache": {split: caches[split].directory if cache_dir else None
-                       for split in splits},
-             "cache_reused": {split: caches[split].reused for split in splits}}
-    return result, facts
+    return result, _facts(caches, num_train, extraction_seconds, cache_dir is not None)
+
+
+def _facts(caches, num_train, extraction_seconds, kept):
+    """The extraction facts `probe_trunk` returns, of its caches (split -> FeatureCache)."""
+    validation = caches[VALIDATION]
+    return {"feature_dim": int(validation.features.shape[1]), "num_train": num_train,
+            "num_validation": len(validation.labels), "extraction_seconds": extraction_seconds,
+            "cache": {split: cache.directory if kept else None for split, cache in caches.items()},
+            "cache_reused": {split: cache.reused for split, cache in caches.items()}}
