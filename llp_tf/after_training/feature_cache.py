@@ -54,7 +54,7 @@ def weights_fingerprint(model: LLPModel) -> str:
     for variable in model.weights:
         value = np.ascontiguousarray(variable.numpy())
         digest.update(f"{variable.path}:{value.dtype}:{value.shape};".encode())
-        digest.update(value.tobytes())
+        digest.update(memoryview(value).cast("B"))  # no copy of a large kernel
     return digest.hexdigest()
 
 

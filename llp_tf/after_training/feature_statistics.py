@@ -17,8 +17,9 @@ from llp_tf.types import Array
 #: Floor of a feature's standard deviation when standardising (a constant
 #: feature, e.g. a dead ReLU channel, is then left at 0 instead of NaN).
 STANDARDIZE_EPSILON = 1e-6
-#: Bytes of float64 values per chunk (the chunk's rows are ``CHUNK_BYTES // (8 F)``).
-CHUNK_BYTES = 64 * 2**20
+#: Bytes of float64 values per chunk (the chunk's rows are ``CHUNK_BYTES // (8 F)``);
+#: a pass holds about two chunks.
+CHUNK_BYTES = 16 * 2**20
 
 
 def default_chunk_rows(feature_dim: int) -> int:
@@ -26,11 +27,12 @@ def default_chunk_rows(feature_dim: int) -> int:
     return max(1, CHUNK_BYTES // (8 * max(int(feature_dim), 1)))
 
 
-def _chunks(features, chunk_rows):
-    """The rows of ``features`` ([N, F]: an array or `NpyRows`) as float64 chunks."""
+def _chunks(features, chunk_rows, dtype=None):
+    """The rows of ``features`` ([N, F]: an array or `NpyRows`) as chunks of new
+    arrays (of ``dtype`` if given), which the caller may change in place."""
     chunk_rows = chunk_rows or default_chunk_rows(features.shape[1])
     for start in range(0, features.shape[0], chunk_rows):
-        yield np.asarray(features[start:start + chunk_rows], np.float64)
+        yield np.array(features[start:start + chunk_rows], dtype=dtype, copy=True)
 
 
 def moments(features: Array, chunk_rows: int | None = None) -> tuple[Array, Array]:
@@ -45,10 +47,11 @@ def moments(features: Array, chunk_rows: int | None = None) -> tuple[Array, Arra
       (mean float64 [F], variance float64 [F]).
     """
     count, mean, squares = 0, None, None
-    for chunk in _chunks(features, chunk_rows):
+    for chunk in _chunks(features, chunk_rows, np.float64):
         chunk_count = chunk.shape[0]
         chunk_mean = chunk.mean(axis=0)
-        chunk_squares = ((chunk - chunk_mean) ** 2).sum(axis=0)
+        chunk -= chunk_mean  # in place: one float64 chunk at a time
+        chunk_squares = np.einsum("ij,ij->j", chunk, chunk)
         if mean is None:
             count, mean, squares = chunk_count, chunk_mean, chunk_squares
             continue
@@ -76,4 +79,6 @@ def standardizer(train_features: Array, chunk_rows: int | None = None) -> tuple[
 def all_finite(features: Array, chunk_rows: int | None = None) -> bool:
     """Whether every element of ``features`` ([N, F], array or `NpyRows`) is
     finite; streamed by row chunks."""
-    return all(np.isfinite(chunk).all() for chunk in _chunks(features, chunk_rows))
+    chunk_rows = chunk_rows or default_chunk_rows(features.shape[1])
+    return all(np.isfinite(features[start:start + chunk_rows]).all()
+               for start in range(0, features.shape[0], chunk_rows))

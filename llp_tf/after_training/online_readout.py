@@ -55,8 +55,12 @@ def frozen_features_fn(model: LLPModel, image_size: int) -> FeaturesFn:
     """tf.function images float32 [B, S, S, 3] -> pooled features float32 [B, F],
     the model called with ``training=False``."""
     signature = [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)]
-    return tf.function(lambda images: model(images, training=False)["features"],
-                       input_signature=signature)
+
+    @tf.function(input_signature=signature)
+    def features_fn(images):
+        return model(images, training=False)["features"]
+
+    return features_fn
 
 
 def online_epoch(readout: LinearReadout, features_fn: FeaturesFn, dataset: tf.data.Dataset,

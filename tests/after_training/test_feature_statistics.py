@@ -18,7 +18,12 @@ def test_streamed_moments_equal_float64_numpy_on_the_whole_array(chunk_rows):
     features = _features(np.random.default_rng(0))
     mean, variance = feature_statistics.moments(features, chunk_rows)
     reference = features.astype(np.float64)
+    kept = features.copy()
     np.testing.assert_allclose(mean, reference.mean(axis=0), rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(features, kept)  # the input is not changed
+    mean64, _ = feature_statistics.moments(reference, chunk_rows)
+    np.testing.assert_array_equal(reference, features.astype(np.float64))
+    np.testing.assert_allclose(mean64, mean, rtol=1e-15)
     np.testing.assert_allclose(variance, reference.var(axis=0), rtol=1e-9, atol=0)
 
 
@@ -46,6 +51,6 @@ def test_all_finite_looks_at_every_chunk():
     assert not feature_statistics.all_finite(features, chunk_rows=10)
 
 
-def test_chunk_rows_keep_a_float64_chunk_near_64_mib():
-    assert feature_statistics.default_chunk_rows(2048) == 4096
+def test_chunk_rows_keep_a_float64_chunk_near_16_mib():
+    assert feature_statistics.default_chunk_rows(2048) == 1024
     assert feature_statistics.default_chunk_rows(10**9) == 1
