@@ -69,7 +69,6 @@ The contrast baseline is the same probe on a randomly initialised trunk of
 the same architecture (`random_trunk_model`).
 """
 
-
 import contextlib
 import os
 import tempfile
@@ -92,6 +91,7 @@ from llp_tf.data import TRAIN, VALIDATION, Source
 from llp_tf.data import augment
 from llp_tf.models import LLPModel, build_model_from_config
 from llp_tf.training.config import TrainConfig
+
 # -- trunks --------------------------------------------------------------------
 
 
