@@ -68,6 +68,7 @@ bench: setup $(VENV)/.bench-installed
 	$(PY) tools/bench_core.py
 	$(PY) tools/bench_input.py
 	$(PY) tools/bench_train_step.py
+	$(PY) tools/bench_probe.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,16 +1,21 @@
 """Linear probe of a trained run's frozen trunk on another dataset (transfer).
 
   tools/linear_probe.py --run_dir=runs/demo60 --dataset=digits
-  tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=tfds:places365_small \\
-      --data_dir=/data/tfds
+  tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=places205:/data/places205 \\
+      --cache_dir=/scratch/probe_cache --protocol=online
 
-Computes the pooled features of the dataset's train and validation splits
-once (evaluation preprocessing, one centre crop at the run's image size),
-trains a linear softmax readout on them with SGD from --learning_rate,
-dropping the rate x0.1 when validation top-1 saturates (at most
---max_drops times), and does the same on a randomly initialised trunk of the
-same architecture as a contrast. Prints a table and writes the results as
-JSON (default ``<run_dir>/linear_probe_<dataset>.json``).
+Computes the pooled features of the dataset's validation split, and with the
+default --protocol=cached its train split (at most --max_train_examples of
+it), once (evaluation preprocessing, one centre crop at the run's image size)
+into a disk cache (--cache_dir: N x F x 4 bytes per split, e.g. 20 GB for
+Places205's 2.45M training images and ResNet-50's F = 2048; memory stays
+flat), and trains a linear softmax readout on them with SGD from
+--learning_rate, dropping the rate x0.1 when validation top-1 saturates (at
+most --max_drops times). --protocol=online trains the readout as the paper
+does, through the frozen trunk on freshly augmented images at every step.
+The same is done on a randomly initialised trunk of the same architecture as
+a contrast. Prints a table and writes the results as JSON (default
+``<run_dir>/linear_probe_<dataset>.json``).
 """
 
 import os
@@ -55,8 +60,9 @@ def define_flags(flag_values):
            "resolved against.")
     integer("batch_size", linear_probe.DEFAULT_BATCH_SIZE, "Examples per SGD step of the "
             "readout, and images per forward pass of the feature extraction.")
-    integer("epochs", linear_probe.DEFAULT_EPOCHS, "Maximum epochs of readout training over "
-            "the cached features; the plateau rule usually stops it earlier.")
+    integer("epochs", linear_probe.DEFAULT_EPOCHS, "Maximum epochs of readout training (passes "
+            "over the training examples); the plateau rule usually stops it earlier.")
+    define_protocol_flags(flag_values)
     real("learning_rate", linear_probe.DEFAULT_LEARNING_RATE, "Initial SGD learning rate (the "
          "paper's 0.01).")
     real("momentum", linear_probe.DEFAULT_MOMENTUM, "SGD momentum (the paper's network "
@@ -66,15 +72,43 @@ def define_flags(flag_values):
             "training stops).")
     integer("max_drops", linear_probe.DEFAULT_MAX_DROPS, "Most learning-rate drops (the "
             "paper's two).")
-    integer("seed", 0, "Seed of the readout's batch order and of the random trunk.")
+    integer("seed", 0, "Seed of the readout's batch order, of the --max_train_examples draw, "
+            "of the online protocol's augmentation and of the random trunk.")
     boolean("standardize", False, "Standardise each feature by the training split's mean and "
-            "standard deviation before the readout. Not in the paper; the readout stays "
-            "linear, but SGD converges far faster, so the numbers depend less on how long it "
-            "trains (recommended on small datasets and for the random-trunk contrast).")
+            "standard deviation before the readout (streamed over the cache). Not in the "
+            "paper, and --protocol=cached only; the readout stays linear, but SGD converges "
+            "far faster, so the numbers depend less on how long it trains (recommended on "
+            "small datasets and for the random-trunk contrast).")
     boolean("skip_random", False, "Skip the contrast probe on a randomly initialised trunk of "
             "the same architecture.")
     string("output", None, "JSON file of the results; default "
            "<run_dir>/linear_probe_<dataset>.json. Written atomically (write, then rename).")
+
+
+def define_protocol_flags(flag_values):
+    """Defines --protocol and the flags of the feature caches on ``flag_values``."""
+    flags.DEFINE_enum(
+        "protocol", "cached", list(linear_probe.PROTOCOLS), "cached: train the readout on the "
+        "features of one centre crop per training image, computed once into the cache (fast; "
+        "no augmentation). online: the paper's protocol, every SGD step through the frozen "
+        "trunk (batch norm in inference mode) on images augmented as in the run's training; "
+        "one trunk pass per image per epoch. Validation uses the cached features of one "
+        "centre crop either way.", flag_values=flag_values)
+    flags.DEFINE_string(
+        "cache_dir", None, "Folder of the feature caches (default <run_dir>/probe_cache); each "
+        "probe keeps <dataset>/<trunk>-<split>/ there: features.npy (N x F float32, N x F x 4 "
+        "bytes on disk), labels, index and manifest.json (the trunk's weights hash, dataset, "
+        "split, image size, examples). Built under a .partial name and renamed when complete.",
+        flag_values=flag_values)
+    flags.DEFINE_boolean(
+        "reuse_cache", True, "Reuse existing caches in --cache_dir; one made from other "
+        "weights, data or --max_train_examples is an error naming the difference. "
+        "--noreuse_cache rebuilds them.", flag_values=flag_values)
+    flags.DEFINE_integer(
+        "max_train_examples", None, "Use at most this many training images, a uniform draw "
+        "fixed by --seed, chosen before any image is read (a quicker or smaller probe, e.g. "
+        "100000 of Places205's 2.45M); unset: all of them.", flag_values=flag_values)
+
 
 def dataset_slug(name):
     """A file-name part for a dataset name: "tfds:places365_small" ->
@@ -115,30 +149,33 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def run_probe(options, stream):
-    """Does the work of `main` with parsed flags ``options``; returns the results
-    dict written to --output."""
-    import dataclasses
+PROTOCOL_DESCRIPTIONS = {
+    "cached": "frozen trunk; pooled features of one centre crop per image, computed once "
+              "into a disk cache; linear softmax readout trained on them with SGD and "
+              "plateau drops",
+    "online": "frozen trunk (batch norm in inference mode); linear softmax readout trained "
+              "with SGD and plateau drops on the pooled features of augmented training "
+              "images, computed at every step; validation on one centre crop",
+}
 
-    from llp_tf import data
+
+def probe_settings(options):
+    """`ProbeSettings` of the parsed flags (ConfigError when they are invalid)."""
     from llp_tf.errors import ConfigError
     if not options.run_dir:
         raise ConfigError("Give --run_dir, the directory of a run made by tools/train.py.")
     if not options.dataset:
         raise ConfigError("Give --dataset, the probe dataset (e.g. digits, mnist5k, "
-                          "tfds:places365_small).")
-    settings = linear_probe.ProbeSettings(
+                          "places205:/data/places205).")
+    return linear_probe.ProbeSettings(
         epochs=options.epochs, batch_size=options.batch_size, learning_rate=options.learning_rate,
         momentum=options.momentum, patience=options.patience, max_drops=options.max_drops,
-        seed=options.seed, standardize=options.standardize)
-    path = output_path(options.run_dir, options.dataset, options.output)
-    source = data.load_source(options.dataset, options.data_dir)
-    run = trained_run.load_run(options.run_dir, options.checkpoint)
-    info = source.info
-    stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
-                 f"{info.name}: {info.num_classes} classes, {info.num_train} train / "
-                 f"{info.num_validation} validation images at {run.config.data.image_size} px.\n")
-    stream.flush()
+        seed=options.seed, standardize=options.standardize, protocol=options.protocol,
+        max_train_examples=options.max_train_examples)
+
+
+def probe_trunks(options, run, source, settings, cache_dir, stream):
+    """(results dict by trunk name, table rows, facts of the last probe)."""
     trunks = [("trained", run.model)]
     if not options.skip_random:
         trunks.append(("random", None))
@@ -146,19 +183,48 @@ def run_probe(options, stream):
     for name, model in trunks:
         if model is None:
             model = linear_probe.random_trunk_model(run.config, run.num_classes, options.seed)
-        result, facts = linear_probe.probe_trunk(model, source, run.config.data.image_size,
-                                                 settings, stream=stream,
-                                                 description=f"{name} trunk readout")
-        results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"])
+        trunk = "trained" if name == "trained" else f"random-seed{options.seed}"
+        description = (f"checkpoint {run.checkpoint}" if name == "trained" else
+                       f"random {run.config.model.architecture} trunk, seed {options.seed}")
+        result, facts = linear_probe.probe_trunk(
+            model, source, run.config.data.image_size, settings, cache_dir=cache_dir,
+            trunk=trunk, trunk_description=description, reuse_cache=options.reuse_cache,
+            augmentation=run.config.data.augmentation,
+            min_crop_area=run.config.data.min_crop_area, stream=stream,
+            description=f"{name} trunk readout")
+        results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"],
+                             cache=facts["cache"], cache_reused=facts["cache_reused"])
         rows.append((name, result))
+    return results, rows, facts
+
+
+def run_probe(options, stream):
+    """Does the work of `main` with parsed flags ``options``; returns the results
+    dict written to --output."""
+    import dataclasses
+
+    from llp_tf import data
+    settings = probe_settings(options)
+    path = output_path(options.run_dir, options.dataset, options.output)
+    source = data.load_source(options.dataset, options.data_dir)
+    run = trained_run.load_run(options.run_dir, options.checkpoint)
+    info = source.info
+    cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
+        options.run_dir, "probe_cache")), dataset_slug(options.dataset))
+    stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
+                 f"{info.name}: {info.num_classes} classes, {info.num_train} train / "
+                 f"{info.num_validation} validation images at {run.config.data.image_size} px; "
+                 f"{settings.protocol} protocol, caches in {cache_dir}.\n")
+    stream.flush()
+    results, rows, facts = probe_trunks(options, run, source, settings, cache_dir, stream)
     payload = {
         "run_dir": os.path.abspath(options.run_dir), "checkpoint": run.checkpoint,
         "step": run.step, "method": run.config.method.name, "dataset": info.name,
         "num_classes": info.num_classes, "image_size": run.config.data.image_size,
         "feature_dim": facts["feature_dim"], "num_train": facts["num_train"],
-        "num_validation": facts["num_validation"],
-        "protocol": "frozen trunk; pooled features of one centre crop, computed once; "
-                    "linear softmax readout trained with SGD and plateau drops",
+        "num_validation": facts["num_validation"], "protocol": settings.protocol,
+        "protocol_description": PROTOCOL_DESCRIPTIONS[settings.protocol],
+        "cache_dir": cache_dir, "max_train_examples": settings.max_train_examples,
         "settings": dataclasses.asdict(settings),
         "trained": results["trained"], "random": results.get("random"),
     }

@@ -1,26 +1,23 @@
-"""The linear readout of the probe, trained on cached features.
+"""The linear readout of the probe, its settings and its result.
 
 See `llp_tf.after_training.linear_probe` for the protocol: zero-initialised
 ``Dense(C)``, SGD with momentum, drops on validation plateaus, a batch order
-seeded by (seed, epoch).
+seeded by (seed, epoch). `readout_training` trains it on cached features,
+`online_readout` through the frozen trunk (the paper's protocol).
 """
 
 import dataclasses
 import math
-import sys
-import time
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.after_training.features import (DEFAULT_BATCH_SIZE, LOG_EVERY_SECONDS, FeatureSet,
-                                            standardizer)
+from llp_tf.after_training.features import DEFAULT_BATCH_SIZE
 from llp_tf.errors import ConfigError
-from llp_tf.training.progress import EpochProgress, is_interactive
-from llp_tf.training.schedule import PlateauTracker
-from llp_tf.types import Array
+from llp_tf.types import Array, FloatTensor, IntTensor
 
 #: The paper's initial learning rate of the Places205 readout.
 DEFAULT_LEARNING_RATE = 0.01
@@ -43,6 +40,9 @@ TOP_K = 5
 #: Features per forward pass of the readout when evaluating: bounds the
 #: memory of the logits ([B, C] floats), nothing else depends on it.
 EVALUATION_BATCH_SIZE = 4096
+#: How the readout is trained: on cached centre-crop features, or online
+#: through the frozen trunk on augmented images (the paper's protocol).
+PROTOCOLS = ("cached", "online")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,12 @@ class ProbeSettings:
       seed: int >= 0, seed of the batch order.
       standardize: bool; if True, features are shifted and scaled by the
         training split's per-feature mean and standard deviation (not in
-        the paper; off by default).
+        the paper; off by default; cached protocol only).
+      protocol: "cached" (train on the features of one centre crop per
+        image, computed once) or "online" (the paper's: every step through
+        the frozen trunk on freshly augmented images).
+      max_train_examples: int > 0 or None; use at most this many training
+        examples, a uniform draw given ``seed`` (`features.subsample_index`).
     """
 
     epochs: int = DEFAULT_EPOCHS
@@ -73,6 +78,8 @@ class ProbeSettings:
     drop_factor: float = DEFAULT_DROP_FACTOR
     seed: int = 0
     standardize: bool = False
+    protocol: str = "cached"
+    max_train_examples: int | None = None
 
     def __post_init__(self):
         problems = []
@@ -92,6 +99,16 @@ class ProbeSettings:
             problems.append(f"momentum must lie in [0, 1) (got {self.momentum!r})")
         if not (isinstance(self.drop_factor, (int, float)) and 0 < self.drop_factor < 1):
             problems.append(f"drop_factor must lie in (0, 1) (got {self.drop_factor!r})")
+        if self.max_train_examples is not None and (
+                not _is_int(self.max_train_examples) or self.max_train_examples <= 0):
+            problems.append(f"max_train_examples must be a positive integer or unset (got "
+                            f"{self.max_train_examples!r})")
+        if self.protocol not in PROTOCOLS:
+            problems.append(f"protocol must be one of {', '.join(PROTOCOLS)} (got "
+                            f"{self.protocol!r})")
+        elif self.protocol == "online" and self.standardize:
+            problems.append("standardize applies to the cached protocol only (the online "
+                            "protocol trains on the trunk's raw features, as the paper does)")
         if problems:
             raise ConfigError("Invalid linear-probe settings: " + "; ".join(problems) + ".")
 
@@ -108,8 +125,9 @@ class ProbeResult:
       top1, top5: float, validation accuracies of the final readout; top5 is
         top-k with k = min(5, C) (``top5_k``).
       loss: float, mean validation cross-entropy of the final readout.
-      train_loss, train_top1: float, of the final readout on the training
-        features.
+      train_loss, train_top1: float; cached protocol: of the final readout
+        on the training features; online protocol: means over the last
+        epoch's (augmented) training batches, each before its step.
       best_top1, best_epoch: the best validation top-1 over the epochs and
         the (1-based) epoch it was reached.
       epochs: int, epochs trained.
@@ -143,11 +161,6 @@ class ProbeResult:
         return dataclasses.asdict(self)
 
 
-def _log(stream, message):
-    stream.write(message + "\n")
-    stream.flush()
-
-
 class LinearReadout:
     """``keras.layers.Dense(C)`` on features [B, F], trained with SGD on softmax
     cross-entropy.
@@ -157,11 +170,16 @@ class LinearReadout:
       num_classes: int C.
       learning_rate: float, initial rate.
       momentum: float.
+      standardization: optional (mean, scale), float32 [F] each
+        (`feature_statistics.standardizer`): every batch of features is
+        replaced by ``(features - mean) / scale`` (in float32) before the
+        Dense layer, so its weights are those of standardised features.
     """
 
     def __init__(self, feature_dim: int, num_classes: int,
                  learning_rate: float = DEFAULT_LEARNING_RATE,
-                 momentum: float = DEFAULT_MOMENTUM) -> None:
+                 momentum: float = DEFAULT_MOMENTUM,
+                 standardization: tuple[Array, Array] | None = None) -> None:
         self.num_classes = int(num_classes)
         self.dense = keras.layers.Dense(self.num_classes, kernel_initializer="zeros",
                                         bias_initializer="zeros", name="linear_readout")
@@ -169,6 +187,8 @@ class LinearReadout:
         self.optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=momentum)
         self.optimizer.build(self.dense.trainable_variables)
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._standardization = None if standardization is None else tuple(
+            tf.constant(np.asarray(value, np.float32)) for value in standardization)
         signature = [tf.TensorSpec([None, int(feature_dim)], tf.float32),
                      tf.TensorSpec([None], tf.int64)]
         self._train_step = tf.function(self._step, input_signature=signature)
@@ -187,41 +207,67 @@ class LinearReadout:
         """(kernel float32 [F, C], bias float32 [C]) as numpy arrays."""
         return self.dense.kernel.numpy(), self.dense.bias.numpy()
 
+    def _logits(self, features):
+        if self._standardization is not None:
+            mean, scale = self._standardization
+            features = (features - mean) / scale
+        return self.dense(features)
+
     def _step(self, features, labels):
         with tf.GradientTape() as tape:
-            loss = self._loss(labels, self.dense(features))
+            logits = self._logits(features)
+            loss = self._loss(labels, logits)
         variables = self.dense.trainable_variables
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
+        correct = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int64), labels)
+        return loss, tf.reduce_sum(tf.cast(correct, tf.float32))
 
     def _stats(self, features, labels):
-        logits = self.dense(features)
+        logits = self._logits(features)
         losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
         top1 = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int64), labels)
         topk = tf.math.in_top_k(labels, logits, min(TOP_K, self.num_classes))
         return (tf.reduce_sum(losses), tf.reduce_sum(tf.cast(top1, tf.float32)),
                 tf.reduce_sum(tf.cast(topk, tf.float32)))
 
-    def train_epoch(self, features: Array, labels: Array, order: Array,
-                    batch_size: int) -> float:
+    def train_step(self, features: FloatTensor, labels: IntTensor) -> tuple[float, float]:
+        """One SGD step on a batch: features float32 [B, F], labels int64 [B].
+
+        Returns:
+          (float mean cross-entropy, float number of top-1 hits), both of the
+          weights before the step.
+        """
+        loss, correct = self._train_step(features, labels)
+        return float(loss), float(correct)
+
+    def train_epoch(self, features: Array, labels: Array, order: Array, batch_size: int,
+                    on_step: Callable[[int, float], None] | None = None) -> float:
         """One pass of SGD steps over ``features[order]`` in batches.
 
+        Each batch's rows are read in ascending order (fewer, longer reads of
+        a cache file); its step does not depend on the order of its rows.
+
         Args:
-          features: float32 [N, F]; labels: int64 [N]; order: int [N].
+          features: float32 [N, F], an array or `NpyRows`; labels: int64 [N];
+            order: int [N].
           batch_size: int; the last batch may be smaller.
+          on_step: optional callable(steps done, mean loss so far), for progress.
 
         Returns:
           float, the mean of the steps' batch losses (before each step).
         """
         losses = []
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            losses.append(float(self._train_step(features[rows], labels[rows])))
+            rows = np.sort(order[start:start + batch_size])
+            losses.append(self.train_step(features[rows], labels[rows])[0])
+            if on_step is not None:
+                on_step(len(losses), float(np.mean(losses)))
         return float(np.mean(losses))
 
     def evaluate(self, features: Array, labels: Array,
                  batch_size: int | None = None) -> dict[str, float]:
-        """dict loss (mean cross-entropy), top1, top5 over all the examples."""
+        """dict loss (mean cross-entropy), top1, top5 over all the examples,
+        reading ``features`` (array or `NpyRows`) ``batch_size`` rows at a time."""
         batch_size = batch_size or EVALUATION_BATCH_SIZE
         totals = np.zeros(3)
         for start in range(0, len(labels), batch_size):
@@ -230,115 +276,3 @@ class LinearReadout:
             totals += [float(value) for value in batch]
         count = max(len(labels), 1)
         return {"loss": totals[0] / count, "top1": totals[1] / count, "top5": totals[2] / count}
-
-
-def _check_feature_sets(train, validation, num_classes):
-    if train.features.ndim != 2 or validation.features.ndim != 2 or \
-            train.features.shape[1] != validation.features.shape[1]:
-        raise ConfigError(f"Training and validation features must both be [N, F] with the same "
-                          f"F; got {train.features.shape} and {validation.features.shape}.")
-    for name, features in (("training", train), ("validation", validation)):
-        if len(features.labels) == 0:
-            raise ConfigError(f"The {name} split has no examples to probe with.")
-        if features.labels.min() < 0 or features.labels.max() >= num_classes:
-            raise ConfigError(f"The {name} labels must lie in [0, {num_classes}).")
-        if not np.all(np.isfinite(features.features)):
-            raise ConfigError(f"The {name} features contain NaN or infinite values; the "
-                              "trunk's checkpoint is broken or diverged.")
-
-
-def _inputs(train, validation, num_classes, standardize):
-    """The readout's training and validation inputs, float32 [N, F] each, after
-    checking the feature sets."""
-    _check_feature_sets(train, validation, num_classes)
-    if not standardize:
-        return train.features, validation.features
-    mean, scale = standardizer(train.features)
-    return (train.features - mean) / scale, (validation.features - mean) / scale
-
-
-def _on_plateau(readout, settings, drop_epochs, epoch, description, stream, interactive):
-    """Drops the readout's rate after a plateau, or says to stop once every drop is
-    taken; returns whether to stop."""
-    learning_rate = readout.learning_rate
-    stop = len(drop_epochs) >= settings.max_drops
-    if stop:
-        note = (f"{description}: validation top-1 saturated after epoch {epoch} at the "
-                f"last rate; stopping")
-    else:
-        readout.learning_rate = learning_rate * settings.drop_factor
-        drop_epochs.append(epoch)
-        note = (f"{description}: validation top-1 saturated after epoch {epoch}; "
-                f"learning rate {learning_rate:g} -> {readout.learning_rate:g}")
-    _log(stream, ("\n" if interactive and epoch < settings.epochs else "") + note)
-    return stop
-
-
-def _check_finite(loss, description, epoch, learning_rate):
-    """ConfigError when an epoch's mean loss is not finite: the readout diverged."""
-    if not math.isfinite(loss):
-        raise ConfigError(
-            f"The {description} diverged in epoch {epoch} (loss {loss}) at learning rate "
-            f"{learning_rate:g}; lower --learning_rate or standardise the features "
-            "(--standardize).")
-
-
-def train_readout(train: FeatureSet, validation: FeatureSet, num_classes: int,
-                  settings: ProbeSettings = ProbeSettings(), stream: TextIO | None = None,
-                  description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
-    """Trains a linear readout on cached features (see the module docstring).
-
-    Args:
-      train, validation: `FeatureSet`.
-      num_classes: int C of the probe dataset.
-      settings: `ProbeSettings`.
-      stream: where progress goes (stdout when None).
-      description: str, names the probe in progress lines.
-
-    Returns:
-      (`LinearReadout`, `ProbeResult`). With ``settings.standardize`` the
-      readout takes standardised features (see `standardizer`).
-
-    Raises:
-      ConfigError: bad feature sets, or the training diverged (non-finite loss).
-    """
-    stream = stream or sys.stdout
-    train_features, validation_features = _inputs(train, validation, num_classes,
-                                                  settings.standardize)
-    train_labels, validation_labels = train.labels, validation.labels
-    readout = LinearReadout(train_features.shape[1], num_classes, settings.learning_rate,
-                            settings.momentum)
-    tracker = PlateauTracker(settings.patience, min_delta=PLATEAU_MIN_DELTA)
-    progress = EpochProgress(description, settings.epochs, len(train_labels), stream=stream,
-                             log_every_seconds=LOG_EVERY_SECONDS)
-    interactive = is_interactive(stream)
-    history, drop_epochs, best_top1, best_epoch, stopped_on_plateau = [], [], -1.0, 0, False
-    start = time.monotonic()
-    for epoch in range(1, settings.epochs + 1):
-        order = np.random.default_rng([settings.seed, epoch]).permutation(len(train_labels))
-        learning_rate = readout.learning_rate
-        loss = readout.train_epoch(train_features, train_labels, order, settings.batch_size)
-        _check_finite(loss, description, epoch, learning_rate)
-        metrics = readout.evaluate(validation_features, validation_labels)
-        history.append({"epoch": epoch, "learning_rate": learning_rate, "loss": loss,
-                        "top1": metrics["top1"], "top5": metrics["top5"]})
-        if metrics["top1"] > best_top1:
-            best_top1, best_epoch = metrics["top1"], epoch
-        progress.update(epoch, {"lr": learning_rate, "loss": loss, "val_top1": metrics["top1"]})
-        if tracker.update(metrics["top1"]):
-            stopped_on_plateau = _on_plateau(readout, settings, drop_epochs, epoch, description,
-                                             stream, interactive)
-            if stopped_on_plateau:
-                break
-    seconds = time.monotonic() - start
-    final = readout.evaluate(validation_features, validation_labels)
-    train_final = readout.evaluate(train_features, train_labels)
-    result = ProbeResult(
-        top1=final["top1"], top5=final["top5"], top5_k=min(TOP_K, int(num_classes)),
-        loss=final["loss"], train_loss=train_final["loss"], train_top1=train_final["top1"],
-        best_top1=best_top1, best_epoch=best_epoch, epochs=len(history), drops=len(drop_epochs),
-        drop_epochs=drop_epochs, stopped_on_plateau=stopped_on_plateau,
-        final_learning_rate=readout.learning_rate, history=history, seconds=seconds)
-    return readout, result
-
-

@@ -1,16 +1,14 @@
 import io
 import json
-import os
 import shutil
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from llp_tf import data
 from llp_tf.after_training import linear_probe, trained_run
-from llp_tf.data import augment
 from llp_tf.errors import ConfigError
+from tests.after_training.probe_images import centre_crop_features, read_folder_split
 
 NUM_CLASSES = 4
 
@@ -38,19 +36,6 @@ def _cross_entropy64(features, labels, kernel, bias):
     return float(np.mean(log_z - logits[np.arange(len(labels)), labels]))
 
 
-def _read_folder_split(stripes, split):
-    """uint8 [N, H, W, 3] and labels of an image-folder split, in index order
-    (class folders sorted, then file names), decoded here from the PNG files."""
-    root = os.path.join(stripes.split(":", 1)[1], split)
-    images, labels = [], []
-    for label, kind in enumerate(sorted(os.listdir(root))):
-        for name in sorted(os.listdir(os.path.join(root, kind))):
-            with open(os.path.join(root, kind, name), "rb") as f:
-                images.append(tf.io.decode_png(f.read(), channels=3).numpy())
-            labels.append(label)
-    return np.stack(images), np.array(labels)
-
-
 def test_features_are_the_models_pooled_output_of_centre_crops(tiny_llp_run, stripes):
     run = trained_run.load_run(tiny_llp_run)
     source = data.load_source(stripes)
@@ -58,9 +43,8 @@ def test_features_are_the_models_pooled_output_of_centre_crops(tiny_llp_run, str
     # 40 validation images in batches of 16: the last batch has 8 padding rows.
     features = linear_probe.extract_features(run.model, source, data.VALIDATION, image_size,
                                              batch_size=16, stream=io.StringIO())
-    images, labels = _read_folder_split(stripes, "validation")
-    expected = run.model(tf.stack([augment.eval_preprocess(tf.constant(image), image_size)
-                                   for image in images]), training=False)["features"].numpy()
+    images, labels = read_folder_split(stripes, "validation")
+    expected = centre_crop_features(run.model, images, image_size)
     assert features.features.shape == (40, run.model.feature_dim)
     np.testing.assert_array_equal(features.index, np.arange(40))
     np.testing.assert_array_equal(features.labels, labels)

@@ -81,10 +81,13 @@ def test_every_flag_has_help(tool):
     tool.define_flags(options)
     expected = {"run_dir", "checkpoint", "dataset", "data_dir", "batch_size", "epochs",
                 "learning_rate", "momentum", "patience", "max_drops", "seed", "standardize",
-                "skip_random", "output"}
+                "skip_random", "output", "protocol", "cache_dir", "reuse_cache",
+                "max_train_examples"}
     assert set(options) == expected
     assert all(len(options[name].help) > 20 for name in expected)
     assert options["learning_rate"].default == 0.01 and options["max_drops"].default == 2
+    assert options["protocol"].default == "cached" and options["reuse_cache"].default
+    assert options["max_train_examples"].default is None
 
 
 def test_bad_numbers_are_one_clear_error(tool, tmp_path):
@@ -104,3 +107,49 @@ def test_main_runs_in_process(tool, tmp_path):
     assert code == 1 and err.startswith("error: Give --run_dir")
     code, _, err = run_main(tool, "stray")
     assert code == 2 and err == "error: unexpected arguments: stray\n"
+
+
+def test_caches_are_reused_and_a_cache_of_another_checkpoint_is_an_error(tool, tiny_llp_run,
+                                                                         stripes, tmp_path):
+    from llp_tf.after_training import trained_run
+    common = [f"--run_dir={tiny_llp_run}", f"--dataset={stripes}", "--epochs=2",
+              "--batch_size=32", "--skip_random", f"--cache_dir={tmp_path / 'caches'}"]
+    first = _run(tool, *common, f"--output={tmp_path / 'a.json'}", "--max_train_examples=100")
+    assert first.returncode == 0, first.stderr
+    with open(tmp_path / "a.json") as f:
+        payload = json.load(f)
+    assert payload["protocol"] == "cached" and payload["max_train_examples"] == 100
+    assert payload["num_train"] == 100 and payload["settings"]["max_train_examples"] == 100
+    caches = payload["trained"]["cache"]
+    assert caches["train"].startswith(str(tmp_path / "caches")) and \
+        os.path.exists(os.path.join(caches["train"], "features.npy"))
+    assert payload["trained"]["cache_reused"] == {"validation": False, "train": False}
+    # Progress: the extraction, then one line per readout epoch with validation top-1.
+    assert "features of" in first.stdout
+    assert re.search(r"trained trunk readout epoch 2/2 \[#+\] 4/4 .*val_top1", first.stdout)
+    again = _run(tool, *common, f"--output={tmp_path / 'b.json'}", "--max_train_examples=100")
+    assert again.returncode == 0 and "features of" not in again.stdout
+    with open(tmp_path / "b.json") as f:
+        assert json.load(f)["trained"]["cache_reused"] == {"validation": True, "train": True}
+    older = trained_run.checkpoint_paths(tiny_llp_run)[0]
+    other = _run(tool, *common, f"--checkpoint={older}", "--max_train_examples=100",
+                 f"--output={tmp_path / 'c.json'}")
+    assert other.returncode == 1 and "weights_sha256" in other.stderr
+    assert "--noreuse_cache" in other.stderr and not (tmp_path / "c.json").exists()
+
+
+def test_online_protocol_writes_its_settings(tool, tiny_llp_run, stripes, tmp_path):
+    result = _run(tool, f"--run_dir={tiny_llp_run}", f"--dataset={stripes}", "--epochs=1",
+                  "--batch_size=32", "--skip_random", "--protocol=online",
+                  "--max_train_examples=64", f"--cache_dir={tmp_path}",
+                  f"--output={tmp_path / 'online.json'}")
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "online.json") as f:
+        payload = json.load(f)
+    assert payload["protocol"] == "online" and payload["settings"]["protocol"] == "online"
+    assert payload["num_train"] == 64 and payload["random"] is None
+    assert list(payload["trained"]["cache"]) == ["validation"]
+    assert "augmented" in payload["protocol_description"]
+    bad = _run(tool, f"--run_dir={tiny_llp_run}", f"--dataset={stripes}", "--protocol=online",
+               "--standardize")
+    assert bad.returncode == 1 and "standardize applies to the cached protocol" in bad.stderr

@@ -1,0 +1,176 @@
+"""Benchmark: peak memory of the linear probe at two dataset sizes.
+
+Writes two synthetic image folders (N and 4 N training images of --classes
+classes, --validation validation images, --image_size px PNGs) and runs, for
+each, in a fresh subprocess:
+
+  - the cached probe (`linear_probe.probe_trunk`, protocol "cached", with
+    --standardize): features extracted into the disk cache, standardisation
+    statistics streamed over it, --epochs of readout training from it;
+  - for contrast, the same work in memory (`features.extract_features` into
+    [N, F] arrays, then `train_readout` on the arrays).
+
+Each subprocess first probes a 256-image subsample (so TensorFlow's start-up,
+thread pools and allocator arenas are in the baseline), resets its peak
+resident set (VmHWM, through /proc/self/clear_refs), runs the full probe and
+reports the peak's growth over the baseline. The trunk is a small ResNet
+(resnet10, one block per stage, --width 2: F = 1024 features), so the
+feature array, N x F x 4 bytes, is large next to the rest. The cached probe's
+growth should stay flat from N to 4 N while the in-memory one grows with the
+array.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("sizes", ["5000", "20000"], "The two training-set sizes N and 4 N.")
+flags.DEFINE_integer("validation", 500, "Validation images of each folder.")
+flags.DEFINE_integer("classes", 10, "Classes of the synthetic folders.")
+flags.DEFINE_integer("image_size", 16, "Side of the images and of the trunk's input.")
+flags.DEFINE_float("width", 2.0, "Width of the resnet10 trunk (F = 512 x width).")
+flags.DEFINE_integer("epochs", 2, "Readout epochs.")
+flags.DEFINE_integer("batch", 128, "Images per forward pass and features per SGD step.")
+flags.DEFINE_integer("threads", os.cpu_count(), "Threads for TensorFlow (intra-op).")
+flags.DEFINE_string("output", "", "Optional path of a JSON file for the figures.")
+flags.DEFINE_string("probe_folder", "", "Internal: measure one probe on this image folder.")
+flags.DEFINE_enum("probe_mode", "cached", ["cached", "in_memory"], "Internal: which probe.")
+
+WARM_UP_EXAMPLES = 256
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak_rss():
+    """Resets the peak (VmHWM) to the current RSS and returns the current RSS in KiB."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kib("VmRSS")
+
+
+def _write_folder(root, num_train, rng):
+    """An image folder of ``num_train`` training and --validation validation PNGs:
+    class c is a noisy image around a colour of its own."""
+    import tensorflow as tf
+    colours = rng.integers(0, 256, (FLAGS.classes, 3))
+    for split, count in (("train", num_train), ("validation", FLAGS.validation)):
+        for c in range(FLAGS.classes):
+            folder = os.path.join(root, split, f"class{c:02d}")
+            os.makedirs(folder)
+            for i in range(count // FLAGS.classes):
+                noise = rng.normal(0, 40, (FLAGS.image_size, FLAGS.image_size, 3))
+                image = np.clip(colours[c] + noise, 0, 255).astype(np.uint8)
+                with open(os.path.join(folder, f"{i:06d}.png"), "wb") as f:
+                    f.write(tf.io.encode_png(image).numpy())
+
+
+def _run_probe(model, source, mode, max_examples, cache_dir):
+    from llp_tf import data
+    from llp_tf.after_training import features, linear_probe
+    settings = linear_probe.ProbeSettings(epochs=FLAGS.epochs, batch_size=FLAGS.batch,
+                                          patience=100, standardize=True,
+                                          max_train_examples=max_examples)
+    with open(os.devnull, "w") as quiet:
+        if mode == "cached":
+            return linear_probe.probe_trunk(model, source, FLAGS.image_size, settings,
+                                            cache_dir=cache_dir, stream=quiet)[0]
+        index = features.subsample_index(source.info.num_train, max_examples, 0)
+        train = features.extract_features(model, source, data.TRAIN, FLAGS.image_size,
+                                          FLAGS.batch, quiet, index=index)
+        validation = features.extract_features(model, source, data.VALIDATION,
+                                               FLAGS.image_size, FLAGS.batch, quiet)
+        return linear_probe.train_readout(train, validation, source.info.num_classes,
+                                          settings, quiet)[1]
+
+
+def probe_memory(folder, mode):
+    """Runs one probe in this process; prints its peak RSS growth in MiB."""
+    import tensorflow as tf
+    from llp_tf import data
+    from llp_tf.models import build_model
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    source = data.load_source(f"folder:{folder}")
+    model = build_model("resnet10", FLAGS.classes, embedding_dim=16, width=FLAGS.width,
+                        blocks_per_stage=(1, 1, 1, 1)).create_weights(FLAGS.image_size)
+    caches = tempfile.mkdtemp(prefix="bench_probe_cache_", dir=os.path.dirname(folder))
+    _run_probe(model, source, mode, WARM_UP_EXAMPLES, os.path.join(caches, "warm"))
+    baseline = _reset_peak_rss()
+    start = time.monotonic()
+    result = _run_probe(model, source, mode, None, os.path.join(caches, "full"))
+    growth = (_status_kib("VmHWM") - baseline) / 1024.0
+    shutil.rmtree(caches)
+    print(json.dumps({"growth_mib": growth, "seconds": time.monotonic() - start,
+                      "top1": result.top1, "feature_dim": model.feature_dim,
+                      "num_train": source.info.num_train}))
+
+
+def _measure(folder, mode):
+    """The JSON line a fresh run of this script measuring ``mode`` prints last."""
+    flag_args = [f"--{name}={getattr(FLAGS, name)}" for name in
+                 ("validation", "classes", "image_size", "width", "epochs", "batch", "threads")]
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), f"--probe_folder={folder}",
+                          f"--probe_mode={mode}"] + flag_args,
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _report(rows):
+    print(f"{'N':>7} {'F':>5} {'features MiB':>12} {'cached: growth MiB':>19} "
+          f"{'in memory: growth MiB':>22} {'cached s':>8}")
+    for row in rows:
+        print(f"{row['num_train']:7d} {row['feature_dim']:5d} {row['features_mib']:12.1f} "
+              f"{row['cached']['growth_mib']:19.1f} {row['in_memory']['growth_mib']:22.1f} "
+              f"{row['cached']['seconds']:8.1f}")
+    small, large = rows
+    ratios = {mode: large[mode]["growth_mib"] / max(small[mode]["growth_mib"], 1e-9)
+              for mode in ("cached", "in_memory")}
+    print(f"peak growth at {large['num_train']} / at {small['num_train']} images "
+          f"({large['features_mib'] / small['features_mib']:.0f}x the features): cached "
+          f"{ratios['cached']:.2f}x, in memory {ratios['in_memory']:.2f}x")
+    return ratios
+
+
+def main(argv):
+    del argv
+    if FLAGS.probe_folder:
+        probe_memory(FLAGS.probe_folder, FLAGS.probe_mode)
+        return
+    sizes = [int(size) for size in FLAGS.sizes]
+    work = tempfile.mkdtemp(prefix="bench_probe_")
+    rows = []
+    try:
+        rng = np.random.default_rng(0)
+        for size in sizes:
+            folder = os.path.join(work, f"n{size}")
+            _write_folder(folder, size, rng)
+            row = {mode: _measure(folder, mode) for mode in ("cached", "in_memory")}
+            row.update(num_train=row["cached"]["num_train"],
+                       feature_dim=row["cached"]["feature_dim"])
+            row["features_mib"] = row["num_train"] * row["feature_dim"] * 4 / 2**20
+            rows.append(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ratios = _report(rows)
+    if FLAGS.output:
+        with open(FLAGS.output, "w") as f:
+            json.dump({"rows": rows, "growth_ratios": ratios}, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)
