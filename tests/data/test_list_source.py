@@ -11,30 +11,13 @@ from llp_tf.data import data_errors, load_source, pipeline
 from llp_tf.data.list_source import ListSource, derive_class_names, parse_list_file
 from llp_tf.data.tfrecord_builder import build_tfrecords_from_source
 from llp_tf.errors import DataError
-from tests.data.helpers import decoded, encode, random_image
+from tests.data.helpers import decoded
+from tests.data.places205_fake import DEEP, write_images as _write_images
+from tests.data.places205_fake import write_places as _write_places
 from tests.tools.tool_main import load_tool, run_main
 
 BUILD = load_tool("build_tfrecords.py")
 TRAIN = load_tool("train.py")
-#: A small fake of Places205: scene folder -> its real label.
-SCENES = {"a/abbey": 0, "a/apartment_building/outdoor": 8, "b/bar": 17, "h/hotel/outdoor": 109}
-DEEP = os.path.join("data", "vision", "torralba", "deeplearning")
-
-
-def _write_images(root, images, seed=0):
-    """Writes JPEG (or, for .png names, PNG) files; returns relative path -> bytes."""
-    rng = np.random.default_rng(seed)
-    written = {}
-    for i, image in enumerate(images):
-        content = encode(random_image(rng, 8 + i % 3, 10), "png" if image.endswith(".png")
-                         else "jpeg")
-        os.makedirs(os.path.dirname(os.path.join(root, image)), exist_ok=True)
-        with open(os.path.join(root, image), "wb") as f:
-            f.write(content)
-        written[image] = content
-    return written
-
-
 def _raw(source, split):
     with data_errors():
         return list(source.raw_dataset(split).as_numpy_iterator())
@@ -181,26 +164,6 @@ def test_bad_list_names(tmp_path, query, message):
         load_source(f"list:{tmp_path}?{query}")
     with pytest.raises(DataError, match="Image root .* does not exist"):
         load_source(f"list:{tmp_path / 'gone'}?train=t.txt")
-
-
-def _write_places(root, images_at=("images256",), lists_at=(), seed=0):
-    """A fake of Places205 as distributed: 3 train and 1 validation image per
-    scene of SCENES, train lines in a scrambled order. Returns {split:
-    [(relative path, label, bytes)] in line order}."""
-    images = os.path.join(root, *images_at)
-    truth = {}
-    for split, count in (("train", 3), ("val", 1)):
-        rows = [(f"{scene}/{split}{i:08d}.jpg", label) for scene, label in SCENES.items()
-                for i in range(count)]
-        rows = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
-        written = _write_images(images, [path for path, _ in rows], seed=len(split))
-        truth[split] = [(path, label, written[path]) for path, label in rows]
-        folder = os.path.join(root, *lists_at, "trainvalsplit_places205")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{split}_places205.csv"), "w") as f:
-            f.writelines(f"/{path} {label}\n" if i % 2 else f"{path} {label}\n"
-                         for i, (path, label, _) in enumerate(truth[split]))
-    return truth
 
 
 @pytest.mark.parametrize("images_at, lists_at", [

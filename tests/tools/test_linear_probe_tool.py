@@ -153,3 +153,26 @@ def test_online_protocol_writes_its_settings(tool, tiny_llp_run, stripes, tmp_pa
     bad = _run(tool, f"--run_dir={tiny_llp_run}", f"--dataset={stripes}", "--protocol=online",
                "--standardize")
     assert bad.returncode == 1 and "standardize applies to the cached protocol" in bad.stderr
+
+
+def test_probe_reads_places205_as_distributed(tool, tiny_llp_run, tmp_path):
+    import numpy as np
+    from tests.data.places205_fake import write_places
+    truth = write_places(str(tmp_path / "places"))
+    result = _run(tool, f"--run_dir={tiny_llp_run}", f"--dataset=places205:{tmp_path / 'places'}",
+                  "--epochs=1", "--batch_size=8", "--skip_random",
+                  f"--cache_dir={tmp_path / 'caches'}", f"--output={tmp_path / 'p.json'}")
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "p.json") as f:
+        payload = json.load(f)
+    assert payload["dataset"] == f"places205:{tmp_path / 'places'}"
+    assert (payload["num_classes"], payload["num_train"], payload["num_validation"]) == \
+        (205, 12, 4)
+    # The cache holds one row per listed image (index = line), with its label.
+    for split, key in (("train", "train"), ("validation", "val")):
+        folder = payload["trained"]["cache"][split]
+        assert np.load(os.path.join(folder, "features.npy")).shape[0] == len(truth[key])
+        np.testing.assert_array_equal(np.load(os.path.join(folder, "index.npy")),
+                                      np.arange(len(truth[key])))
+        np.testing.assert_array_equal(np.load(os.path.join(folder, "labels.npy")),
+                                      [label for _, label, _ in truth[key]])
