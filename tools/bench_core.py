@@ -29,6 +29,7 @@ import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from i
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
+import peak_rss  # noqa: E402 -- tools/ is on the path of a script run from it
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("threads", os.cpu_count(),
@@ -88,23 +89,10 @@ def _configure_threads(threads):
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
 
-def _status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak_rss():
-    """Resets the peak (VmHWM) to the current RSS and returns the current RSS in KiB."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return _status_kib("VmRSS")
 
 
-def _peak_growth_mib(baseline_kib):
-    return (_status_kib("VmHWM") - baseline_kib) / 1024.0
 
 
 def memory_probe(chunk_size, num_queries):
@@ -117,9 +105,9 @@ def memory_probe(chunk_size, num_queries):
     queries = tf.constant(bank[:num_queries])
     # A small call first, so TF's start-up allocations are in the baseline.
     propagation.local_density(queries[:8], bank[:64], t=FLAGS.t, chunk_size=8).numpy()
-    baseline = _reset_peak_rss()
+    baseline = peak_rss.reset_peak_rss()
     propagation.local_density(queries, bank, t=FLAGS.t, chunk_size=chunk_size).numpy()
-    print(json.dumps({"growth_mib": _peak_growth_mib(baseline)}))
+    print(json.dumps({"growth_mib": peak_rss.peak_growth_mib(baseline)}))
 
 
 def loss_memory_probe():
@@ -140,9 +128,9 @@ def loss_memory_probe():
     # frees, so a second run would not show the peak. XLA's compilation of the
     # two element-wise kernels (a few MiB) is in the figure.
     loss_step.get_concrete_function()
-    baseline = _reset_peak_rss()
+    baseline = peak_rss.reset_peak_rss()
     loss_step().numpy()
-    print(json.dumps({"growth_mib": _peak_growth_mib(baseline)}))
+    print(json.dumps({"growth_mib": peak_rss.peak_growth_mib(baseline)}))
 
 
 def _probe_in_subprocess(args):

@@ -32,6 +32,7 @@ import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from i
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
+import peak_rss  # noqa: E402 -- tools/ is on the path of a script run from it
 
 FLAGS = flags.FLAGS
 # 8x apart: the cached probe's growth varies by ~15 MiB from run to run
@@ -51,19 +52,8 @@ flags.DEFINE_enum("probe_mode", "cached", ["cached", "in_memory"], "Internal: wh
 WARM_UP_EXAMPLES = 256
 
 
-def _status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak_rss():
-    """Resets the peak (VmHWM) to the current RSS and returns the current RSS in KiB."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return _status_kib("VmRSS")
 
 
 def _write_folder(root, num_train, rng):
@@ -112,10 +102,10 @@ def probe_memory(folder, mode):
                         blocks_per_stage=(1, 1, 1, 1)).create_weights(FLAGS.image_size)
     caches = tempfile.mkdtemp(prefix="bench_probe_cache_", dir=os.path.dirname(folder))
     _run_probe(model, source, mode, WARM_UP_EXAMPLES, os.path.join(caches, "warm"))
-    baseline = _reset_peak_rss()
+    baseline = peak_rss.reset_peak_rss()
     start = time.monotonic()
     result = _run_probe(model, source, mode, None, os.path.join(caches, "full"))
-    growth = (_status_kib("VmHWM") - baseline) / 1024.0
+    growth = peak_rss.peak_growth_mib(baseline)
     shutil.rmtree(caches)
     print(json.dumps({"growth_mib": growth, "seconds": time.monotonic() - start,
                       "top1": result.top1, "feature_dim": model.feature_dim,

@@ -6,7 +6,7 @@ import os
 
 from tests.tools.tool_main import ROOT, load_tool, run_main
 
-NOT_TOOLS = ("config_flags.py", "quiet_start.py", "tool_cli.py")
+NOT_TOOLS = ("config_flags.py", "peak_rss.py", "quiet_start.py", "tool_cli.py")
 
 
 def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
