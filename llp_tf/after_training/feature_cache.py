@@ -14,12 +14,17 @@ A cache is a folder holding
 
 It is built in ``<folder>.partial`` and renamed into place once complete, so
 a crash never leaves a folder that looks like a finished cache (the partial
-one is discarded by the next build). A cache is reused only if its manifest
-matches what is asked for; otherwise `cached_features` raises a
-`ConfigError` naming the difference, or rebuilds it when ``reuse`` is False.
+one is discarded by the next build). A build holds a lock on
+``<folder>.lock``: a second process building the same cache stops with an
+error rather than discarding the first one's partial cache. A cache is
+reused only if its manifest matches what is asked for; otherwise
+`cached_features` raises a `ConfigError` naming the difference, or rebuilds
+it when ``reuse`` is False.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +45,8 @@ FEATURES_FILE = "features.npy"
 LABELS_FILE = "labels.npy"
 INDEX_FILE = "index.npy"
 MANIFEST_FILE = "manifest.json"
+#: Beside a cache folder while a process builds it (`_build_lock`).
+LOCK_SUFFIX = ".lock"
 #: Bumped when the files' layout or meaning changes; older caches are rebuilt.
 CACHE_VERSION = 1
 #: Manifest entries that must equal the request for a cache to be reused.
@@ -227,5 +234,27 @@ def cached_features(model: LLPModel, source: Source, split: str, image_size: int
     request = cache_request(model, source, split, image_size, index, trunk)
     if reuse and os.path.isdir(directory):
         return open_cache(directory, request)
-    return build_cache(model, source, split, image_size, directory, request, index, batch_size,
-                       stream)
+    with _build_lock(directory):
+        return build_cache(model, source, split, image_size, directory, request, index,
+                           batch_size, stream)
+
+
+@contextlib.contextmanager
+def _build_lock(directory):
+    """Held while this process builds the cache ``directory``: an advisory
+    ``flock`` on ``<directory>.lock`` (released by the kernel however the
+    holder dies), so that a second probe on the same --cache_dir fails at once
+    instead of deleting the first one's partial cache."""
+    path = directory.rstrip(os.sep) + LOCK_SUFFIX
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"Another process is building the feature cache {directory} "
+                              f"(it holds {path}). Wait for it to finish, then run again to "
+                              "reuse its cache, or give another --cache_dir.") from None
+        yield
+    finally:
+        os.close(fd)  # releases the flock

@@ -120,3 +120,19 @@ def test_readout_from_the_cache_equals_the_readout_from_arrays(run, source, tmp_
         np.testing.assert_array_equal(ours, theirs)
     assert cached.history == in_memory.history and cached.train_loss == in_memory.train_loss
     assert np.abs(from_cache.weights()[0]).max() > 0  # it did train
+
+
+def test_a_cache_being_built_by_another_process_is_a_clear_error(run, source, tmp_path):
+    import fcntl
+    directory = tmp_path / "train"
+    # flock conflicts between two open files even within one process.
+    fd = os.open(str(directory) + feature_cache.LOCK_SUFFIX, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(ConfigError, match="Another process is building the feature cache"):
+            _cache(run, source, directory)
+        assert not directory.exists()
+    finally:
+        os.close(fd)
+    cache = _cache(run, source, directory)  # once released, the build goes ahead
+    assert cache.features.shape[0] == 160 and not cache.reused
