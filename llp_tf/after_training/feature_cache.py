@@ -244,17 +244,26 @@ def _build_lock(directory):
     """Held while this process builds the cache ``directory``: an advisory
     ``flock`` on ``<directory>.lock`` (released by the kernel however the
     holder dies), so that a second probe on the same --cache_dir fails at once
-    instead of deleting the first one's partial cache."""
+    instead of deleting the first one's partial cache. The file is removed
+    when the build ends."""
     path = directory.rstrip(os.sep) + LOCK_SUFFIX
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise ConfigError(f"Another process is building the feature cache {directory} "
                               f"(it holds {path}). Wait for it to finish, then run again to "
                               "reuse its cache, or give another --cache_dir.") from None
+        # A holder that ended between our open and our lock removed the file:
+        # our lock is then on a deleted file, so take the new one.
+        if os.path.exists(path) and os.fstat(fd).st_ino == os.stat(path).st_ino:
+            break
+        os.close(fd)
+    try:
         yield
     finally:
+        os.unlink(path)
         os.close(fd)  # releases the flock

@@ -136,3 +136,4 @@ def test_a_cache_being_built_by_another_process_is_a_clear_error(run, source, tm
         os.close(fd)
     cache = _cache(run, source, directory)  # once released, the build goes ahead
     assert cache.features.shape[0] == 160 and not cache.reused
+    assert not os.path.exists(str(directory) + feature_cache.LOCK_SUFFIX)
