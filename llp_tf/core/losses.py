@@ -112,17 +112,17 @@ def _combined_sums(block_sums):
     return row_max, total, same_total
 
 
-# The two element-wise kernels below run over all B x N logits. XLA fuses
-# each into a single pass (max, exp, masked sums) and never materialises the
-# [B, N] label mask; the matmuls stay outside, where TensorFlow's own kernels
-# are faster than XLA's on CPU.
+# The two element-wise kernels below run over a block's [B, n] logits (all
+# B x N of them, block by block). XLA fuses each into a single pass (max,
+# exp, masked sums) and never materialises the label mask; the matmuls stay
+# outside, where TensorFlow's own kernels are faster than XLA's on CPU.
 @tf.function(jit_compile=True)
 def _partition_sums(logits, labels, bank_labels):
     """Shifted sums of exp(logits): over all rows and over same-label rows.
 
     Args:
-      logits: float32 [B, N].
-      labels: int64 [B]; bank_labels: int64 [N].
+      logits: float32 [B, n], one block of bank rows.
+      labels: int64 [B]; bank_labels: int64 [n], the block's.
 
     Returns:
       row_max float32 [B, 1]; total, same_total float32 [B], both of
