@@ -18,7 +18,7 @@ arguments. Names are loaded on first use, so importing a light module such as
 `llp_tf.errors` does not import TensorFlow.
 """
 
-import importlib
+from llp_tf.lazy_attributes import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -36,10 +36,7 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name):
-    if name in _PUBLIC:
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module 'llp_tf' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _PUBLIC)
 
 
 def __dir__():

@@ -26,9 +26,9 @@ def _type_checking_names():
     """Names that modules import only for type checkers (``if TYPE_CHECKING:``)."""
     from llp_tf.after_training.analysis import BankState, RunAnalysis
     from llp_tf.after_training.propagation_baselines import PropagationMethod
-    from llp_tf.training.config import ModelConfig
+    from llp_tf.data.source import Source
 
-    return {"BankState": BankState, "ModelConfig": ModelConfig,
+    return {"BankState": BankState, "Source": Source,
             "PropagationMethod": PropagationMethod, "RunAnalysis": RunAnalysis}
 
 

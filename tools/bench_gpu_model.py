@@ -57,7 +57,7 @@ STEPS = ("supervised", "warmup", "llp")
 def _method(step, architecture, bank):
     import keras  # noqa: PLC0415
 
-    from llp_tf.models import build_model  # noqa: PLC0415
+    from llp_tf.models.factory import build_model  # noqa: PLC0415
     from llp_tf.training.methods import LLPMethod, SupervisedMethod  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 

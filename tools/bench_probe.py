@@ -95,7 +95,7 @@ def probe_memory(folder, mode):
     """Runs one probe in this process; prints its peak RSS growth in MiB."""
     import tensorflow as tf
     from llp_tf import data
-    from llp_tf.models import build_model
+    from llp_tf.models.factory import build_model
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     source = data.load_source(f"folder:{folder}")
     model = build_model("resnet10", FLAGS.classes, embedding_dim=16, width=FLAGS.width,

@@ -47,7 +47,7 @@ def _methods(strategy, rng, b, n, m, c, size, precision="float32", jit_compile=F
     import keras
 
     from llp_tf.core.memory_bank import MemoryBank
-    from llp_tf.models import build_model
+    from llp_tf.models.factory import build_model
     from llp_tf.models import precision as precision_lib
     from llp_tf.training.methods import LLPMethod, SupervisedMethod
 

@@ -28,6 +28,7 @@ from absl import flags  # noqa: E402
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf.after_training import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
+from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 
 OUTPUT_NAME = "propagation_comparison.json"
 
@@ -259,7 +260,8 @@ def run_comparison(options, stream=sys.stdout):
     from llp_tf.after_training import propagation_baselines as pb
 
     # Unset propagation flags take the run's own settings, else the paper's.
-    defaults = {"k": pb.DEFAULT_K, "t": pb.DEFAULT_T, "temperature": pb.DEFAULT_TEMPERATURE}
+    defaults = {"k": hyperparameters.K, "t": hyperparameters.T,
+                "temperature": hyperparameters.TEMPERATURE}
     if config is not None:
         method = config.method
         defaults = {"k": method.k, "t": method.t, "temperature": method.temperature}

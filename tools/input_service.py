@@ -83,10 +83,10 @@ def free_ports(count):
 def plan(values):
     """(dispatcher address to join or None, worker ports, dispatcher's worker
     list or None) of the flags; raises ValueError naming a bad flag."""
-    from llp_tf.data import data_service  # noqa: PLC0415 -- after the quiet start
+    from llp_tf.data import service_address  # noqa: PLC0415 -- after the quiet start
     joining = values.dispatcher_address
     if joining:
-        problem = data_service.address_problem(joining)
+        problem = service_address.address_problem(joining)
         if problem:
             raise ValueError(f"--dispatcher_address: {problem}.")
         if values.workers == 0:

@@ -38,7 +38,7 @@ from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, FeatureSet, outpu
 from llp_tf.after_training.npy_rows import NpyRows, NpyRowWriter
 from llp_tf.data import Source
 from llp_tf.errors import ConfigError, DataError
-from llp_tf.models import LLPModel
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import Array
 
 FEATURES_FILE = "features.npy"

@@ -23,7 +23,7 @@ import tensorflow as tf
 from llp_tf.data import Source, data_errors
 from llp_tf.data import augment
 from llp_tf.errors import ConfigError
-from llp_tf.models import LLPModel
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.progress import EpochProgress
 from llp_tf.types import Array
 

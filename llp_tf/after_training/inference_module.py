@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import label_encoding, propagation
+from llp_tf.core import hyperparameters, label_encoding, propagation
 from llp_tf.data import augment
 from llp_tf.types import Array, FloatTensor, IntTensor, Tensor
 
@@ -53,7 +53,8 @@ class InferenceModule(tf.Module):
 
     def __init__(self, model: keras.layers.Layer, image_size: int, class_names: Sequence[str],
                  bank_embeddings: Array | None = None, bank_classes: Array | None = None,
-                 k: int = 10, temperature: float = 0.07, name: str = "llp_inference") -> None:
+                 k: int = hyperparameters.K, temperature: float = hyperparameters.TEMPERATURE,
+                 name: str = "llp_inference") -> None:
         super().__init__(name=name)
         if (bank_embeddings is None) != (bank_classes is None):
             raise ValueError("Give both bank_embeddings and bank_classes, or neither.")

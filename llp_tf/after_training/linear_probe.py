@@ -89,7 +89,8 @@ from llp_tf.after_training.readout import (DEFAULT_DROP_FACTOR, DEFAULT_EPOCHS, 
 from llp_tf.after_training.readout_training import train_readout
 from llp_tf.data import TRAIN, VALIDATION, Source
 from llp_tf.data import augment
-from llp_tf.models import LLPModel, build_model_from_config
+from llp_tf.models.factory import build_model_from_config
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.config import TrainConfig
 
 # -- trunks --------------------------------------------------------------------

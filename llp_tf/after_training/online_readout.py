@@ -30,7 +30,7 @@ from llp_tf.after_training.readout import LinearReadout, ProbeSettings, ProbeRes
 from llp_tf.after_training.readout_training import check_features, probe_result, run_epochs
 from llp_tf.data import TRAIN, Source, augment, data_errors, pipeline
 from llp_tf.errors import ConfigError
-from llp_tf.models import LLPModel
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import Array, FloatTensor
 
 #: images float32 [B, S, S, 3] -> pooled features float32 [B, F].

@@ -36,7 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from llp_tf.after_training import transduction
-from llp_tf.core import propagation
+from llp_tf.core import hyperparameters, propagation
 # The DLP names are offered here too, beside the other methods' settings.
 from llp_tf.after_training.dlp_diffusion import (  # noqa: F401
     DLP_ALPHA, DLP_GAMMA, DLP_K, DLP_MAX_ITER, DLP_SEARCH_CHUNK, DLP_TOLERANCE,
@@ -44,10 +44,6 @@ from llp_tf.after_training.dlp_diffusion import (  # noqa: F401
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array
 
-# LLP and the weighted kNN: the paper's K = 10, T = 25 and tau = 0.07.
-DEFAULT_K = propagation.DEFAULT_K
-DEFAULT_T = propagation.DEFAULT_T
-DEFAULT_TEMPERATURE = propagation.DEFAULT_TEMPERATURE
 
 # Label spreading: scikit-learn's defaults, alpha = 0.2 and 30 steps (0.2^30
 # is far below the tolerance). Zhou et al. 2004's alpha = 0.99 was tried and
@@ -84,8 +80,8 @@ PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
 # -- the methods ---------------------------------------------------------------
 
 def llp_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
-                    k: int = DEFAULT_K, t: int = DEFAULT_T,
-                    temperature: float = DEFAULT_TEMPERATURE) -> Array:
+                    k: int = hyperparameters.K, t: int = hyperparameters.T,
+                    temperature: float = hyperparameters.TEMPERATURE) -> Array:
     """LLP's locally weighted kNN (eq. 5-8) within one set of embeddings.
 
     The density rho of each labelled point is the sum of ``exp(v_j . v_i /
@@ -116,7 +112,8 @@ def llp_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_c
 
 
 def weighted_knn(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
-                 k: int = DEFAULT_K, temperature: float = DEFAULT_TEMPERATURE) -> Array:
+                 k: int = hyperparameters.K,
+                 temperature: float = hyperparameters.TEMPERATURE) -> Array:
     """The weighted kNN of eq. 5-6: the ``k`` labelled points most similar to
     an unlabelled point vote with weights ``exp(v_i . v / tau)``. Arguments
     and result as `llp_propagation`."""
@@ -142,7 +139,7 @@ def _sklearn_transduction(model, embeddings, labeled_mask, labels):
 
 
 def label_spreading(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
-                    temperature: float = DEFAULT_TEMPERATURE,
+                    temperature: float = hyperparameters.TEMPERATURE,
                     alpha: float = LABEL_SPREADING_ALPHA,
                     max_iter: int = LABEL_SPREADING_MAX_ITER,
                     tol: float = SKLEARN_TOLERANCE) -> Array:
@@ -165,7 +162,7 @@ def label_spreading(embeddings: Array, labeled_mask: Array, labels: Array, num_c
 
 
 def label_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
-                      temperature: float = DEFAULT_TEMPERATURE,
+                      temperature: float = hyperparameters.TEMPERATURE,
                       max_iter: int = LABEL_PROPAGATION_MAX_ITER,
                       tol: float = SKLEARN_TOLERANCE) -> Array:
     """Label propagation (Zhu & Ghahramani 2002) with scikit-learn, RBF kernel
@@ -208,8 +205,9 @@ class PropagationMethod:
     paper_accuracy: float | None = None
 
 
-def standard_methods(k: int = DEFAULT_K, t: int = DEFAULT_T,
-                     temperature: float = DEFAULT_TEMPERATURE) -> tuple[PropagationMethod, ...]:
+def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
+                     temperature: float = hyperparameters.TEMPERATURE
+                     ) -> tuple[PropagationMethod, ...]:
     """The five methods of the comparison with their settings bound.
 
     Args:

@@ -21,7 +21,8 @@ import tensorflow as tf
 from llp_tf.data import Source, splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.models import LLPModel, build_model_from_config
+from llp_tf.models.factory import build_model_from_config
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.training import run_record
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,

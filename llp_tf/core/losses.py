@@ -11,8 +11,7 @@ from collections.abc import Iterable
 
 import tensorflow as tf
 
-from llp_tf.core import label_encoding
-from llp_tf.core.propagation import DEFAULT_TEMPERATURE
+from llp_tf.core import hyperparameters, label_encoding
 from llp_tf.types import FloatTensor, IntTensor
 
 
@@ -28,7 +27,7 @@ DEFAULT_LOSS_BLOCK_ROWS = 262_144
 
 
 def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: IntTensor,
-                     labels: IntTensor, temperature: float = DEFAULT_TEMPERATURE,
+                     labels: IntTensor, temperature: float = hyperparameters.TEMPERATURE,
                      block_rows: int = DEFAULT_LOSS_BLOCK_ROWS) -> FloatTensor:
     """Aggregation loss of eq. 2-4 over the whole memory bank.
 

@@ -30,10 +30,8 @@ updates every copy. Create the bank inside ``strategy.scope()``.
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import label_encoding
+from llp_tf.core import hyperparameters, label_encoding
 from llp_tf.types import Array, FloatTensor, IntTensor
-
-DEFAULT_MOMENTUM = 0.5
 
 
 def _validate_split(num_examples, num_classes, labeled_index, labeled_classes):
@@ -80,7 +78,7 @@ class MemoryBank(tf.Module):
 
     def __init__(self, num_examples: int, dim: int, num_classes: int,
                  labeled_index: Array | IntTensor, labeled_classes: Array | IntTensor,
-                 momentum: float = DEFAULT_MOMENTUM, seed: int = 0,
+                 momentum: float = hyperparameters.BANK_MOMENTUM, seed: int = 0,
                  name: str = "memory_bank") -> None:
         """Creates the variables (inside the current distribution strategy's scope).
 

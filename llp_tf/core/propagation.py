@@ -11,13 +11,9 @@ import math
 
 import tensorflow as tf
 
-from llp_tf.core import label_encoding
+from llp_tf.core import hyperparameters, label_encoding
 from llp_tf.types import FloatTensor, IntTensor
 
-DEFAULT_TEMPERATURE = 0.07
-DEFAULT_K = 10
-DEFAULT_T = 25
-DEFAULT_DENSITY_CHUNK = 1024
 DEFAULT_BLOCK_ROWS = 262_144
 
 
@@ -166,8 +162,8 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
 
 
 def log_local_density(queries: FloatTensor, bank: FloatTensor,
-                      t: int = DEFAULT_T, temperature: float = DEFAULT_TEMPERATURE,
-                      chunk_size: int = DEFAULT_DENSITY_CHUNK) -> FloatTensor:
+                      t: int = hyperparameters.T, temperature: float = hyperparameters.TEMPERATURE,
+                      chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> FloatTensor:
     """Logarithm of the local density rho of eq. 7 for each query row.
 
     ``log rho(q) = logsumexp over the t bank rows j with the largest q . bank_j
@@ -231,9 +227,9 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
     return tf.reshape(results.concat(), [num_queries])
 
 
-def local_density(queries: FloatTensor, bank: FloatTensor, t: int = DEFAULT_T,
-                  temperature: float = DEFAULT_TEMPERATURE,
-                  chunk_size: int = DEFAULT_DENSITY_CHUNK) -> FloatTensor:
+def local_density(queries: FloatTensor, bank: FloatTensor, t: int = hyperparameters.T,
+                  temperature: float = hyperparameters.TEMPERATURE,
+                  chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> FloatTensor:
     """Local density rho of eq. 7 for each query row.
 
     ``rho(q) = sum over the t bank rows j with the largest q . bank_j of
@@ -248,8 +244,8 @@ def local_density(queries: FloatTensor, bank: FloatTensor, t: int = DEFAULT_T,
 
 
 def propagate(embeddings: FloatTensor, labeled_bank: FloatTensor,
-              labeled_classes: IntTensor, num_classes: int, k: int = DEFAULT_K,
-              temperature: float = DEFAULT_TEMPERATURE,
+              labeled_classes: IntTensor, num_classes: int, k: int = hyperparameters.K,
+              temperature: float = hyperparameters.TEMPERATURE,
               density: FloatTensor | None = None) -> tuple[IntTensor, FloatTensor]:
     """Pseudo labels and confidences for a batch from its labelled neighbours.
 

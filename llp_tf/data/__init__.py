@@ -7,18 +7,26 @@
 - `decode.data_errors`: turns a bad image met inside tf.data into `DataError`.
 """
 
-from llp_tf.data.decode import data_errors
-from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, Source, SourceInfo,
-                                resolve_path)
+from typing import TYPE_CHECKING
+
 from llp_tf.errors import DataError
+from llp_tf.lazy_attributes import lazy_getattr
+
+if TYPE_CHECKING:  # for the annotation only
+    from llp_tf.data.source import Source
 
 EMBEDDED = ("mnist5k", "digits")
 
-__all__ = ["EMBEDDED", "NAME_FORMS", "SPLITS", "TRAIN", "VALIDATION", "Source", "SourceInfo",
-           "data_errors", "load_source"]
+# Imported on first use: `llp_tf.data.config` is read without TensorFlow.
+_DEFINED_IN = {"data_errors": "llp_tf.data.decode", **{
+    name: "llp_tf.data.source" for name in ("NAME_FORMS", "SPLITS", "TRAIN", "VALIDATION",
+                                            "Source", "SourceInfo", "resolve_path")}}
+__getattr__ = lazy_getattr(__name__, _DEFINED_IN)
+
+__all__ = ["EMBEDDED", "load_source", *_DEFINED_IN]
 
 
-def load_source(name: str, data_dir: str | None = None) -> Source:
+def load_source(name: str, data_dir: str | None = None) -> "Source":
     """Opens a dataset by name.
 
     Args:
@@ -41,6 +49,7 @@ def load_source(name: str, data_dir: str | None = None) -> Source:
     Raises:
       DataError: unknown name, missing path, empty or bad dataset.
     """
+    from llp_tf.data.source import NAME_FORMS, resolve_path  # noqa: PLC0415 -- see _DEFINED_IN
     if not isinstance(name, str) or not name:
         raise DataError(f"Dataset name {name!r} is not valid; give one of {NAME_FORMS}.")
     kind, _, rest = name.partition(":")

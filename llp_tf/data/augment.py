@@ -31,12 +31,13 @@ import math
 
 import tensorflow as tf
 
+from llp_tf.data.config import AUGMENTATIONS, MIN_CROP_AREA, PAPER
 from llp_tf.types import FloatTensor, IntTensor
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-CROP_AREA_RANGE = (0.2, 1.0)
+CROP_AREA_RANGE = (MIN_CROP_AREA, 1.0)
 CROP_ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 GRAYSCALE_PROBABILITY = 0.2
 JITTER_FACTOR_RANGE = (0.6, 1.4)
@@ -47,8 +48,6 @@ EVAL_RESIZE_RATIO = 256.0 / 224.0
 # torchvision's RandomResizedCrop tries ten boxes before falling back to a
 # centre crop; the same here keeps the crop distribution of the release.
 _CROP_ATTEMPTS = 10
-
-POLICIES = ("paper", "light")
 
 # Sub-seeds of one example's seed, one per random decision.
 _SEED_CROP, _SEED_GRAY, _SEED_JITTER, _SEED_FLIP = range(4)
@@ -236,8 +235,9 @@ def normalize(image: FloatTensor) -> FloatTensor:
 
 def check_policy(policy: str, min_crop_area: float) -> None:
     """ValueError unless ``policy`` and ``min_crop_area`` are valid settings."""
-    if policy not in POLICIES:
-        raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of {POLICIES}.")
+    if policy not in AUGMENTATIONS:
+        raise ValueError(f"Unknown augmentation policy {policy!r}; choose one of "
+                         f"{AUGMENTATIONS}.")
     if not 0.0 < min_crop_area <= 1.0:
         raise ValueError(f"min_crop_area must lie in (0, 1]; got {min_crop_area}.")
 
@@ -248,7 +248,7 @@ def crop_seed(seed: IntTensor) -> IntTensor:
     return tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS)[_SEED_CROP]
 
 
-def train_augment(image: IntTensor, seed: IntTensor, size: int, policy: str = "paper",
+def train_augment(image: IntTensor, seed: IntTensor, size: int, policy: str = PAPER,
                   min_crop_area: float = CROP_AREA_RANGE[0]) -> FloatTensor:
     """The training augmentation.
 
@@ -271,7 +271,7 @@ def train_augment(image: IntTensor, seed: IntTensor, size: int, policy: str = "p
 
 
 def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
-                       policy: str = "paper") -> FloatTensor:
+                       policy: str = PAPER) -> FloatTensor:
     """The training augmentation after its crop window was cut out.
 
     ``train_augment(image, seed, ...)`` is this function applied to the
@@ -291,7 +291,7 @@ def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
     check_policy(policy, CROP_AREA_RANGE[0])
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
     image = resize_crop(crop, size)
-    if policy == "paper":
+    if policy == PAPER:
         image = random_grayscale(image, seeds[_SEED_GRAY])
         image = color_jitter(image, seeds[_SEED_JITTER])
         image = random_flip(image, seeds[_SEED_FLIP])

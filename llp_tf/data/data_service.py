@@ -41,44 +41,11 @@ TFRecord shards) but decodes and augments only its steps. Workers read the
 dataset's files by the trainer's paths, so they must see the same files.
 """
 
-import re
 from collections.abc import Callable
 
 import tensorflow as tf
 
-from llp_tf.errors import ConfigError
-
-#: The only transfer protocol the tf.data service speaks.
-SCHEME = "grpc://"
-# host:port with an optional grpc:// scheme; the host is a name, an IPv4
-# address or a bracketed IPv6 address.
-_ADDRESS = re.compile(r"(?:grpc://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]"
-                      r"(?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(?P<port>[0-9]{1,5})")
-
-
-def address_problem(address: str) -> str | None:
-    """What is wrong with a dispatcher address, or None if it is well formed
-    (``host:port`` or ``grpc://host:port``, port in 1-65535)."""
-    match = _ADDRESS.fullmatch(address) if isinstance(address, str) else None
-    if match is None:
-        return (f"input_service must be a tf.data service dispatcher address, host:port or "
-                f"grpc://host:port (e.g. grpc://127.0.0.1:5050), not {address!r}")
-    if not 0 < int(match["port"]) < 65536:
-        return f"the port of input_service {address!r} must lie in 1-65535"
-    return None
-
-
-def check_address(address: str) -> str:
-    """The dispatcher address as ``grpc://host:port``.
-
-    Raises:
-      ConfigError: a malformed address (`address_problem`).
-    """
-    problem = address_problem(address)
-    if problem:
-        raise ConfigError(f"Invalid setting: {problem}.")
-    return address if address.startswith(SCHEME) else SCHEME + address
-
+from llp_tf.data.service_address import check_address
 
 def served_steps(records: tf.data.Dataset,
                  make_examples: Callable[[tf.data.Dataset], tf.data.Dataset],

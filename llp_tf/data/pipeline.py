@@ -47,7 +47,8 @@ import tensorflow as tf
 
 from llp_tf.data import augment
 from llp_tf.data import data_service
-from llp_tf.data import epoch_order
+from llp_tf.data.config import MIN_CROP_AREA, PAPER
+from llp_tf.data import epoch_order, service_address
 from llp_tf.data.epoch_order import DEFAULT_CYCLE_LENGTH
 from llp_tf.data.source import TRAIN, VALIDATION, Source
 from llp_tf.data.splits import check_index_set
@@ -114,7 +115,7 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
     """
     epoch_order.check_seed_epoch(seed, epoch)
     if input_service:
-        data_service.check_address(input_service)
+        service_address.check_address(input_service)
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
     try:
@@ -192,8 +193,8 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
                         epoch: int, start_step: int = 0, used_index: Array | None = None,
                         steps: int | None = None, cycle_length: int = DEFAULT_CYCLE_LENGTH,
                         shuffle_block: int | None = None, batches_cross_passes: bool = False,
-                        augmentation: str = "paper", cache_passes: bool = False,
-                        min_crop_area: float = augment.CROP_AREA_RANGE[0],
+                        augmentation: str = PAPER, cache_passes: bool = False,
+                        min_crop_area: float = MIN_CROP_AREA,
                         fused_crop: bool = True, input_service: str = "") -> InputFn:
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 

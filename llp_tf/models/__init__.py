@@ -1,14 +1,3 @@
-"""Networks: pre-activation ResNet trunks and the two-headed LLP model."""
-
-from llp_tf.models.factory import ARCHITECTURES, build_model, build_model_from_config
-from llp_tf.models.llp_model import DEFAULT_EMBEDDING_DIM, LLPModel
-from llp_tf.models.resnet_v2 import ResNetV2
-
-__all__ = [
-    "ARCHITECTURES",
-    "DEFAULT_EMBEDDING_DIM",
-    "LLPModel",
-    "ResNetV2",
-    "build_model",
-    "build_model_from_config",
-]
+"""Networks: pre-activation ResNet trunks (`resnet_v2`), the two-headed LLP model
+(`llp_model`), their construction from a config (`factory`, `config`), batch norm
+and mixed precision. Import the names from those modules."""

@@ -25,14 +25,12 @@ from typing import Any, Optional, Sequence
 import keras
 from keras import ops
 
+from llp_tf.models.config import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
 from llp_tf.types import FloatTensor
 
 # The recorder of the forward pass running in this thread: MirroredStrategy
 # runs each replica's step in its own thread, each with its own recorder.
 _active = threading.local()
-
-BATCH_NORM_MOMENTUM = 0.997
-BATCH_NORM_EPSILON = 1e-5
 
 
 class BatchNormalization(keras.layers.BatchNormalization):

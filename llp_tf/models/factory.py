@@ -1,37 +1,17 @@
 """Build an `LLPModel` from an architecture name."""
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
 
 from llp_tf.errors import ConfigError
-from llp_tf.models.llp_model import DEFAULT_EMBEDDING_DIM, LLPModel
-from llp_tf.models.batch_norm import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
+from llp_tf.models.config import (ARCHITECTURES, BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM,
+                                  EMBEDDING_DIM, ModelConfig)
+from llp_tf.models.llp_model import LLPModel
 from llp_tf.models.precision import dtype_policy
 from llp_tf.models.resnet_v2 import ResNetV2
 
-if TYPE_CHECKING:  # for the annotation only: models do not depend on the training stack
-    from llp_tf.training.config import ModelConfig
-
-
-class Architecture(NamedTuple):
-    blocks_per_stage: tuple
-    bottleneck: bool
-
-
-# TF official's ResNet sizes, plus "resnet10" (one basic block per stage), the
-# tiny network for tests and CPU demos (combine with a small `width`).
-ARCHITECTURES = {
-    "resnet10": Architecture((1, 1, 1, 1), bottleneck=False),
-    "resnet18": Architecture((2, 2, 2, 2), bottleneck=False),
-    "resnet34": Architecture((3, 4, 6, 3), bottleneck=False),
-    "resnet50": Architecture((3, 4, 6, 3), bottleneck=True),
-    "resnet101": Architecture((3, 4, 23, 3), bottleneck=True),
-    "resnet152": Architecture((3, 8, 36, 3), bottleneck=True),
-}
-
 
 def build_model(architecture: str, num_classes: int,
-                embedding_dim: int = DEFAULT_EMBEDDING_DIM, width: float = 1.0,
+                embedding_dim: int = EMBEDDING_DIM, width: float = 1.0,
                 small_inputs: bool = False,
                 blocks_per_stage: Sequence[int] | None = None,
                 sync_batch_norm: bool = False,
@@ -86,12 +66,12 @@ def _build(spec, num_classes, embedding_dim, width, small_inputs, blocks_per_sta
                     embedding_dim=embedding_dim)
 
 
-def build_model_from_config(model_config: "ModelConfig", num_classes: int,
+def build_model_from_config(model_config: ModelConfig, num_classes: int,
                             image_size: int, precision: str = "float32") -> LLPModel:
     """The `LLPModel` a run's model settings describe, with its weights created.
 
     Args:
-      model_config: `llp_tf.training.config.ModelConfig`.
+      model_config: the run's `ModelConfig`.
       num_classes: int, C.
       image_size: int, side of the input images.
       precision: see `build_model` (training: the run's ``mixed_precision``;

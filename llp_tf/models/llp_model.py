@@ -17,9 +17,8 @@ import keras
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
+from llp_tf.models.config import EMBEDDING_DIM
 from llp_tf.types import FloatTensor
-
-DEFAULT_EMBEDDING_DIM = 128
 
 
 class LLPModel(keras.Model):
@@ -52,7 +51,7 @@ class LLPModel(keras.Model):
     """
 
     def __init__(self, trunk: keras.layers.Layer, num_classes: int,
-                 embedding_dim: int = DEFAULT_EMBEDDING_DIM, name: str = "llp_model",
+                 embedding_dim: int = EMBEDDING_DIM, name: str = "llp_model",
                  **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         for setting, value in (("num_classes", num_classes),

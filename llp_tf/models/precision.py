@@ -27,19 +27,15 @@ from typing import Iterator, Sequence
 import keras
 
 from llp_tf.errors import ConfigError
+from llp_tf.models.config import PRECISION_POLICIES, PRECISIONS
 from llp_tf.types import FloatTensor
-
-#: The settings of ``--mixed_precision``, each with its Keras policy name.
-POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
-PRECISIONS = tuple(POLICIES)
-
 
 def policy_name(precision: str) -> str:
     """The Keras dtype policy of a precision setting ("float32", "bfloat16", "float16")."""
-    if precision not in POLICIES:
+    if precision not in PRECISION_POLICIES:
         raise ConfigError(f"Unknown mixed precision {precision!r}; choose one of "
                           f"{', '.join(PRECISIONS)}.")
-    return POLICIES[precision]
+    return PRECISION_POLICIES[precision]
 
 
 @contextlib.contextmanager

@@ -8,8 +8,8 @@
 
 The settings a run trains with now are ``config.json`` with the history
 applied in order (`current_config`); tools that read a finished run use
-them. Settings that shape the saved state (`STATE_SETTINGS`: data, split,
-model, method) cannot change on resume: `check_resumable` refuses them.
+them. Settings that shape the saved state (`config.state_settings`: data,
+split, model, method) cannot change on resume: `check_resumable` refuses them.
 Where the run directory lives (``run_dir``) is not a setting of the run and
 is never compared.
 """
@@ -21,15 +21,10 @@ import os
 from typing import Any, Optional
 
 from llp_tf.errors import ConfigError, DataError
-from llp_tf.training.config import TrainConfig
+from llp_tf.training.config import TrainConfig, state_settings
 from llp_tf.training.run_directory import CONFIG_FILE, RunDirectory
 
 HISTORY_FILE = "config_history.jsonl"
-
-#: Settings (flag names) whose change would make a checkpoint's state meaningless.
-STATE_SETTINGS = ("dataset", "label_percent", "data_percent", "split_seed", "split_file",
-                  "label_subset", "architecture", "width", "blocks_per_stage",
-                  "embedding_dim", "method", "image_size", "small_inputs")
 
 #: Settings that are not part of how the run trains.
 NOT_COMPARED = ("run_dir",)
@@ -82,12 +77,12 @@ def format_changes(changed: dict[str, tuple[Any, Any]]) -> str:
 
 def check_resumable(config: TrainConfig) -> None:
     """Raises ConfigError when ``config.run_dir`` holds a run whose state
-    settings (`STATE_SETTINGS`) differ from ``config``'s."""
+    settings (`config.state_settings`) differ from ``config``'s."""
     saved = current_config(config.run_dir)
     if saved is None:
         return
     changed = {name: values for name, values in changed_settings(saved, config).items()
-               if name in STATE_SETTINGS}
+               if name in state_settings()}
     if changed:
         listed = "; ".join(f"{name}: saved {old!r}, now {new!r}"
                            for name, (old, new) in changed.items())

@@ -2,7 +2,7 @@
 
 Builds the run's parts from a `TrainConfig` and hands them to the
 `Controller`: the data source and the split (`split.npz`, drawn once), the
-model and optimizer, the method from the registry (`methods.METHODS`) with
+model and optimizer, the method from the registry (`methods.method_class`) with
 the state it adds, the checkpoint of all of it, the evaluator and the
 actions. It resumes from the run directory's latest checkpoint when there is
 one. There is no random-generator state to save: data order and
@@ -25,12 +25,13 @@ from llp_tf.data import label_subsets, pipeline, splits
 from llp_tf.training.distribution import make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
-from llp_tf.models import build_model_from_config, precision
+from llp_tf.models import precision
+from llp_tf.models.factory import build_model_from_config
 from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
-from llp_tf.training.methods import METHODS, StepRunner
+from llp_tf.training.methods import StepRunner, method_class
 from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import run_record
 from llp_tf.training.preemption import PreemptionWatch
@@ -182,8 +183,8 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
                                             model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
-    method = METHODS[config.method.name].from_config(config, strategy, model, stepping,
-                                                     num_classes, split)
+    method = method_class(config.method.name).from_config(config, strategy, model, stepping,
+                                                          num_classes, split)
     with strategy.scope():
         totals = EpochTotals(name for phase in method.phases
                              for name in method.metric_names(phase))

@@ -147,9 +147,14 @@ def test_light_policy_is_the_crop_alone():
         augment.train_augment(image, seed, 16, "strong")
 
 
-def test_config_lists_the_augmentation_policies():
-    from llp_tf.training import config
-    assert config.AUGMENTATIONS == augment.POLICIES
+def test_the_config_offers_the_policies_augment_knows():
+    from llp_tf.data.config import AUGMENTATIONS
+    from llp_tf.training.config import settings_fields
+    _, field = settings_fields()["augmentation"]
+    assert field.metadata["choices"] == AUGMENTATIONS == ("paper", "light")
+    image, seed = _image(12, 12, seed=1), tf.constant([1, 2], tf.int64)
+    for policy in AUGMENTATIONS:
+        assert augment.train_augment(image, seed, 8, policy).shape == (8, 8, 3)
 
 
 def test_min_crop_area_sets_the_crop_of_either_policy():

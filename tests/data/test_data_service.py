@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import data_errors, data_service, pipeline
+from llp_tf.data import data_errors, data_service, pipeline, service_address
 from llp_tf.errors import ConfigError
 
 SIZE = 8
@@ -128,9 +128,9 @@ def test_two_workers_keep_every_step_exactly_once(tfrecord_source, two_workers, 
 @pytest.mark.parametrize("address", ["", "localhost", "grpc://host", "http://h:5050",
                                      "h:port", "h:70000", "h:0", "a b:5050"])
 def test_bad_addresses_are_refused(tfrecord_source, address):
-    assert data_service.address_problem(address)
+    assert service_address.address_problem(address)
     with pytest.raises(ConfigError, match="input_service"):
-        data_service.check_address(address)
+        service_address.check_address(address)
     if address:
         with pytest.raises(ConfigError, match="input_service"):
             pipeline.make_train_input_fn(tfrecord_source, 4, SIZE, seed=0, epoch=0,
@@ -140,6 +140,6 @@ def test_bad_addresses_are_refused(tfrecord_source, address):
 @pytest.mark.parametrize("address", ["127.0.0.1:5050", "grpc://node-7.cluster:80",
                                      "[::1]:5050"])
 def test_good_addresses_get_the_grpc_scheme(address):
-    assert data_service.address_problem(address) is None
-    checked = data_service.check_address(address)
+    assert service_address.address_problem(address) is None
+    checked = service_address.check_address(address)
     assert checked.startswith("grpc://") and checked.endswith(address.split("//")[-1])

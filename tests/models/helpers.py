@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from llp_tf.models import build_model
+from llp_tf.models.factory import build_model
 
 TINY_IMAGE_SIZE = 16
 TINY_NUM_CLASSES = 10

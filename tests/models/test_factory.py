@@ -3,7 +3,9 @@
 import pytest
 
 from llp_tf.errors import ConfigError, LLPError
-from llp_tf.models import ARCHITECTURES, LLPModel, build_model
+from llp_tf.models.config import ARCHITECTURES
+from llp_tf.models.factory import build_model
+from llp_tf.models.llp_model import LLPModel
 
 
 @pytest.mark.parametrize("name, blocks, bottleneck", [

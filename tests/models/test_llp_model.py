@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
-from llp_tf.models import LLPModel, ResNetV2
+from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.resnet_v2 import ResNetV2
 from tests.models.helpers import (TINY_EMBEDDING_DIM, TINY_NUM_CLASSES,
                                   tiny_model)
 

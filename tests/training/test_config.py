@@ -8,6 +8,7 @@ import sys
 import pytest
 from absl import flags
 
+from llp_tf.config_fields import flag_name
 from llp_tf.errors import ConfigError
 from llp_tf.training import config as config_lib
 from llp_tf.training.config import SECTIONS, TrainConfig, settings_fields
@@ -26,7 +27,7 @@ def test_settings_land_in_their_sections(tmp_path):
     assert (config.method.name, config.method.k, config.run.seed) == ("supervised", 3, 4)
     assert config.run_dir == str(tmp_path)
     # Every field is in exactly one section, and flag names are unique.
-    names = [config_lib.flag_name(f) for cls in SECTIONS.values()
+    names = [flag_name(f) for cls in SECTIONS.values()
              for f in dataclasses.fields(cls)]
     assert len(names) == len(set(names)) == len(settings_fields())
     with pytest.raises(ConfigError, match="Unknown training setting"):
@@ -170,3 +171,23 @@ def test_jit_compile_refuses_sync_batch_norm_and_feature_maps_below_4x4():
     assert TrainConfig.from_settings(run_dir="/r", image_size=28).data.image_size == 28
     with pytest.raises(ConfigError, match="mixed_precision must be one of"):
         TrainConfig.from_settings(run_dir="/r", mixed_precision="half")
+
+
+def test_choices_are_checked_from_the_fields_metadata(tmp_path):
+    # Every field with choices refuses a value outside them, with one message each.
+    fields = {name: field for name, (_, field) in settings_fields().items()
+              if field.metadata["choices"]}
+    assert set(fields) == {"augmentation", "architecture", "method", "propagation", "cluster",
+                           "mixed_precision"}
+    with pytest.raises(ConfigError) as error:
+        _config(tmp_path, **{name: "nonsense" for name in fields})
+    for name, field in fields.items():
+        assert f"{name} must be one of {field.metadata['choices']}, not 'nonsense'" in str(
+            error.value)
+
+
+def test_state_settings_are_the_fields_marked_as_state():
+    assert set(config_lib.state_settings()) == {
+        "dataset", "label_percent", "data_percent", "split_seed", "split_file", "label_subset",
+        "architecture", "width", "blocks_per_stage", "embedding_dim", "method", "image_size",
+        "small_inputs"}

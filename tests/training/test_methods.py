@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from llp_tf import MemoryBank
 from llp_tf.core import label_encoding
-from llp_tf.models import build_model, precision
+from llp_tf.models import precision
+from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
 
 N, C, D, B, SIZE = 32, 4, 16, 16, 8

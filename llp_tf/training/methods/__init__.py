@@ -1,15 +1,28 @@
 """Training methods, registered by name.
 
-`METHODS` is the one table of methods: the config's and the flags' choices
-of ``--method`` come from it. A new method subclasses `Method` and is added
-here.
+`METHODS` is the one table of methods: name -> (defining module, class name).
+The config's and the flags' choices of ``--method`` come from it, and
+`method_class` imports a method's class. A new method subclasses
+`base.Method` in a module of its own and adds one line here. Names are
+imported on first use, so the config reads the table without TensorFlow.
 """
 
-from llp_tf.training.methods.base import InputSpec, Method, StepRunner
-from llp_tf.training.methods.llp import PROPAGATIONS, LLPMethod
-from llp_tf.training.methods.supervised import SupervisedMethod
+import importlib
 
-METHODS = {method.name: method for method in (LLPMethod, SupervisedMethod)}
+from llp_tf.lazy_attributes import lazy_getattr
 
-__all__ = ["METHODS", "PROPAGATIONS", "InputSpec", "LLPMethod", "Method", "StepRunner",
-           "SupervisedMethod"]
+METHODS = {
+    "llp": ("llp_tf.training.methods.llp", "LLPMethod"),
+    "supervised": ("llp_tf.training.methods.supervised", "SupervisedMethod"),
+}
+
+__getattr__ = lazy_getattr(__name__, {
+    "InputSpec": "llp_tf.training.methods.base", "Method": "llp_tf.training.methods.base",
+    "StepRunner": "llp_tf.training.methods.base",
+    **{class_name: module for module, class_name in METHODS.values()}})
+
+
+def method_class(name: str) -> type:
+    """The `base.Method` subclass registered as ``name`` (a key of `METHODS`)."""
+    module, class_name = METHODS[name]
+    return getattr(importlib.import_module(module), class_name)

@@ -33,10 +33,6 @@ from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.types import Array
 
-#: Where pseudo labels come from: the locally weighted kNN (LLP, eq. 7-8),
-#: the plain weighted kNN (eq. 5-6), or the category head's argmax.
-PROPAGATIONS = ("local", "knn", "classifier")
-
 
 class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring).
@@ -46,7 +42,7 @@ class LLPMethod(Method):
       temperature: float, tau.
       k: int, voters per propagation.
       t: int, neighbours of the density estimate.
-      propagation_method: one of `PROPAGATIONS`; "classifier" stores the
+      propagation_method: one of `config.PROPAGATIONS`; "classifier" stores the
         head's class as a real class (the variant the release intended; the
         release stored it without its label offset, among the instance ids).
       weight_by_confidence: bool, False for the "woc" ablation.
@@ -77,8 +73,6 @@ class LLPMethod(Method):
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
-        if propagation_method not in PROPAGATIONS:
-            raise ValueError(f"Unknown propagation method {propagation_method!r}.")
         self._bank = bank
         self.temperature = float(temperature)
         self.k = int(k)

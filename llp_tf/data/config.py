@@ -1,0 +1,79 @@
+"""The data section of a run's config, and the augmentation choices it reads.
+
+The augmentation policy names and the crop's smallest area are defined here
+once; `augment` and the pipeline take them from here. Imports no
+TensorFlow, so the config tree can be read without it.
+"""
+
+import dataclasses
+from typing import Optional
+
+from llp_tf.config_fields import setting
+from llp_tf.data.service_address import address_problem
+
+#: Augmentation policies: the release's recipe, and its random resized crop alone.
+PAPER, LIGHT = "paper", "light"
+AUGMENTATIONS = (PAPER, LIGHT)
+#: Smallest area fraction of the random resized crop (the release's 0.2).
+MIN_CROP_AREA = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Which data, which split, which augmentation."""
+
+    dataset: str = setting("mnist5k", 'Training data: "mnist5k", "digits", "tfds:<name>", '
+                           '"tfrecord:<folder>", "folder:<folder>", "list:<root>?train=<file>'
+                           '[&validation=<file>][&classes=<file>]" or "places205:<folder>".',
+                           state=True)
+    data_dir: Optional[str] = setting(None, "TFDS data_dir, or the folder relative paths in "
+                                      "--dataset are resolved against.")
+    image_size: int = setting(224, "Side of the square training and evaluation images.",
+                              state=True)
+    label_percent: float = setting(10.0, "p: percent of each class's training images that keep "
+                                   "their label (the lowest-index ones unless --split_seed is "
+                                   "set).", state=True)
+    data_percent: float = setting(100.0, "q: percent of the training images used at all; the "
+                                  "used subset always contains the labelled set.", state=True)
+    split_seed: Optional[int] = setting(None, "Draw the labelled and used sets at random with "
+                                        "this seed instead of the release's lowest-index rule.",
+                                        state=True)
+    split_file: Optional[str] = setting(None, "Use this split file (from tools/make_splits.py) "
+                                        "instead of drawing one.", state=True)
+    label_subset: Optional[str] = setting(
+        None, "Label exactly the training images named in this list (one image file name per "
+        "line, e.g. n01440764_10026.JPEG) instead of --label_percent: a file, or 1percent / "
+        "10percent for ImageNet's standard subsets published with SimCLR (fetched once "
+        "through TFDS into <data_dir>/downloads). The used subset (--data_percent) is drawn "
+        "around them. Needs a dataset that records file names (folder:, tfds:imagenet2012).",
+        state=True)
+    augmentation: str = setting(PAPER, "Training augmentation: the paper's recipe (random "
+                                "resized crop, grayscale, colour jitter, flips), or light (the "
+                                "random resized crop only), for grayscale digits.",
+                                choices=AUGMENTATIONS)
+    min_crop_area: float = setting(MIN_CROP_AREA, "Smallest area fraction of the random resized "
+                                   f"crop, in (0, 1] (the release: {MIN_CROP_AREA}).")
+    input_service: str = setting(
+        "", "Address of a tf.data service dispatcher, host:port or grpc://host:port (as "
+        "tools/input_service.py prints it), whose workers then build the training batches; "
+        "empty: built in this process. Evaluation input stays local. Each step holds the same "
+        "examples and pixels either way; the order of steps within an epoch is kept only with "
+        "one service worker (README, 'Remote input workers'). Not part of the run's state: it "
+        "may change on resume.")
+
+
+def data_problems(data: DataConfig) -> list[str]:
+    """What is wrong with the data settings, one message each."""
+    checks = [
+        (0 < data.min_crop_area <= 1, "min_crop_area must lie in (0, 1]"),
+        (not (data.input_service and address_problem(data.input_service)),
+         data.input_service and address_problem(data.input_service)),
+        (not (data.split_file and data.label_subset),
+         "give split_file or label_subset, not both (each sets the labelled examples)"),
+        (0 < data.label_percent <= 100, "label_percent must lie in (0, 100]"),
+        (0 < data.data_percent <= 100, "data_percent must lie in (0, 100]"),
+        (data.label_percent <= data.data_percent,
+         "label_percent cannot exceed data_percent (the used subset holds the labels)"),
+        (data.image_size >= 8, "image_size must be at least 8"),
+    ]
+    return [message for ok, message in checks if not ok]
