@@ -34,8 +34,7 @@ def make_flags():
     one process, where tools defining the same flag names would clash.
     """
     values = tool_cli.new_flag_values()
-    flags.DEFINE_string("run_dir", None, "Directory of a finished or running LLP training run "
-                        "(from tools/train.py); required.", flag_values=values)
+    tool_cli.define_run_dir(values, "(LLP, finished or running) to analyse")
     flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
                         "and analysis.json; default RUN_DIR/analysis.", flag_values=values)
     flags.DEFINE_integer("classes", DEFAULT_MDS_CLASSES, "Classes drawn in the MDS plot (a "

@@ -36,19 +36,16 @@ OUTPUT_NAME = "propagation_comparison.json"
 def make_flags():
     """The tool's own `flags.FlagValues`."""
     values = tool_cli.new_flag_values()
-    flags.DEFINE_string("run_dir", None, "Run directory of tools/train.py whose embeddings are "
-                        "compared: its memory bank by default (scored with the dataset's true "
-                        "training labels of the bank rows), or see --embed_split.",
-                        flag_values=values)
-    flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read (default: latest).",
-                        flag_values=values)
+    tool_cli.define_run_dir(values, "whose embeddings are compared: its memory bank by "
+                            "default (scored with the dataset's true training labels of the "
+                            "bank rows), or see --embed_split")
+    tool_cli.define_checkpoint(values)
     flags.DEFINE_enum("embed_split", None, ["train", "validation"], "Instead of the memory bank, "
                       "embed this split's images with the run's model (eval preprocessing) and "
                       "use their true labels; needed for supervised runs, which have no bank.",
                       flag_values=values)
-    flags.DEFINE_string("data_dir", None, "Where the run's dataset lives, if not where the run's "
-                        "config says (used for the true labels and --embed_split).",
-                        flag_values=values)
+    tool_cli.define_data_dir(values, "the run's dataset, if not where the run's config says "
+                             "(used for the true labels and --embed_split)")
     flags.DEFINE_integer("batch_size", 256, "Images per batch with --embed_split.",
                          flag_values=values)
     flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (rows are "
@@ -143,7 +140,8 @@ def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     if split is None and config.method.name != "llp":
         _fail(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
               "--embed_split=train or --embed_split=validation to embed images with its model.")
-    run, source = trained_run.load_run_with_data(run_dir, checkpoint, data_dir)
+    run, source = trained_run.load_run_with_data(
+        run_dir, tool_cli.resolve_checkpoint(run_dir, checkpoint), data_dir)
     description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
                    "step": run.step, "dataset": config.data.dataset}
     if split is not None:

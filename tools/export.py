@@ -33,11 +33,8 @@ def make_flags():
     """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
     that tests can run several tools' `main` in one process)."""
     values = tool_cli.new_flag_values()
-    flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
-                        "(LLP or supervised); required.", flag_values=values)
-    flags.DEFINE_string("checkpoint", None, "Checkpoint to export: a checkpoint path of the "
-                        "run, or its step number (e.g. 1829); the latest when unset.",
-                        flag_values=values)
+    tool_cli.define_run_dir(values, "(LLP or supervised) to export")
+    tool_cli.define_checkpoint(values)
     flags.DEFINE_string("output_dir", None, "SavedModel directory to write; default "
                         "RUN_DIR/export.", flag_values=values)
     flags.DEFINE_boolean("knn", False, "Also store the memory bank (embeddings and the class "
@@ -46,33 +43,6 @@ def make_flags():
     flags.DEFINE_boolean("overwrite", False, "Replace an existing --output_dir (only once "
                          "the new export is complete).", flag_values=values)
     return values
-
-
-def resolve_checkpoint(run_dir, checkpoint):
-    """A --checkpoint value (None, a step number or a path) as a checkpoint path or None.
-
-    Raises:
-      ConfigError: a step the run has no kept checkpoint of, or a path that
-        is not a checkpoint.
-    """
-    from llp_tf.after_training import trained_run  # noqa: PLC0415 -- imports TensorFlow
-    from llp_tf.errors import ConfigError  # noqa: PLC0415
-    if checkpoint is None:
-        return None
-    paths = trained_run.checkpoint_paths(run_dir)
-    if checkpoint.isdigit():
-        by_step = {trained_run.checkpoint_step(path): path for path in paths}
-        if int(checkpoint) not in by_step:
-            kept = ", ".join(str(step) for step in sorted(by_step)) or "none"
-            raise ConfigError(f"The run {run_dir} has no checkpoint at step {checkpoint}; "
-                              f"its kept checkpoints are at steps: {kept}.")
-        return by_step[int(checkpoint)]
-    # A checkpoint is a prefix: its files are PATH.index and PATH.data-*.
-    if not os.path.isfile(checkpoint + ".index"):
-        raise ConfigError(f"{checkpoint} is not a checkpoint (there is no "
-                          f"{checkpoint}.index); give a path from {run_dir}/checkpoints "
-                          "without its extension, or a step number.")
-    return checkpoint
 
 
 def _directory_megabytes(path):
@@ -117,7 +87,7 @@ def main(argv, stdout=None, stderr=None):
 
     try:
         config = trained_run.read_config(values.run_dir)
-        checkpoint = resolve_checkpoint(values.run_dir, values.checkpoint)
+        checkpoint = tool_cli.resolve_checkpoint(values.run_dir, values.checkpoint)
         run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
         info = source.info
         module = export.build_inference_module(run, info.class_names, include_knn=values.knn)

@@ -26,7 +26,6 @@ their ports on every interface.
 """
 
 import signal
-import socket
 import sys
 import threading
 
@@ -68,18 +67,6 @@ def make_flags():
     return values
 
 
-def free_ports(count):
-    """``count`` distinct TCP ports free on 127.0.0.1 when asked."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def plan(values):
     """(dispatcher address to join or None, worker ports, dispatcher's worker
     list or None) of the flags; raises ValueError naming a bad flag."""
@@ -102,7 +89,7 @@ def plan(values):
     if ports and len(ports) != values.workers:
         raise ValueError(f"--worker_ports names {len(ports)} port(s) for --workers="
                          f"{values.workers}.")
-    ports = ports or free_ports(values.workers)
+    ports = ports or tool_cli.free_ports(values.workers)
     here = [f"{values.host}:{port}" for port in ports]
     listed = values.worker_addresses or here
     missing = [address for address in here if address not in listed]

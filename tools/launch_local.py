@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -69,21 +68,6 @@ def split_command(argv):
         return list(argv), []
     position = argv.index("--")
     return list(argv[:position]), list(argv[position + 1:])
-
-
-def free_ports(count):
-    """``count`` distinct TCP ports free on 127.0.0.1: all bound to port 0 at
-    once (so the system gives distinct ones), then released for the workers."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_config(ports, index):
@@ -262,7 +246,7 @@ def launch(values, command, stdout, stderr):
     code, message = 1, None
     with _CatchSignals(received):
         try:
-            workers.start(worker_command(command), free_ports(values.workers))
+            workers.start(worker_command(command), tool_cli.free_ports(values.workers))
             code, message = wait(workers, values.timeout_seconds, received)
         except LaunchError as error:
             message = f"{PROGRAM}: {error}"

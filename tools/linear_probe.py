@@ -47,17 +47,15 @@ def define_flags(flag_values):
     def boolean(name, default, help_text):
         flags.DEFINE_boolean(name, default, help_text, flag_values=flag_values)
 
-    string("run_dir", None, "Directory of a training run (made by tools/train.py) whose trunk "
-           "is probed.")
-    string("checkpoint", None, "A checkpoint path of that run; the latest when unset.")
+    tool_cli.define_run_dir(flag_values, "whose trunk is probed")
+    tool_cli.define_checkpoint(flag_values)
     string("dataset", None, 'Probe dataset, with its own classes: "digits", "mnist5k" '
            '(embedded, offline), "tfds:<name>" (e.g. tfds:places365_small), '
            '"tfrecord:<folder>", "folder:<folder>", "list:<image root>?train=<list file>&'
            'validation=<list file>[&classes=<file>]" (lines "<path> <label>") or '
            '"places205:<folder>" (Places205 as distributed: images256/ and '
            'trainvalsplit_places205/). It needs train and validation splits.')
-    string("data_dir", None, "TFDS data_dir, or the folder relative paths in --dataset are "
-           "resolved against.")
+    tool_cli.define_data_dir(flag_values, "the probe dataset")
     integer("batch_size", linear_probe.DEFAULT_BATCH_SIZE, "Examples per SGD step of the "
             "readout, and images per forward pass of the feature extraction.")
     integer("epochs", linear_probe.DEFAULT_EPOCHS, "Maximum epochs of readout training (passes "
@@ -207,7 +205,8 @@ def run_probe(options, stream):
     settings = probe_settings(options)
     path = output_path(options.run_dir, options.dataset, options.output)
     source = data.load_source(options.dataset, options.data_dir)
-    run = trained_run.load_run(options.run_dir, options.checkpoint)
+    run = trained_run.load_run(options.run_dir,
+                                tool_cli.resolve_checkpoint(options.run_dir, options.checkpoint))
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
         options.run_dir, "probe_cache")), dataset_slug(options.dataset))

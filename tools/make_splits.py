@@ -31,9 +31,7 @@ def make_flags():
                         '"tfrecord:<folder>", "folder:<folder>", "list:<image root>?train=<list '
                         'file>[&validation=<list file>][&classes=<file>]" or '
                         '"places205:<folder>".', flag_values=values)
-    flags.DEFINE_string("data_dir", None, "Data folder for TFDS and embedded datasets (TFDS's "
-                        "default when unset); relative tfrecord:/folder:/list:/places205: paths "
-                        "are taken from it.", flag_values=values)
+    tool_cli.define_data_dir(values)
     flags.DEFINE_float("label_percent", None, "Percentage of each class that is labelled (PP); "
                        "required unless --label_subset is given.", flag_values=values)
     flags.DEFINE_string("label_subset", None, "Label exactly the training images this list "

@@ -14,6 +14,7 @@ errors), so `tools/predict.py` still runs where llp_tf is not installed.
 
 import json
 import os
+import socket
 import sys
 
 from absl import flags, logging
@@ -38,6 +39,54 @@ def define_verbosity(values):
                          "command line, 0 or more also shows TensorFlow's start-up notices "
                          "(oneDNN, CUDA probing, CPU features), hidden otherwise.",
                          short_name="v", flag_values=values)
+
+
+def define_run_dir(values, role):
+    """Defines --run_dir: the directory of a training run made by tools/train.py,
+    ``role`` saying what the tool does with it (e.g. "whose trunk is probed")."""
+    flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
+                        f"{role}; required.", flag_values=values)
+
+
+def define_checkpoint(values):
+    """Defines --checkpoint, read back by `resolve_checkpoint`."""
+    flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read: a checkpoint path "
+                        "of the run, or its step number (e.g. 1829); the latest when unset.",
+                        flag_values=values)
+
+
+def define_data_dir(values, role="the dataset"):
+    """Defines --data_dir: where ``role`` (a dataset name's data) lives."""
+    flags.DEFINE_string("data_dir", None, f"Data folder of {role}: TFDS's data_dir (TFDS's "
+                        "default when unset), and the folder relative tfrecord:, folder:, list: "
+                        "and places205: paths are taken from.", flag_values=values)
+
+
+def resolve_checkpoint(run_dir, checkpoint):
+    """A --checkpoint value (None, a step number or a path) as a checkpoint path or None.
+
+    Raises:
+      ConfigError: a step the run has no kept checkpoint of, or a path that
+        is not a checkpoint.
+    """
+    from llp_tf.errors import ConfigError  # noqa: PLC0415 -- see the module docstring
+    from llp_tf.training.run_directory import RunDirectory, checkpoint_step  # noqa: PLC0415
+    if checkpoint is None:
+        return None
+    if checkpoint.isdigit():
+        by_step = {checkpoint_step(path): path
+                   for path in RunDirectory(run_dir).checkpoint_paths()}
+        if int(checkpoint) not in by_step:
+            kept = ", ".join(str(step) for step in sorted(by_step)) or "none"
+            raise ConfigError(f"The run {run_dir} has no checkpoint at step {checkpoint}; "
+                              f"its kept checkpoints are at steps: {kept}.")
+        return by_step[int(checkpoint)]
+    # A checkpoint is a prefix: its files are PATH.index and PATH.data-*.
+    if not os.path.isfile(checkpoint + ".index"):
+        raise ConfigError(f"{checkpoint} is not a checkpoint (there is no "
+                          f"{checkpoint}.index); give a path from {run_dir}/checkpoints "
+                          "without its extension, or a step number.")
+    return checkpoint
 
 
 def quiet_absl_info(values):
@@ -151,3 +200,18 @@ def write_json_atomically(path, content):
         json.dump(content, f, indent=2)
         f.write("\n")
     os.replace(temporary, path)
+
+
+def free_ports(count, host="127.0.0.1"):
+    """``count`` distinct TCP ports free on ``host``: all bound to port 0 at once
+    (so the system gives distinct ones), then released for the caller's servers."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -1,4 +1,6 @@
-"""What the controller does after a loop of steps or an evaluation.
+"""What the controller does after a loop of steps or an evaluation: its
+`Action`s, each called with the loop's `LoopOutput` or the evaluation's
+`EvalOutput`.
 
 - `NanGuard`: stop at a NaN or infinite training metric, keeping the last
   good checkpoint;
@@ -15,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.errors import LLPError
+from llp_tf.training.controller import EvalOutput, LoopOutput
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.schedule import PlateauTracker
 
@@ -41,17 +44,17 @@ class NanGuard:
         self.run_dir = run_dir
         self.latest_checkpoint = latest_checkpoint
 
-    def __call__(self, global_step, steps, metrics):
-        for name, values in metrics.items():
+    def __call__(self, output: LoopOutput) -> None:
+        for name, values in output.metrics.items():
             bad = ~np.isfinite(values)
             if bad.any():
-                at = global_step + int(np.argmax(bad)) + 1
+                at = output.global_step + int(np.argmax(bad)) + 1
                 last = self.latest_checkpoint()
                 kept = (f"the last good checkpoint ({last}) is kept" if last
                         else "no checkpoint had been written yet")
                 raise TrainingDiverged(
                     f"The training {name} became {values[bad][0]} at step {at} (of the "
-                    f"{steps} steps just run) in {self.run_dir}; {kept}. Lower the learning "
+                    f"{output.steps} steps just run) in {self.run_dir}; {kept}. Lower the learning "
                     "rate or check the data, then rerun the same command to resume.")
 
 
@@ -70,7 +73,8 @@ class EvaluationLog:
         self.writer = writer
         self.stream = stream or sys.stdout
 
-    def __call__(self, row, evaluated, phase):
+    def __call__(self, output: EvalOutput) -> None:
+        row, evaluated = output.row, output.evaluated
         with self.writer.as_default(step=row["step"]):
             for name, value in evaluated.items():
                 tf.summary.scalar(f"eval/{name}", value)
@@ -96,7 +100,8 @@ class PlateauRule:
         self.drop_factor = drop_factor
         self.stream = stream or sys.stdout
 
-    def __call__(self, row, evaluated, phase):
-        if self.tracks_plateau(phase) and self.tracker.update(evaluated["top1"]):
+    def __call__(self, output: EvalOutput) -> None:
+        if (self.tracks_plateau(output.phase)
+                and self.tracker.update(output.evaluated["top1"])):
             log_line(self.stream, "Validation top-1 has plateaued: the learning rate drops "
                                   f"x{self.drop_factor} from the next epoch.")

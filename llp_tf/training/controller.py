@@ -30,6 +30,42 @@ from llp_tf.training.progress import EpochProgress
 
 
 @dataclasses.dataclass(frozen=True)
+class LoopOutput:
+    """What a loop of steps gives its actions.
+
+    Attributes:
+      global_step: int, the global step before the loop.
+      steps: int, steps the loop ran.
+      metrics: dict name -> float32 [steps], each step's training metric.
+    """
+
+    global_step: int
+    steps: int
+    metrics: dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOutput:
+    """What an evaluation gives its actions.
+
+    Attributes:
+      row: dict, the metrics-file line (epoch, step, phase, learning rate,
+        the epoch's training means and ``evaluated``).
+      evaluated: dict name -> float, the evaluation's metrics.
+      phase: str, the method's phase of the evaluated epoch.
+    """
+
+    row: dict[str, Any]
+    evaluated: dict[str, float]
+    phase: str
+
+
+#: An action of the controller (Orbit's style): called with a loop's
+#: `LoopOutput` (train actions) or an evaluation's `EvalOutput` (eval actions).
+Action = Callable[[Any], None]
+
+
+@dataclasses.dataclass(frozen=True)
 class LoopSettings:
     """How the controller runs.
 
@@ -66,11 +102,9 @@ class Controller:
         epoch's remaining global batches.
       evaluate: () -> dict of evaluation metrics.
       writer: `tf.summary` writer.
-      train_actions: callables (global_step, steps, metrics) run after each
-        loop, before the step counts (the NaN guard).
-      eval_actions: callables (row, evaluated, phase) run after each
-        evaluation; ``row`` is the metrics-file line, ``evaluated`` its
-        evaluation part.
+      train_actions: `Action`s called with each loop's `LoopOutput`, before
+        its steps count (the NaN guard).
+      eval_actions: `Action`s called with each evaluation's `EvalOutput`.
       stop_requested: () -> bool, asked after each loop (by every worker at
         once): True saves a checkpoint and raises `TrainingStopped`.
       stream: where progress is written.
@@ -82,8 +116,8 @@ class Controller:
                  learning_rate: Callable[[int], float],
                  make_iterator: Callable[[int, int], Iterator],
                  evaluate: Callable[[], dict[str, float]], writer: tf.summary.SummaryWriter,
-                 train_actions: Sequence[Callable[[int, int, dict], None]] = (),
-                 eval_actions: Sequence[Callable[[dict, dict, str], None]] = (),
+                 train_actions: Sequence[Action] = (),
+                 eval_actions: Sequence[Action] = (),
                  stop_requested: Callable[[], bool] = lambda: False,
                  stream: Optional[TextIO] = None) -> None:
         self.method = method
@@ -137,7 +171,7 @@ class Controller:
             row = {"epoch": epoch_done, "step": int(self.step.numpy()), "phase": phase,
                    "learning_rate": learning_rate, **train_means, **evaluated}
             for action in self.eval_actions:
-                action(row, evaluated, phase)
+                action(EvalOutput(row, evaluated, phase))
         saved = self._save(int(self.step.numpy()))
         if epoch_done < settings.epochs and self.stop_requested():
             raise TrainingStopped(int(self.step.numpy()), saved)
@@ -151,7 +185,7 @@ class Controller:
         steps = min(settings.steps_per_loop, settings.steps_per_epoch - start, to_checkpoint)
         metrics = self.runner.run(iterator, steps, phase)
         for action in self.train_actions:
-            action(global_step, steps, metrics)
+            action(LoopOutput(global_step, steps, metrics))
         self.step.assign_add(steps)
         global_step += steps
         means = {name: float(np.mean(values)) for name, values in metrics.items()}

@@ -2,7 +2,6 @@
 with one worker the local elements in the local order; with two the same
 steps (examples and pixels), each exactly once; bad addresses refused."""
 
-import socket
 
 import numpy as np
 import pytest
@@ -10,28 +9,18 @@ import tensorflow as tf
 
 from llp_tf.data import data_errors, data_service, pipeline, service_address
 from llp_tf.errors import ConfigError
+from tests.tools.tool_main import load_tool
 
 SIZE = 8
 HOST = "127.0.0.1"
 service = tf.data.experimental.service
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 class _Cluster:
     """A dispatcher and ``workers`` workers in this process, on 127.0.0.1."""
 
     def __init__(self, workers):
-        ports = _free_ports(workers + 1)
+        ports = load_tool("tool_cli.py").free_ports(workers + 1, HOST)
         addresses = [f"{HOST}:{port}" for port in ports[1:]]
         self.dispatcher = service.DispatchServer(service.DispatcherConfig(
             port=ports[0], worker_addresses=addresses))

@@ -66,7 +66,7 @@ def _announced_address(process, lines, timeout):
 @pytest.fixture
 def launcher():
     """A launcher process with a dispatcher and one worker on 127.0.0.1."""
-    port = input_service.free_ports(1)[0]
+    port = input_service.tool_cli.free_ports(1)[0]
     env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
         [sys.executable, tool_path("input_service.py"), f"--dispatcher_port={port}",

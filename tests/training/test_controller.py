@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf.training.actions import NanGuard, TrainingDiverged
-from llp_tf.training.controller import Controller, LoopSettings
+from llp_tf.training.controller import Controller, LoopOutput, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
 
 
@@ -67,7 +67,7 @@ def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, totals=None
 def test_loops_checkpoints_and_evaluations(tmp_path):
     rows = []
     controller, evaluations = _controller(
-        tmp_path, eval_actions=[lambda row, evaluated, phase: rows.append((row, phase))])
+        tmp_path, eval_actions=[lambda output: rows.append((output.row, output.phase))])
     final = controller.run()
     # Loops of at most 2 steps that stop at checkpoints (every 3 steps) and epoch ends (5).
     assert controller.runner.calls == [
@@ -94,7 +94,7 @@ def test_resumes_inside_an_epoch_and_stops_at_the_end(tmp_path):
     totals.add({"loss": np.array([6.0, 7.0], np.float32)})
     controller, evaluations = _controller(tmp_path, start_step=7, totals=totals)
     rows = []
-    controller.eval_actions.append(lambda row, evaluated, phase: rows.append(row))
+    controller.eval_actions.append(lambda output: rows.append(output.row))
     controller.run()
     assert controller.runner.calls[0] == (7, 2, "main")
     assert evaluations == [10, 15]
@@ -104,10 +104,11 @@ def test_resumes_inside_an_epoch_and_stops_at_the_end(tmp_path):
 
 
 def test_nan_guard_stops_before_the_step_counts(tmp_path):
-    def diverge(global_step, steps, metrics):
-        if global_step >= 5:
-            metrics = {"loss": np.full(steps, np.nan, np.float32)}
-        NanGuard("run", lambda: "run/checkpoints/ckpt-5")(global_step, steps, metrics)
+    def diverge(output):
+        if output.global_step >= 5:
+            output = LoopOutput(output.global_step, output.steps,
+                                {"loss": np.full(output.steps, np.nan, np.float32)})
+        NanGuard("run", lambda: "run/checkpoints/ckpt-5")(output)
 
     controller, _ = _controller(tmp_path, train_actions=[diverge])
     with pytest.raises(TrainingDiverged, match=r"loss became nan at step 6 \(of the 1 steps"
