@@ -10,6 +10,9 @@ import typing
 
 from absl import flags
 
+import tool_cli
+from llp_tf.training import config  # imports no TensorFlow
+
 
 def _base_type(annotation):
     """X of Optional[X]; the annotation itself otherwise."""
@@ -35,9 +38,10 @@ def _define(name, field, annotation, flag_values):
 
 def define_config_flags(flag_values=flags.FLAGS):
     """Defines one flag per training setting on ``flag_values``."""
-    from llp_tf.training import config  # noqa: PLC0415 -- imports TensorFlow
     for name, (section, field) in config.settings_fields().items():
         _define(name, field, config.field_type(section, field), flag_values)
+    for old, name in config.renamed_settings().items():
+        tool_cli.define_deprecated_alias(flag_values, old, name)
 
 
 def config_from_flags(flag_values=flags.FLAGS, **overrides):
@@ -45,7 +49,6 @@ def config_from_flags(flag_values=flags.FLAGS, **overrides):
 
     List flags (e.g. --lr_drop_epochs=194,239) become tuples of int.
     """
-    from llp_tf.training import config  # noqa: PLC0415
     settings = {}
     for name in config.settings_fields():
         value = flag_values[name].value

@@ -16,8 +16,20 @@ import json
 import os
 import socket
 import sys
+import weakref
 
 from absl import flags, logging
+
+
+# Deprecated flag names of each FlagValues: old name -> current name.
+_DEPRECATED = weakref.WeakKeyDictionary()
+
+
+def define_deprecated_alias(values, old, new):
+    """Defines --``old`` as a deprecated spelling of the flag --``new``: it
+    still works, and `parse` warns on stderr when it is given."""
+    flags.DEFINE_alias(old, new, flag_values=values)
+    _DEPRECATED.setdefault(values, {})[old] = new
 
 
 def new_flag_values():
@@ -127,6 +139,9 @@ def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code
     if values["help"].value:
         stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
         return None, 0
+    for old, new in _DEPRECATED.get(values, {}).items():
+        if values[old].present:
+            stderr.write(f"warning: --{old} is deprecated; use --{new}.\n")
     if len(rest) > 1 and not positional:
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, stray_exit_code

@@ -108,6 +108,22 @@ def settings_fields() -> dict[str, tuple[str, dataclasses.Field]]:
             for field in dataclasses.fields(cls)}
 
 
+def renamed_settings() -> dict[str, str]:
+    """dict earlier name -> flag name of the settings that were renamed."""
+    return {old: name for name, (_, field) in settings_fields().items()
+            for old in field.metadata["aliases"]}
+
+
+def _current_names(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with earlier names replaced by the current ones."""
+    renamed = renamed_settings()
+    current = {renamed.get(name, name): value for name, value in settings.items()}
+    both = sorted(name for name in settings if renamed.get(name) in settings)
+    if both:
+        raise ConfigError(f"Give {both[0]} or its new name {renamed[both[0]]}, not both.")
+    return current
+
+
 def field_type(section: str, field: dataclasses.Field) -> Any:
     """The resolved type annotation of a section's field."""
     return typing.get_type_hints(SECTIONS[section])[field.name]
@@ -181,6 +197,7 @@ class TrainConfig:
     def from_settings(cls, **settings: Any) -> "TrainConfig":
         """A config from settings named by their flag names; the rest default."""
         fields = settings_fields()
+        settings = _current_names(settings)
         unknown = sorted(set(settings) - set(fields))
         if unknown:
             raise ConfigError(f"Unknown training setting(s): {', '.join(unknown)}.")
@@ -218,12 +235,13 @@ class TrainConfig:
         """Reads `to_json`'s nested form, or an earlier version's flat one."""
         values = json.loads(text)
         if not all(isinstance(values.get(section), dict) for section in SECTIONS):
-            known = settings_fields()
+            known = {*settings_fields(), *renamed_settings()}
             return cls.from_settings(**{k: v for k, v in values.items() if k in known})
         sections = {}
         for section, section_cls in SECTIONS.items():
-            fields = {field.name: field for field in dataclasses.fields(section_cls)}
+            fields = {name: field for field in dataclasses.fields(section_cls)
+                      for name in (field.name, *field.metadata["aliases"])}
             sections[section] = section_cls(**{
-                name: _as_field_value(section, fields[name], value)
+                fields[name].name: _as_field_value(section, fields[name], value)
                 for name, value in values[section].items() if name in fields})
         return cls(**sections)
