@@ -1,0 +1,57 @@
+"""The flags and helpers the tools share (tools/tool_cli.py)."""
+
+import io
+import os
+import socket
+
+import pytest
+from absl import flags
+
+from llp_tf.errors import ConfigError
+from tests.tools.tool_main import load_tool
+
+tool_cli = load_tool("tool_cli.py")
+
+
+def test_free_ports_are_distinct_and_bindable():
+    ports = tool_cli.free_ports(3)
+    assert len(set(ports)) == 3
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_deprecated_alias_sets_the_flag_and_warns():
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=values)
+    tool_cli.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    _, code = tool_cli.parse(values, ["tool", "--labeled_per_class=7"], "usage", stdout, stderr)
+    assert code is None and values.labelled_per_class == 7
+    assert stderr.getvalue() == ("warning: --labeled_per_class is deprecated; use "
+                                 "--labelled_per_class.\n")
+    again = tool_cli.new_flag_values()
+    flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=again)
+    tool_cli.define_deprecated_alias(again, "labeled_per_class", "labelled_per_class")
+    stderr = io.StringIO()
+    tool_cli.parse(again, ["tool", "--labelled_per_class=3"], "usage", stdout, stderr)
+    assert again.labelled_per_class == 3 and stderr.getvalue() == ""
+
+
+def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
+    run = tmp_path / "run"
+    folder = run / "checkpoints"
+    folder.mkdir(parents=True)
+    paths = [str(folder / f"ckpt-{step}") for step in (31, 62)]
+    for path in paths:
+        open(path + ".index", "w").close()
+    with open(folder / "checkpoint", "w") as f:
+        f.write(f'model_checkpoint_path: "{paths[1]}"\n' + "".join(
+            f'all_model_checkpoint_paths: "{path}"\n' for path in paths))
+    assert tool_cli.resolve_checkpoint(str(run), None) is None
+    assert tool_cli.resolve_checkpoint(str(run), "31") == paths[0]
+    assert tool_cli.resolve_checkpoint(str(run), paths[1]) == paths[1]
+    with pytest.raises(ConfigError, match="no checkpoint at step 40; .* steps: 31, 62"):
+        tool_cli.resolve_checkpoint(str(run), "40")
+    with pytest.raises(ConfigError, match="is not a checkpoint"):
+        tool_cli.resolve_checkpoint(str(run), os.path.join(str(folder), "ckpt-9"))
