@@ -4,7 +4,7 @@
   (unit vectors) of the class's examples. 1 means every row of the class is
   the same point; rows spread evenly over the sphere give about 0. The mean
   over classes is what `llp_tf.training.evaluation.Evaluator` logs as ``aggregation_score``
-  (both from `llp_tf.training.metrics`).
+  (both from `llp_tf.core.bank_statistics`).
   Computed on the examples' true classes, and optionally on the bank's own
   labels (true classes of labelled rows, pseudo classes of propagated ones).
 - Its trajectory: the scores at each kept checkpoint of the run, and the
@@ -23,12 +23,10 @@ import numpy as np
 
 from llp_tf.after_training import trained_run
 from llp_tf.after_training.mds import MDSProjection, mds_classes, project_classes
+from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
+                                         aggregation_scores, pseudo_label_stats)
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError
-# The scores are defined once, in llp_tf.training.metrics; analysis and its
-# tests reach them through this module.
-from llp_tf.training.metrics import (AggregationScores, PseudoLabelStats, aggregation_scores,
-                                     pseudo_label_stats)
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.types import Array
 

@@ -87,16 +87,6 @@ def test_mean_is_the_evaluators_and_the_last_logged_aggregation_score(tiny_run, 
     assert state.true.mean == pytest.approx(last["aggregation_score"], abs=1e-6)
 
 
-def test_scores_leave_out_unknown_classes_and_mark_empty_ones():
-    embeddings = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], np.float32)
-    scores = analysis.aggregation_scores(embeddings, [0, 0, 2, -1], num_classes=4)
-    # Class 0: mean (0.5, 0.5), norm sqrt(0.5); class 2: one unit row.
-    np.testing.assert_allclose(scores.per_class[[0, 2]], [math.sqrt(0.5), 1.0], atol=1e-7)
-    assert np.isnan(scores.per_class[[1, 3]]).all()
-    assert scores.counts.tolist() == [2, 0, 1, 0]
-    assert scores.mean == pytest.approx((math.sqrt(0.5) + 1.0) / 2)
-
-
 def test_trajectory_scores_every_kept_checkpoint_and_restores_the_latest(tiny_run,
                                                                          true_classes):
     paths = trained_run.checkpoint_paths(tiny_run.run_dir)
