@@ -1,34 +1,31 @@
 """A trained run as a self-contained TensorFlow SavedModel for inference.
 
 `export_run` writes the model of a `TrainedRun` (and optionally its memory
-bank) as a SavedModel of TensorFlow ops and variables only, so it loads with
-``tf.saved_model.load(path)`` without llp_tf. Its functions take raw images:
-the evaluation transform of training (`augment.eval_preprocess`) is in the
-saved graph, and the network runs in inference mode. Every signature
-(``loaded.signatures[name]``, also the attribute function ``loaded.<name>``)
+bank) as a SavedModel of TensorFlow ops and variables only: it loads with
+``tf.saved_model.load(path)`` without llp_tf, and runs the evaluation
+transform (`augment.eval_preprocess`) and the network, in inference mode,
+inside. Every signature (``loaded.signatures[name]``, also ``loaded.<name>``)
 takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W, one size per call,
-C = 1 grayscale or 3 RGB, values 0-255) and returns a dict of:
+C = 1 or 3) and returns a dict of:
 
-- ``embed``: ``embedding`` float32 [B, D], unit norm (the space of the memory
-  bank); ``features`` float32 [B, F], the pooled trunk output.
-- ``classify`` (also ``serving_default``): ``probabilities`` float32 [B, C],
-  the category head's softmax; ``top5_classes`` int32, ``top5_probabilities``
-  float32 and ``top5_names`` string, each [B, min(5, C)], best first.
-- ``knn`` (``include_knn=True``, LLP runs; the bank is stored with each row's
-  class: a labelled row's true class, a pseudo label, or -1 for an instance
-  id): ``neighbor_rows`` int32, ``neighbor_similarities`` float32 and
-  ``neighbor_classes`` int64 (-1: no class), each [B, K], of the K = min(k, N)
-  rows with the largest ``embedding . row``, most similar first; and the
-  weighted k-NN vote of eq. 5-6 among those with a class (weight
-  ``exp(similarity / tau)``): ``knn_probabilities`` float32 [B, C] (the
-  normalised class weights), ``knn_class`` int64 [B] (their argmax, lowest
-  class at a tie; -1 and zero probabilities when no neighbour has a class),
-  ``knn_confidence`` float32 [B] (its share, 0 then).
+- ``embed``: ``embedding`` float32 [B, D], unit norm; ``features`` float32
+  [B, F], the pooled trunk output.
+- ``classify`` (also ``serving_default``): ``probabilities`` float32 [B, C];
+  ``top5_classes`` int32, ``top5_probabilities`` float32 and ``top5_names``
+  string, each [B, min(5, C)], best first.
+- ``knn`` (``include_knn=True``; the bank is stored, each row with a class or
+  -1, `inference_module.bank_classes`): ``neighbor_rows`` int32,
+  ``neighbor_similarities`` float32, ``neighbor_classes`` int64, each [B, K],
+  the K = min(k, N) rows with the largest ``embedding . row``, best first;
+  the weighted k-NN vote of eq. 5-6 among those with a class (weights
+  ``exp(similarity / tau)``): ``knn_probabilities`` float32 [B, C],
+  ``knn_class`` int64 [B] (argmax, lowest at a tie; -1 with zero
+  probabilities when no neighbour has a class), ``knn_confidence`` float32
+  [B] (its share).
 
-The module also carries ``class_names`` (a string [C] variable), and the
-export directory holds ``export_info.json`` (`EXPORT_INFO_FILE`) describing
-the signatures, the image size, the class names and the source run.
-Fine-tuning in Keras: README, "Export and predict".
+The module also carries ``class_names`` (string [C]); ``export_info.json``
+(`EXPORT_INFO_FILE`) describes the signatures and the source run. Fine-tuning
+in Keras: README, "Export and predict".
 """
 
 import datetime
