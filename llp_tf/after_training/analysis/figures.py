@@ -1,4 +1,4 @@
-"""The figures of an `run_analysis.RunAnalysis`, each written to a PNG file.
+"""The figures of a `run_analysis.RunAnalysis`, each written to a PNG file.
 
 - `draw_histogram`: the per-class aggregation scores at the latest
   checkpoint (and the first kept one, for contrast);

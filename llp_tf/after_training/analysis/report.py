@@ -1,4 +1,4 @@
-"""Renders an `run_analysis.RunAnalysis`: figures, a text summary and a JSON record.
+"""Renders a `run_analysis.RunAnalysis`: figures, a text summary and a JSON record.
 
 Files written by `write_report` into the output directory:
 

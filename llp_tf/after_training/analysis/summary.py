@@ -1,4 +1,4 @@
-"""The text summary of an `run_analysis.RunAnalysis`, and how classes and checkpoints are named.
+"""The text summary of a `run_analysis.RunAnalysis`, and how classes and checkpoints are named.
 
 `summary_text` is what ``tools/analyze.py`` prints and
 ``analysis_summary.txt`` holds: the mean aggregation score and the extreme
