@@ -11,11 +11,12 @@ The public API is the core users build on, importable from the top:
   2-4 and 9, weight decay as the release trained it;
 - `make_splits`: a regime's labelled and used examples.
 
-Subpackages: `core` (the above), `data`, `models`, `training` and
-`after_training` (README, "Code layout"). The library never reads flags;
-entry points in `tools/` turn flags into one frozen config and pass explicit
-arguments. Names are loaded on first use, so importing a light module such as
-`llp_tf.errors` does not import TensorFlow.
+Subpackages: `core` (the above, and the statistics of a bank's state),
+`data`, `models`, `training` and `after_training` (a run read back, and its
+`export`, `probe`, `transduction` and `analysis`; README, "Code layout").
+The library never reads flags; entry points in `tools/` turn flags into one
+frozen config and pass explicit arguments. Names are loaded on first use, so
+importing a light module such as `llp_tf.errors` does not import TensorFlow.
 """
 
 from llp_tf.lazy_attributes import lazy_getattr

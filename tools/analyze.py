@@ -71,7 +71,10 @@ def main(argv, stdout=None, stderr=None):
                          f"{','.join(values.class_ids)}.\n")
             return 1
 
-    from llp_tf.after_training import analysis, analysis_report  # noqa: PLC0415 -- imports TensorFlow
+    # These import TensorFlow: only once the flags are valid.
+    from llp_tf.after_training.analysis.report import write_report  # noqa: PLC0415
+    from llp_tf.after_training.analysis.run_analysis import analyze_run  # noqa: PLC0415
+    from llp_tf.after_training.analysis.summary import summary_text  # noqa: PLC0415
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):
@@ -79,19 +82,19 @@ def main(argv, stdout=None, stderr=None):
         stdout.flush()
 
     try:
-        result = analysis.analyze_run(
+        result = analyze_run(
             values.run_dir, num_mds_classes=values.classes,
             points_per_class=values.points_per_class, seed=values.seed,
             trajectory=not values.no_trajectory, class_ids=class_ids, report=report)
         output_dir = values.output_dir or os.path.join(values.run_dir, OUTPUT_SUBDIR)
-        written = analysis_report.write_report(result, output_dir)
+        written = write_report(result, output_dir)
     except LLPError as error:
         stderr.write(f"error: {error}\n")
         return 1
     except OSError as error:
         stderr.write(f"error: cannot write the analysis: {error}\n")
         return 1
-    stdout.write("\n" + analysis_report.summary_text(result) + "\nWritten:\n")
+    stdout.write("\n" + summary_text(result) + "\nWritten:\n")
     for path in written.values():
         stdout.write(f"  {path}\n")
     return 0

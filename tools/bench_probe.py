@@ -74,10 +74,10 @@ def _write_folder(root, num_train, rng):
 
 def _run_probe(model, source, mode, max_examples, cache_dir):
     from llp_tf import data
-    from llp_tf.after_training import features, linear_probe
-    settings = linear_probe.ProbeSettings(epochs=FLAGS.epochs, batch_size=FLAGS.batch,
-                                          patience=100, standardize=True,
-                                          max_train_examples=max_examples)
+    from llp_tf.after_training import features
+    from llp_tf.after_training.probe import linear_probe, readout
+    settings = readout.ProbeSettings(epochs=FLAGS.epochs, batch_size=FLAGS.batch, patience=100,
+                                     standardize=True, max_train_examples=max_examples)
     with open(os.devnull, "w") as quiet:
         if mode == "cached":
             return linear_probe.probe_trunk(model, source, FLAGS.image_size, settings,
@@ -87,8 +87,8 @@ def _run_probe(model, source, mode, max_examples, cache_dir):
                                           FLAGS.batch, quiet, index=index)
         validation = features.extract_features(model, source, data.VALIDATION,
                                                FLAGS.image_size, FLAGS.batch, quiet)
-        return linear_probe.train_readout(train, validation, source.info.num_classes,
-                                          settings, quiet)[1]
+        return readout.train_readout(train, validation, source.info.num_classes, settings,
+                                     quiet)[1]
 
 
 def probe_memory(folder, mode):

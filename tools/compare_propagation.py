@@ -27,7 +27,7 @@ from absl import flags  # noqa: E402
 
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
-from llp_tf.after_training import propagation_protocol as protocol_lib  # noqa: E402 -- no TensorFlow
+from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 
 OUTPUT_NAME = "propagation_comparison.json"
@@ -175,7 +175,7 @@ def format_table(comparison):
 
 
 def results_json(comparison, protocol, settings, source):
-    from llp_tf.after_training import propagation_baselines as pb
+    from llp_tf.after_training.transduction import methods
     return {
         "source": source,
         "protocol": protocol,
@@ -190,7 +190,7 @@ def results_json(comparison, protocol, settings, source):
                 "paper_table5": ({"name": m.paper_name, "accuracy_percent": m.paper_accuracy}
                                  if m.paper_accuracy is not None else None),
             } for m in comparison.methods},
-        "paper_table5_unmatched": pb.PAPER_TABLE5_UNMATCHED,
+        "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
         "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
                            "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
                            "labeled_per_class": protocol_lib.PAPER_LABELED_PER_CLASS,
@@ -231,31 +231,34 @@ def classes_per_draw(options, labels, stream):
     return options.classes
 
 
-def method_settings(pb, k, t, temperature):
-    """dict: every method's settings, for the results file (``pb``: the
-    propagation_baselines module, imported late because it loads TensorFlow)."""
+def method_settings(methods, k, t, temperature):
+    """dict: every method's settings, for the results file (``methods``: the
+    `transduction.methods` module, imported late because it loads TensorFlow)."""
+    from llp_tf.after_training.transduction import dlp_diffusion
+
     return {"k": int(k), "t": int(t), "temperature": float(temperature),
-            "rbf_gamma": pb.rbf_gamma(temperature),
-            "label_spreading": {"alpha": pb.LABEL_SPREADING_ALPHA,
-                                "max_iter": pb.LABEL_SPREADING_MAX_ITER,
-                                "tol": pb.SKLEARN_TOLERANCE},
-            "label_propagation": {"max_iter": pb.LABEL_PROPAGATION_MAX_ITER,
-                                  "tol": pb.SKLEARN_TOLERANCE},
-            "dlp": {"k": pb.DLP_K, "gamma": pb.DLP_GAMMA, "alpha": pb.DLP_ALPHA,
-                    "max_iter": pb.DLP_MAX_ITER, "tol": pb.DLP_TOLERANCE}}
+            "rbf_gamma": methods.rbf_gamma(temperature),
+            "label_spreading": {"alpha": methods.LABEL_SPREADING_ALPHA,
+                                "max_iter": methods.LABEL_SPREADING_MAX_ITER,
+                                "tol": methods.SKLEARN_TOLERANCE},
+            "label_propagation": {"max_iter": methods.LABEL_PROPAGATION_MAX_ITER,
+                                  "tol": methods.SKLEARN_TOLERANCE},
+            "dlp": {"k": dlp_diffusion.DLP_K, "gamma": dlp_diffusion.DLP_GAMMA,
+                    "alpha": dlp_diffusion.DLP_ALPHA, "max_iter": dlp_diffusion.DLP_MAX_ITER,
+                    "tol": dlp_diffusion.DLP_TOLERANCE}}
 
 
 def run_comparison(options, stream=sys.stdout):
     """Reads the embeddings, runs the comparison, prints and writes the results.
 
-    Returns the `propagation_protocol.Comparison`.
+    Returns the `transduction.protocol.Comparison`.
     """
     features, labels, source, config = read_embeddings(options, stream)
     num_classes = classes_per_draw(options, labels, stream)
     images, labeled, draws = options.images_per_class, options.labeled_per_class, options.draws
     protocol_lib.check_protocol(labels, num_classes, images, labeled, draws)
     # Imported once the input is known to be usable: it loads TensorFlow.
-    from llp_tf.after_training import propagation_baselines as pb
+    from llp_tf.after_training.transduction import methods
 
     # Unset propagation flags take the run's own settings, else the paper's.
     defaults = {"k": hyperparameters.K, "t": hyperparameters.T,
@@ -268,7 +271,7 @@ def run_comparison(options, stream=sys.stdout):
     protocol = {"classes": int(num_classes), "images_per_class": images,
                 "labeled_per_class": labeled, "draws": draws, "seed": options.seed,
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
-    settings = method_settings(pb, k, t, temperature)
+    settings = method_settings(methods, k, t, temperature)
     output = options.output or default_output(options.run_dir, options.features)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
@@ -287,7 +290,7 @@ def run_comparison(options, stream=sys.stdout):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         comparison = protocol_lib.compare_methods(
-            features, labels, pb.standard_methods(k, t, temperature), num_classes, images,
+            features, labels, methods.standard_methods(k, t, temperature), num_classes, images,
             labeled, draws, options.seed, on_draw=on_draw)
     for message in sorted({str(w.message) for w in caught
                            if issubclass(w.category, (UserWarning, RuntimeWarning))}):
@@ -297,7 +300,7 @@ def run_comparison(options, stream=sys.stdout):
     stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over {draws} "
                  f"draws. The paper's numbers are for ImageNet ResNet-50 features with 50 "
                  f"classes x 50 images, 5 labelled (its LP_DMT, "
-                 f"{pb.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
+                 f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
                  f"the ranking, not the values.\n")
     tool_cli.write_json_atomically(output, results_json(comparison, protocol, settings, source))
     stream.write(f"wrote {output}\n")

@@ -10,8 +10,9 @@ is inside them) and export_info.json describing them. Signatures: embed
 (embedding and pooled features), classify (probabilities and the top five
 classes with their names; also serving_default) and, with --knn, knn (the
 nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
-with plain TensorFlow (no llp_tf needed): see tools/predict.py, and
-llp_tf/after_training/export.py for the signatures and Keras fine-tuning with TFSMLayer.
+with plain TensorFlow (no llp_tf needed): see tools/predict.py,
+llp_tf/after_training/export/saved_model.py for the signatures and README,
+"Export and predict", for Keras fine-tuning with TFSMLayer.
 The export is written to a temporary directory and renamed into place.
 """
 
@@ -78,7 +79,8 @@ def main(argv, stdout=None, stderr=None):
                      "or choose another --output_dir.\n")
         return 1
 
-    from llp_tf.after_training import export, trained_run
+    from llp_tf.after_training import trained_run
+    from llp_tf.after_training.export import saved_model
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):
@@ -90,14 +92,14 @@ def main(argv, stdout=None, stderr=None):
         checkpoint = tool_cli.resolve_checkpoint(values.run_dir, values.checkpoint)
         run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
         info = source.info
-        module = export.build_inference_module(run, info.class_names, include_knn=values.knn)
+        module = saved_model.build_inference_module(run, info.class_names, include_knn=values.knn)
         report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "
                f"{run.step}), {config.method.name} {config.model.architecture}, "
                f"{info.num_classes} classes of {config.data.dataset}, "
                f"{config.data.image_size} px"
                + (", with the memory bank for knn" if values.knn else ""))
         report("Tracing the signatures and writing the SavedModel ...")
-        written = export.save_module(run, module, output_dir, overwrite=values.overwrite)
+        written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite)
     except LLPError as error:
         stderr.write(f"error: {error}\n")
         return 1
@@ -105,7 +107,7 @@ def main(argv, stdout=None, stderr=None):
         stderr.write(f"error: cannot write the export: {error}\n")
         return 1
     report(f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
-           f"{export.EXPORT_INFO_FILE}")
+           f"{saved_model.EXPORT_INFO_FILE}")
     report(f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "
            f"call), C = 1 or 3; resized and centre-cropped to {written['image_size']} px "
            "inside.")

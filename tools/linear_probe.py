@@ -29,7 +29,9 @@ from absl import flags  # noqa: E402
 
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
-from llp_tf.after_training import linear_probe, trained_run  # noqa: E402
+from llp_tf.after_training import trained_run  # noqa: E402
+from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
+from llp_tf.after_training.probe import linear_probe, readout  # noqa: E402
 
 
 def define_flags(flag_values):
@@ -56,19 +58,19 @@ def define_flags(flag_values):
            '"places205:<folder>" (Places205 as distributed: images256/ and '
            'trainvalsplit_places205/). It needs train and validation splits.')
     tool_cli.define_data_dir(flag_values, "the probe dataset")
-    integer("batch_size", linear_probe.DEFAULT_BATCH_SIZE, "Examples per SGD step of the "
+    integer("batch_size", DEFAULT_BATCH_SIZE, "Examples per SGD step of the "
             "readout, and images per forward pass of the feature extraction.")
-    integer("epochs", linear_probe.DEFAULT_EPOCHS, "Maximum epochs of readout training (passes "
+    integer("epochs", readout.DEFAULT_EPOCHS, "Maximum epochs of readout training (passes "
             "over the training examples); the plateau rule usually stops it earlier.")
     define_protocol_flags(flag_values)
-    real("learning_rate", linear_probe.DEFAULT_LEARNING_RATE, "Initial SGD learning rate (the "
+    real("learning_rate", readout.DEFAULT_LEARNING_RATE, "Initial SGD learning rate (the "
          "paper's 0.01).")
-    real("momentum", linear_probe.DEFAULT_MOMENTUM, "SGD momentum (the paper's network "
+    real("momentum", readout.DEFAULT_MOMENTUM, "SGD momentum (the paper's network "
          "training used 0.9; it does not state the readout's).")
-    integer("patience", linear_probe.DEFAULT_PATIENCE, "Epochs without a new best validation "
+    integer("patience", readout.DEFAULT_PATIENCE, "Epochs without a new best validation "
             "top-1 before the learning rate drops x0.1 (after --max_drops drops: before "
             "training stops).")
-    integer("max_drops", linear_probe.DEFAULT_MAX_DROPS, "Most learning-rate drops (the "
+    integer("max_drops", readout.DEFAULT_MAX_DROPS, "Most learning-rate drops (the "
             "paper's two).")
     integer("seed", 0, "Seed of the readout's batch order, of the --max_train_examples draw, "
             "of the online protocol's augmentation and of the random trunk.")
@@ -86,7 +88,7 @@ def define_flags(flag_values):
 def define_protocol_flags(flag_values):
     """Defines --protocol and the flags of the feature caches on ``flag_values``."""
     flags.DEFINE_enum(
-        "protocol", "cached", list(linear_probe.PROTOCOLS), "cached: train the readout on the "
+        "protocol", "cached", list(readout.PROTOCOLS), "cached: train the readout on the "
         "features of one centre crop per training image, computed once into the cache (fast; "
         "no augmentation). online: the paper's protocol, every SGD step through the frozen "
         "trunk (batch norm in inference mode) on images augmented as in the run's training; "
@@ -165,7 +167,7 @@ def probe_settings(options):
     if not options.dataset:
         raise ConfigError("Give --dataset, the probe dataset (e.g. digits, mnist5k, "
                           "places205:/data/places205).")
-    return linear_probe.ProbeSettings(
+    return readout.ProbeSettings(
         epochs=options.epochs, batch_size=options.batch_size, learning_rate=options.learning_rate,
         momentum=options.momentum, patience=options.patience, max_drops=options.max_drops,
         seed=options.seed, standardize=options.standardize, protocol=options.protocol,
@@ -229,7 +231,7 @@ def run_probe(options, stream):
     }
     tool_cli.write_json_atomically(path, payload)
     note = (f"(top-5 is top-{rows[0][1].top5_k}: the dataset has {info.num_classes} classes)\n"
-            if info.num_classes < linear_probe.TOP_K else "")
+            if info.num_classes < readout.TOP_K else "")
     stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")
     stream.flush()
     return payload

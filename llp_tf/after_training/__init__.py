@@ -1,1 +1,1 @@
-"""After training: a run read back, SavedModel export, the linear probe, the propagation comparison (Table 5) and the embedding analysis."""
+"""After training: a run read back, and its export, linear probe, Table 5 comparison and analysis."""

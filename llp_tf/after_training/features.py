@@ -4,7 +4,7 @@ Because the trunk is frozen and evaluation uses one centre crop, every
 image's features are fixed: they are computed once per split with the
 evaluation preprocessing (`augment.eval_preprocess`). `output_batches`
 yields them batch by batch; the linear probe writes them to a disk cache
-(`llp_tf.after_training.feature_cache`), whose memory does not grow with
+(`llp_tf.after_training.probe.feature_cache`), whose memory does not grow with
 the number of images, while `extract_features` gathers them into [N, F]
 arrays in memory (N x F x 4 bytes: for embeddings of a few splits, not for
 Places205's 2.45M x 2048 features, about 20 GB).
@@ -42,7 +42,7 @@ class FeatureSet:
 
     Attributes:
       features: float32 [N, F]: an array, or the rows of a cache file
-        (`llp_tf.after_training.npy_rows.NpyRows`, read on demand).
+        (`llp_tf.after_training.probe.npy_rows.NpyRows`, read on demand).
       labels: int64 [N], true classes.
       index: int64 [N], the examples' stable indices (sorted).
     """

@@ -8,8 +8,9 @@
 - aggregation score: per class, the L2 norm of the mean bank row of the
   class's examples (higher is tighter), averaged over classes.
 
-Each is defined once, in `llp_tf.training.metrics`; this module runs them
-over the validation split and the bank.
+Each is defined once, in `llp_tf.training.metrics` (the per-batch counts)
+and `llp_tf.core.bank_statistics` (the bank's); this module runs them over
+the validation split and the bank.
 """
 
 from typing import Optional
@@ -17,6 +18,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.core import bank_statistics
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training import metrics as metrics_lib
@@ -71,13 +73,13 @@ class Evaluator:
         """Pseudo-label and aggregation statistics of the bank's current state.
 
         Returns:
-          dict of metric name -> Python float: ``aggregation_score`` (the mean
-          of `metrics.aggregation_scores` on the true classes) and, when some
-          unlabelled row has a known true class, ``pseudo_label_accuracy``,
-          ``pseudo_label_coverage`` and ``pseudo_label_confidence``
-          (`metrics.pseudo_label_stats`).
+          dict of metric name -> Python float: ``aggregation_score`` (the
+          mean of `bank_statistics.aggregation_scores` on the true classes)
+          and, when some unlabelled row has a known true class,
+          ``pseudo_label_accuracy``, ``pseudo_label_coverage`` and
+          ``pseudo_label_confidence`` (`bank_statistics.pseudo_label_stats`).
         """
-        stats = metrics_lib.pseudo_label_stats(
+        stats = bank_statistics.pseudo_label_stats(
             self.bank.labels.numpy(), self.bank.confidence.numpy(),
             self.bank.is_labeled.numpy(), self.bank_true_labels, self.num_classes)
         metrics = {}
@@ -85,7 +87,7 @@ class Evaluator:
             metrics["pseudo_label_accuracy"] = stats.accuracy
             metrics["pseudo_label_coverage"] = stats.coverage
             metrics["pseudo_label_confidence"] = stats.confidence
-        metrics["aggregation_score"] = metrics_lib.aggregation_scores(
+        metrics["aggregation_score"] = bank_statistics.aggregation_scores(
             self.bank.embeddings.numpy(), self.bank_true_labels, self.num_classes).mean
         return metrics
 

@@ -1,4 +1,4 @@
-"""The probe tests' view of an image-folder dataset: its images decoded here,
+"""The feature tests' view of an image-folder dataset: its images decoded here,
 independently of the data layer, and the model's features of them."""
 
 import os

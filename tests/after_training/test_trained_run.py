@@ -1,4 +1,6 @@
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -48,3 +50,16 @@ def test_restore_moves_to_an_older_checkpoint(tiny_llp_run):
 def test_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="not a training run directory"):
         trained_run.load_run(str(tmp_path))
+
+
+def test_load_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
+    # Transfer: the run's training data may not exist where it is probed.
+    copy = shutil.copytree(tiny_llp_run, tmp_path / "run")
+    with open(copy / "config.json") as f:
+        settings = json.load(f)
+    settings["data"]["dataset"] = f"folder:{tmp_path / 'gone'}"
+    with open(copy / "config.json", "w") as f:
+        json.dump(settings, f)
+    run = trained_run.load_run(str(copy))
+    assert run.config.data.dataset == f"folder:{tmp_path / 'gone'}"
+    assert run.num_classes == 4 and run.step == 15

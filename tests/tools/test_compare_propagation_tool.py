@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from llp_tf.after_training import propagation_baselines as pb
-from llp_tf.after_training import propagation_protocol as protocol
+from llp_tf.after_training.transduction import methods, protocol
 from tests.tools.tool_main import load_tool, run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,7 +73,7 @@ def test_features_files_print_the_table_and_write_json(feature_files):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         expected = protocol.compare_methods(np.load(features), np.load(labels),
-                                            pb.standard_methods(), 4, 20, 3, 2, seed=3)
+                                            methods.standard_methods(), 4, 20, 3, 2, seed=3)
     for method in expected.methods:
         entry = report["methods"][method.name]
         np.testing.assert_allclose(entry["accuracy_percent_per_draw"],

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.after_training import export
+from llp_tf.after_training.export import saved_model
 from llp_tf.data import augment
 from tests.tools.tool_main import load_tool, run_main, tool_path
 
@@ -26,7 +26,7 @@ def _run(*args):
 @pytest.fixture(scope="module")
 def model_dir(run, class_names, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("predict") / "model")
-    export.export_run(run, class_names, path)
+    saved_model.export_run(run, class_names, path)
     return path
 
 

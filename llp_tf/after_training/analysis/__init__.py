@@ -1,0 +1,1 @@
+"""The embedding analysis of an LLP run: aggregation scores, MDS, summary, figures, report."""

@@ -1,0 +1,142 @@
+"""The functions a SavedModel export serves: `InferenceModule`.
+
+Every signature takes raw uint8 images [B, H, W, C] of any size (C = 1 or
+3) and applies the evaluation resize and centre crop inside; `saved_model`
+writes it with its description and states the signatures' outputs.
+"""
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.core import hyperparameters, label_encoding, propagation
+from llp_tf.data import augment
+from llp_tf.types import Array, FloatTensor, IntTensor, Tensor
+
+# The paper reports top-1 and top-5 accuracy; classify returns the five best.
+TOP_CLASSES = 5
+# Channel counts the signatures accept: grayscale (repeated to RGB) or RGB.
+GRAYSCALE_CHANNELS = 1
+RGB_CHANNELS = 3
+# The class of a knn neighbour that has no class (an instance id in the bank).
+NO_CLASS = -1
+
+EMBED = "embed"
+CLASSIFY = "classify"
+KNN = "knn"
+SERVING_DEFAULT = "serving_default"
+
+IMAGES_SPEC = tf.TensorSpec([None, None, None, None], tf.uint8, name="images")
+
+
+def bank_classes(labels: Array, num_classes: int) -> Array:
+    """int64 [N]: the class of each bank row, `NO_CLASS` (-1) where it holds an
+    instance id (`label_encoding.classes_or`)."""
+    return label_encoding.classes_or(labels, num_classes, NO_CLASS)
+
+
+class InferenceModule(tf.Module):
+    """The exported functions of a trained model (see the module docstring).
+
+    Args:
+      model: a built `LLPModel` (any layer returning the dict of `LLPModel`).
+      image_size: int S, the side the evaluation transform crops to.
+      class_names: sequence of C str.
+      bank_embeddings: optional float32 [N, D], memory-bank rows; with
+        ``bank_classes`` adds the ``knn`` function.
+      bank_classes: optional int64 [N], the class of each row, -1 for none.
+      k: int, neighbours of the knn function (capped at N).
+      temperature: float tau of the knn vote's weights.
+    """
+
+    def __init__(self, model: keras.layers.Layer, image_size: int, class_names: Sequence[str],
+                 bank_embeddings: Array | None = None, bank_classes: Array | None = None,
+                 k: int = hyperparameters.K, temperature: float = hyperparameters.TEMPERATURE,
+                 name: str = "llp_inference") -> None:
+        super().__init__(name=name)
+        if (bank_embeddings is None) != (bank_classes is None):
+            raise ValueError("Give both bank_embeddings and bank_classes, or neither.")
+        self._model = model
+        self.image_size = int(image_size)
+        self.num_classes = len(class_names)
+        self._class_names = tuple(str(name) for name in class_names)
+        self._top = min(TOP_CLASSES, self.num_classes)
+        self.class_names = tf.Variable(self._class_names, trainable=False, name="class_names")
+        self.knn_k = None
+        if bank_embeddings is not None:
+            bank_embeddings = np.asarray(bank_embeddings, np.float32)
+            self.bank_embeddings = tf.Variable(bank_embeddings, trainable=False,
+                                               name="bank_embeddings")
+            self.bank_classes = tf.Variable(np.asarray(bank_classes, np.int64),
+                                            trainable=False, name="bank_classes")
+            self.knn_k = min(int(k), bank_embeddings.shape[0])
+            self._temperature = float(temperature)
+            self.knn = tf.function(self._knn, input_signature=[IMAGES_SPEC])
+
+    def _preprocess(self, images):
+        """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3], the evaluation transform."""
+        shape = tf.shape(images)
+        channels = shape[3]
+        valid = tf.logical_or(tf.equal(channels, GRAYSCALE_CHANNELS),
+                              tf.equal(channels, RGB_CHANNELS))
+        checks = [
+            tf.debugging.Assert(valid, [
+                "images must have 1 (grayscale) or 3 (RGB) channels; got", channels]),
+            # The network's graph fails on an empty batch with an obscure
+            # shape error; say what is wrong instead.
+            tf.debugging.Assert(shape[0] > 0, ["images must hold at least one image"]),
+        ]
+        with tf.control_dependencies(checks):
+            # 3 // 1 repeats a grayscale channel three times; 3 // 3 keeps RGB.
+            images = tf.tile(images, [1, 1, 1, RGB_CHANNELS // channels])
+        images = tf.ensure_shape(images, [None, None, None, RGB_CHANNELS])
+        return tf.map_fn(
+            lambda image: augment.eval_preprocess(image, self.image_size), images,
+            fn_output_signature=tf.TensorSpec([self.image_size, self.image_size, RGB_CHANNELS],
+                                              tf.float32))
+
+    def _outputs(self, images):
+        return self._model(self._preprocess(images), training=False)
+
+    @tf.function(input_signature=[IMAGES_SPEC])
+    def embed(self, images: IntTensor) -> dict[str, FloatTensor]:
+        """uint8 [B, H, W, C] -> {"embedding": [B, D], "features": [B, F]}."""
+        outputs = self._outputs(images)
+        return {"embedding": outputs["embedding"], "features": outputs["features"]}
+
+    @tf.function(input_signature=[IMAGES_SPEC])
+    def classify(self, images: IntTensor) -> dict[str, Tensor]:
+        """uint8 [B, H, W, C] -> probabilities and the top five classes."""
+        probabilities = tf.nn.softmax(self._outputs(images)["logits"], axis=-1)
+        top_probabilities, top_classes = tf.math.top_k(probabilities, k=self._top)
+        names = tf.gather(tf.constant(self._class_names, tf.string), top_classes)
+        return {"probabilities": probabilities, "top5_classes": top_classes,
+                "top5_probabilities": top_probabilities, "top5_names": names}
+
+    def _knn(self, images):
+        """uint8 [B, H, W, C] -> nearest bank rows and their weighted vote."""
+        embedding = self._outputs(images)["embedding"]
+        similarity = tf.matmul(embedding, self.bank_embeddings, transpose_b=True)
+        top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k)
+        classes = tf.gather(self.bank_classes, rows)
+        # Neighbours without a class (NO_CLASS) do not vote.
+        probabilities = propagation.class_vote(top_similarity / self._temperature, classes,
+                                               self.num_classes)
+        voted = tf.reduce_any(label_encoding.is_class(classes, self.num_classes), axis=1)
+        knn_class = tf.where(voted, tf.argmax(probabilities, axis=1),
+                             tf.constant(NO_CLASS, tf.int64))
+        return {"neighbor_rows": rows, "neighbor_similarities": top_similarity,
+                "neighbor_classes": classes, "knn_probabilities": probabilities,
+                "knn_class": knn_class,
+                "knn_confidence": tf.reduce_max(probabilities, axis=1)}
+
+    def signature_functions(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
+        """dict name -> concrete function, for `tf.saved_model.save`."""
+        classify = self.classify.get_concrete_function()
+        signatures = {EMBED: self.embed.get_concrete_function(), CLASSIFY: classify,
+                      SERVING_DEFAULT: classify}
+        if self.knn_k is not None:
+            signatures[KNN] = self.knn.get_concrete_function()
+        return signatures

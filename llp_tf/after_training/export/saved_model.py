@@ -1,0 +1,248 @@
+"""A trained run as a self-contained TensorFlow SavedModel for inference.
+
+`export_run` writes the model of a `TrainedRun` (and optionally its memory
+bank) as a SavedModel of TensorFlow ops and variables only: it loads with
+``tf.saved_model.load(path)`` without llp_tf, and runs the evaluation
+transform (`augment.eval_preprocess`) and the network, in inference mode,
+inside. Every signature (``loaded.signatures[name]``, also ``loaded.<name>``)
+takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W, one size per call,
+C = 1 or 3) and returns a dict of:
+
+- ``embed``: ``embedding`` float32 [B, D], unit norm; ``features`` float32
+  [B, F], the pooled trunk output.
+- ``classify`` (also ``serving_default``): ``probabilities`` float32 [B, C];
+  ``top5_classes`` int32, ``top5_probabilities`` float32 and ``top5_names``
+  string, each [B, min(5, C)], best first.
+- ``knn`` (``include_knn=True``; the bank is stored, each row with a class or
+  -1, `inference_module.bank_classes`): ``neighbor_rows`` int32,
+  ``neighbor_similarities`` float32, ``neighbor_classes`` int64, each [B, K],
+  the K = min(k, N) rows with the largest ``embedding . row``, best first;
+  the weighted k-NN vote of eq. 5-6 among those with a class (weights
+  ``exp(similarity / tau)``): ``knn_probabilities`` float32 [B, C],
+  ``knn_class`` int64 [B] (argmax, lowest at a tie; -1 with zero
+  probabilities when no neighbour has a class), ``knn_confidence`` float32
+  [B] (its share).
+
+The module also carries ``class_names`` (string [C]); ``export_info.json``
+(`EXPORT_INFO_FILE`) describes the signatures and the source run. Fine-tuning
+in Keras: README, "Export and predict".
+"""
+
+import datetime
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN, TOP_CLASSES,
+                                                           InferenceModule, bank_classes)
+from llp_tf.after_training.trained_run import TrainedRun
+from llp_tf.data import augment
+from llp_tf.errors import ConfigError
+
+EXPORT_INFO_FILE = "export_info.json"
+# Version of the layout of this SavedModel and its export_info.json; raise it
+# when a signature or a field changes meaning.
+EXPORT_FORMAT_VERSION = 1
+
+_INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
+                         "doc": "B >= 1; any H and W, one size per call; C = 1 (grayscale) "
+                                "or 3 (RGB)"}}
+
+
+def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
+    """The outputs of each signature, for export_info.json."""
+    top = min(TOP_CLASSES, num_classes)
+    docs = {
+        EMBED: {
+            "embedding": {"dtype": "float32", "shape": f"[B, {embedding_dim}]",
+                          "doc": "unit-norm embedding"},
+            "features": {"dtype": "float32", "shape": f"[B, {feature_dim}]",
+                         "doc": "pooled trunk output"},
+        },
+        CLASSIFY: {
+            "probabilities": {"dtype": "float32", "shape": f"[B, {num_classes}]",
+                              "doc": "softmax of the category head"},
+            "top5_classes": {"dtype": "int32", "shape": f"[B, {top}]", "doc": "best first"},
+            "top5_probabilities": {"dtype": "float32", "shape": f"[B, {top}]",
+                                   "doc": "their probabilities"},
+            "top5_names": {"dtype": "string", "shape": f"[B, {top}]",
+                           "doc": "their class names"},
+        },
+    }
+    if knn_k is not None:
+        docs[KNN] = {
+            "neighbor_rows": {"dtype": "int32", "shape": f"[B, {knn_k}]",
+                              "doc": "bank rows with the largest embedding . row, best first"},
+            "neighbor_similarities": {"dtype": "float32", "shape": f"[B, {knn_k}]",
+                                      "doc": "their dot products with the embedding"},
+            "neighbor_classes": {"dtype": "int64", "shape": f"[B, {knn_k}]",
+                                 "doc": "their classes, -1 where a row has no class"},
+            "knn_probabilities": {"dtype": "float32", "shape": f"[B, {num_classes}]",
+                                  "doc": "weighted k-NN vote (eq. 5-6): per class, the "
+                                         "normalised sum of exp(similarity / tau) of the "
+                                         "neighbours of that class"},
+            "knn_class": {"dtype": "int64", "shape": "[B]",
+                          "doc": "argmax of the vote; -1 if no neighbour has a class"},
+            "knn_confidence": {"dtype": "float32", "shape": "[B]",
+                               "doc": "the winning class's share of the vote"},
+        }
+    return docs
+
+
+def build_inference_module(run: TrainedRun, class_names: Sequence[str],
+                           include_knn: bool = False) -> InferenceModule:
+    """An `InferenceModule` of a restored run.
+
+    Args:
+      run: `TrainedRun`.
+      class_names: sequence of C str (``source.info.class_names``).
+      include_knn: bool, also store the memory bank and add ``knn``.
+
+    Raises:
+      ConfigError: wrong number of class names, or knn of a supervised run.
+    """
+    if len(class_names) != run.num_classes:
+        raise ConfigError(
+            f"The run {run.run_dir} has {run.num_classes} classes but {len(class_names)} "
+            "class names were given; give the class names of the run's dataset.")
+    bank_embeddings = classes = None
+    if include_knn:
+        if run.bank is None:
+            raise ConfigError(
+                f"The run {run.run_dir} is a {run.config.method.name} run and has no memory bank, "
+                "so it cannot export a knn signature; export it without knn.")
+        bank_embeddings = run.bank.embeddings.numpy()
+        classes = bank_classes(run.bank.labels.numpy(), run.num_classes)
+    return InferenceModule(run.model, run.config.data.image_size, class_names,
+                           bank_embeddings=bank_embeddings, bank_classes=classes,
+                           k=run.config.method.k, temperature=run.config.method.temperature)
+
+
+def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:
+    """The dict written to export_info.json."""
+    info = {
+        "format_version": EXPORT_FORMAT_VERSION,
+        "input": _INPUT_DOC,
+        "preprocessing": (
+            f"inside the signatures: resize the short side to "
+            f"{augment.eval_short_side(module.image_size)} (bilinear, antialiased), centre "
+            f"crop {module.image_size} x {module.image_size}, scale to [0, 1], normalise "
+            f"with mean {list(augment.IMAGENET_MEAN)} and std {list(augment.IMAGENET_STD)}"),
+        "signatures": _output_docs(module.num_classes, run.model.feature_dim,
+                                   run.config.model.embedding_dim, module.knn_k),
+        "serving_default": CLASSIFY,
+        "image_size": module.image_size,
+        "num_classes": module.num_classes,
+        "class_names": list(module._class_names),
+        "source": {
+            "run_dir": os.path.abspath(run.run_dir),
+            "checkpoint": os.path.abspath(run.checkpoint),
+            "step": int(run.step),
+            "method": run.config.method.name,
+            "dataset": run.config.data.dataset,
+            "architecture": run.config.model.architecture,
+        },
+        "tensorflow_version": tf.__version__,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if module.knn_k is not None:
+        classes = module.bank_classes.numpy()
+        info["knn"] = {
+            "k": module.knn_k, "temperature": module._temperature,
+            "bank_rows": int(classes.size),
+            "bank_rows_with_class": int(np.sum(classes >= 0)),
+            "vote": "weighted k-NN (paper eq. 5-6) over the K nearest bank rows that have a "
+                    "class, weight exp(similarity / temperature)",
+        }
+    return info
+
+
+def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
+               include_knn: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Writes a run's SavedModel and export_info.json to ``output_dir``, atomically.
+
+    `build_inference_module`, then `save_module`.
+
+    Args:
+      run: `TrainedRun`.
+      class_names: sequence of C str.
+      output_dir: str, the SavedModel directory to create.
+      include_knn: bool, add the ``knn`` signature and the memory bank.
+      overwrite: bool, replace an existing ``output_dir``.
+
+    Returns:
+      dict, the export info written (see `export_info`).
+
+    Raises:
+      ConfigError: ``output_dir`` exists without ``overwrite``, or see
+        `build_inference_module`.
+    """
+    _check_output_dir(output_dir, overwrite)
+    return save_module(run, build_inference_module(run, class_names, include_knn), output_dir,
+                       overwrite)
+
+
+def _check_output_dir(output_dir, overwrite):
+    if os.path.lexists(output_dir) and not overwrite:
+        raise ConfigError(
+            f"{os.path.abspath(output_dir)} already exists; choose another output directory "
+            "or pass --overwrite to replace it.")
+
+
+def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
+                overwrite: bool = False) -> dict[str, Any]:
+    """Writes an `InferenceModule` of ``run`` as a SavedModel with export_info.json.
+
+    The export is written to a temporary sibling directory and renamed into
+    place, so a crash leaves no half-written export; an existing export is
+    replaced only with ``overwrite=True``, and only once the new one is
+    complete.
+
+    Args:
+      run: the `TrainedRun` the module was built from (for export_info.json).
+      module: `InferenceModule`.
+      output_dir: str, the SavedModel directory to create.
+      overwrite: bool, replace an existing ``output_dir``.
+
+    Returns:
+      dict, the export info written (see `export_info`).
+
+    Raises:
+      ConfigError: ``output_dir`` exists without ``overwrite``.
+    """
+    _check_output_dir(output_dir, overwrite)
+    output_dir = os.path.abspath(output_dir)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    partial = f"{output_dir}.partial-{os.getpid()}"
+    replaced = f"{output_dir}.replaced-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        tf.saved_model.save(module, partial, signatures=module.signature_functions())
+        info = export_info(run, module)
+        with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    # Only now is the previous export moved aside; it comes back if the new
+    # one cannot take its place.
+    had_previous = os.path.lexists(output_dir)
+    if had_previous:
+        os.rename(output_dir, replaced)
+    try:
+        os.rename(partial, output_dir)
+    except BaseException:
+        if had_previous:
+            os.rename(replaced, output_dir)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if had_previous:
+        shutil.rmtree(replaced, ignore_errors=True)
+    return info

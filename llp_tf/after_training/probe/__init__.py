@@ -1,0 +1,1 @@
+"""The linear probe: frozen-trunk features, their cache and the linear readout."""

@@ -1,0 +1,269 @@
+"""The probe's feature cache: a split's frozen-trunk features in files on disk.
+
+A cache is a folder holding
+
+- ``features.npy``: float32 [N, F], row j the pooled features of example
+  ``index[j]`` (one centre crop, `features.output_batches`), written batch by
+  batch into a preallocated file (`npy_rows.NpyRowWriter`), so the memory of
+  building or reading it does not grow with N (Places205 with ResNet-50:
+  2.45M x 2048 x 4 bytes, about 20 GB on disk);
+- ``labels.npy`` int64 [N] and ``index.npy`` int64 [N] (sorted);
+- ``manifest.json``: what the features are of: the trunk's weights
+  (a SHA-256 of every model variable, and the checkpoint for messages), the
+  dataset, split, image size and selected examples, N and F.
+
+It is built in ``<folder>.partial`` and renamed into place once complete, so
+a crash never leaves a folder that looks like a finished cache (the partial
+one is discarded by the next build). A build holds a lock on
+``<folder>.lock``: a second process building the same cache stops with an
+error rather than discarding the first one's partial cache. A cache is
+reused only if its manifest matches what is asked for; otherwise
+`cached_features` raises a `ConfigError` naming the difference, or rebuilds
+it when ``reuse`` is False.
+"""
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from typing import Any, TextIO
+
+import numpy as np
+
+from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, FeatureSet, output_batches
+from llp_tf.after_training.probe.npy_rows import NpyRows, NpyRowWriter
+from llp_tf.data import Source
+from llp_tf.errors import ConfigError, DataError
+from llp_tf.models.llp_model import LLPModel
+from llp_tf.types import Array
+
+FEATURES_FILE = "features.npy"
+LABELS_FILE = "labels.npy"
+INDEX_FILE = "index.npy"
+MANIFEST_FILE = "manifest.json"
+#: Beside a cache folder while a process builds it (`_build_lock`).
+LOCK_SUFFIX = ".lock"
+#: Bumped when the files' layout or meaning changes; older caches are rebuilt.
+CACHE_VERSION = 1
+#: Manifest entries that must equal the request for a cache to be reused.
+MATCHED = ("version", "weights_sha256", "dataset", "split", "image_size",
+           "num_split_examples", "num_rows", "index_sha256")
+
+
+def weights_fingerprint(model: LLPModel) -> str:
+    """str: SHA-256 of every variable of ``model`` (names, shapes and values),
+    which determine its features; two checkpoints differ here."""
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        value = np.ascontiguousarray(variable.numpy())
+        digest.update(f"{variable.path}:{value.dtype}:{value.shape};".encode())
+        digest.update(memoryview(value).cast("B"))  # no copy of a large kernel
+    return digest.hexdigest()
+
+
+def cache_request(model: LLPModel, source: Source, split: str, image_size: int,
+                  index: Array | None = None, trunk: str = "") -> dict[str, Any]:
+    """The manifest a cache of these features must have (`MATCHED` entries plus
+    ``trunk``, a description such as the checkpoint, for messages).
+
+    Args:
+      index: optional sorted int64 [M], the selected examples (None: all).
+    """
+    count = source.info.num_examples(split)
+    selected = np.arange(count, dtype=np.int64) if index is None else np.asarray(index, np.int64)
+    return {"version": CACHE_VERSION, "weights_sha256": weights_fingerprint(model),
+            "dataset": source.info.name, "split": split, "image_size": int(image_size),
+            "num_split_examples": int(count), "num_rows": int(len(selected)),
+            "index_sha256": hashlib.sha256(selected.tobytes()).hexdigest(), "trunk": trunk}
+
+
+@dataclasses.dataclass
+class FeatureCache:
+    """An opened cache (see the module docstring).
+
+    Attributes:
+      directory: str, its folder.
+      manifest: dict, its manifest.
+      features: `NpyRows` float32 [N, F], read on demand.
+      labels, index: int64 [N].
+      reused: bool, True if it existed before (not built by this call).
+    """
+
+    directory: str
+    manifest: dict[str, Any]
+    features: NpyRows
+    labels: Array
+    index: Array
+    reused: bool
+
+    def feature_set(self) -> FeatureSet:
+        """`FeatureSet` whose features are this cache's rows (read on demand)."""
+        return FeatureSet(self.features, self.labels, self.index)
+
+
+def _read_manifest(directory):
+    try:
+        with open(os.path.join(directory, MANIFEST_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{directory} is not a complete feature cache ({error}); delete it "
+                          "or rebuild it (--noreuse_cache).") from None
+
+
+def _mismatches(manifest, request):
+    return [f"{key} {manifest.get(key)!r} instead of {request[key]!r}"
+            for key in MATCHED if manifest.get(key) != request[key]]
+
+
+def open_cache(directory: str, request: dict[str, Any]) -> FeatureCache:
+    """Opens the cache in ``directory``, checking its manifest against ``request``.
+
+    Raises:
+      ConfigError: it was made from other weights, data or settings.
+      DataError: its files are missing or inconsistent.
+    """
+    manifest = _read_manifest(directory)
+    problems = _mismatches(manifest, request)
+    if problems:
+        made_by = manifest.get("trunk") or "another trunk"
+        raise ConfigError(
+            f"The feature cache {directory} does not hold the features asked for (it was made "
+            f"by {made_by}; now: {request['trunk'] or 'this trunk'}): " + "; ".join(problems) +
+            ". Give another --cache_dir, or rebuild it with --noreuse_cache.")
+    try:
+        features = NpyRows(os.path.join(directory, FEATURES_FILE))
+        labels = np.load(os.path.join(directory, LABELS_FILE))
+        index = np.load(os.path.join(directory, INDEX_FILE))
+    except OSError as error:
+        raise DataError(f"The feature cache {directory} is damaged ({error}); rebuild it with "
+                        "--noreuse_cache.") from None
+    expected = (request["num_rows"], manifest.get("feature_dim"))
+    if features.shape != expected or labels.shape != index.shape or \
+            len(labels) != request["num_rows"]:
+        raise DataError(f"The feature cache {directory} is damaged: its files have shapes "
+                        f"{features.shape}, {labels.shape}, {index.shape}, not {expected}; "
+                        "rebuild it with --noreuse_cache.")
+    return FeatureCache(directory, manifest, features, labels, index, reused=True)
+
+
+def _fill(writer_path, model, source, split, image_size, index, batch_size, stream):
+    """Writes the features into a new ``writer_path``; returns (labels int64 [N],
+    index int64 [N], F)."""
+    selected = (np.arange(source.info.num_examples(split), dtype=np.int64) if index is None
+                else np.asarray(index, np.int64))
+    labels, written, writer = np.zeros(len(selected), np.int64), 0, None
+    try:
+        for batch_index, batch_labels, values in output_batches(
+                model, source, split, image_size, batch_size, index, "features", stream):
+            if not np.isfinite(values).all():
+                raise ConfigError(f"The trunk's features of {source.info.name} {split} contain "
+                                  "NaN or infinite values; the checkpoint is broken or diverged.")
+            if writer is None:
+                writer = NpyRowWriter(writer_path, len(selected), values.shape[1])
+            rows = np.searchsorted(selected, batch_index)
+            writer.write(rows, values)
+            labels[rows] = batch_labels
+            written += len(rows)
+    finally:
+        if writer is not None:
+            writer.close()
+    if written != len(selected):
+        raise DataError(f"{source.info.name} {split} gave {written} examples of the "
+                        f"{len(selected)} expected; the dataset changed while being read.")
+    return labels, selected, writer.shape[1]
+
+
+def build_cache(model: LLPModel, source: Source, split: str, image_size: int, directory: str,
+                request: dict[str, Any], index: Array | None = None,
+                batch_size: int = DEFAULT_BATCH_SIZE,
+                stream: TextIO | None = None) -> FeatureCache:
+    """Computes the features of a split into a new cache in ``directory``
+    (replacing one there), atomically: see the module docstring.
+
+    Args:
+      model: `LLPModel`, frozen (``training=False``).
+      source, split, image_size: what to compute (`features.output_batches`).
+      directory: str, the cache's folder; its parent is created.
+      request: `cache_request` of the same arguments (the manifest's core).
+      index: optional sorted int64 [M], the examples to compute.
+      batch_size: int, images per forward pass.
+      stream: progress (stdout when None).
+    """
+    partial = directory.rstrip(os.sep) + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)  # a crashed build's leftovers
+    os.makedirs(partial)
+    start = time.monotonic()
+    labels, selected, feature_dim = _fill(os.path.join(partial, FEATURES_FILE), model, source, split,
+                             image_size, index, batch_size, stream)
+    np.save(os.path.join(partial, LABELS_FILE), labels)
+    np.save(os.path.join(partial, INDEX_FILE), selected)
+    manifest = dict(request, feature_dim=int(feature_dim), dtype="float32",
+                    seconds=time.monotonic() - start, created=time.strftime("%Y-%m-%d %H:%M:%S"))
+    with open(os.path.join(partial, MANIFEST_FILE), "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    if os.path.exists(directory):
+        shutil.rmtree(directory)
+    os.rename(partial, directory)
+    cache = open_cache(directory, request)
+    cache.reused = False
+    return cache
+
+
+def cached_features(model: LLPModel, source: Source, split: str, image_size: int,
+                    directory: str, index: Array | None = None,
+                    batch_size: int = DEFAULT_BATCH_SIZE, reuse: bool = True, trunk: str = "",
+                    stream: TextIO | None = None) -> FeatureCache:
+    """The cache of a split's features in ``directory``: the existing one if
+    ``reuse`` and it exists (its manifest must match), else a new one.
+
+    Args:
+      model, source, split, image_size, index, batch_size, stream: see
+        `build_cache`.
+      directory: str, the cache's folder.
+      reuse: bool; False rebuilds an existing cache.
+      trunk: str naming the trunk (e.g. its checkpoint) in the manifest and messages.
+
+    Raises:
+      ConfigError: ``reuse`` and the existing cache holds other features.
+    """
+    request = cache_request(model, source, split, image_size, index, trunk)
+    if reuse and os.path.isdir(directory):
+        return open_cache(directory, request)
+    with _build_lock(directory):
+        return build_cache(model, source, split, image_size, directory, request, index,
+                           batch_size, stream)
+
+
+@contextlib.contextmanager
+def _build_lock(directory):
+    """Held while this process builds the cache ``directory``: an advisory
+    ``flock`` on ``<directory>.lock`` (released by the kernel however the
+    holder dies), so that a second probe on the same --cache_dir fails at once
+    instead of deleting the first one's partial cache. The file is removed
+    when the build ends."""
+    path = directory.rstrip(os.sep) + LOCK_SUFFIX
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(f"Another process is building the feature cache {directory} "
+                              f"(it holds {path}). Wait for it to finish, then run again to "
+                              "reuse its cache, or give another --cache_dir.") from None
+        # A holder that ended between our open and our lock removed the file:
+        # our lock is then on a deleted file, so take the new one.
+        if os.path.exists(path) and os.fstat(fd).st_ino == os.stat(path).st_ino:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        os.close(fd)  # releases the flock

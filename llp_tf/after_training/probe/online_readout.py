@@ -1,0 +1,142 @@
+"""The paper's probe protocol: the readout trained online through the frozen trunk.
+
+Every SGD step takes a batch of freshly augmented training images (the
+training pipeline, `pipeline.make_train_input_fn`, with the run's
+augmentation policy and smallest crop area; the probe's epoch e is the
+pipeline's epoch e - 1 with the probe's seed, so order and crops are
+deterministic given the seed), computes their pooled features with the trunk
+called with ``training=False`` (batch norm in inference mode, no trunk
+variable changes) and takes one step of the `readout.LinearReadout`. An epoch
+is ``floor(N / batch_size)`` steps. The validation features (one centre crop
+per image) come from the validation cache; `readout.run_epochs` applies the
+plateau rule.
+"""
+
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.after_training.features import FeatureSet, subsample_index
+from llp_tf.after_training.probe.readout import (LinearReadout, ProbeResult, ProbeSettings,
+                                                 check_features, probe_result, run_epochs)
+from llp_tf.data import TRAIN, Source, augment, data_errors, pipeline
+from llp_tf.errors import ConfigError
+from llp_tf.models.llp_model import LLPModel
+from llp_tf.types import Array, FloatTensor
+
+#: images float32 [B, S, S, 3] -> pooled features float32 [B, F].
+FeaturesFn = Callable[[FloatTensor], FloatTensor]
+
+
+def online_batches(source: Source, batch_size: int, image_size: int, seed: int, epoch: int,
+                   used_index: Array | None = None, augmentation: str = "paper",
+                   min_crop_area: float = augment.CROP_AREA_RANGE[0]) -> tf.data.Dataset:
+    """The augmented training batches of the probe's epoch ``epoch`` (1-based).
+
+    Returns:
+      tf.data.Dataset of {"image": float32 [B, S, S, 3], "label": int64 [B],
+      "index": int64 [B]}, ``pipeline.steps_per_epoch(N_used, B)`` batches.
+    """
+    return pipeline.make_train_input_fn(
+        source, batch_size, image_size, seed, epoch - 1, used_index=used_index,
+        augmentation=augmentation, min_crop_area=min_crop_area)(None)
+
+
+def frozen_features_fn(model: LLPModel, image_size: int) -> FeaturesFn:
+    """tf.function images float32 [B, S, S, 3] -> pooled features float32 [B, F],
+    the model called with ``training=False``."""
+    signature = [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)]
+
+    @tf.function(input_signature=signature)
+    def features_fn(images):
+        return model(images, training=False)["features"]
+
+    return features_fn
+
+
+def online_epoch(readout: LinearReadout, features_fn: FeaturesFn, dataset: tf.data.Dataset,
+                 on_step: Callable[[int, float], None] | None = None) -> tuple[float, float]:
+    """One pass of SGD steps of ``readout`` over the batches of ``dataset``.
+
+    Args:
+      readout: `LinearReadout`.
+      features_fn: `frozen_features_fn` of the trunk.
+      dataset: batches of {"image", "label"} (`online_batches`).
+      on_step: optional callable(steps done, mean loss so far).
+
+    Returns:
+      (mean batch loss, top-1 accuracy over the batches), each batch
+      measured before its step.
+    """
+    losses, hits, seen = [], 0.0, 0
+    with data_errors():
+        for batch in dataset:
+            labels = tf.cast(batch["label"], tf.int64)
+            loss, correct = readout.train_step(features_fn(batch["image"]), labels)
+            losses.append(loss)
+            hits, seen = hits + correct, seen + int(labels.shape[0])
+            if on_step is not None:
+                on_step(len(losses), float(np.mean(losses)))
+    if not losses:
+        raise ConfigError("The online readout's epoch had no batch; lower --batch_size.")
+    return float(np.mean(losses)), hits / seen
+
+
+def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet,
+                         num_classes: int, image_size: int,
+                         settings: ProbeSettings = ProbeSettings(),
+                         augmentation: str = "paper",
+                         min_crop_area: float = augment.CROP_AREA_RANGE[0],
+                         stream: TextIO | None = None,
+                         description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
+    """Trains a linear readout online through the frozen ``model`` (see the
+    module docstring).
+
+    Args:
+      model: `LLPModel`, frozen.
+      source: `llp_tf.data.Source` whose train split is trained on (at most
+        ``settings.max_train_examples`` of it, `features.subsample_index`).
+      validation: `FeatureSet` of the validation split's centre crops (float32
+        [N_val, F], array or cache rows).
+      num_classes: int C of the probe dataset.
+      image_size: int S, the run's image size.
+      settings: `ProbeSettings` (not ``standardize``).
+      augmentation, min_crop_area: the run's training augmentation policy.
+      stream: progress (stdout when None).
+      description: str for progress lines.
+
+    Returns:
+      (`LinearReadout`, `ProbeResult`); ``train_loss`` / ``train_top1`` are
+      the last epoch's means over its augmented batches.
+
+    Raises:
+      ConfigError: bad settings, no validation examples, divergence.
+    """
+    stream = stream or sys.stdout
+    if settings.standardize:
+        raise ConfigError("standardize applies to the cached protocol only.")
+    check_features(validation, num_classes, "validation")
+    source.require_split(TRAIN)
+    used_index = subsample_index(source.info.num_train, settings.max_train_examples,
+                                 settings.seed)
+    num_used = source.info.num_train if used_index is None else len(used_index)
+    steps = pipeline.steps_per_epoch(num_used, settings.batch_size)
+    if steps == 0:
+        raise ConfigError(f"The batch size {settings.batch_size} is larger than the {num_used} "
+                          "training examples; an online epoch would have no step.")
+    readout = LinearReadout(validation.features.shape[1], num_classes, settings.learning_rate,
+                            settings.momentum)
+    features_fn = frozen_features_fn(model, image_size)
+    last = {}
+
+    def epoch_fn(epoch, on_step):
+        dataset = online_batches(source, settings.batch_size, image_size, settings.seed, epoch,
+                                 used_index, augmentation, min_crop_area)
+        last["loss"], last["top1"] = online_epoch(readout, features_fn, dataset, on_step)
+        return last["loss"]
+
+    record = run_epochs(readout, settings, steps, epoch_fn, validation, stream, description)
+    return readout, probe_result(readout, record, validation, last, num_classes)

@@ -1,0 +1,452 @@
+"""The probe's linear readout: its settings and result, the Dense layer and its training.
+
+``keras.layers.Dense(C)`` with zero-initialised weights, trained with SGD with
+momentum on softmax cross-entropy. `run_epochs` is the loop both protocols
+share: after every epoch, validation top-1 goes to a `schedule.PlateauTracker`;
+``patience`` epochs without a new best drop the rate by ``drop_factor``, and
+once ``max_drops`` drops are taken the next plateau ends training.
+`train_readout` runs it on cached features: epoch e visits the training rows
+in ``numpy.random.default_rng([seed, e])``'s permutation, read a batch at a
+time (an array, or a cache file), so memory does not grow with N;
+`online_readout` runs it through the frozen trunk.
+"""
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, LOG_EVERY_SECONDS, FeatureSet
+from llp_tf.after_training.probe.feature_statistics import all_finite, standardizer
+from llp_tf.errors import ConfigError
+from llp_tf.training.progress import EpochProgress
+from llp_tf.training.schedule import PlateauTracker
+from llp_tf.types import Array, FloatTensor, IntTensor
+
+#: The paper's initial learning rate of the Places205 readout.
+DEFAULT_LEARNING_RATE = 0.01
+#: The momentum of the paper's network training; for the readout the paper
+#: names only SGD and lr 0.01 (README, "Linear probe (transfer)").
+DEFAULT_MOMENTUM = 0.9
+#: x0.1 per drop and two drops, as in the paper's Places205 readout.
+DEFAULT_DROP_FACTOR = 0.1
+DEFAULT_MAX_DROPS = 2
+#: Epochs without a new best validation top-1 before a drop. The paper says
+#: only "when validation saturates"; README, "Linear probe (transfer)", has
+#: the measurements behind 10.
+DEFAULT_PATIENCE = 10
+#: Upper bound on epochs; the plateau rule usually stops earlier.
+DEFAULT_EPOCHS = 100
+#: Smallest improvement of validation top-1 that counts as a new best.
+PLATEAU_MIN_DELTA = 1e-4
+#: top-k of the second reported accuracy (capped at C).
+TOP_K = 5
+#: Features per forward pass of the readout when evaluating: bounds the
+#: memory of the logits ([B, C] floats), nothing else depends on it.
+EVALUATION_BATCH_SIZE = 4096
+#: How the readout is trained: on cached centre-crop features, or online
+#: through the frozen trunk on augmented images (the paper's protocol).
+PROTOCOLS = ("cached", "online")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSettings:
+    """How the readout is trained (see the module docstring).
+
+    Attributes:
+      epochs: int > 0, maximum passes over the training features.
+      batch_size: int > 0, features per SGD step.
+      learning_rate: float > 0, initial rate.
+      momentum: float in [0, 1).
+      patience: int > 0, epochs without a new best validation top-1 before a
+        drop (or, after ``max_drops`` drops, before stopping).
+      max_drops: int >= 0.
+      drop_factor: float in (0, 1).
+      seed: int >= 0, seed of the batch order.
+      standardize: bool; if True, features are shifted and scaled by the
+        training split's per-feature mean and standard deviation (not in
+        the paper; off by default; cached protocol only).
+      protocol: "cached" (train on the features of one centre crop per
+        image, computed once) or "online" (the paper's: every step through
+        the frozen trunk on freshly augmented images).
+      max_train_examples: int > 0 or None; use at most this many training
+        examples, a uniform draw given ``seed`` (`features.subsample_index`).
+    """
+
+    epochs: int = DEFAULT_EPOCHS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    learning_rate: float = DEFAULT_LEARNING_RATE
+    momentum: float = DEFAULT_MOMENTUM
+    patience: int = DEFAULT_PATIENCE
+    max_drops: int = DEFAULT_MAX_DROPS
+    drop_factor: float = DEFAULT_DROP_FACTOR
+    seed: int = 0
+    standardize: bool = False
+    protocol: str = "cached"
+    max_train_examples: int | None = None
+
+    def __post_init__(self):
+        problems = []
+        for name in ("epochs", "batch_size", "patience"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                problems.append(f"{name} must be a positive integer (got {value!r})")
+        for name in ("max_drops", "seed"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                problems.append(f"{name} must be an integer >= 0 (got {value!r})")
+        if not (isinstance(self.learning_rate, (int, float)) and
+                math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            problems.append(f"learning_rate must be a positive number (got "
+                            f"{self.learning_rate!r})")
+        if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
+            problems.append(f"momentum must lie in [0, 1) (got {self.momentum!r})")
+        if not (isinstance(self.drop_factor, (int, float)) and 0 < self.drop_factor < 1):
+            problems.append(f"drop_factor must lie in (0, 1) (got {self.drop_factor!r})")
+        if self.max_train_examples is not None and (
+                not _is_int(self.max_train_examples) or self.max_train_examples <= 0):
+            problems.append(f"max_train_examples must be a positive integer or unset (got "
+                            f"{self.max_train_examples!r})")
+        if self.protocol not in PROTOCOLS:
+            problems.append(f"protocol must be one of {', '.join(PROTOCOLS)} (got "
+                            f"{self.protocol!r})")
+        elif self.protocol == "online" and self.standardize:
+            problems.append("standardize applies to the cached protocol only (the online "
+                            "protocol trains on the trunk's raw features, as the paper does)")
+        if problems:
+            raise ConfigError("Invalid linear-probe settings: " + "; ".join(problems) + ".")
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass
+class ProbeResult:
+    """Outcome of one readout training.
+
+    Attributes:
+      top1, top5: float, validation accuracies of the final readout; top5 is
+        top-k with k = min(5, C) (``top5_k``).
+      loss: float, mean validation cross-entropy of the final readout.
+      train_loss, train_top1: float; cached protocol: of the final readout
+        on the training features; online protocol: means over the last
+        epoch's (augmented) training batches, each before its step.
+      best_top1, best_epoch: the best validation top-1 over the epochs and
+        the (1-based) epoch it was reached.
+      epochs: int, epochs trained.
+      drops: int, learning-rate drops taken.
+      drop_epochs: list of int, the epochs after which the rate dropped.
+      stopped_on_plateau: bool, True if training ended because validation
+        saturated after the last drop (False: ``epochs`` ran out).
+      final_learning_rate: float.
+      history: list of dict per epoch (epoch, learning_rate, loss, top1, top5).
+      seconds: float, training time.
+    """
+
+    top1: float
+    top5: float
+    top5_k: int
+    loss: float
+    train_loss: float
+    train_top1: float
+    best_top1: float
+    best_epoch: int
+    epochs: int
+    drops: int
+    drop_epochs: list[int]
+    stopped_on_plateau: bool
+    final_learning_rate: float
+    history: list[dict[str, float]]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """dict of every attribute (JSON-ready: numbers, lists, dicts)."""
+        return dataclasses.asdict(self)
+
+
+class LinearReadout:
+    """``keras.layers.Dense(C)`` on features [B, F], trained with SGD on softmax
+    cross-entropy.
+
+    Args:
+      feature_dim: int F.
+      num_classes: int C.
+      learning_rate: float, initial rate.
+      momentum: float.
+      standardization: optional (mean, scale), float32 [F] each
+        (`feature_statistics.standardizer`): every batch of features is
+        replaced by ``(features - mean) / scale`` (in float32) before the
+        Dense layer, so its weights are those of standardised features.
+    """
+
+    def __init__(self, feature_dim: int, num_classes: int,
+                 learning_rate: float = DEFAULT_LEARNING_RATE,
+                 momentum: float = DEFAULT_MOMENTUM,
+                 standardization: tuple[Array, Array] | None = None) -> None:
+        self.num_classes = int(num_classes)
+        self.dense = keras.layers.Dense(self.num_classes, kernel_initializer="zeros",
+                                        bias_initializer="zeros", name="linear_readout")
+        self.dense.build((None, int(feature_dim)))
+        self.optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=momentum)
+        self.optimizer.build(self.dense.trainable_variables)
+        self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._standardization = None if standardization is None else tuple(
+            tf.constant(np.asarray(value, np.float32)) for value in standardization)
+        signature = [tf.TensorSpec([None, int(feature_dim)], tf.float32),
+                     tf.TensorSpec([None], tf.int64)]
+        self._train_step = tf.function(self._step, input_signature=signature)
+        self._batch_stats = tf.function(self._stats, input_signature=signature)
+
+    @property
+    def learning_rate(self) -> float:
+        """float: the optimizer's current learning rate (settable)."""
+        return float(self.optimizer.learning_rate.numpy())
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:
+        self.optimizer.learning_rate.assign(value)
+
+    def weights(self) -> tuple[Array, Array]:
+        """(kernel float32 [F, C], bias float32 [C]) as numpy arrays."""
+        return self.dense.kernel.numpy(), self.dense.bias.numpy()
+
+    def _logits(self, features):
+        if self._standardization is not None:
+            mean, scale = self._standardization
+            features = (features - mean) / scale
+        return self.dense(features)
+
+    def _step(self, features, labels):
+        with tf.GradientTape() as tape:
+            logits = self._logits(features)
+            loss = self._loss(labels, logits)
+        variables = self.dense.trainable_variables
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        correct = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int64), labels)
+        return loss, tf.reduce_sum(tf.cast(correct, tf.float32))
+
+    def _stats(self, features, labels):
+        logits = self._logits(features)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        top1 = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int64), labels)
+        topk = tf.math.in_top_k(labels, logits, min(TOP_K, self.num_classes))
+        return (tf.reduce_sum(losses), tf.reduce_sum(tf.cast(top1, tf.float32)),
+                tf.reduce_sum(tf.cast(topk, tf.float32)))
+
+    def train_step(self, features: FloatTensor, labels: IntTensor) -> tuple[float, float]:
+        """One SGD step on a batch: features float32 [B, F], labels int64 [B].
+
+        Returns:
+          (float mean cross-entropy, float number of top-1 hits), both of the
+          weights before the step.
+        """
+        loss, correct = self._train_step(features, labels)
+        return float(loss), float(correct)
+
+    def train_epoch(self, features: Array, labels: Array, order: Array, batch_size: int,
+                    on_step: Callable[[int, float], None] | None = None) -> float:
+        """One pass of SGD steps over ``features[order]`` in batches.
+
+        Each batch's rows are read in ascending order (fewer, longer reads of
+        a cache file); its step does not depend on the order of its rows.
+
+        Args:
+          features: float32 [N, F], an array or `NpyRows`; labels: int64 [N];
+            order: int [N].
+          batch_size: int; the last batch may be smaller.
+          on_step: optional callable(steps done, mean loss so far), for progress.
+
+        Returns:
+          float, the mean of the steps' batch losses (before each step).
+        """
+        losses = []
+        for start in range(0, len(order), batch_size):
+            rows = np.sort(order[start:start + batch_size])
+            losses.append(self.train_step(features[rows], labels[rows])[0])
+            if on_step is not None:
+                on_step(len(losses), float(np.mean(losses)))
+        return float(np.mean(losses))
+
+    def evaluate(self, features: Array, labels: Array,
+                 batch_size: int | None = None) -> dict[str, float]:
+        """dict loss (mean cross-entropy), top1, top5 over all the examples,
+        reading ``features`` (array or `NpyRows`) ``batch_size`` rows at a time."""
+        batch_size = batch_size or EVALUATION_BATCH_SIZE
+        totals = np.zeros(3)
+        for start in range(0, len(labels), batch_size):
+            batch = self._batch_stats(features[start:start + batch_size],
+                                      labels[start:start + batch_size])
+            totals += [float(value) for value in batch]
+        count = max(len(labels), 1)
+        return {"loss": totals[0] / count, "top1": totals[1] / count, "top5": totals[2] / count}
+
+
+#: ``epoch_fn(epoch, on_step) -> mean training loss`` of one epoch (1-based);
+#: ``on_step(steps done, mean loss so far)`` reports progress.
+EpochFn = Callable[[int, Callable[[int, float], None]], float]
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    """What `run_epochs` saw (see `ProbeResult` for the fields' meaning)."""
+
+    history: list[dict[str, float]]
+    drop_epochs: list[int]
+    best_top1: float
+    best_epoch: int
+    stopped_on_plateau: bool
+    seconds: float
+
+
+def check_features(features: FeatureSet, num_classes: int, name: str) -> None:
+    """ConfigError unless ``features`` has examples, labels in [0, C) and, for an
+    in-memory array, finite values (a cache's are checked when it is written)."""
+    if len(features.labels) == 0:
+        raise ConfigError(f"The {name} split has no examples to probe with.")
+    if features.labels.min() < 0 or features.labels.max() >= num_classes:
+        raise ConfigError(f"The {name} labels must lie in [0, {num_classes}).")
+    if isinstance(features.features, np.ndarray) and not all_finite(features.features):
+        raise ConfigError(f"The {name} features contain NaN or infinite values; the "
+                          "trunk's checkpoint is broken or diverged.")
+
+
+def _check_feature_sets(train, validation, num_classes):
+    if train.features.ndim != 2 or validation.features.ndim != 2 or \
+            train.features.shape[1] != validation.features.shape[1]:
+        raise ConfigError(f"Training and validation features must both be [N, F] with the same "
+                          f"F; got {train.features.shape} and {validation.features.shape}.")
+    check_features(train, num_classes, "training")
+    check_features(validation, num_classes, "validation")
+
+
+def _log(stream, message):
+    stream.write(message + "\n")
+    stream.flush()
+
+
+def _on_plateau(readout, settings, drop_epochs, epoch, description, stream):
+    """Drops the readout's rate after a plateau, or says to stop once every drop is
+    taken; returns whether to stop."""
+    learning_rate = readout.learning_rate
+    stop = len(drop_epochs) >= settings.max_drops
+    if stop:
+        note = (f"{description}: validation top-1 saturated after epoch {epoch} at the "
+                f"last rate; stopping")
+    else:
+        readout.learning_rate = learning_rate * settings.drop_factor
+        drop_epochs.append(epoch)
+        note = (f"{description}: validation top-1 saturated after epoch {epoch}; "
+                f"learning rate {learning_rate:g} -> {readout.learning_rate:g}")
+    _log(stream, note)
+    return stop
+
+
+def _check_finite(loss, description, epoch, learning_rate):
+    """ConfigError when an epoch's mean loss is not finite: the readout diverged."""
+    if not math.isfinite(loss):
+        raise ConfigError(
+            f"The {description} diverged in epoch {epoch} (loss {loss}) at learning rate "
+            f"{learning_rate:g}; lower --learning_rate or standardise the features "
+            "(--standardize).")
+
+
+def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch: int,
+               epoch_fn: EpochFn, validation: FeatureSet, stream: TextIO,
+               description: str) -> EpochRecord:
+    """Trains ``readout`` epoch by epoch with ``epoch_fn`` until the plateau rule
+    or ``settings.epochs`` stops it (see the module docstring).
+
+    Each epoch has its own progress bar (plain lines when ``stream`` is not a
+    terminal): steps, the running loss, and at its end validation top-1.
+    """
+    tracker = PlateauTracker(settings.patience, min_delta=PLATEAU_MIN_DELTA)
+    record = EpochRecord([], [], -1.0, 0, False, 0.0)
+    start = time.monotonic()
+    for epoch in range(1, settings.epochs + 1):
+        learning_rate = readout.learning_rate
+        progress = EpochProgress(f"{description} epoch {epoch}/{settings.epochs}",
+                                 steps_per_epoch, settings.batch_size, stream=stream,
+                                 log_every_seconds=LOG_EVERY_SECONDS)
+
+        def on_step(step, loss, progress=progress, learning_rate=learning_rate):
+            if step < steps_per_epoch:  # the last step is reported with validation
+                progress.update(step, {"lr": learning_rate, "loss": loss})
+
+        loss = epoch_fn(epoch, on_step)
+        _check_finite(loss, description, epoch, learning_rate)
+        metrics = readout.evaluate(validation.features, validation.labels)
+        record.history.append({"epoch": epoch, "learning_rate": learning_rate, "loss": loss,
+                               "top1": metrics["top1"], "top5": metrics["top5"]})
+        if metrics["top1"] > record.best_top1:
+            record.best_top1, record.best_epoch = metrics["top1"], epoch
+        progress.update(steps_per_epoch, {"lr": learning_rate, "loss": loss,
+                                          "val_top1": metrics["top1"]})
+        if tracker.update(metrics["top1"]):
+            record.stopped_on_plateau = _on_plateau(readout, settings, record.drop_epochs,
+                                                    epoch, description, stream)
+            if record.stopped_on_plateau:
+                break
+    record.seconds = time.monotonic() - start
+    return record
+
+
+def probe_result(readout: LinearReadout, record: EpochRecord, validation: FeatureSet,
+                 train_metrics: dict[str, float], num_classes: int) -> ProbeResult:
+    """The `ProbeResult` of a trained readout: validation metrics of its final
+    weights, ``train_metrics`` (dict loss, top1) and the epochs' record."""
+    final = readout.evaluate(validation.features, validation.labels)
+    return ProbeResult(
+        top1=final["top1"], top5=final["top5"], top5_k=min(TOP_K, int(num_classes)),
+        loss=final["loss"], train_loss=train_metrics["loss"], train_top1=train_metrics["top1"],
+        best_top1=record.best_top1, best_epoch=record.best_epoch, epochs=len(record.history),
+        drops=len(record.drop_epochs), drop_epochs=record.drop_epochs,
+        stopped_on_plateau=record.stopped_on_plateau,
+        final_learning_rate=readout.learning_rate, history=record.history,
+        seconds=record.seconds)
+
+
+def train_readout(train: FeatureSet, validation: FeatureSet, num_classes: int,
+                  settings: ProbeSettings = ProbeSettings(), stream: TextIO | None = None,
+                  description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
+    """Trains a linear readout on cached features (see the module docstring).
+
+    Args:
+      train, validation: `FeatureSet`; features float32 [N, F] as arrays or
+        cache rows (`npy_rows.NpyRows`), read a batch at a time.
+      num_classes: int C of the probe dataset.
+      settings: `ProbeSettings` (``protocol`` and ``max_train_examples`` are
+        the caller's business: every training row given is used).
+      stream: where progress goes (stdout when None).
+      description: str, names the probe in progress lines.
+
+    Returns:
+      (`LinearReadout`, `ProbeResult`). With ``settings.standardize`` the
+      readout's weights are those of standardised features (see
+      `feature_statistics.standardizer`); it standardises what it is given.
+
+    Raises:
+      ConfigError: bad feature sets, or the training diverged (non-finite loss).
+    """
+    stream = stream or sys.stdout
+    _check_feature_sets(train, validation, num_classes)
+    standardization = standardizer(train.features) if settings.standardize else None
+    readout = LinearReadout(train.features.shape[1], num_classes, settings.learning_rate,
+                            settings.momentum, standardization)
+    num_train = len(train.labels)
+
+    def epoch_fn(epoch, on_step):
+        order = np.random.default_rng([settings.seed, epoch]).permutation(num_train)
+        return readout.train_epoch(train.features, train.labels, order, settings.batch_size,
+                                   on_step)
+
+    record = run_epochs(readout, settings, -(-num_train // settings.batch_size), epoch_fn,
+                        validation, stream, description)
+    train_metrics = readout.evaluate(train.features, train.labels)
+    return readout, probe_result(readout, record, validation, train_metrics, num_classes)

@@ -1,0 +1,218 @@
+"""The sampling protocol of the paper's Table 5: random small subsets of a
+fixed set of embeddings, a few labels kept per class, propagation methods
+scored on the rest.
+
+Each draw picks S classes, I images of each and keeps the labels of L of
+them per class; every method (`methods.PropagationMethod`)
+predicts the other ``S * (I - L)`` images, which alone are scored. The
+paper used S = 50, I = 50, L = 5 and 10 draws on ImageNet ResNet-50
+features. This module needs no TensorFlow: it only calls the methods.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from llp_tf.errors import ConfigError, DataError
+from llp_tf.types import Array
+
+if TYPE_CHECKING:  # for the annotations only: this module needs no TensorFlow
+    from llp_tf.after_training.transduction.methods import PropagationMethod
+
+# The paper's protocol (Table 5 of Zhuang et al. 2019).
+PAPER_CLASSES = 50
+PAPER_IMAGES_PER_CLASS = 50
+PAPER_LABELED_PER_CLASS = 5
+PAPER_DRAWS = 10
+
+#: ``on_draw(draw_number, total_draws, {method name: accuracy}, seconds)``, called
+#: by `compare_methods` after each draw.
+OnDraw = Callable[[int, int, dict[str, float], float], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Draw:
+    """One drawn subset.
+
+    Attributes:
+      index: int64 [S * I], rows of the features, class by class.
+      labeled_mask: bool [S * I], the L labelled rows of each class.
+      classes: int64 [S * I], the drawn rows' classes renumbered 0..S-1 (in
+        the order of the drawn classes' original labels).
+    """
+
+    index: np.ndarray
+    labeled_mask: np.ndarray
+    classes: np.ndarray
+
+
+def check_protocol(labels: Array, num_classes: int, images_per_class: int,
+                   labeled_per_class: int, draws: int) -> None:
+    """Raises ConfigError when the protocol cannot be drawn from ``labels``.
+
+    Args:
+      labels: int [N], the true class of every feature row.
+      num_classes: int, S, classes per draw.
+      images_per_class: int, I.
+      labeled_per_class: int, L.
+      draws: int, R.
+    """
+    # One class would make every method trivially right.
+    lowest = {"classes": (num_classes, 2), "images_per_class": (images_per_class, 2),
+              "labeled_per_class": (labeled_per_class, 1), "draws": (draws, 1)}
+    for name, (value, low) in lowest.items():
+        if int(value) < low:
+            raise ConfigError(f"{name} must be at least {low}, got {value}.")
+    if labeled_per_class >= images_per_class:
+        raise ConfigError(
+            f"labeled_per_class ({labeled_per_class}) must be smaller than images_per_class "
+            f"({images_per_class}): the unlabelled drawn images are the ones scored.")
+    present, counts = np.unique(labels, return_counts=True)
+    if num_classes > len(present):
+        raise ConfigError(
+            f"Asked for {num_classes} classes per draw, but the labels have only "
+            f"{len(present)} classes; lower --classes to at most {len(present)}.")
+    eligible = int((counts >= images_per_class).sum())
+    if eligible < num_classes:
+        raise ConfigError(
+            f"Asked for {num_classes} classes of {images_per_class} images each, but only "
+            f"{eligible} of the {len(present)} classes have {images_per_class} images (class "
+            f"sizes range from {counts.min()} to {counts.max()}); lower --images_per_class "
+            f"or --classes.")
+
+
+def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
+                 labeled_per_class: int, draws: int, seed: int) -> list[Draw]:
+    """The protocol's R random subsets, reproducible by seed.
+
+    Each draw picks S distinct classes among those with at least I examples,
+    I distinct examples of each, and labels the first L of each class's
+    drawn examples (a random choice, the draw being random).
+
+    Args:
+      labels: int [N]; see `check_protocol` for the rest.
+      seed: int, of the numpy Generator.
+
+    Returns:
+      list of R `Draw`.
+
+    Raises:
+      ConfigError: see `check_protocol`.
+    """
+    labels = np.asarray(labels, np.int64)
+    check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws)
+    present, counts = np.unique(labels, return_counts=True)
+    eligible = present[counts >= images_per_class]
+    rng = np.random.default_rng(seed)
+    result = []
+    for _ in range(draws):
+        classes = np.sort(rng.choice(eligible, size=num_classes, replace=False))
+        index = np.concatenate([
+            rng.choice(np.flatnonzero(labels == c), size=images_per_class, replace=False)
+            for c in classes])
+        position = np.tile(np.arange(images_per_class), num_classes)
+        result.append(Draw(index=index.astype(np.int64),
+                           labeled_mask=position < labeled_per_class,
+                           classes=np.repeat(np.arange(num_classes, dtype=np.int64),
+                                             images_per_class)))
+    return result
+
+
+def normalize_rows(features: Array, row_ids: Array | None = None) -> Array:
+    """float32 [n, D]: the rows scaled to unit length.
+
+    Args:
+      features: float [n, D].
+      row_ids: optional int [n], the rows' numbers to name in errors (their
+        rows in the full feature set); 0..n-1 by default.
+
+    Raises:
+      DataError: a zero or non-finite row, which has no direction.
+    """
+    features = np.asarray(features, np.float64)
+    norms = np.linalg.norm(features, axis=1)
+    bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
+    if bad.size:
+        first = bad[0] if row_ids is None else row_ids[bad[0]]
+        raise DataError(f"Feature row {first} is zero or not finite ({bad.size} such rows "
+                        f"among those drawn); it has no direction to compare.")
+    return (features / norms[:, None]).astype(np.float32)
+
+
+@dataclasses.dataclass
+class Comparison:
+    """Accuracies of each method on each draw.
+
+    Attributes:
+      methods: tuple of `methods.PropagationMethod`.
+      accuracy: dict name -> float64 [R], the fraction of the draw's
+        unlabelled points predicted right.
+      seconds: dict name -> float, total time of each method.
+    """
+
+    methods: tuple["PropagationMethod", ...]
+    accuracy: dict[str, Array]
+    seconds: dict[str, float]
+
+    def mean(self, name: str) -> float:
+        """Mean accuracy of a method over the draws."""
+        return float(np.mean(self.accuracy[name]))
+
+    def std(self, name: str) -> float:
+        """Sample standard deviation over the draws (0 for a single draw)."""
+        values = self.accuracy[name]
+        return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def compare_methods(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
+                    num_classes: int, images_per_class: int, labeled_per_class: int, draws: int,
+                    seed: int, on_draw: OnDraw | None = None) -> Comparison:
+    """Runs every method on every draw of the protocol.
+
+    Args:
+      features: float [N, D]; each draw's rows are L2-normalised (the
+        methods assume unit vectors; memory-bank rows already are).
+      labels: int [N], true classes.
+      methods: sequence of `methods.PropagationMethod`, e.g.
+        `methods.standard_methods()`.
+      num_classes, images_per_class, labeled_per_class, draws, seed: the
+        protocol (S, I, L, R), see `draw_subsets`.
+      on_draw: optional callable(draw_number, total_draws, {name: accuracy},
+        seconds) called after each draw (progress).
+
+    Returns:
+      `Comparison`.
+
+    Raises:
+      ConfigError, DataError: a protocol that does not fit the labels, or
+        features that do not match them.
+    """
+    labels = np.asarray(labels)
+    features = np.asarray(features)
+    if features.ndim != 2 or labels.ndim != 1 or features.shape[0] != labels.shape[0]:
+        raise DataError(f"Features must be [N, D] and labels [N] with the same N; got "
+                        f"{features.shape} and {labels.shape}.")
+    subsets = draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws,
+                           seed)
+    methods = tuple(methods)
+    accuracy = {m.name: np.zeros(draws) for m in methods}
+    seconds = {m.name: 0.0 for m in methods}
+    for number, draw in enumerate(subsets):
+        start = time.monotonic()
+        embeddings = normalize_rows(features[draw.index], draw.index)
+        # Unlabelled points' labels are hidden, so no method can read them.
+        visible = np.where(draw.labeled_mask, draw.classes, -1)
+        scored = ~draw.labeled_mask
+        for method in methods:
+            method_start = time.monotonic()
+            predictions = np.asarray(method.predict(embeddings, draw.labeled_mask, visible,
+                                                    num_classes))
+            seconds[method.name] += time.monotonic() - method_start
+            accuracy[method.name][number] = np.mean(predictions[scored] == draw.classes[scored])
+        if on_draw is not None:
+            on_draw(number + 1, draws, {m.name: accuracy[m.name][number] for m in methods},
+                    time.monotonic() - start)
+    return Comparison(methods=methods, accuracy=accuracy, seconds=seconds)
