@@ -23,7 +23,7 @@ from llp_tf.after_training.probe.feature_cache import cached_features
 from llp_tf.after_training.probe.online_readout import train_online_readout
 from llp_tf.after_training.probe.readout import ProbeResult, ProbeSettings, train_readout
 from llp_tf.data import TRAIN, VALIDATION, Source
-from llp_tf.data import augment
+from llp_tf.data.config import MIN_CROP_AREA, PAPER
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.config import TrainConfig
@@ -57,8 +57,8 @@ def _train(model, source, image_size, settings, caches, probe, stream, descripti
     validation = caches[VALIDATION].feature_set()
     if settings.protocol == "online":
         _, result = train_online_readout(model, source, validation, source.info.num_classes,
-                                         image_size, settings, probe.get("augmentation", "paper"),
-                                         probe.get("min_crop_area", augment.CROP_AREA_RANGE[0]),
+                                         image_size, settings, probe.get("augmentation", PAPER),
+                                         probe.get("min_crop_area", MIN_CROP_AREA),
                                          stream, description)
     else:
         _, result = train_readout(caches[TRAIN].feature_set(), validation,
@@ -69,7 +69,7 @@ def _train(model, source, image_size, settings, caches, probe, stream, descripti
 def probe_trunk(model: LLPModel, source: Source, image_size: int,
                 settings: ProbeSettings = ProbeSettings(), cache_dir: str | None = None,
                 trunk: str = "trunk", trunk_description: str = "", reuse_cache: bool = True,
-                augmentation: str = "paper", min_crop_area: float = augment.CROP_AREA_RANGE[0],
+                augmentation: str = PAPER, min_crop_area: float = MIN_CROP_AREA,
                 feature_batch_size: int | None = None, stream: TextIO | None = None,
                 description: str = "readout") -> tuple[ProbeResult, dict[str, Any]]:
     """Caches the features of ``source``'s splits from a frozen model, then trains

@@ -22,7 +22,8 @@ import tensorflow as tf
 from llp_tf.after_training.features import FeatureSet, subsample_index
 from llp_tf.after_training.probe.readout import (LinearReadout, ProbeResult, ProbeSettings,
                                                  check_features, probe_result, run_epochs)
-from llp_tf.data import TRAIN, Source, augment, data_errors, pipeline
+from llp_tf.data import TRAIN, Source, data_errors, pipeline
+from llp_tf.data.config import MIN_CROP_AREA, PAPER
 from llp_tf.errors import ConfigError
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import Array, FloatTensor
@@ -32,8 +33,8 @@ FeaturesFn = Callable[[FloatTensor], FloatTensor]
 
 
 def online_batches(source: Source, batch_size: int, image_size: int, seed: int, epoch: int,
-                   used_index: Array | None = None, augmentation: str = "paper",
-                   min_crop_area: float = augment.CROP_AREA_RANGE[0]) -> tf.data.Dataset:
+                   used_index: Array | None = None, augmentation: str = PAPER,
+                   min_crop_area: float = MIN_CROP_AREA) -> tf.data.Dataset:
     """The augmented training batches of the probe's epoch ``epoch`` (1-based).
 
     Returns:
@@ -88,8 +89,8 @@ def online_epoch(readout: LinearReadout, features_fn: FeaturesFn, dataset: tf.da
 def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet,
                          num_classes: int, image_size: int,
                          settings: ProbeSettings = ProbeSettings(),
-                         augmentation: str = "paper",
-                         min_crop_area: float = augment.CROP_AREA_RANGE[0],
+                         augmentation: str = PAPER,
+                         min_crop_area: float = MIN_CROP_AREA,
                          stream: TextIO | None = None,
                          description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
     """Trains a linear readout online through the frozen ``model`` (see the
