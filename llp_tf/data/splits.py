@@ -10,8 +10,9 @@ and trains on QQ% of them. `make_splits`, per class c with n_c examples:
 - used: ``max(k_c, round(QQ% * n_c))``: the labelled ones plus the lowest
   remaining indices, or a seeded draw of the rest.
 
-A class with examples but no labelled one is an error; a class with no
-training example is skipped (`absent_classes_warning`). A run's split must
+A class with examples but no labelled one is an error (raise PP, or give
+the labelled set: `splits_from_labeled`); a class with no training example
+is skipped (`absent_classes_warning`). A run's split must
 not change on resume, so it is saved (`save_splits`) and loaded
 (`load_splits`) with a check against the dataset: the same number of
 training examples and a SHA-256 fingerprint of ``train_labels``. The bank
