@@ -12,12 +12,11 @@ and trains on QQ% of them. `make_splits`, per class c with n_c examples:
 
 A class with examples but no labelled one is an error (raise PP, or give
 the labelled set: `splits_from_labeled`); a class with no training example
-is skipped (`absent_classes_warning`). A run's split must
-not change on resume, so it is saved (`save_splits`) and loaded
-(`load_splits`) with a check against the dataset: the same number of
-training examples and a SHA-256 fingerprint of ``train_labels``. The bank
-holds only the used examples: original index ``used_index[j]`` is bank row j
-(`dense_index`).
+is skipped (`absent_classes_warning`). A run's split must not change on
+resume, so it is saved (`save_splits`) and loaded (`load_splits`) with a
+check against the dataset: the same number of training examples and a
+SHA-256 fingerprint of ``train_labels``. The bank holds only the used
+examples: original index ``used_index[j]`` is bank row j (`dense_index`).
 """
 
 import hashlib
