@@ -4,25 +4,19 @@
   tools/train.py --regime=demo --input_service=grpc://127.0.0.1:5050
 
 With no --dispatcher_address, a dispatcher starts here on --dispatcher_port
-and --workers workers start beside it; the line `train with
---input_service=grpc://HOST:PORT` gives the flag for tools/train.py. Workers
-on other machines: the dispatcher must list every worker (the input is
-sharded statically over them, `llp_tf.data.data_service`), so give it
---worker_addresses, then start the other machines' workers with
---dispatcher_address:
+with --workers workers beside it, and prints the --input_service=grpc://...
+flag for tools/train.py. With workers on other machines the dispatcher must
+list every worker (--worker_addresses):
 
   host0$ tools/input_service.py --host=host0 --worker_ports=5051 \\
              --worker_addresses=host0:5051,host1:5051
   host1$ tools/input_service.py --dispatcher_address=host0:5050 --host=host1 \\
              --worker_ports=5051
 
-Each worker reads the dataset's files by the trainer's paths. The service
-runs until SIGTERM, SIGINT (Ctrl-C) or SIGHUP, then stops its workers and
-its dispatcher and exits 0; exit 1 after an error at start. With one worker
-in all, the training input is exactly the local one; with several, every
-step's examples and pixels are, but the order of steps within an epoch
-varies (README, "Remote input workers"). TensorFlow's servers listen on
-their ports on every interface.
+Workers read the dataset's files by the trainer's paths. Runs until SIGTERM,
+SIGINT (Ctrl-C) or SIGHUP, then stops and exits 0; exit 1 after an error at
+start. TensorFlow's servers listen on every interface. What stays
+deterministic: README, "Remote input workers".
 """
 
 import signal

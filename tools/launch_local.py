@@ -4,23 +4,20 @@ with its own TF_CONFIG, their output prefixed with the worker's index.
   tools/launch_local.py --workers=2 -- tools/train.py --regime=demo --run_dir=runs/demo_mw
   tools/launch_local.py --workers=3 --timeout_seconds=600 -- python my_script.py --x=1
 
-Everything after `--` is the worker command, the same for every worker; a
-first word ending in .py runs with this Python. Each worker gets the
+Everything after `--` is the worker command, the same for every worker (a
+first word ending in .py runs with this Python). Each worker gets the
 environment plus TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:P0", ...]},
 "task": {"type": "worker", "index": I}} (worker 0 is the chief) and
-PYTHONUNBUFFERED=1, so that its lines arrive as it prints them. Its stdout
-and stderr come out on the launcher's, each line prefixed `[worker I] `.
+PYTHONUNBUFFERED=1; its stdout and stderr lines come out on the launcher's,
+prefixed `[worker I] `.
 
-The launcher ends with the workers: exit 0 when all exit 0. When one fails,
-it stops the others (SIGTERM, SIGKILL after a few seconds) and exits with
-the failed worker's code (128+N after signal N); after --timeout_seconds it
-stops all and exits 124; Ctrl-C, SIGTERM or SIGHUP to it stops all and
-exits 128+N. A last line says what happened. Each worker runs in its own
-process group, stopped with everything it started (a launcher killed with
-SIGKILL cannot stop them). The ports are free when picked and bound by the
-workers a moment later. The cluster's addresses are 127.0.0.1, though
-TensorFlow's gRPC server listens on its port on every interface. POSIX
-only. This tool imports no TensorFlow (so no quiet start).
+Exit 0 when all workers exit 0. When one fails, the others are stopped
+(SIGTERM, SIGKILL after a few seconds) and the exit code is the failed
+worker's (128+N after signal N); after --timeout_seconds all are stopped,
+exit 124; Ctrl-C, SIGTERM or SIGHUP stops all, exit 128+N. Each worker runs
+in its own process group, stopped with everything it started (not when the
+launcher is killed with SIGKILL). TensorFlow's gRPC servers listen on every
+interface. POSIX only; imports no TensorFlow.
 """
 
 import contextlib

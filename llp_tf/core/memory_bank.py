@@ -1,30 +1,25 @@
 """The memory bank: per-example state that LLP keeps across steps.
 
-For each of the N training examples (the examples used, with dense indices
-``[0, N)``) the bank holds, as non-trainable variables saved in checkpoints:
+For the N used training examples (dense indices ``[0, N)``) the bank holds,
+as non-trainable variables saved in checkpoints:
 
 - ``embeddings`` float32 [N, D]: the running average of the example's
-  embedding, initialised uniform in ``[-s, s]`` with ``s = 1 / sqrt(D / 3)``
-  (rows then have unit norm in expectation);
-- ``labels`` int64 [N]: a class or an instance id, see `label_encoding`;
+  embedding, initialised uniform in ``[-s, s]``, ``s = 1 / sqrt(D / 3)``
+  (unit-norm rows in expectation);
+- ``labels`` int64 [N]: a class or an instance id (`label_encoding`);
   labelled examples hold their true class for good, the others start with
   their instance id and take pseudo classes once propagated to;
-- ``confidence`` float32 [N]: 1 for labelled examples; the propagation
-  confidence for pseudo-labelled ones; 1 for examples not yet propagated to,
-  so that their loss is plain instance discrimination;
+- ``confidence`` float32 [N]: 1 for labelled examples and for examples not
+  yet propagated to (plain instance discrimination), else the propagation
+  confidence;
 - ``density`` float32 [M]: rho of each labelled example (eq. 7), in the order
   of ``labeled_index``; refreshed by the trainer, 1 until then;
 - ``labeled_index`` int64 [M] (sorted) and ``is_labeled`` bool [N]: the split,
-  fixed at construction and kept in the checkpoint so a resumed run cannot
-  silently change it.
+  fixed at construction and checkpointed, so a resume cannot change it.
 
-Multi-replica updates. Under `tf.distribute.MirroredStrategy` every variable
-is mirrored with ``aggregation=NONE``: a scatter issued in replica context
-changes that replica's copy only. `update` therefore first all-gathers the
-global batch (indices, embeddings, pseudo labels, confidences) from every
-replica and then applies the identical scatter on each, so all copies stay
-identical. Called in cross-replica context it expects the global batch and
-updates every copy. Create the bank inside ``strategy.scope()``.
+Create the bank inside ``strategy.scope()``. `update` keeps every replica's
+copy identical: in replica context it writes the global batch, gathered
+from all replicas; in cross-replica context it expects the global batch.
 """
 
 import numpy as np
@@ -173,6 +168,9 @@ class MemoryBank(tf.Module):
         if classes is not None:
             batch["classes"] = tf.cast(classes, tf.int64)
             batch["confidence"] = tf.cast(confidence, tf.float32)
+        # Variables are mirrored with aggregation=NONE: a scatter in replica
+        # context changes that replica's copy only, so every replica applies
+        # the same scatter of the whole global batch.
         batch = _gather_global_batch(batch)
         indices = batch["indices"]
 

@@ -1,29 +1,22 @@
 """Image augmentation of the release (train) and the evaluation transform.
 
-Pure functions of one image: no flags, no hidden state. Every random choice
-is a stateless op driven by an explicit ``seed`` (int32/int64 [2]), so an
-image's augmentation depends only on that seed: not on the order in which
-tf.data runs its parallel calls, the number of replicas, or where a resumed
-epoch starts. The input pipeline derives the seed from
-``(run seed, epoch, example index)``.
+Pure functions of one image. Every random choice is a stateless op driven by
+an explicit ``seed`` (int32/int64 [2]; the input pipeline derives it from
+``(run seed, epoch, example index)``), so an image's augmentation does not
+depend on tf.data's parallelism, the number of replicas or where a resumed
+epoch starts.
 
-Train (the release's torchvision-style recipe, in its order):
-random resized crop (area 0.2-1 of the image, aspect ratio 3/4-4/3,
-log-uniform), random grayscale with p = 0.2, colour jitter in a random order
-(brightness, contrast, saturation: factor in [0.6, 1.4]; hue: shift in
-[-0.4, 0.4] of the hue circle), horizontal flip with p = 0.5, ImageNet
-mean/std normalisation.
+Train, the release's torchvision-style recipe in its order: random resized
+crop (area 0.2-1, aspect ratio 3/4-4/3, log-uniform), random grayscale with
+p = 0.2, colour jitter in a random order (brightness, contrast, saturation:
+factor in [0.6, 1.4]; hue: shift in [-0.4, 0.4] of the hue circle),
+horizontal flip with p = 0.5, ImageNet mean/std normalisation. The
+``"light"`` policy keeps only the crop. The smallest crop area is a setting
+of either policy. Evaluation: resize the short side to
+``round(size * 256 / 224)``, centre crop ``size`` x ``size``, normalise.
 
-A ``"light"`` policy keeps only the random resized crop: colour changes mean
-nothing on grayscale digits and mirror images change what a digit is. The
-crop's smallest area (0.2 in the release) is a setting of either policy.
-
-Evaluation: resize the short side to ``round(size * 256 / 224)`` (keeping the
-aspect ratio), centre crop ``size`` x ``size``, normalise.
-
-Images come in as uint8 [H, W, 3] (grayscale sources already expanded to
-three channels) and leave as float32 [size, size, 3]; before normalisation
-pixel values lie in [0, 1], after it channel c lies in
+Images come in as uint8 [H, W, 3] (grayscale already expanded to three
+channels) and leave as float32 [size, size, 3], channel c in
 ``[(0 - MEAN[c]) / STD[c], (1 - MEAN[c]) / STD[c]]``.
 """
 

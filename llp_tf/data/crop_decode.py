@@ -1,52 +1,21 @@
 """Decoding only the window of an image that a random crop keeps.
 
-A training example keeps one random-resized-crop window of its image (on
-average about half of the area for the release's crop areas 0.2-1, and
-its bottom edge at 87 % of the height; measured on 330-450 px images). For
-JPEG bytes the window is drawn from the shape in the JPEG header
-(`tf.image.extract_jpeg_shape`, no decoding) and only the rows and columns
-around it are decoded (`tf.image.decode_and_crop_jpeg`): entropy decoding
-stops below the window, and the inverse DCT, upsampling and colour
-conversion run on the window alone. Other formats (PNG, GIF, BMP) are
-decoded whole and then cropped, exactly as before.
-
-The window is a function of the image's shape alone (``window_fn``, in
-training `augment.crop_window` with the example's seed), and the header's
-shape is the decoded image's shape, so the fused and the full path crop the
-same window for the same seed.
-
-Pixels: libjpeg upsamples subsampled chroma from the neighbouring chroma
-samples; at the border of a partially decoded region it has no neighbour
-and repeats the edge, so the outermost pixels of a tightly cropped decode
-can differ from the full decode (here by up to 38 levels, mean 0.009). The
-region decoded here is therefore the window grown by ``JPEG_MARGIN`` pixels
-on each side (clipped to the image), and the margin is cut off after
-decoding: the upsampler reaches at most one chroma sample (<= 4 pixels for
-any standard subsampling) across, so the window's pixels equal the full
-decode's. Tolerance 0: tests/data/test_crop_decode.py checks that they are
-identical; with 4:2:0 chroma one pixel of margin already is (checked on
-photographs and noisy images at quality 90 and 95 too).
-
-Speed, one core, ~400x350 quality-90 4:2:0 JPEGs (tools/bench_input.py;
-images per CPU second, noisy from run to run by a few %): the fused crop
-decode is only 0.96-1.12x the full decode followed by the crop (four runs), and that
-is near the limit with identical pixels. Of a full decode of photographs
-(45 KiB/image) about 8 % is set-up, 60 % Huffman decoding and 32 % the
-inverse DCT, upsampling and colour conversion (63 % Huffman on noisy
-images, 76 KiB); Huffman decoding cannot skip rows or columns, so it runs
-down to the window's bottom edge (87 %), and only the last part shrinks
-with the window: at best ~1.28x (photographs) and ~1.22x (noisy) for the
-decode alone, less once the shared costs (drawing the window, ~0.15 ms,
-reading the header) are counted. A tf.cond on the format cost ~0.2 ms, more
-than the fused decode saves, so `decode_window` has no control flow.
-The whole training input at 224 px runs at ~150-185 images per CPU second
-either way: the augmentation after the crop, not the decode, dominates.
+For JPEG bytes the window is drawn from the shape in the JPEG header
+(`tf.image.extract_jpeg_shape`, no decoding) and only the region around it
+is decoded (`tf.image.decode_and_crop_jpeg`, the window grown by
+``JPEG_MARGIN`` pixels that are cut off again); PNG, GIF and BMP are decoded
+whole and then cropped. The window is a function of the image's shape alone
+(``window_fn``), so for the same seed the fused and the full path crop the
+same window, and its pixels equal the full decode's (tolerance 0,
+tests/data/test_crop_decode.py). Images leave as uint8 [h, w, 3].
 
 Errors: bytes that are not an image, or a JPEG whose header or data up to
 the window is damaged, fail as the full decode does (and
 `decode.decode_checked` names the file or record). A JPEG cut short *below*
 a window decodes that window, whose data is intact; it fails on the first
 crop that reaches the missing rows.
+
+What it gains and why so little: README, "Data" and "Performance".
 """
 
 import functools
@@ -63,7 +32,10 @@ from llp_tf.types import IntTensor, StringTensor
 WindowFn = Callable[[IntTensor], tuple[IntTensor, IntTensor, IntTensor, IntTensor]]
 
 #: Pixels decoded on each side of the window and then cut off, so that
-#: chroma upsampling at the decoded region's border does not reach the window.
+#: chroma upsampling at the decoded region's border does not reach the window:
+#: there libjpeg has no neighbouring chroma sample and repeats the edge, and
+#: its upsampler reaches at most one chroma sample (<= 4 pixels for any
+#: standard subsampling) across.
 JPEG_MARGIN = 4
 
 
@@ -136,8 +108,7 @@ def decode_window(encoded: StringTensor, window_fn: WindowFn) -> IntTensor:
 
     Both decodes run on every image, without control flow: the one the
     format does not need reads a 1x1 stand-in instead (a tf.cond here cost
-    more, about 0.2 ms per image, than the fused decode saves; see the
-    module docstring).
+    more, about 0.2 ms per image, than the fused decode saves).
 
     Args:
       encoded: string [], JPEG, PNG, GIF (first frame) or BMP bytes.

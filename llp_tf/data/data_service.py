@@ -2,43 +2,19 @@
 
 With a dispatcher address, each input pipeline's training dataset (see
 `llp_tf.data.pipeline`) is built and run by the tf.data service workers
-registered with that dispatcher, not by the training process; the trainer
-only receives finished batches over gRPC. Evaluation input stays local.
+registered with that dispatcher; the trainer only receives finished batches
+over gRPC. Evaluation input stays local. Sharding is static
+(`ShardingPolicy.HINT`: the dispatcher must list its N workers, as
+tools/input_service.py does): worker w builds steps w, w + N, ... of the
+epoch, a step being the R per-replica batches of b examples this pipeline
+feeds, and sends each step whole; they reach the replicas in replica order.
 
-How the work is split. The service shards statically
-(`tf.data.experimental.service.ShardingPolicy.HINT`): the dispatcher must
-list its N workers (``DispatcherConfig(worker_addresses=...)``, as
-tools/input_service.py does), and the shard hint in `served_steps` becomes
-``shard(N, w)`` on worker w. It stands over the pipeline's *steps*: the
-record stream is cut into steps of ``R b`` records (R replicas of this
-pipeline, b per replica), and worker w decodes and augments steps w, w + N,
-w + 2N, ... of the epoch. A service element is one whole step, the R
-per-replica batches stacked, and the trainer unstacks it, so a step's R
-batches always travel together and reach the replicas in replica order.
-
-What stays deterministic (measured in tests/data/test_data_service.py):
-
-- Every step's contents, with any number of service workers: the same
-  examples, labels, indices and pixels as the local pipeline's step, since
-  each example is still a stateless function of (seed, epoch, pass,
-  example) and the step's records are cut from the same epoch order.
-- With one service worker: everything; the dataset yields exactly the local
-  pipeline's elements in the local order.
-- With N > 1 workers: the multiset of steps of an epoch (every step exactly
-  once, none twice). Each worker's own steps arrive in their order, but the
-  client interleaves the workers first come, first served, so the order of
-  steps within the epoch varies from run to run. Given up with it: a
-  bit-identical rerun; a resume inside an epoch that trains exactly the
-  steps not yet trained (``start_step`` skips the first steps of the epoch
-  order, not the ones that happened to arrive first); and, with several
-  training processes, the pairing of their parts of a global batch (each
-  process's job interleaves on its own). Indices stay distinct within a
-  global batch wherever a pass is one epoch, as for LLP.
-
-Each service worker reads the whole record stream of the pipeline it serves
-(cheap for image folders, whose records are paths; the encoded bytes of
-TFRecord shards) but decodes and augments only its steps. Workers read the
-dataset's files by the trainer's paths, so they must see the same files.
+Guarantees (tests/data/test_data_service.py): every step holds the local
+pipeline's examples, labels, indices and pixels, and comes exactly once per
+epoch; with one service worker the dataset is exactly the local one, in
+the local order; with N > 1 the order of the steps within an epoch varies
+from run to run. What that gives up, and what workers need: README,
+"Remote input workers".
 """
 
 from collections.abc import Callable

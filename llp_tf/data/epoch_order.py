@@ -12,18 +12,13 @@ TensorFlow's global seed). One pass over the used examples (`train_order`):
    split for sources whose records are file paths) are each permuted by a
    stateless random permutation seeded by (seed, epoch, pass, block).
 
-An epoch (`epoch_records`) is pass 0 then, when it asks for more records
-than one pass holds, pass 1, 2, ... each in its own order. With
-``cache_passes`` the used records are read once, in pass 0's read order, and
-every pass is one permutation of all of them (`cached_passes`).
-
-Every record of the order gains ``dense_index`` (int64 []: the example's
-original index, or with ``used_index`` its position in ``used_index``, the
-bank row) and ``pass`` (int64 [], the pass it belongs to).
-
-The seeds of an epoch's random decisions (its shuffles here, its
-augmentation in `llp_tf.data.pipeline`) are kept apart by a tag per
-decision (`augment_seed`).
+An epoch (`epoch_records`) is pass 0, then passes 1, 2, ... while it asks
+for more records, each in its own order; with ``cache_passes`` the used
+records are read once, in pass 0's read order, and every pass permutes all
+of them (`cached_passes`). Every record gains ``dense_index`` (int64 []: the
+original index, or its position in ``used_index``, the bank row) and
+``pass`` (int64 []). Each random decision of an epoch (shuffles here,
+augmentation in `llp_tf.data.pipeline`) has its own seed tag (`augment_seed`).
 """
 
 import numpy as np

@@ -1,50 +1,32 @@
 """Image files named by list files: one line per image, its path and its label.
 
-A list file is text with one example per line, ``<path> <label>``::
+A list file line is ``<path> <label>`` (``a/abbey/00000001.jpg 0``,
+``b/bar/00000007.jpg,12``): split at the comma if the line holds one, else
+at whitespace, fields stripped; blank lines and ``#`` lines are skipped.
+Paths are relative to the image root (a leading "/" dropped, as some copies
+of Places205's lists have it) and compared as written; labels are integers
+in ``[0, C)``. The train list is required, the validation list optional. An
+example's stable index is its position among its list's valid lines, in the
+file's order.
 
-    a/abbey/00000001.jpg 0
-    b/bar/00000007.jpg,12
+C is the class-name file's number of names (line i names class i), else
+``num_classes``, else the largest label of either split + 1. Without a
+class-name file, a label whose images all lie in one folder (after
+``strip_components`` leading components) that no other label uses is named
+after it, by its last component (``abbey/x.jpg`` -> "abbey") when these are
+distinct across the labels, else by the whole folder path; any other label
+is "class_<i>".
 
-- the two fields are separated by a comma if the line holds one, else by
-  whitespace; fields are stripped. A path therefore never holds a comma, and
-  holds spaces only on a comma-separated line;
-- blank lines and lines starting with ``#`` are skipped;
-- paths are relative to the image root (a leading "/" is dropped, as some
-  copies of Places205's lists have it) and compared as written;
-- labels are integers in ``[0, C)``.
+Opening raises `DataError` naming the file and line for a line without
+exactly two fields, a label that is not an integer in ``[0, C)``, a path
+listed twice in one list, an empty list, and (unless ``check_files`` is
+False) listed images that do not exist; that check lists each folder once
+instead of one stat call per image (README, "Data").
 
-The train split's list is required, the validation split's optional. An
-example's stable index is its position among the valid lines (neither blank
-nor comment) of its split's list file: the file's order, not sorted, so it
-does not change while the list file does not.
-
-Classes: with a class-name file (one name per non-blank line; line i names
-class i) C is its number of names; else C is ``num_classes`` when given
-(Places205: 205), else the largest label of either split + 1. Without a
-class-name file, names come from the images' folders (after dropping
-``strip_components`` leading components): a label whose images all lie in
-one folder that no other label uses is named after that folder, by its last
-component (``abbey/x.jpg`` -> "abbey") when these are distinct across the
-labels, else by the whole folder path; any other label is "class_<i>".
-
-Checks on opening, each a `DataError` naming the file and line: a line
-without exactly two fields, a label that is not an integer, negative, or not
-below C, a path listed twice in one list, an empty list, and (unless
-``check_files`` is False) listed images that do not exist. The existence
-check reads each folder named in a list once and looks the file names up in
-that listing, instead of one stat call per image: for Places205 (2.45M
-images in 205 folders) that is 205 directory reads, cheap on network file
-systems too (measured on a local disk with warm caches: 0.18 s for 246k
-listed images against 0.75 s stat-ing each; opening a 2.45M-line list takes
-about 5 s in all). With ``check_files=False`` a missing image is reported,
-by name, only when it is read.
-
-Dataset name form (`llp_tf.data.load_source`)::
+Dataset name form (`llp_tf.data.load_source`), relative paths taken from
+``data_dir`` when given, else the working directory, with no "?" or "&"::
 
     list:<image root>?train=<list file>[&validation=<list file>][&classes=<file>][&check_files=no]
-
-Relative paths in it are taken relative to ``data_dir`` when given, else to
-the working directory; they may not contain "?" or "&".
 """
 
 import collections

@@ -1,40 +1,25 @@
 """Input pipelines: ``input_fn(input_context)`` for training and evaluation.
 
-Both functions return an ``input_fn`` for
-``strategy.distribute_datasets_from_function`` (or to call with None for one
-replica). Each input pipeline (worker) gets a dataset batched at the
-per-replica batch size b = global batch / replicas; the strategy hands a
-worker's consecutive batches to its replicas in turn, so one step's
+Both return an ``input_fn`` for ``strategy.distribute_datasets_from_function``
+(or to call with None for one replica). Each input pipeline (worker) yields
+batches of the per-replica size b = global batch / replicas; one step's
 per-replica batches, concatenated in replica order, are the global batch.
 
-Training, one epoch. The examples are put in one order that depends only on
-the source, ``used_index``, ``seed`` and ``epoch`` (`llp_tf.data.epoch_order`:
-shards in a seeded permutation, records outside ``used_index`` dropped, a
-seeded block shuffle). Global batch k is elements ``[k G, (k + 1) G)`` of
-that order; there are ``floor(N_used / G)`` of them (the remainder is
-dropped so that shapes are static and the indices of a global batch
-distinct), and the dataset starts after ``start_step`` of them. With W
-workers, worker w reads the same order and keeps the w-th of W equal parts
-of each global batch. Each example is then decoded and augmented with a
-stateless seed made of (seed, epoch, pass, the example's original index), so
-its image is the same whatever the replica count, the parallelism, or where
-the epoch was resumed. Of a JPEG only the random crop's window is decoded
-(`llp_tf.data.crop_decode`). (An epoch is one pass unless ``steps`` asks for
-more or fewer batches.) With ``input_service`` the batches are built by
-tf.data service workers instead (`llp_tf.data.data_service`: the same steps,
-in the same order only with one service worker).
+Training, one epoch: global batch k is elements ``[k G, (k + 1) G)`` of the
+epoch order (`llp_tf.data.epoch_order`), ``floor(N_used / G)`` of them (the
+remainder dropped: static shapes, distinct indices), starting after
+``start_step``; worker w of W keeps the w-th of W equal parts of each. Each
+example is augmented with a stateless seed of (seed, epoch, pass, original
+index), so its image does not depend on the replica count, the parallelism
+or where the epoch was resumed. Of a JPEG only the crop's window is decoded
+(`llp_tf.data.crop_decode`); with ``input_service`` tf.data service workers
+build the batches (`llp_tf.data.data_service`). Elements: {"image": float32
+[b, S, S, 3], "label": int64 [b], "index": int64 [b]}, ``index`` the bank
+row: the original index, or its position in ``used_index``.
 
-Elements: {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64
-[b]}; ``index`` is the example's original index, or with ``used_index`` its
-position in ``used_index`` (``np.searchsorted(used_index, original)``), the
-bank row.
-
-Evaluation: every example of the split exactly once, in a fixed order. The
-split is padded with copies of its first example up to a whole number of
-global batches, so every step has full static-shape batches on every
-replica; ``mask`` (bool [b]) is False for the padding. Elements:
-{"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b],
-"mask": bool [b]}.
+Evaluation: every example of the split exactly once, in a fixed order,
+padded with copies of its first example to whole global batches. Elements
+add ``"mask"`` bool [b], False for the padding.
 
 Iterate inside `llp_tf.data.data_errors()` to get a `DataError` naming the
 file, or shard and record, of an image that cannot be decoded.

@@ -1,33 +1,22 @@
 """The regime split: which training examples are labelled and which are used.
 
 A regime ``pPP_qQQ`` labels PP% of the training images, balanced per class,
-and trains on QQ% of them (always including the labelled ones).
+and trains on QQ% of them. `make_splits`, per class c with n_c examples:
 
-`make_splits` rule, per class c with n_c training examples:
+- labelled: ``k_c = round(PP% * n_c)`` (round half up): the k_c lowest
+  indices of the class with ``seed=None`` (the release's rule), else a draw
+  without replacement by ``numpy.random.default_rng(seed)``, classes in
+  increasing order;
+- used: ``max(k_c, round(QQ% * n_c))``: the labelled ones plus the lowest
+  remaining indices, or a seeded draw of the rest.
 
-- labelled: ``k_c = round(PP% * n_c)`` examples (round half up). With
-  ``seed=None`` they are the k_c lowest indices of the class (the release's
-  rule: its ImageNet index order is a seeded permutation, so "first" is a
-  random but fixed choice); with a seed, a uniform draw without replacement
-  (``numpy.random.default_rng(seed)``, classes in increasing order).
-- used: ``max(k_c, round(QQ% * n_c))`` examples: the labelled ones, plus the
-  lowest remaining indices (``seed=None``) or a seeded draw of the rest.
-
-A class that has training examples but would get no labelled example is an
-error: raise PP, or give the labelled set yourself (a split file, or a list
-of file names: `splits_from_labeled`). A class with no training example at
-all (a subset of a larger label space, e.g. 10 synsets of ImageNet's 1000)
-cannot get a label and is skipped; `absent_classes_warning` says so.
-
-The split used by a run must not change when the run resumes (a re-drawn
-split silently adds labels), so it is written to a file (`save_splits`) and
-read back (`load_splits`) with a check that the file was made for the same
-dataset: same number of training examples and the same labels, compared by a
-SHA-256 fingerprint of ``train_labels``.
-
-When ``used_index`` is not every example, the bank holds only the used
-examples, numbered densely: the example with original index
-``used_index[j]`` is bank row j (`dense_index`).
+A class with examples but no labelled one is an error (raise PP, or give
+the labelled set: `splits_from_labeled`); a class with no training example
+is skipped (`absent_classes_warning`). A run's split must not change on
+resume, so it is saved (`save_splits`) and loaded (`load_splits`) with a
+check against the dataset: the same number of training examples and a
+SHA-256 fingerprint of ``train_labels``. The bank holds only the used
+examples: original index ``used_index[j]`` is bank row j (`dense_index`).
 """
 
 import hashlib

@@ -2,23 +2,14 @@
 
 ``float32`` computes everything in float32. ``bfloat16`` and ``float16``
 build the trunk under the Keras policy ``mixed_bfloat16`` /
-``mixed_float16``: its convolutions and dense layers compute in the low
-precision while every variable stays float32 (so checkpoints are the same
-whatever the setting, and a run can change it on resume); batch norm
-computes its statistics in float32 (Keras upcasts them). The two heads are
-float32 layers whatever the policy: the embedding is L2-normalised, and the
-bank, its updates, propagation, densities and both losses work on it in
-float32 (logits of 1/0.07 over the bank overflow float16's 65504 once
-exponentiated, and bfloat16's 8-bit mantissa would round the cosine
-similarities that pick neighbours).
-
-float16's 5-bit exponent underflows small gradients, so it trains with
-dynamic loss scaling (`keras.optimizers.LossScaleOptimizer`: the loss is
-multiplied by a scale before the backward pass, gradients are divided by it,
-and a step whose gradients are not finite is skipped and halves the scale).
-bfloat16 has float32's exponent range and needs no scaling. The scale is not
-part of the checkpoint: a resumed float16 run starts again from 2^15 and
-finds its level within a few steps.
+``mixed_float16``: convolutions and dense layers compute in the low
+precision, every variable stays float32 (checkpoints are the same whatever
+the setting), and batch norm computes its statistics in float32. The two
+heads are float32 layers whatever the policy, so the embedding, the bank,
+propagation, densities and both losses stay float32. float16 trains with
+dynamic loss scaling (`keras.optimizers.LossScaleOptimizer`); the scale is
+not checkpointed, so a resumed float16 run starts again from 2^15. Why, and
+what it changes: README, "GPU".
 """
 
 import contextlib

@@ -1,32 +1,20 @@
 """Pre-activation ResNet trunks (ResNet-v2; He et al. 2016, Identity mappings).
 
-The layout follows TF official `resnet_model.py` (version 2), which is the
-network the LLP release trains:
+The layout of TF official `resnet_model.py` (version 2), the network the LLP
+release trains:
 
-- stem: a bias-free conv (7x7 stride 2, then a 3x3 stride-2 max-pool, for
-  ImageNet-sized inputs; 3x3 stride 1 and no pool for 28-32 px inputs), with
-  no batch norm or ReLU after it: the first block's pre-activation does that;
-- stages of blocks; stage ``i`` has ``base_filters * 2**i`` filters and
-  strides 1, 2, 2, 2 ...; the stride sits in the stage's *first* block, on the
-  3x3 conv and on the shortcut;
-- each block computes ``x + F(relu(bn(x)))``; the first block of every stage
-  replaces the identity shortcut by a bias-free 1x1 conv of
-  ``relu(bn(x))`` (even in stage 1 of ResNet-18, where shapes already match:
-  TF official always projects there, so we do too, which adds 4,096 weights
-  to ResNet-18 at full width);
-- a final batch norm and ReLU after the last block, then global average
-  pooling.
+- stem: a bias-free conv (7x7 stride 2 and a 3x3 stride-2 max-pool; 3x3
+  stride 1 and no pool for 28-32 px inputs), without batch norm or ReLU;
+- stages of blocks ``x + F(relu(bn(x)))``; stage ``i`` has
+  ``base_filters * 2**i`` filters; its first block strides (1, 2, 2, 2 ...,
+  on the 3x3 conv and the shortcut) and projects the shortcut with a
+  bias-free 1x1 conv of ``relu(bn(x))``;
+- a final batch norm and ReLU, then global average pooling.
 
-Convolutions with stride > 1 pad by ``(k - 1) // 2`` before and
-``k - 1 - (k - 1) // 2`` after, independently of the input size ("fixed
-padding"), as TF official does, instead of Keras's input-dependent "same".
-
-Differences from `keras.applications.ResNet50V2` (same conv kernels and
-batch norms, so it serves as a cross-check): it strides in the *last* block of
-each stage, with a max-pooled identity shortcut, and its stem conv, shortcut
-projections and last 1x1 conv of every block have biases (19,008 of them at
-full width, the whole difference between its 23,564,800 parameters and our
-23,545,792).
+Convolutions with stride > 1 use TF official's fixed padding, independent
+of the input size, not Keras's "same". `keras.applications.ResNet50V2` has
+the same conv kernels and batch norms but strides in each stage's last
+block and has conv biases (tests/models/test_resnet_v2.py compares them).
 """
 
 import math
@@ -259,6 +247,8 @@ class ResNetV2(keras.layers.Layer):
                 setattr(self, block_name, block_class(
                     base * 2**stage,
                     strides=2 if first and stage > 0 else 1,
+                    # TF official projects in every stage's first block, even
+                    # where shapes match (stage 1 of ResNet-18: 4,096 weights).
                     project_shortcut=first,
                     sync_batch_norm=self.sync_batch_norm,
                     batch_norm_momentum=batch_norm_momentum,

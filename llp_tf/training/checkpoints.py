@@ -1,24 +1,18 @@
 """The run's checkpoints: restored with a fallback past damaged files, saved
 without losing the previous one.
 
-A checkpoint can be damaged after it was written: a full disk or a dying node
-truncates its data file, a copy loses its index. `RunCheckpoints.restore_latest`
-then warns with the damaged checkpoint's path, moves its files to
-``checkpoints/damaged/`` (kept for inspection, out of the way of the manager)
-and restores the newest checkpoint that can be read; when none can, it
-raises `CheckpointDamaged` naming the damaged files. A checkpoint that reads
-but does not fit the run (other shapes) is a `ConfigError`, as before.
-
-Writing stays TensorFlow's: a checkpoint is written into a temporary folder
-and renamed into place, and the checkpoint list and the deletion of the
-oldest kept checkpoint follow only a complete write. When a write fails (no
-space left, a file-size limit), `save` removes the partial folder and raises
-`CheckpointWriteFailed`, which names the previous checkpoint, still intact.
-
-Under multi-worker training every worker must take part in each save, but
-only the chief writes the run's checkpoints: the others restore from the
-run directory (which they must be able to read) and save into a scratch
-folder of their own, emptied after each save.
+`RunCheckpoints.restore_latest` restores the newest checkpoint that can be
+read; one that cannot (truncated data file, lost index) is moved with a
+warning to ``checkpoints/damaged/``, and when none can be read it raises
+`CheckpointDamaged` naming the damaged files. A checkpoint that reads but
+does not fit the run (other shapes) is a `ConfigError`. `save` writes as
+TensorFlow does (a temporary folder renamed into place, older checkpoints
+deleted only after a complete write); a failed write removes the partial
+folder and raises `CheckpointWriteFailed`, naming the previous checkpoint,
+still intact. Under multi-worker training every worker takes part in each
+save, but only the chief writes the run's checkpoints; the others save into
+a scratch folder of their own, emptied after each save. README, "Training
+runs".
 """
 
 from __future__ import annotations

@@ -1,27 +1,19 @@
 """The run directory: its layout, the checkpoint's items, and the metrics file.
 
-A run lives in one directory, written by training and read by every tool:
+A run lives in one directory, written by training and read by every tool
+(the files: README, "Training runs"): ``run.lock`` (`run_lock`),
+``config.json`` and ``config_history.jsonl`` (`run_record`), ``split.npz``
+(`llp_tf.data.splits`), ``checkpoints/`` (numbered by global step, the
+newest ``keep`` kept), ``metrics.jsonl`` (one JSON object per evaluation)
+and ``tensorboard/``. A resumed run first drops the metrics rows and
+TensorBoard events past the step it resumes from
+(`RunDirectory.drop_records_after`), so every epoch appears once.
 
-- ``run.lock``: present while a training process holds the directory
-  (`llp_tf.training.run_lock`);
-- ``config.json``: the settings the run started with, and
-  ``config_history.jsonl``: their changes on resume (`run_record`);
-- ``split.npz``: the labelled / used split, drawn once (`llp_tf.data.splits`);
-- ``checkpoints/``: `tf.train.Checkpoint`s of all training state, numbered by
-  global step, the newest ``keep`` of them kept;
-- ``metrics.jsonl``: one JSON object per evaluation;
-- ``tensorboard/``: ``train/...`` and ``eval/...`` scalars.
-
-A resumed run first drops the metrics rows and TensorBoard events recorded
-past the step it resumes from (`RunDirectory.drop_records_after`), so every
-epoch appears once however often the run was killed.
-
-The checkpoint's items are named ``model``, ``optimizer``, ``step`` and
-``plateau`` for every method, plus what the method adds (LLP: ``bank`` and
-``density_epoch``), plus ``epoch_totals``, the running sums of the epoch's
-training metrics, which a checkpoint written before them may lack. Those
-names are the checkpoint format: a run written by an earlier version resumes
-and exports as long as they stay.
+The checkpoint's items are the checkpoint format, kept so that runs of
+earlier versions resume and export: ``model``, ``optimizer``, ``step`` and
+``plateau`` for every method, what the method adds (LLP: ``bank`` and
+``density_epoch``), and ``epoch_totals``, the running sums of the epoch's
+training metrics, which an older checkpoint may lack.
 """
 
 import json

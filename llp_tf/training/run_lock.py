@@ -1,27 +1,18 @@
 """The run-directory lock: one training process per run directory.
 
-A training run takes the lock before it writes anything into its run
-directory and holds it until it ends. A second process started on the same
-directory (a second launch by mistake, a scheduler retry while the first
-still runs) fails at once with an error naming the holder, instead of
-training beside it and interleaving checkpoints and metrics.
+Training takes ``run.lock`` in its run directory before it writes anything
+and holds it until it ends: an advisory ``flock`` on the file, which the
+kernel releases when the holder dies, plus the holder's host, pid and start
+time written in it for the messages. The file
 
-The lock is ``run.lock`` in the run directory: an advisory ``flock`` on the
-file, which the kernel releases when the holder dies however it dies, plus
-the holder's host, pid and start time written in the file, for the
-message. So:
+- held by a live process: `RunDirectoryBusy`, naming the holder;
+- left by a process of this host that is gone: taken over, with a warning;
+- written on another host, whose ``flock`` this host can take: refused (a
+  file system's locks may not reach across hosts); the message says to
+  delete the file once that process is known to be gone.
 
-- the file held by a live process: `RunDirectoryBusy`;
-- the file left by a process that is gone (killed, crashed; its ``flock``
-  was released by the kernel) on this host: taken over, with a warning;
-- the file written by a process on another host whose ``flock`` this host
-  can take: refused, since on a file system whose locks do not reach across
-  hosts that process may still run. The message says to delete the file
-  once that process is known to be gone.
-
-Tools that only read a run (export, analysis, probe) do not take the lock.
-Under multi-worker training only the chief, the one process that writes the
-run directory, takes it.
+Under multi-worker training only the chief takes it; tools that only read a
+run do not. README, "Training runs".
 """
 
 from __future__ import annotations

@@ -2,26 +2,20 @@
 
 A method (LLP, the supervised baseline) says everything that differs
 between methods; the controller (`llp_tf.training.controller`) and the
-`StepRunner` are the same for all:
-
-- the state it adds to the checkpoint (`checkpoint_items`);
-- its phase at an epoch (`phase`) and, per phase, its replica step
-  (`replica_step`) and metric names (`metric_names`);
-- what it needs before an epoch (`before_epoch`) and from the input
-  (`input_spec`);
-- how it starts (`initialise`) and which phases feed the plateau rule
-  (`tracks_plateau`).
+`StepRunner` are the same for all. A method gives its checkpoint state
+(`checkpoint_items`), its phase at an epoch (`phase`) and, per phase, its
+replica step (`replica_step`) and metric names (`metric_names`), what it
+needs before an epoch (`before_epoch`) and from the input (`input_spec`),
+how it starts (`initialise`) and which phases feed the plateau rule
+(`tracks_plateau`).
 
 A replica step returns, for each metric name, its share of the global-batch
 mean (a sum divided by the global batch size), so the runner sums replicas.
-
 Methods write a step as a ``forward`` (the loss under the gradient tape,
 its metrics and what the step writes afterwards) and a ``finish`` (the
-writes, e.g. the bank update); `Method.replica_step_from` puts them together
-around the backward pass. With ``jit_compile`` the forward and backward
-pass are one XLA-compiled function; the cross-replica work (the gradient
-all-reduce and optimizer update, the batch norms' replica-averaged moving
-statistics, the bank's all-gather and scatter) runs after it, uncompiled.
+writes, e.g. the bank update), put together around the backward pass by
+`Method.replica_step_from`; with ``jit_compile`` only the forward and
+backward pass are XLA-compiled (README, "GPU").
 """
 
 import abc
