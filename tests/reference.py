@@ -25,18 +25,18 @@ def local_density(queries, bank, t, temperature):
     return np.exp(logsumexp(top / temperature, axis=1))
 
 
-def propagate(embeddings, labeled_bank, labeled_classes, num_classes, k, temperature,
+def propagate(embeddings, labelled_bank, labelled_classes, num_classes, k, temperature,
               density=None):
     """Eq. 5-8. Returns (classes [B], confidence [B], class_weights [B, C])."""
-    scores = embeddings.astype(np.float64) @ labeled_bank.astype(np.float64).T / temperature
+    scores = embeddings.astype(np.float64) @ labelled_bank.astype(np.float64).T / temperature
     if density is not None:
         scores = scores - np.log(density.astype(np.float64))[None, :]
-    k = min(k, labeled_bank.shape[0])
+    k = min(k, labelled_bank.shape[0])
     class_weights = np.zeros((embeddings.shape[0], num_classes))
     for b in range(embeddings.shape[0]):
         voters = np.argsort(-scores[b], kind="stable")[:k]
         w = np.exp(scores[b, voters] - scores[b, voters].max())
-        np.add.at(class_weights[b], labeled_classes[voters], w / w.sum())
+        np.add.at(class_weights[b], labelled_classes[voters], w / w.sum())
     return class_weights.argmax(axis=1), class_weights.max(axis=1), class_weights
 
 

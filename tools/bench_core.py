@@ -37,7 +37,7 @@ flags.DEFINE_integer("threads", os.cpu_count(),
 flags.DEFINE_integer("repeats", 6, "Timed runs per measurement (over 3 rounds); the median "
                      "is reported.")
 flags.DEFINE_integer("batch", 128, "B: queries per propagation batch and loss batch.")
-flags.DEFINE_integer("labeled", 12_800, "M: labelled rows for per-batch propagation.")
+flags.DEFINE_integer("labelled", 12_800, "M: labelled rows for per-batch propagation.")
 flags.DEFINE_integer("bank", 128_000, "N: bank rows for the density refresh and the loss.")
 flags.DEFINE_integer("density_queries", 12_800, "Q: rows whose density is refreshed.")
 flags.DEFINE_integer("dim", 128, "D: embedding size.")
@@ -169,14 +169,14 @@ def _bench_propagation(rng, faiss, b, m, d):
     from llp_tf.core import propagation
 
     queries = _unit_rows(rng, b, d)
-    labeled = _unit_rows(rng, m, d)
+    labelled = _unit_rows(rng, m, d)
     classes = rng.integers(0, 1000, m)
     density = rng.uniform(1e6, 4e7, m).astype(np.float32)
-    tf_args = [tf.constant(x) for x in (queries, labeled, classes, density)]
+    tf_args = [tf.constant(x) for x in (queries, labelled, classes, density)]
     propagate = tf.function(lambda e, l, c, r: propagation.propagate(
         e, l, c, 1000, k=FLAGS.k, density=r))
     index = faiss.IndexFlatIP(d)
-    index.add(labeled)
+    index.add(labelled)
     ours, theirs = _interleaved_seconds(
         [lambda: [x.numpy() for x in propagate(*tf_args)],
          lambda: index.search(queries, FLAGS.k)], FLAGS.repeats * 12)
@@ -246,7 +246,7 @@ def run_benchmarks():
     _configure_threads(FLAGS.threads)
     faiss.omp_set_num_threads(FLAGS.threads)
     rng = np.random.default_rng(0)
-    b, m, n, d, q = FLAGS.batch, FLAGS.labeled, FLAGS.bank, FLAGS.dim, FLAGS.density_queries
+    b, m, n, d, q = FLAGS.batch, FLAGS.labelled, FLAGS.bank, FLAGS.dim, FLAGS.density_queries
     results = {"threads": FLAGS.threads, "sizes": dict(B=b, M=m, N=n, Q=q, D=d, k=FLAGS.k,
                                                         t=FLAGS.t)}
     # The measurements draw from one generator in this order.

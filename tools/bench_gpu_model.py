@@ -3,7 +3,7 @@
   python tools/bench_gpu_model.py [--architectures=resnet18,resnet50] [--output_json=...]
 
 For each architecture at --image_size, global batch --batch on one replica
-and an ImageNet-shaped bank (--bank rows, --labeled of them labelled,
+and an ImageNet-shaped bank (--bank rows, --labelled of them labelled,
 --classes classes), and for each step (the supervised baseline, the
 instance-recognition warm start, the LLP step), it counts
 
@@ -42,7 +42,7 @@ flags.DEFINE_list("architectures", ["resnet18", "resnet50"], "Architectures to m
 flags.DEFINE_integer("image_size", 224, "Input side (ImageNet stem).")
 flags.DEFINE_integer("batch", 128, "Images per step (one replica: the global batch).")
 flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).")
-flags.DEFINE_integer("labeled", 128_116, "M: labelled rows (10 %).")
+flags.DEFINE_integer("labelled", 128_116, "M: labelled rows (10 %).")
 flags.DEFINE_integer("classes", 1000, "C: classes.")
 flags.DEFINE_string("output_json", None, "Optional file for the figures as JSON.")
 
@@ -112,9 +112,9 @@ def main(argv):
     from llp_tf.core.memory_bank import MemoryBank  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
-    labeled = rng.choice(FLAGS.bank, FLAGS.labeled, replace=False)
-    bank = MemoryBank(FLAGS.bank, 128, FLAGS.classes, labeled,
-                      rng.integers(0, FLAGS.classes, FLAGS.labeled))
+    labelled = rng.choice(FLAGS.bank, FLAGS.labelled, replace=False)
+    bank = MemoryBank(FLAGS.bank, 128, FLAGS.classes, labelled,
+                      rng.integers(0, FLAGS.classes, FLAGS.labelled))
     rows = []
     for architecture in FLAGS.architectures:
         counts = {}
@@ -139,7 +139,7 @@ def main(argv):
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
         with open(FLAGS.output_json, "w") as f:
             json.dump({"settings": {"image_size": FLAGS.image_size, "batch": FLAGS.batch,
-                                    "bank": FLAGS.bank, "labeled": FLAGS.labeled,
+                                    "bank": FLAGS.bank, "labelled": FLAGS.labelled,
                                     "classes": FLAGS.classes},
                        "gpus": GPUS, "rows": rows}, f, indent=1)
 

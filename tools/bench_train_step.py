@@ -35,7 +35,7 @@ flags.DEFINE_float("width", 0.25, "Width multiplier of the model.")
 flags.DEFINE_integer("image_size", 32, "Input side (small inputs use the CIFAR stem).")
 flags.DEFINE_integer("batch", 128, "Global batch size.")
 flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).")
-flags.DEFINE_integer("labeled", 128_116, "M: labelled rows (10 %).")
+flags.DEFINE_integer("labelled", 128_116, "M: labelled rows (10 %).")
 flags.DEFINE_integer("classes", 1000, "C: classes.")
 flags.DEFINE_integer("steps", 4, "Steps per timed call.")
 flags.DEFINE_integer("rounds", 9, "Timed calls per phase (alternating); the median is kept.")
@@ -57,8 +57,8 @@ def _methods(strategy, rng, b, n, m, c, size, precision="float32", jit_compile=F
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     optimizer.build(model.trainable_variables)
     optimizer = precision_lib.wrap_optimizer(optimizer, precision, model.trainable_variables)
-    labeled = np.random.default_rng(0).choice(n, m, replace=False)
-    bank = MemoryBank(n, 128, c, labeled, rng.integers(0, c, m))
+    labelled = np.random.default_rng(0).choice(n, m, replace=False)
+    bank = MemoryBank(n, 128, c, labelled, rng.integers(0, c, m))
     common = dict(num_classes=c, global_batch_size=b, weight_decay=1e-4,
                   jit_compile=jit_compile)
     llp = LLPMethod(strategy, model, optimizer, bank, temperature=0.07, k=10, t=25,
@@ -102,7 +102,7 @@ def _bank_work(bank, embeddings, index, c):
             # Feeding the gradient into the update keeps tf.function from pruning it.
             moved = tf.math.l2_normalize(embeddings - 1e-3 * tape.gradient(loss, embeddings), 1)
             classes, confidence = propagation.propagate(
-                moved, bank.labeled_embeddings(), bank.labeled_classes(), c,
+                moved, bank.labelled_embeddings(), bank.labelled_classes(), c,
                 density=bank.density)
             bank.update(index, moved, classes, confidence)
 
@@ -145,7 +145,7 @@ def main(argv):
 
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     rng = np.random.default_rng(0)
-    b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labeled, FLAGS.classes, FLAGS.image_size
+    b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labelled, FLAGS.classes, FLAGS.image_size
     strategy = tf.distribute.get_strategy()
     bank, llp, supervised = _methods(strategy, rng, b, n, m, c, size)
     runners = {"supervised step": (StepRunner(supervised), "supervised"),

@@ -7,7 +7,7 @@
 
 Draws --draws random subsets of --classes classes x --images_per_class
 images from a fixed set of embeddings, keeps the labels of
---labeled_per_class images per class, propagates them to the rest with LLP
+--labelled_per_class images per class, propagates them to the rest with LLP
 (locally weighted kNN), the plain weighted kNN, label spreading, label
 propagation and the DLP diffusion, and prints each method's accuracy on the
 unlabelled drawn images (mean and standard deviation over the draws) next
@@ -58,9 +58,10 @@ def make_flags():
                          "available, with a note.", flag_values=values)
     flags.DEFINE_integer("images_per_class", protocol_lib.PAPER_IMAGES_PER_CLASS, "I: images drawn "
                          "per class (the paper's 50).", flag_values=values)
-    flags.DEFINE_integer("labeled_per_class", protocol_lib.PAPER_LABELED_PER_CLASS, "L: drawn "
+    flags.DEFINE_integer("labelled_per_class", protocol_lib.PAPER_LABELLED_PER_CLASS, "L: drawn "
                          "images per class whose label is kept (the paper's 5); the other I - L "
                          "are scored.", flag_values=values)
+    tool_cli.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
     flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
                          "paper's 10).", flag_values=values)
     flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.",
@@ -193,7 +194,7 @@ def results_json(comparison, protocol, settings, source):
         "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
         "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
                            "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
-                           "labeled_per_class": protocol_lib.PAPER_LABELED_PER_CLASS,
+                           "labelled_per_class": protocol_lib.PAPER_LABELLED_PER_CLASS,
                            "draws": protocol_lib.PAPER_DRAWS},
     }
 
@@ -255,8 +256,8 @@ def run_comparison(options, stream=sys.stdout):
     """
     features, labels, source, config = read_embeddings(options, stream)
     num_classes = classes_per_draw(options, labels, stream)
-    images, labeled, draws = options.images_per_class, options.labeled_per_class, options.draws
-    protocol_lib.check_protocol(labels, num_classes, images, labeled, draws)
+    images, labelled, draws = options.images_per_class, options.labelled_per_class, options.draws
+    protocol_lib.check_protocol(labels, num_classes, images, labelled, draws)
     # Imported once the input is known to be usable: it loads TensorFlow.
     from llp_tf.after_training.transduction import methods
 
@@ -269,15 +270,15 @@ def run_comparison(options, stream=sys.stdout):
     k, t, temperature = (options[name].value if options[name].value is not None else defaults[name]
                          for name in ("k", "t", "temperature"))
     protocol = {"classes": int(num_classes), "images_per_class": images,
-                "labeled_per_class": labeled, "draws": draws, "seed": options.seed,
+                "labelled_per_class": labelled, "draws": draws, "seed": options.seed,
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
     settings = method_settings(methods, k, t, temperature)
     output = options.output or default_output(options.run_dir, options.features)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {draws} draws of "
-                 f"{num_classes} classes x {images} images, {labeled} labelled per class, "
-                 f"{num_classes * (images - labeled)} scored per draw; "
+                 f"{num_classes} classes x {images} images, {labelled} labelled per class, "
+                 f"{num_classes * (images - labelled)} scored per draw; "
                  f"K={k} T={t} tau={temperature:g}\n")
     stream.flush()
 
@@ -291,7 +292,7 @@ def run_comparison(options, stream=sys.stdout):
         warnings.simplefilter("always")
         comparison = protocol_lib.compare_methods(
             features, labels, methods.standard_methods(k, t, temperature), num_classes, images,
-            labeled, draws, options.seed, on_draw=on_draw)
+            labelled, draws, options.seed, on_draw=on_draw)
     for message in sorted({str(w.message) for w in caught
                            if issubclass(w.category, (UserWarning, RuntimeWarning))}):
         stream.write(f"note: a method warned: {message}\n")

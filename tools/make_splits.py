@@ -61,16 +61,16 @@ def make(values, stderr):
     if warning:
         stderr.write(warning + "\n")
     if values.label_subset:
-        labeled_index, used_index, _ = label_subsets.make_subset_splits(
+        labelled_index, used_index, _ = label_subsets.make_subset_splits(
             source, values.label_subset, values.data_percent, values.seed, values.data_dir)
     else:
-        labeled_index, used_index = splits.make_splits(
+        labelled_index, used_index = splits.make_splits(
             labels, values.label_percent, values.data_percent, values.seed,
             num_classes=source.info.num_classes)
-    splits.save_splits(values.output, labeled_index, used_index, labels,
+    splits.save_splits(values.output, labelled_index, used_index, labels,
                        dataset_name=source.info.name, label_percent=values.label_percent,
                        data_percent=values.data_percent, seed=values.seed)
-    return (f"{values.output}: {labeled_index.size} labelled and {used_index.size} used of "
+    return (f"{values.output}: {labelled_index.size} labelled and {used_index.size} used of "
             f"{labels.size} training examples of {source.info.name}")
 
 

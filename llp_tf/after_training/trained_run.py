@@ -62,7 +62,7 @@ class TrainedRun:
       model: `LLPModel` with the checkpoint's weights.
       bank: `MemoryBank` with the checkpoint's rows, labels, confidences and
         densities; None for the supervised baseline.
-      labeled_index: int64 [M], dataset indices of the labelled examples.
+      labelled_index: int64 [M], dataset indices of the labelled examples.
       used_index: int64 [N], dataset indices of the used examples; bank row j
         is example ``used_index[j]``.
       num_classes: int, C.
@@ -74,7 +74,7 @@ class TrainedRun:
     step: int
     model: LLPModel
     bank: MemoryBank | None
-    labeled_index: np.ndarray
+    labelled_index: np.ndarray
     used_index: np.ndarray
     num_classes: int
 
@@ -136,7 +136,7 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
     if path is None:
         raise ConfigError(f"The run {run_dir} has no checkpoint yet; train it first.")
-    labeled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
+    labelled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
     if num_classes is None:
         num_classes = _checkpoint_num_classes(path, run_dir)
     model = build_model_from_config(config.model, num_classes, config.data.image_size)
@@ -144,12 +144,12 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     if config.method.name == "llp":
         # Placeholder labels: the restore overwrites every bank variable.
         bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
-                          splits.dense_index(used_index, labeled_index),
-                          np.zeros(len(labeled_index), np.int64))
+                          splits.dense_index(used_index, labelled_index),
+                          np.zeros(len(labelled_index), np.int64))
     _restore(model, bank, path)
     return TrainedRun(run_dir=run_dir, config=config, checkpoint=path,
                       step=checkpoint_step(path), model=model, bank=bank,
-                      labeled_index=labeled_index, used_index=used_index,
+                      labelled_index=labelled_index, used_index=used_index,
                       num_classes=int(num_classes))
 
 

@@ -84,7 +84,7 @@ class PseudoLabelStats:
     """The bank's pseudo labels on its unlabelled rows, against their true classes.
 
     Attributes:
-      unlabeled: int, unlabelled rows with a known true class.
+      unlabelled: int, unlabelled rows with a known true class.
       coverage: float, the fraction of them that carry a class (not an
         instance id).
       accuracy: float, the fraction whose label is their true class (rows
@@ -92,17 +92,17 @@ class PseudoLabelStats:
       confidence: float, the mean confidence of the pseudo-labelled ones
         (0 if none: coverage 0 already says there are none).
 
-    With ``unlabeled`` 0 (every row labelled) the three fractions are NaN.
+    With ``unlabelled`` 0 (every row labelled) the three fractions are NaN.
     """
 
-    unlabeled: int
+    unlabelled: int
     coverage: float
     accuracy: float
     confidence: float
 
 
 def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor | Array,
-                       is_labeled: BoolTensor | Array, true_classes: Array,
+                       is_labelled: BoolTensor | Array, true_classes: Array,
                        num_classes: int) -> PseudoLabelStats:
     """`PseudoLabelStats` of a bank state.
 
@@ -110,7 +110,7 @@ def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor |
       bank_labels: int64 [N], the bank's labels (`label_encoding`: a class,
         or an instance id where nothing has been propagated yet).
       confidence: float32 [N], the bank's confidences.
-      is_labeled: bool [N], True for the labelled examples.
+      is_labelled: bool [N], True for the labelled examples.
       true_classes: int64 [N], each row's true class, -1 where unknown (such
         rows are left out).
       num_classes: int, C.
@@ -121,13 +121,13 @@ def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor |
     bank_labels = np.asarray(bank_labels)
     true_classes = np.asarray(true_classes)
     confidence = np.asarray(confidence)
-    unlabeled = ~np.asarray(is_labeled, bool) & (true_classes >= 0)
+    unlabelled = ~np.asarray(is_labelled, bool) & (true_classes >= 0)
     has_class = label_encoding.is_class_np(bank_labels, num_classes)
-    if not unlabeled.any():
+    if not unlabelled.any():
         return PseudoLabelStats(0, math.nan, math.nan, math.nan)
-    pseudo = unlabeled & has_class
+    pseudo = unlabelled & has_class
     return PseudoLabelStats(
-        unlabeled=int(unlabeled.sum()),
-        coverage=float(np.mean(has_class[unlabeled])),
-        accuracy=float(np.mean(bank_labels[unlabeled] == true_classes[unlabeled])),
+        unlabelled=int(unlabelled.sum()),
+        coverage=float(np.mean(has_class[unlabelled])),
+        accuracy=float(np.mean(bank_labels[unlabelled] == true_classes[unlabelled])),
         confidence=float(np.mean(confidence[pseudo])) if pseudo.any() else 0.0)

@@ -13,8 +13,8 @@ as non-trainable variables saved in checkpoints:
   yet propagated to (plain instance discrimination), else the propagation
   confidence;
 - ``density`` float32 [M]: rho of each labelled example (eq. 7), in the order
-  of ``labeled_index``; refreshed by the trainer, 1 until then;
-- ``labeled_index`` int64 [M] (sorted) and ``is_labeled`` bool [N]: the split,
+  of ``labelled_index``; refreshed by the trainer, 1 until then;
+- ``labelled_index`` int64 [M] (sorted) and ``is_labelled`` bool [N]: the split,
   fixed at construction and checkpointed, so a resume cannot change it.
 
 Create the bank inside ``strategy.scope()``. `update` keeps every replica's
@@ -29,26 +29,26 @@ from llp_tf.core import hyperparameters, label_encoding
 from llp_tf.types import Array, FloatTensor, IntTensor
 
 
-def _validate_split(num_examples, num_classes, labeled_index, labeled_classes):
-    labeled_index = np.asarray(labeled_index, dtype=np.int64).reshape(-1)
-    labeled_classes = np.asarray(labeled_classes, dtype=np.int64).reshape(-1)
-    if labeled_index.shape != labeled_classes.shape:
+def _validate_split(num_examples, num_classes, labelled_index, labelled_classes):
+    labelled_index = np.asarray(labelled_index, dtype=np.int64).reshape(-1)
+    labelled_classes = np.asarray(labelled_classes, dtype=np.int64).reshape(-1)
+    if labelled_index.shape != labelled_classes.shape:
         raise ValueError(
-            f"labeled_index has {labeled_index.size} entries but labeled_classes has "
-            f"{labeled_classes.size}; give one class per labelled example.")
-    if labeled_index.size and (labeled_index.min() < 0 or labeled_index.max() >= num_examples):
+            f"labelled_index has {labelled_index.size} entries but labelled_classes has "
+            f"{labelled_classes.size}; give one class per labelled example.")
+    if labelled_index.size and (labelled_index.min() < 0 or labelled_index.max() >= num_examples):
         raise ValueError(
-            f"labeled_index must lie in [0, {num_examples}); found values from "
-            f"{labeled_index.min()} to {labeled_index.max()}.")
-    if np.unique(labeled_index).size != labeled_index.size:
-        raise ValueError("labeled_index contains duplicate example indices.")
-    if labeled_classes.size and (labeled_classes.min() < 0
-                                 or labeled_classes.max() >= num_classes):
+            f"labelled_index must lie in [0, {num_examples}); found values from "
+            f"{labelled_index.min()} to {labelled_index.max()}.")
+    if np.unique(labelled_index).size != labelled_index.size:
+        raise ValueError("labelled_index contains duplicate example indices.")
+    if labelled_classes.size and (labelled_classes.min() < 0
+                                 or labelled_classes.max() >= num_classes):
         raise ValueError(
-            f"labeled_classes must lie in [0, {num_classes}); found values from "
-            f"{labeled_classes.min()} to {labeled_classes.max()}.")
-    order = np.argsort(labeled_index)
-    return labeled_index[order], labeled_classes[order]
+            f"labelled_classes must lie in [0, {num_classes}); found values from "
+            f"{labelled_classes.min()} to {labelled_classes.max()}.")
+    order = np.argsort(labelled_index)
+    return labelled_index[order], labelled_classes[order]
 
 
 def _gather_global_batch(tensors):
@@ -72,7 +72,7 @@ class MemoryBank(tf.Module):
     """State of all N examples; see the module docstring."""
 
     def __init__(self, num_examples: int, dim: int, num_classes: int,
-                 labeled_index: Array | IntTensor, labeled_classes: Array | IntTensor,
+                 labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
                  momentum: float = hyperparameters.BANK_MOMENTUM, seed: int = 0,
                  name: str = "memory_bank") -> None:
         """Creates the variables (inside the current distribution strategy's scope).
@@ -81,8 +81,8 @@ class MemoryBank(tf.Module):
           num_examples: int, N.
           dim: int, D.
           num_classes: int, C.
-          labeled_index: int [M], distinct indices in [0, N) of labelled examples.
-          labeled_classes: int [M], their classes in [0, C).
+          labelled_index: int [M], distinct indices in [0, N) of labelled examples.
+          labelled_classes: int [M], their classes in [0, C).
           momentum: float m in [0, 1) of the row update.
           seed: int, seed of the initial rows.
         """
@@ -93,12 +93,12 @@ class MemoryBank(tf.Module):
                 f"{dim}, {num_classes}.")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
-        labeled_index, labeled_classes = _validate_split(
-            num_examples, num_classes, labeled_index, labeled_classes)
+        labelled_index, labelled_classes = _validate_split(
+            num_examples, num_classes, labelled_index, labelled_classes)
         self.num_examples = int(num_examples)
         self.dim = int(dim)
         self.num_classes = int(num_classes)
-        self.num_labeled = int(labeled_index.size)
+        self.num_labelled = int(labelled_index.size)
         self.momentum = float(momentum)
 
         scale = 1.0 / np.sqrt(dim / 3.0)
@@ -107,9 +107,9 @@ class MemoryBank(tf.Module):
         initial_rows = ((2.0 * scale) * initial_rows - scale).astype(np.float32)
         labels = np.array(label_encoding.instance_labels(
             np.arange(num_examples, dtype=np.int64), num_classes))
-        labels[labeled_index] = labeled_classes
-        is_labeled = np.zeros(num_examples, dtype=bool)
-        is_labeled[labeled_index] = True
+        labels[labelled_index] = labelled_classes
+        is_labelled = np.zeros(num_examples, dtype=bool)
+        is_labelled[labelled_index] = True
 
         def variable(value, name):
             return tf.Variable(value, trainable=False, name=name,
@@ -118,9 +118,21 @@ class MemoryBank(tf.Module):
         self.embeddings = variable(initial_rows, "embeddings")
         self.labels = variable(labels, "labels")
         self.confidence = variable(np.ones(num_examples, np.float32), "confidence")
-        self.density = variable(np.ones(self.num_labeled, np.float32), "density")
-        self.labeled_index = variable(labeled_index, "labeled_index")
-        self.is_labeled = variable(is_labeled, "is_labeled")
+        self.density = variable(np.ones(self.num_labelled, np.float32), "density")
+        # Checkpoint keys are attribute names: these two keep the spelling of
+        # the runs saved before, so that those still restore.
+        self.labeled_index = variable(labelled_index, "labelled_index")
+        self.is_labeled = variable(is_labelled, "is_labelled")
+
+    @property
+    def labelled_index(self) -> tf.Variable:
+        """int64 [M]: the labelled rows, sorted."""
+        return self.labeled_index
+
+    @property
+    def is_labelled(self) -> tf.Variable:
+        """bool [N]: whether each row is labelled."""
+        return self.is_labeled
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """Labels and confidences of a batch as they are now.
@@ -133,13 +145,13 @@ class MemoryBank(tf.Module):
         """
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)
 
-    def labeled_embeddings(self) -> FloatTensor:
-        """float32 [M, D]: bank rows of the labelled examples, in `labeled_index` order."""
-        return tf.gather(self.embeddings, self.labeled_index)
+    def labelled_embeddings(self) -> FloatTensor:
+        """float32 [M, D]: bank rows of the labelled examples, in `labelled_index` order."""
+        return tf.gather(self.embeddings, self.labelled_index)
 
-    def labeled_classes(self) -> IntTensor:
-        """int64 [M]: classes of the labelled examples, in `labeled_index` order."""
-        return tf.gather(self.labels, self.labeled_index)
+    def labelled_classes(self) -> IntTensor:
+        """int64 [M]: classes of the labelled examples, in `labelled_index` order."""
+        return tf.gather(self.labels, self.labelled_index)
 
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
@@ -180,15 +192,15 @@ class MemoryBank(tf.Module):
         self.embeddings.scatter_update(tf.IndexedSlices(new_rows, indices))
 
         if classes is not None:
-            labeled = tf.gather(self.is_labeled, indices)
-            new_labels = tf.where(labeled, tf.gather(self.labels, indices), batch["classes"])
-            new_confidence = tf.where(labeled, tf.ones_like(batch["confidence"]),
+            labelled = tf.gather(self.is_labelled, indices)
+            new_labels = tf.where(labelled, tf.gather(self.labels, indices), batch["classes"])
+            new_confidence = tf.where(labelled, tf.ones_like(batch["confidence"]),
                                       batch["confidence"])
             self.labels.scatter_update(tf.IndexedSlices(new_labels, indices))
             self.confidence.scatter_update(tf.IndexedSlices(new_confidence, indices))
 
     def assign_density(self, density: FloatTensor) -> None:
-        """Stores rho of every labelled example (float32 [M], `labeled_index` order).
+        """Stores rho of every labelled example (float32 [M], `labelled_index` order).
 
         Call in cross-replica context (or with one replica) so every copy is set.
         """

@@ -243,8 +243,8 @@ def local_density(queries: FloatTensor, bank: FloatTensor, t: int = hyperparamet
     return tf.exp(log_local_density(queries, bank, t, temperature, chunk_size))
 
 
-def propagate(embeddings: FloatTensor, labeled_bank: FloatTensor,
-              labeled_classes: IntTensor, num_classes: int, k: int = hyperparameters.K,
+def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,
+              labelled_classes: IntTensor, num_classes: int, k: int = hyperparameters.K,
               temperature: float = hyperparameters.TEMPERATURE,
               density: FloatTensor | None = None) -> tuple[IntTensor, FloatTensor]:
     """Pseudo labels and confidences for a batch from its labelled neighbours.
@@ -260,8 +260,8 @@ def propagate(embeddings: FloatTensor, labeled_bank: FloatTensor,
 
     Args:
       embeddings: float32 [B, D], the batch's embeddings.
-      labeled_bank: float32 [M, D], bank rows of the labelled examples.
-      labeled_classes: int [M], their classes in [0, num_classes).
+      labelled_bank: float32 [M, D], bank rows of the labelled examples.
+      labelled_classes: int [M], their classes in [0, num_classes).
       num_classes: int, C.
       k: int, voters; more than M uses all M.
       temperature: float.
@@ -273,17 +273,17 @@ def propagate(embeddings: FloatTensor, labeled_bank: FloatTensor,
     _validate_positive("k", k)
     _validate_positive("temperature", temperature)
     embeddings = tf.convert_to_tensor(embeddings, tf.float32)
-    labeled_bank = tf.convert_to_tensor(labeled_bank, tf.float32)
-    labeled_classes = tf.cast(labeled_classes, tf.int64)
+    labelled_bank = tf.convert_to_tensor(labelled_bank, tf.float32)
+    labelled_classes = tf.cast(labelled_classes, tf.int64)
 
     # Scores are log P(i|v) + log Z (minus log rho_i with local weighting);
     # their softmax over the k voters is the vote.
     log_density = None
     if density is not None:
         log_density = tf.math.log(tf.convert_to_tensor(density, tf.float32))
-    k = _static_or_dynamic_min(k, labeled_bank)
-    top_scores, voters = nearest_rows(embeddings / temperature, labeled_bank, k, log_density)
-    class_weights = class_vote(top_scores, tf.gather(labeled_classes, voters), num_classes)
+    k = _static_or_dynamic_min(k, labelled_bank)
+    top_scores, voters = nearest_rows(embeddings / temperature, labelled_bank, k, log_density)
+    class_weights = class_vote(top_scores, tf.gather(labelled_classes, voters), num_classes)
     return tf.argmax(class_weights, axis=1), tf.reduce_max(class_weights, axis=1)
 
 

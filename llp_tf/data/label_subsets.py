@@ -6,7 +6,7 @@ fixed 1% and 10% subsets published with SimCLR as ``1percent.txt`` and
 ``n01440764_10026.JPEG``. TFDS's ``imagenet2012_subset`` builder downloads
 the same files. A run given such a list (``--label_subset``) labels exactly
 the listed images; its used subset (q%) is drawn around them as for a
-regime split (`splits.splits_from_labeled`), and the result is written to
+regime split (`splits.splits_from_labelled`), and the result is written to
 the run's ``split.npz`` like any other split.
 
 A list is a local file, or the name of a published list (``1percent``,
@@ -110,7 +110,7 @@ def read_list(path: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def labeled_index(names: list[str], file_names: Array, list_path: str,
+def labelled_index(names: list[str], file_names: Array, list_path: str,
                   dataset_name: str) -> Array:
     """Example indices of the listed file names.
 
@@ -150,7 +150,7 @@ def labeled_index(names: list[str], file_names: Array, list_path: str,
 
 def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int | None = None,
                        data_dir: str | None = None) -> tuple[Array, Array, str]:
-    """(labeled_index, used_index, list_path) of a run labelled by a subset list.
+    """(labelled_index, used_index, list_path) of a run labelled by a subset list.
 
     Args:
       source: `Source` of the training data.
@@ -161,8 +161,8 @@ def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int
       data_dir: TFDS data_dir, where published lists are kept.
     """
     path = resolve(spec, data_dir)
-    labeled = labeled_index(read_list(path), source.file_names("train"), path,
+    labelled = labelled_index(read_list(path), source.file_names("train"), path,
                             source.info.name)
-    labeled, used = splits.splits_from_labeled(source.train_labels(), labeled, data_percent,
+    labelled, used = splits.splits_from_labelled(source.train_labels(), labelled, data_percent,
                                                seed, source.info.num_classes)
-    return labeled, used, path
+    return labelled, used, path

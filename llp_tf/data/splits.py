@@ -11,7 +11,7 @@ and trains on QQ% of them. `make_splits`, per class c with n_c examples:
   remaining indices, or a seeded draw of the rest.
 
 A class with examples but no labelled one is an error (raise PP, or give
-the labelled set: `splits_from_labeled`); a class with no training example
+the labelled set: `splits_from_labelled`); a class with no training example
 is skipped (`absent_classes_warning`). A run's split must not change on
 resume, so it is saved (`save_splits`) and loaded (`load_splits`) with a
 check against the dataset: the same number of training examples and a
@@ -30,6 +30,8 @@ from llp_tf.errors import ConfigError, DataError
 from llp_tf.types import Array
 
 SPLIT_FORMAT = "llp-split-v1"
+# Keys of the labelled set in that format, spelled as when it was fixed.
+_LABELLED_KEY, _NUM_LABELLED_KEY = "labeled_index", "num_labeled"
 
 
 def _round_half_up(x):
@@ -88,8 +90,8 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
         `absent_classes_warning`).
 
     Returns:
-      (labeled_index, used_index): sorted int64 arrays of distinct example
-      indices; labeled_index is a subset of used_index.
+      (labelled_index, used_index): sorted int64 arrays of distinct example
+      indices; labelled_index is a subset of used_index.
 
     Raises:
       ConfigError: a percentage out of range, or QQ < PP.
@@ -99,7 +101,7 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
     _check_percents(label_percent, data_percent)
     labels = _check_labels(labels, num_classes)
     rng = None if seed is None else np.random.default_rng(seed)
-    labeled, used, starved = [], [], []
+    labelled, used, starved = [], [], []
     for c in np.unique(labels):
         members = np.flatnonzero(labels == c)  # increasing index order
         k = _round_half_up(label_percent * members.size / 100.0)
@@ -108,7 +110,7 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
             starved.append((int(c), members.size))
             continue
         chosen = members[:k] if rng is None else rng.choice(members, size=k, replace=False)
-        labeled.append(chosen)
+        labelled.append(chosen)
         used.extend([chosen, _used_extra(members, chosen, u, rng)])
     if starved:
         c, n = min(starved, key=lambda item: item[1])
@@ -121,12 +123,12 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
             f"{needed:.3g} (class {c} has {n} examples), or choose the labelled examples "
             "yourself with --split_file (tools/make_splits.py) or --label_subset (a list of "
             "image file names).")
-    labeled_index = np.sort(np.concatenate(labeled)).astype(np.int64)
+    labelled_index = np.sort(np.concatenate(labelled)).astype(np.int64)
     used_index = np.sort(np.concatenate(used)).astype(np.int64)
-    return labeled_index, used_index
+    return labelled_index, used_index
 
 
-def splits_from_labeled(labels: Array, labeled_index: Array, data_percent: float,
+def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: float,
                         seed: int | None = None,
                         num_classes: int | None = None) -> tuple[Array, Array]:
     """The used subset around a labelled set chosen elsewhere (a subset list).
@@ -137,28 +139,28 @@ def splits_from_labeled(labels: Array, labeled_index: Array, data_percent: float
 
     Args:
       labels: int [N], the true class of each training example by index.
-      labeled_index: int [M], distinct indices of the labelled examples.
+      labelled_index: int [M], distinct indices of the labelled examples.
       data_percent: QQ, percentage of each class that is used.
       seed: None or int, as in `make_splits`.
       num_classes: optional C; labels must then lie in [0, C).
 
     Returns:
-      (labeled_index, used_index): sorted int64 arrays.
+      (labelled_index, used_index): sorted int64 arrays.
     """
     _check_percent("data_percent", data_percent)
     labels = _check_labels(labels, num_classes)
-    labeled_index = np.unique(np.asarray(labeled_index, np.int64))
-    check_index_set("labeled_index", labeled_index, labels.size)
-    if labeled_index.size == 0:
+    labelled_index = np.unique(np.asarray(labelled_index, np.int64))
+    check_index_set("labelled_index", labelled_index, labels.size)
+    if labelled_index.size == 0:
         raise DataError("The labelled set is empty: give at least one labelled example.")
     rng = None if seed is None else np.random.default_rng(seed)
-    used = [labeled_index]
+    used = [labelled_index]
     for c in np.unique(labels):
         members = np.flatnonzero(labels == c)
-        chosen = labeled_index[labels[labeled_index] == c]
+        chosen = labelled_index[labels[labelled_index] == c]
         used.append(_used_extra(members, chosen,
                                 _round_half_up(data_percent * members.size / 100.0), rng))
-    return labeled_index, np.unique(np.concatenate(used)).astype(np.int64)
+    return labelled_index, np.unique(np.concatenate(used)).astype(np.int64)
 
 
 def absent_classes_warning(labels: Array, num_classes: int) -> str | None:
@@ -218,36 +220,36 @@ def check_index_set(name: str, index: Array, num_examples: int) -> Array:
     return index
 
 
-def save_splits(path: str, labeled_index: Array, used_index: Array, train_labels: Array,
+def save_splits(path: str, labelled_index: Array, used_index: Array, train_labels: Array,
                 dataset_name: str = "", label_percent: float | None = None,
                 data_percent: float | None = None, seed: int | None = None) -> None:
     """Writes a split file (NumPy .npz: the two index arrays and a JSON header).
 
     Args:
       path: str, file to write (atomically: a temporary file then a rename).
-      labeled_index, used_index: sorted int64 arrays from `make_splits`.
+      labelled_index, used_index: sorted int64 arrays from `make_splits`.
       train_labels: int [N], the dataset's training labels (fingerprinted).
       dataset_name: str, recorded for messages.
       label_percent, data_percent, seed: recorded for reference.
     """
     train_labels = np.asarray(train_labels, np.int64)
     n = train_labels.size
-    labeled_index = check_index_set("labeled_index", labeled_index, n)
+    labelled_index = check_index_set("labelled_index", labelled_index, n)
     used_index = check_index_set("used_index", used_index, n)
-    if np.setdiff1d(labeled_index, used_index).size:
-        raise DataError("labeled_index must be a subset of used_index.")
+    if np.setdiff1d(labelled_index, used_index).size:
+        raise DataError("labelled_index must be a subset of used_index.")
     header = {
         "format": SPLIT_FORMAT, "dataset_name": dataset_name, "num_train": int(n),
         "train_labels_sha256": labels_fingerprint(train_labels),
         "label_percent": label_percent, "data_percent": data_percent, "seed": seed,
-        "num_labeled": int(labeled_index.size), "num_used": int(used_index.size),
+        _NUM_LABELLED_KEY: int(labelled_index.size), "num_used": int(used_index.size),
     }
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npz")
     try:
         with os.fdopen(handle, "wb") as f:
-            np.savez(f, labeled_index=labeled_index, used_index=used_index,
+            np.savez(f, **{_LABELLED_KEY: labelled_index}, used_index=used_index,
                      header=np.array(json.dumps(header)))
         os.replace(temporary, path)
     except BaseException:
@@ -262,12 +264,12 @@ def read_split_header(path: str) -> dict:
 
 
 def read_split_indices(path: str) -> tuple[Array, Array]:
-    """(labeled_index, used_index) of a split file, without checking it against a dataset.
+    """(labelled_index, used_index) of a split file, without checking it against a dataset.
 
     For tools that read a finished run, whose split was checked when it trained.
     """
-    _, labeled_index, used_index = _read(path)
-    return labeled_index.astype(np.int64), used_index.astype(np.int64)
+    _, labelled_index, used_index = _read(path)
+    return labelled_index.astype(np.int64), used_index.astype(np.int64)
 
 
 def _read(path):
@@ -277,13 +279,13 @@ def _read(path):
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(str(data["header"]))
-            labeled_index, used_index = data["labeled_index"], data["used_index"]
+            labelled_index, used_index = data[_LABELLED_KEY], data["used_index"]
         if header.get("format") != SPLIT_FORMAT:
             raise ValueError(f"format is {header.get('format')!r}, not {SPLIT_FORMAT!r}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataError(f"{path} is not a readable split file ({error}). Write it again with "
                         "tools/make_splits.py.") from None
-    return header, labeled_index, used_index
+    return header, labelled_index, used_index
 
 
 def load_splits(path: str, train_labels: Array,
@@ -296,13 +298,13 @@ def load_splits(path: str, train_labels: Array,
       dataset_name: str, for messages.
 
     Returns:
-      (labeled_index, used_index): sorted int64 arrays.
+      (labelled_index, used_index): sorted int64 arrays.
 
     Raises:
       DataError: the file is missing or unreadable, or was made for another
         dataset (different N or different labels).
     """
-    header, labeled_index, used_index = _read(path)
+    header, labelled_index, used_index = _read(path)
     train_labels = np.asarray(train_labels, np.int64)
     made_for = f"{header.get('dataset_name') or 'a dataset'} with {header.get('num_train')} " \
                "training examples"
@@ -318,9 +320,9 @@ def load_splits(path: str, train_labels: Array,
             f"{difference}. Use the split file made for this dataset, or make a new one with "
             "tools/make_splits.py (for a new run only).")
     n = train_labels.size
-    labeled_index = check_index_set(f"labeled_index in {path}", labeled_index, n)
+    labelled_index = check_index_set(f"labelled_index in {path}", labelled_index, n)
     used_index = check_index_set(f"used_index in {path}", used_index, n)
-    if np.setdiff1d(labeled_index, used_index).size:
+    if np.setdiff1d(labelled_index, used_index).size:
         raise DataError(f"Split file {path} is inconsistent: some labelled examples are not in "
                         "its used subset. Write it again with tools/make_splits.py.")
-    return labeled_index, used_index
+    return labelled_index, used_index

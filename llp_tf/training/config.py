@@ -215,7 +215,7 @@ class TrainConfig:
 
     def replace(self, **settings: Any) -> "TrainConfig":
         """A copy with the given settings (by flag name) changed."""
-        return TrainConfig.from_settings(**{**self.settings(), **settings})
+        return TrainConfig.from_settings(**{**self.settings(), **_current_names(settings)})
 
     @property
     def run_dir(self) -> str:

@@ -81,9 +81,9 @@ class Evaluator:
         """
         stats = bank_statistics.pseudo_label_stats(
             self.bank.labels.numpy(), self.bank.confidence.numpy(),
-            self.bank.is_labeled.numpy(), self.bank_true_labels, self.num_classes)
+            self.bank.is_labelled.numpy(), self.bank_true_labels, self.num_classes)
         metrics = {}
-        if stats.unlabeled:
+        if stats.unlabelled:
             metrics["pseudo_label_accuracy"] = stats.accuracy
             metrics["pseudo_label_coverage"] = stats.coverage
             metrics["pseudo_label_confidence"] = stats.confidence

@@ -47,19 +47,19 @@ class RunSplit:
     """The run's examples.
 
     Attributes:
-      labeled_index: int64 [M], dataset indices of the labelled examples.
+      labelled_index: int64 [M], dataset indices of the labelled examples.
       used_index: int64 [U], dataset indices of the used examples (bank row j
         is example ``used_index[j]``).
       train_labels: int64 [N], the true class of every training example.
     """
 
-    labeled_index: np.ndarray
+    labelled_index: np.ndarray
     used_index: np.ndarray
     train_labels: np.ndarray
 
 
 def _resolve_split(data_config, run_dir, source, train_labels, stream):
-    """(labeled_index, used_index, new): the run's saved split, or else a given split
+    """(labelled_index, used_index, new): the run's saved split, or else a given split
     file, a subset list or a new draw; ``new`` says the split is not saved yet.
 
     Args:
@@ -74,18 +74,18 @@ def _resolve_split(data_config, run_dir, source, train_labels, stream):
         _log(stream, warning)
     d = data_config
     if d.split_file:
-        labeled_index, used_index = splits.load_splits(d.split_file, train_labels, name)
+        labelled_index, used_index = splits.load_splits(d.split_file, train_labels, name)
         _log(stream, f"Split from {d.split_file}.")
     elif d.label_subset:
-        labeled_index, used_index, list_path = label_subsets.make_subset_splits(
+        labelled_index, used_index, list_path = label_subsets.make_subset_splits(
             source, d.label_subset, d.data_percent, d.split_seed, d.data_dir)
-        _log(stream, f"Labelled set: the {len(labeled_index)} images listed in {list_path} "
+        _log(stream, f"Labelled set: the {len(labelled_index)} images listed in {list_path} "
                      "(--label_percent is not used).")
     else:
-        labeled_index, used_index = splits.make_splits(
+        labelled_index, used_index = splits.make_splits(
             train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
             num_classes=source.info.num_classes)
-    return labeled_index, used_index, True
+    return labelled_index, used_index, True
 
 
 def _check_one_batch(num_used, global_batch_size):
@@ -106,20 +106,20 @@ def _prepare_run_directory(config, source, stream, chief):
     """
     d = config.data
     train_labels = source.train_labels()
-    labeled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
+    labelled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
                                                           train_labels, stream)
     _check_one_batch(len(used_index), config.optimization.global_batch_size)
     if new_split and chief:
-        splits.save_splits(RunDirectory(config.run_dir).split_path, labeled_index, used_index,
+        splits.save_splits(RunDirectory(config.run_dir).split_path, labelled_index, used_index,
                            train_labels, source.info.name, d.label_percent, d.data_percent,
                            d.split_seed)
     if chief and run_record.started_config(config.run_dir) is None:
         run_record.save_config(config)
-    return RunSplit(labeled_index, used_index, train_labels)
+    return RunSplit(labelled_index, used_index, train_labels)
 
 
 def _input_maker(config, source, strategy, method, split, steps_per_epoch):
-    spec = method.input_spec(split.labeled_index, split.used_index)
+    spec = method.input_spec(split.labelled_index, split.used_index)
     d = config.data
 
     def make_iterator(epoch, start_step):
@@ -313,7 +313,7 @@ def _train(config, strategy, stream, scratch_dir, multi_worker):
     if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
         return {}
     _log(stream, f"{info.name}: {len(split.used_index)} training examples used, "
-                 f"{len(split.labeled_index)} labelled, {info.num_classes} classes; "
+                 f"{len(split.labelled_index)} labelled, {info.num_classes} classes; "
                  f"{strategy.num_replicas_in_sync} replica(s); {steps_per_epoch} steps per "
                  f"epoch of {batch}.")
     if config.data.input_service:

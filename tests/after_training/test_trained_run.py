@@ -31,9 +31,9 @@ def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
              if name.startswith("model/") and list(shape) == list(kernel.shape)]
     assert any(np.array_equal(kernel, tf.train.load_checkpoint(run.checkpoint).get_tensor(n))
                for n in saved)
-    assert run.labeled_index.size == 16 and run.used_index.size == 160
+    assert run.labelled_index.size == 16 and run.used_index.size == 160
     # The bank's labelled rows carry their true classes (4 per class).
-    assert np.bincount(run.bank.labels.numpy()[run.bank.is_labeled.numpy()]).tolist() == [4] * 4
+    assert np.bincount(run.bank.labels.numpy()[run.bank.is_labelled.numpy()]).tolist() == [4] * 4
 
 
 def test_restore_moves_to_an_older_checkpoint(tiny_llp_run):

@@ -12,9 +12,9 @@ def _unit(rows):
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-def _reference_pseudo_label_stats(labels, confidence, is_labeled, true, c):
-    """(unlabeled, coverage, accuracy, confidence) in float64 by a loop over rows."""
-    rows = [i for i in range(len(labels)) if not is_labeled[i] and true[i] >= 0]
+def _reference_pseudo_label_stats(labels, confidence, is_labelled, true, c):
+    """(unlabelled, coverage, accuracy, confidence) in float64 by a loop over rows."""
+    rows = [i for i in range(len(labels)) if not is_labelled[i] and true[i] >= 0]
     if not rows:
         return 0, math.nan, math.nan, math.nan
     pseudo = [i for i in rows if 0 <= labels[i] < c]
@@ -28,15 +28,15 @@ def _bank(rng, n, c):
     about 10% of unknown true class."""
     true = rng.integers(0, c, n)
     labels = np.where(rng.uniform(size=n) < 0.7, rng.integers(0, c, n), c + np.arange(n))
-    is_labeled = rng.uniform(size=n) < 0.1
-    labels[is_labeled] = true[is_labeled]
+    is_labelled = rng.uniform(size=n) < 0.1
+    labels[is_labelled] = true[is_labelled]
     true[rng.uniform(size=n) < 0.1] = -1
     confidence = np.where(labels < c, rng.uniform(0.2, 1.0, n), 0.0).astype(np.float32)
-    return labels.astype(np.int64), confidence, is_labeled, true.astype(np.int64)
+    return labels.astype(np.int64), confidence, is_labelled, true.astype(np.int64)
 
 
 def _assert_stats(stats, want):
-    assert stats.unlabeled == want[0]
+    assert stats.unlabelled == want[0]
     for got, expected in zip((stats.coverage, stats.accuracy, stats.confidence), want[1:]):
         assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(
             expected, rel=1e-6, abs=0), (stats, want)
@@ -44,24 +44,24 @@ def _assert_stats(stats, want):
 
 def test_pseudo_label_stats():
     rng = np.random.default_rng(3)
-    labels, confidence, is_labeled, true = _bank(rng, 300, 5)
-    want = _reference_pseudo_label_stats(labels, confidence, is_labeled, true, 5)
+    labels, confidence, is_labelled, true = _bank(rng, 300, 5)
+    want = _reference_pseudo_label_stats(labels, confidence, is_labelled, true, 5)
     assert 0 < want[1] < 1 and 0 < want[2] < want[1]  # instance ids and wrong labels occur
-    _assert_stats(bank_statistics.pseudo_label_stats(labels, confidence, is_labeled, true, 5), want)
+    _assert_stats(bank_statistics.pseudo_label_stats(labels, confidence, is_labelled, true, 5), want)
 
 
 def test_pseudo_label_stats_edges():
     rng = np.random.default_rng(4)
-    labels, confidence, is_labeled, true = _bank(rng, 50, 3)
+    labels, confidence, is_labelled, true = _bank(rng, 50, 3)
     cases = {
         # Everything labelled, or every unlabelled row of unknown class:
         # nothing to measure, all NaN.
         "no unlabelled row": (labels, confidence, np.ones(50, bool), true),
-        "only unknown classes unlabelled": (labels, confidence, is_labeled,
-                                            np.where(is_labeled, true, -1)),
+        "only unknown classes unlabelled": (labels, confidence, is_labelled,
+                                            np.where(is_labelled, true, -1)),
         # Warm-up: every unlabelled row still holds its instance id.
-        "no pseudo label": (np.where(is_labeled, labels, 3 + np.arange(50)), confidence,
-                            is_labeled, true),
+        "no pseudo label": (np.where(is_labelled, labels, 3 + np.arange(50)), confidence,
+                            is_labelled, true),
     }
     for name, case in cases.items():
         want = _reference_pseudo_label_stats(*case, 3)

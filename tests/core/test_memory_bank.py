@@ -7,12 +7,12 @@ from llp_tf.core import label_encoding
 from tests import reference
 
 N, D, C = 40, 8, 5
-LABELED_INDEX = np.array([30, 2, 11, 7, 25])  # unsorted on purpose
-LABELED_CLASSES = np.array([4, 0, 1, 3, 0])
+LABELLED_INDEX = np.array([30, 2, 11, 7, 25])  # unsorted on purpose
+LABELLED_CLASSES = np.array([4, 0, 1, 3, 0])
 
 
 def _bank(**kwargs):
-    return MemoryBank(N, D, C, LABELED_INDEX, LABELED_CLASSES, **kwargs)
+    return MemoryBank(N, D, C, LABELLED_INDEX, LABELLED_CLASSES, **kwargs)
 
 
 def _numpy_update(rows, indices, embeddings, momentum=0.5):
@@ -33,16 +33,16 @@ def test_initial_state():
     big = MemoryBank(5000, 128, 3, [0], [0], seed=0).embeddings.numpy()
     assert abs(np.mean(np.sum(big.astype(np.float64) ** 2, axis=1)) - 1.0) < 0.01
 
-    order = np.argsort(LABELED_INDEX)
-    np.testing.assert_array_equal(bank.labeled_index.numpy(), LABELED_INDEX[order])
-    np.testing.assert_array_equal(bank.labeled_classes().numpy(), LABELED_CLASSES[order])
+    order = np.argsort(LABELLED_INDEX)
+    np.testing.assert_array_equal(bank.labelled_index.numpy(), LABELLED_INDEX[order])
+    np.testing.assert_array_equal(bank.labelled_classes().numpy(), LABELLED_CLASSES[order])
     labels = bank.labels.numpy()
     want = C + np.arange(N)
-    want[LABELED_INDEX] = LABELED_CLASSES
+    want[LABELLED_INDEX] = LABELLED_CLASSES
     np.testing.assert_array_equal(labels, want)
-    assert len(np.unique(labels[~np.isin(np.arange(N), LABELED_INDEX)])) == N - 5
+    assert len(np.unique(labels[~np.isin(np.arange(N), LABELLED_INDEX)])) == N - 5
     np.testing.assert_array_equal(bank.confidence.numpy(), np.ones(N))
-    np.testing.assert_array_equal(bank.is_labeled.numpy(), np.isin(np.arange(N), LABELED_INDEX))
+    np.testing.assert_array_equal(bank.is_labelled.numpy(), np.isin(np.arange(N), LABELLED_INDEX))
     assert bank.density.shape == (5,)
     assert all(not v.trainable for v in bank.variables)
 
@@ -96,11 +96,11 @@ def test_update_requires_classes_and_confidence_together():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(labeled_index=[0, 0], labeled_classes=[1, 1]), "duplicate"),
-    (dict(labeled_index=[0, N], labeled_classes=[1, 1]), r"\[0, 40\)"),
-    (dict(labeled_index=[0, -1], labeled_classes=[1, 1]), r"\[0, 40\)"),
-    (dict(labeled_index=[0, 1], labeled_classes=[1, C]), r"\[0, 5\)"),
-    (dict(labeled_index=[0, 1], labeled_classes=[1]), "one class per"),
+    (dict(labelled_index=[0, 0], labelled_classes=[1, 1]), "duplicate"),
+    (dict(labelled_index=[0, N], labelled_classes=[1, 1]), r"\[0, 40\)"),
+    (dict(labelled_index=[0, -1], labelled_classes=[1, 1]), r"\[0, 40\)"),
+    (dict(labelled_index=[0, 1], labelled_classes=[1, C]), r"\[0, 5\)"),
+    (dict(labelled_index=[0, 1], labelled_classes=[1]), "one class per"),
 ])
 def test_bad_split_is_a_clear_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -180,3 +180,13 @@ def test_cross_replica_update_and_density_reach_every_copy(two_replica_strategy)
         np.testing.assert_array_equal(first, second, err_msg=name)
     np.testing.assert_array_equal(_replica_copies(bank.labels)[1][4:7], [1, 2, 3])
     np.testing.assert_array_equal(_replica_copies(bank.density)[1], np.full(5, 7.0))
+
+
+def test_checkpoint_keys_of_the_labelled_set_keep_their_stored_spelling(tmp_path):
+    # Runs saved before 'labelled' became the spelling still restore.
+    bank = _bank()
+    path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ckpt"))
+    names = {name for name, _ in tf.train.list_variables(path)}
+    assert {"bank/labeled_index/.ATTRIBUTES/VARIABLE_VALUE",
+            "bank/is_labeled/.ATTRIBUTES/VARIABLE_VALUE"} <= names
+    assert bank.labelled_index is bank.labeled_index and bank.is_labelled is bank.is_labeled

@@ -88,24 +88,24 @@ def _check_propagation(got_classes, got_confidence, want_classes, want_confidenc
 
 
 @pytest.mark.parametrize("use_density", [False, True])
-@pytest.mark.parametrize("seed,batch,labeled,classes,k,dim", [
+@pytest.mark.parametrize("seed,batch,labelled,classes,k,dim", [
     (0, 32, 200, 10, 10, 16),
     (1, 17, 50, 7, 3, 8),
     (2, 8, 6, 4, 10, 8),       # k > M: every labelled row votes
     (3, 16, 40, 1, 10, 8),     # a single class: confidence 1
     (4, 64, 1000, 100, 10, 32),
 ])
-def test_propagate_matches_equation(use_density, seed, batch, labeled, classes, k, dim):
+def test_propagate_matches_equation(use_density, seed, batch, labelled, classes, k, dim):
     rng = np.random.default_rng(seed)
     embeddings = reference.unit_rows(rng, batch, dim)
-    labeled_bank = reference.unit_rows(rng, labeled, dim)
-    labeled_classes = rng.integers(0, classes, labeled)
+    labelled_bank = reference.unit_rows(rng, labelled, dim)
+    labelled_classes = rng.integers(0, classes, labelled)
     density = None
     if use_density:
-        density = reference.local_density(labeled_bank, labeled_bank, 5, TAU).astype(np.float32)
-    got = propagate(embeddings, labeled_bank, labeled_classes, classes, k=k,
+        density = reference.local_density(labelled_bank, labelled_bank, 5, TAU).astype(np.float32)
+    got = propagate(embeddings, labelled_bank, labelled_classes, classes, k=k,
                                 temperature=TAU, density=density)
-    want = reference.propagate(embeddings, labeled_bank, labeled_classes, classes, k, TAU,
+    want = reference.propagate(embeddings, labelled_bank, labelled_classes, classes, k, TAU,
                                density)
     _check_propagation(*got, *want)
     if classes == 1:
@@ -116,27 +116,27 @@ def test_propagate_matches_equation(use_density, seed, batch, labeled, classes, 
 @pytest.mark.parametrize("use_density", [False, True])
 def test_propagate_is_exact_at_temperature_0_07_with_100k_labelled_rows(use_density):
     rng = np.random.default_rng(8)
-    labeled_bank = reference.unit_rows(rng, 100_000, 128)
-    labeled_classes = rng.integers(0, 1000, 100_000)
+    labelled_bank = reference.unit_rows(rng, 100_000, 128)
+    labelled_classes = rng.integers(0, 1000, 100_000)
     # Queries near some labelled rows, so the votes are far from uniform.
-    embeddings = labeled_bank[:64] + 0.05 * reference.unit_rows(rng, 64, 128)
+    embeddings = labelled_bank[:64] + 0.05 * reference.unit_rows(rng, 64, 128)
     embeddings = (embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)).astype(
         np.float32)
     density = None
     if use_density:
         density = rng.uniform(1e6, 4e7, 100_000).astype(np.float32)
-    got = propagate(embeddings, labeled_bank, labeled_classes, 1000, k=10,
+    got = propagate(embeddings, labelled_bank, labelled_classes, 1000, k=10,
                                 temperature=TAU, density=density)
-    want = reference.propagate(embeddings, labeled_bank, labeled_classes, 1000, 10, TAU,
+    want = reference.propagate(embeddings, labelled_bank, labelled_classes, 1000, 10, TAU,
                                density)
     _check_propagation(*got, *want)
 
 
 def test_propagate_exact_tie_gives_half_confidence():
     # Two labelled rows at the same similarity, one of each class.
-    labeled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    labelled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
     query = np.array([[np.sqrt(0.5), np.sqrt(0.5)]], np.float32)
-    classes, confidence = propagate(query, labeled_bank, [0, 1], 2, k=2)
+    classes, confidence = propagate(query, labelled_bank, [0, 1], 2, k=2)
     assert classes.numpy()[0] in (0, 1)
     np.testing.assert_allclose(confidence.numpy(), [0.5], atol=1e-6)
 
@@ -147,43 +147,43 @@ def test_local_weighting_can_change_the_vote():
     # isolated row: the naive vote sums three clump weights and picks class 0;
     # dividing by the clump's density hands the vote to class 1.
     angles = np.array([0.0, 0.01, 0.02, 1.0])
-    labeled_bank = np.stack([np.cos(angles), np.sin(angles)], 1).astype(np.float32)
-    labeled_classes = np.array([0, 0, 0, 1])
+    labelled_bank = np.stack([np.cos(angles), np.sin(angles)], 1).astype(np.float32)
+    labelled_classes = np.array([0, 0, 0, 1])
     query = np.array([[np.cos(0.52), np.sin(0.52)]], np.float32)
-    density = local_density(labeled_bank, labeled_bank, t=3).numpy()
-    naive = propagate(query, labeled_bank, labeled_classes, 2, k=4)
-    local = propagate(query, labeled_bank, labeled_classes, 2, k=4,
+    density = local_density(labelled_bank, labelled_bank, t=3).numpy()
+    naive = propagate(query, labelled_bank, labelled_classes, 2, k=4)
+    local = propagate(query, labelled_bank, labelled_classes, 2, k=4,
                                   density=density)
     assert naive[0].numpy()[0] == 0
     assert local[0].numpy()[0] == 1
-    want = reference.propagate(query, labeled_bank, labeled_classes, 2, 4, TAU, density)
+    want = reference.propagate(query, labelled_bank, labelled_classes, 2, 4, TAU, density)
     np.testing.assert_allclose(local[1].numpy(), want[1], atol=1e-5)
 
 
 def test_propagate_local_weights_choose_the_voters():
     # With k = 1 the single voter is the row with the largest P/rho, not the nearest.
-    labeled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    labelled_bank = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
     query = np.array([[0.8, 0.6]], np.float32)
     density = np.array([1e6, 1.0], np.float32)  # row 0 sits in a very dense region
-    classes, _ = propagate(query, labeled_bank, [0, 1], 2, k=1, density=density)
+    classes, _ = propagate(query, labelled_bank, [0, 1], 2, k=1, density=density)
     assert classes.numpy()[0] == 1
-    classes, _ = propagate(query, labeled_bank, [0, 1], 2, k=1)
+    classes, _ = propagate(query, labelled_bank, [0, 1], 2, k=1)
     assert classes.numpy()[0] == 0
 
 
 def test_propagate_inside_tf_function_with_unknown_sizes():
     rng = np.random.default_rng(9)
     embeddings = reference.unit_rows(rng, 12, 8)
-    labeled_bank = reference.unit_rows(rng, 5, 8)
-    labeled_classes = np.array([0, 1, 2, 1, 0])
+    labelled_bank = reference.unit_rows(rng, 5, 8)
+    labelled_classes = np.array([0, 1, 2, 1, 0])
     spec = tf.TensorSpec([None, 8], tf.float32)
 
     @tf.function(input_signature=[spec, spec, tf.TensorSpec([None], tf.int64)])
     def run(e, b, c):
         return propagate(e, b, c, 3, k=10)
 
-    got = run(embeddings, labeled_bank, labeled_classes)
-    want = reference.propagate(embeddings, labeled_bank, labeled_classes, 3, 10, TAU)
+    got = run(embeddings, labelled_bank, labelled_classes)
+    want = reference.propagate(embeddings, labelled_bank, labelled_classes, 3, 10, TAU)
     _check_propagation(*got, *want)
 
 

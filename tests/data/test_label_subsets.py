@@ -52,15 +52,15 @@ def test_listed_images_are_the_labelled_set(imagenet_folder, tmp_path):
     # A path in the list is matched by its file name; blank and comment lines are skipped.
     listed[1] = f"train/{SYNSETS[0]}/{listed[1]}"
     list_path = _write_list(tmp_path / "1percent.txt", ["# the subset", *listed, "", listed[0]])
-    labeled, used, path = label_subsets.make_subset_splits(source, list_path, 100)
+    labelled, used, path = label_subsets.make_subset_splits(source, list_path, 100)
     assert path == list_path
-    np.testing.assert_array_equal(labeled, sorted(chosen))
+    np.testing.assert_array_equal(labelled, sorted(chosen))
     np.testing.assert_array_equal(used, np.arange(file_names.size))
 
     # q = 50%: 3 of 6 per class, the listed ones first, then the lowest indices.
-    labeled, used, _ = label_subsets.make_subset_splits(source, list_path, 50)
+    labelled, used, _ = label_subsets.make_subset_splits(source, list_path, 50)
     np.testing.assert_array_equal(used, [0, 1, 4, 6, 7, 8, 12, 13, 14])
-    assert set(labeled) <= set(used)
+    assert set(labelled) <= set(used)
 
 
 def test_images_not_in_the_training_data_are_refused(imagenet_folder, tmp_path):
@@ -88,8 +88,8 @@ def test_bad_lists(imagenet_folder, tmp_path):
 def test_file_names_must_identify_examples():
     names = np.array(["a.JPEG", "b.JPEG", "a.JPEG"])
     with pytest.raises(DataError, match="match several training examples"):
-        label_subsets.labeled_index(["a.JPEG"], names, "list.txt", "data")
-    np.testing.assert_array_equal(label_subsets.labeled_index(["b.JPEG"], names, "l", "d"), [1])
+        label_subsets.labelled_index(["a.JPEG"], names, "list.txt", "data")
+    np.testing.assert_array_equal(label_subsets.labelled_index(["b.JPEG"], names, "l", "d"), [1])
 
 
 def test_sources_without_file_names_say_so(tmp_path):
@@ -193,8 +193,8 @@ def test_tfds_file_names_follow_the_example_index(tfds_dir, tmp_path):
                  builder.as_dataset("train", shuffle_files=False).as_numpy_iterator()]
     assert source.file_names("train").tolist() == reference
     list_path = _write_list(tmp_path / "l.txt", [reference[9], reference[2]])
-    labeled, used, _ = label_subsets.make_subset_splits(source, list_path, 100)
-    np.testing.assert_array_equal(labeled, [2, 9])
+    labelled, used, _ = label_subsets.make_subset_splits(source, list_path, 100)
+    np.testing.assert_array_equal(labelled, [2, 9])
     np.testing.assert_array_equal(used, np.arange(12))
     # Class 4 has no training example: a warning, not an error.
     assert splits.absent_classes_warning(source.train_labels(), 5).startswith(
@@ -219,8 +219,8 @@ def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     assert lines[0].startswith("warning: 1 of 5 classes have no training example (classes 4)")
     assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
                         "(--label_percent is not used).")
-    labeled, used = splits.load_splits(os.path.join(config.run_dir, "split.npz"),
+    labelled, used = splits.load_splits(os.path.join(config.run_dir, "split.npz"),
                                        source.train_labels())
-    np.testing.assert_array_equal(labeled, [0, 1, 2, 3])
+    np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
     np.testing.assert_array_equal(used, np.arange(12))
     assert final["epoch"] == 1 and final["phase"] == "llp"

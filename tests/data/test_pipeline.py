@@ -174,7 +174,7 @@ def test_embedded_regime_subset(mnist5k):
     from llp_tf.data import splits
 
     labels = mnist5k.train_labels()
-    labeled, used = splits.make_splits(labels, 1, 10)
+    labelled, used = splits.make_splits(labels, 1, 10)
     out = _epoch(mnist5k, 50, used_index=used)
     assert len(out["index"]) == 400 and len(set(out["index"].tolist())) == 400
     np.testing.assert_array_equal(out["label"], labels[used[out["index"]]])

@@ -16,32 +16,32 @@ def _labels():
 
 def test_lowest_index_rule():
     labels = _labels()
-    labeled, used = make_splits(labels, 10, 50)
-    expected_labeled, expected_used = [], []
+    labelled, used = make_splits(labels, 10, 50)
+    expected_labelled, expected_used = [], []
     for c, k, u in ((0, 4, 20), (1, 3, 13), (2, 2, 9)):  # round half up of p% and q%
         members = np.flatnonzero(labels == c)
-        expected_labeled += list(members[:k])
+        expected_labelled += list(members[:k])
         expected_used += list(members[:u])
-    np.testing.assert_array_equal(labeled, np.sort(expected_labeled))
+    np.testing.assert_array_equal(labelled, np.sort(expected_labelled))
     np.testing.assert_array_equal(used, np.sort(expected_used))
-    assert labeled.dtype == used.dtype == np.int64
+    assert labelled.dtype == used.dtype == np.int64
 
 
 def test_full_data_uses_everything():
     labels = _labels()
-    labeled, used = make_splits(labels, 100, 100)
-    np.testing.assert_array_equal(labeled, np.arange(labels.size))
+    labelled, used = make_splits(labels, 100, 100)
+    np.testing.assert_array_equal(labelled, np.arange(labels.size))
     np.testing.assert_array_equal(used, np.arange(labels.size))
 
 
 @pytest.mark.parametrize("seed", [None, 0, 7])
 def test_balance_and_subset(seed):
     labels = _labels()
-    labeled, used = make_splits(labels, 20, 60, seed=seed)
-    np.testing.assert_array_equal(np.bincount(labels[labeled]), [8, 5, 3])
+    labelled, used = make_splits(labels, 20, 60, seed=seed)
+    np.testing.assert_array_equal(np.bincount(labels[labelled]), [8, 5, 3])
     np.testing.assert_array_equal(np.bincount(labels[used]), [24, 15, 10])
-    assert np.all(np.isin(labeled, used))
-    assert np.all(np.diff(labeled) > 0) and np.all(np.diff(used) > 0)
+    assert np.all(np.isin(labelled, used))
+    assert np.all(np.diff(labelled) > 0) and np.all(np.diff(used) > 0)
 
 
 def test_seeded_draw_is_deterministic_and_seed_dependent():
@@ -70,8 +70,8 @@ def test_classes_missing_from_training_data_are_skipped():
     rng = np.random.default_rng(0)
     present = np.array([3, 17, 250, 251, 400, 512, 640, 777, 900, 999])
     labels = rng.permutation(np.repeat(present, 20))
-    labeled, used = make_splits(labels, 10, 100, num_classes=1000)
-    np.testing.assert_array_equal(np.bincount(labels[labeled], minlength=1000)[present], 2)
+    labelled, used = make_splits(labels, 10, 100, num_classes=1000)
+    np.testing.assert_array_equal(np.bincount(labels[labelled], minlength=1000)[present], 2)
     np.testing.assert_array_equal(used, np.arange(labels.size))
     assert splits.absent_classes_warning(labels, 1000) == (
         "warning: 990 of 1000 classes have no training example (classes 0, 1, 2, 4, 5, ...) "
@@ -88,28 +88,28 @@ def test_labels_outside_the_classes():
 @pytest.mark.parametrize("seed", [None, 4])
 def test_used_subset_around_a_given_labelled_set(seed):
     labels = _labels()  # classes of 40, 25 and 17
-    labeled = np.flatnonzero(labels == 0)[[5, 9]].tolist() + [int(np.flatnonzero(labels == 2)[3])]
-    got_labeled, used = splits.splits_from_labeled(labels, labeled[::-1], 50, seed=seed)
-    np.testing.assert_array_equal(got_labeled, np.sort(labeled))
-    assert np.all(np.isin(labeled, used)) and np.all(np.diff(used) > 0)
+    labelled = np.flatnonzero(labels == 0)[[5, 9]].tolist() + [int(np.flatnonzero(labels == 2)[3])]
+    got_labelled, used = splits.splits_from_labelled(labels, labelled[::-1], 50, seed=seed)
+    np.testing.assert_array_equal(got_labelled, np.sort(labelled))
+    assert np.all(np.isin(labelled, used)) and np.all(np.diff(used) > 0)
     # round half up of 50%: 20, 13 and 9 used per class, labelled ones included.
     np.testing.assert_array_equal(np.bincount(labels[used]), [20, 13, 9])
     if seed is None:
         for c in range(3):
             members = np.flatnonzero(labels == c)
-            mine = np.intersect1d(members, labeled)
+            mine = np.intersect1d(members, labelled)
             rest = np.setdiff1d(members, mine)[:[20, 13, 9][c] - mine.size]
             np.testing.assert_array_equal(np.intersect1d(used, members), np.union1d(mine, rest))
     # All data used: every example.
-    np.testing.assert_array_equal(splits.splits_from_labeled(labels, labeled, 100)[1],
+    np.testing.assert_array_equal(splits.splits_from_labelled(labels, labelled, 100)[1],
                                   np.arange(labels.size))
 
 
 def test_used_subset_needs_a_labelled_set():
     with pytest.raises(DataError, match="empty"):
-        splits.splits_from_labeled(_labels(), [], 100)
+        splits.splits_from_labelled(_labels(), [], 100)
     with pytest.raises(DataError, match="outside"):
-        splits.splits_from_labeled(_labels(), [1000], 100)
+        splits.splits_from_labelled(_labels(), [1000], 100)
 
 
 @pytest.mark.parametrize("p, q", [(0, 100), (101, 100), (10, 5)])
@@ -120,15 +120,19 @@ def test_bad_percentages(p, q):
 
 def test_save_and_load_round_trip(tmp_path):
     labels = _labels()
-    labeled, used = make_splits(labels, 10, 50, seed=1)
+    labelled, used = make_splits(labels, 10, 50, seed=1)
     path = str(tmp_path / "run" / "split.npz")
-    splits.save_splits(path, labeled, used, labels, dataset_name="toy", label_percent=10,
+    splits.save_splits(path, labelled, used, labels, dataset_name="toy", label_percent=10,
                        data_percent=50, seed=1)
-    loaded_labeled, loaded_used = splits.load_splits(path, labels)
-    np.testing.assert_array_equal(loaded_labeled, labeled)
+    loaded_labelled, loaded_used = splits.load_splits(path, labels)
+    np.testing.assert_array_equal(loaded_labelled, labelled)
     np.testing.assert_array_equal(loaded_used, used)
     header = splits.read_split_header(path)
     assert (header["dataset_name"], header["num_train"], header["seed"]) == ("toy", 82, 1)
+    # The file format keeps the keys it was fixed with, so older split files still read.
+    with np.load(path) as data:
+        assert sorted(data.files) == ["header", "labeled_index", "used_index"]
+    assert header["num_labeled"] == labelled.size
 
 
 def test_split_file_for_another_dataset(tmp_path):

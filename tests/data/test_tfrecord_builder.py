@@ -98,8 +98,8 @@ def test_make_splits_tool(tmp_path):
                        "--label_percent=20", "--data_percent=50", f"--output={output}")
     assert result.returncode == 0, result.stderr
     labels = np.repeat([0, 1, 2], 10)
-    labeled, used = splits.load_splits(output, labels)
-    np.testing.assert_array_equal(labeled, [0, 1, 10, 11, 20, 21])
+    labelled, used = splits.load_splits(output, labels)
+    np.testing.assert_array_equal(labelled, [0, 1, 10, 11, 20, 21])
     np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24])
 
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
@@ -129,8 +129,8 @@ def test_make_splits_tool_with_a_subset_list(tmp_path):
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                        f"--label_subset={listed}", "--data_percent=50", f"--output={output}")
     assert result.returncode == 0, result.stderr
-    labeled, used = splits.load_splits(output, np.repeat([0, 1], 10))
-    np.testing.assert_array_equal(labeled, [2])
+    labelled, used = splits.load_splits(output, np.repeat([0, 1], 10))
+    np.testing.assert_array_equal(labelled, [2])
     np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14])
 
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",

@@ -50,7 +50,7 @@ def feature_files(tmp_path_factory):
 def test_features_files_print_the_table_and_write_json(feature_files):
     features, labels = feature_files
     result = _run(f"--features={features}", f"--labels={labels}", "--images_per_class=20",
-                  "--labeled_per_class=3", "--draws=2", "--seed=3")
+                  "--labelled_per_class=3", "--draws=2", "--seed=3")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "note: the labels have 4 classes; drawing 4 per draw instead of the paper's 50" in out
@@ -65,7 +65,7 @@ def test_features_files_print_the_table_and_write_json(feature_files):
     assert f"wrote {written}" in out
     assert [p.name for p in features.parent.iterdir() if p.name.startswith(".")] == []
     report = json.loads(written.read_text())
-    assert report["protocol"] == {"classes": 4, "images_per_class": 20, "labeled_per_class": 3,
+    assert report["protocol"] == {"classes": 4, "images_per_class": 20, "labelled_per_class": 3,
                                   "draws": 2, "seed": 3, "feature_rows": 120, "feature_dim": 16}
     # The same protocol run here gives the same accuracies. (Label propagation
     # stops at its step cap on these overlapping classes; the tool notes it.)
@@ -86,8 +86,8 @@ def test_features_files_print_the_table_and_write_json(feature_files):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--labeled_per_class=20", "--images_per_class=20"),
-     "labeled_per_class (20) must be smaller than images_per_class (20)"),
+    (("--labelled_per_class=20", "--images_per_class=20"),
+     "labelled_per_class (20) must be smaller than images_per_class (20)"),
     (("--classes=5",), "Asked for 5 classes per draw, but the labels have only 4 classes"),
 ])
 def test_impossible_protocols_are_one_line_errors(feature_files, args, message):
@@ -124,10 +124,10 @@ def test_a_run_is_compared_from_its_bank_or_from_an_embedded_split(tiny_llp_run,
     # Both commands load TensorFlow and the model; they run side by side.
     bank_output, split_output = tmp_path / "bank.json", tmp_path / "split.json"
     commands = {
-        "bank": (f"--run_dir={tiny_llp_run}", "--images_per_class=20", "--labeled_per_class=2",
+        "bank": (f"--run_dir={tiny_llp_run}", "--images_per_class=20", "--labelled_per_class=2",
                  "--draws=2", f"--output={bank_output}"),
         "split": (f"--run_dir={tiny_llp_run}", "--embed_split=validation", "--classes=4",
-                  "--images_per_class=8", "--labeled_per_class=2", "--draws=1",
+                  "--images_per_class=8", "--labelled_per_class=2", "--draws=1",
                   "--batch_size=16", f"--output={split_output}"),
     }
     processes = {name: subprocess.Popen([sys.executable, TOOL, *args], stdout=subprocess.PIPE,

@@ -191,3 +191,22 @@ def test_state_settings_are_the_fields_marked_as_state():
         "dataset", "label_percent", "data_percent", "split_seed", "split_file", "label_subset",
         "architecture", "width", "blocks_per_stage", "embedding_dim", "method", "image_size",
         "small_inputs"}
+
+
+def test_a_renamed_setting_is_read_by_its_earlier_name(tmp_path):
+    # cache_labeled_limit became cache_labelled_limit: flags, config.json
+    # (nested and flat) and the settings history still take the old name.
+    assert config_lib.renamed_settings() == {"cache_labeled_limit": "cache_labelled_limit"}
+    assert _config(tmp_path, cache_labeled_limit=7).method.cache_labelled_limit == 7
+    with pytest.raises(ConfigError, match="not both"):
+        _config(tmp_path, cache_labeled_limit=7, cache_labelled_limit=8)
+    nested = json.loads(_config(tmp_path).to_json())
+    nested["method"]["cache_labeled_limit"] = nested["method"].pop("cache_labelled_limit") + 1
+    assert TrainConfig.from_json(json.dumps(nested)).method.cache_labelled_limit == 20001
+    flat = {"run_dir": str(tmp_path), "cache_labeled_limit": 9}
+    assert TrainConfig.from_json(json.dumps(flat)).method.cache_labelled_limit == 9
+    assert _config(tmp_path).replace(cache_labeled_limit=3).method.cache_labelled_limit == 3
+    flag_values = flags.FlagValues()
+    config_flags.define_config_flags(flag_values)
+    flag_values(["train", "--run_dir=/r", "--cache_labeled_limit=11"])
+    assert config_flags.config_from_flags(flag_values).method.cache_labelled_limit == 11

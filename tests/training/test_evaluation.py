@@ -23,7 +23,7 @@ def _bank(rng):
         embeddings=tf.Variable(_unit(rng.normal(size=(N, D)))),
         labels=tf.Variable(labels.astype(np.int64)),
         confidence=tf.Variable(rng.uniform(0.1, 1.0, N).astype(np.float32)),
-        is_labeled=tf.Variable(np.arange(N) < 8))
+        is_labelled=tf.Variable(np.arange(N) < 8))
 
 
 def _model(images, training):
@@ -67,16 +67,16 @@ def test_bank_metrics_log_pseudo_labels_only_when_some_row_is_unlabelled():
     true[-3:] = -1  # unknown true classes: left out
     evaluator = Evaluator(tf.distribute.get_strategy(), _model, bank, true, C)
     metrics = evaluator.bank_metrics()
-    unlabeled = (np.arange(N) >= 8) & (true >= 0)
+    unlabelled = (np.arange(N) >= 8) & (true >= 0)
     labels = bank.labels.numpy()
     has_class = labels < C
     assert set(metrics) == {"pseudo_label_accuracy", "pseudo_label_coverage",
                             "pseudo_label_confidence", "aggregation_score"}
-    assert metrics["pseudo_label_coverage"] == pytest.approx(np.mean(has_class[unlabeled]))
+    assert metrics["pseudo_label_coverage"] == pytest.approx(np.mean(has_class[unlabelled]))
     assert metrics["pseudo_label_accuracy"] == pytest.approx(
-        np.mean(labels[unlabeled] == true[unlabeled]))
+        np.mean(labels[unlabelled] == true[unlabelled]))
     assert metrics["pseudo_label_confidence"] == pytest.approx(
-        np.mean(bank.confidence.numpy()[unlabeled & has_class].astype(np.float64)))
+        np.mean(bank.confidence.numpy()[unlabelled & has_class].astype(np.float64)))
     rows = bank.embeddings.numpy().astype(np.float64)
     assert metrics["aggregation_score"] == pytest.approx(np.mean(
         [np.linalg.norm(rows[true == c].mean(axis=0)) for c in range(C) if np.any(true == c)]))
@@ -87,6 +87,6 @@ def test_bank_metrics_log_pseudo_labels_only_when_some_row_is_unlabelled():
     assert [warm[f"pseudo_label_{name}"] for name in ("coverage", "accuracy", "confidence")] \
         == [0.0, 0.0, 0.0]
     # Every row labelled: no pseudo-label keys, the aggregation score stays.
-    bank.is_labeled.assign(np.ones(N, bool))
+    bank.is_labelled.assign(np.ones(N, bool))
     assert set(evaluator.bank_metrics()) == {"aggregation_score"}
     assert not math.isnan(evaluator.bank_metrics()["aggregation_score"])

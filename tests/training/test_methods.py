@@ -10,8 +10,8 @@ from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
 
 N, C, D, B, SIZE = 32, 4, 16, 16, 8
-LABELED = np.arange(8)
-LABELED_CLASSES = np.arange(8) % C
+LABELLED = np.arange(8)
+LABELLED_CLASSES = np.arange(8) % C
 
 
 def _data(seed=0, size=SIZE):
@@ -32,7 +32,7 @@ def _setup(strategy, propagation="local", sync_batch_norm=True, weight_decay=1e-
         optimizer.build(model.trainable_variables)
         optimizer = precision.wrap_optimizer(optimizer, mixed_precision,
                                              model.trainable_variables)
-        bank = MemoryBank(N, D, C, LABELED, LABELED_CLASSES, seed=3)
+        bank = MemoryBank(N, D, C, LABELLED, LABELLED_CLASSES, seed=3)
     return LLPMethod(strategy, model, optimizer, bank, num_classes=C, global_batch_size=B,
                      weight_decay=weight_decay, temperature=0.07, k=3, t=4,
                      propagation_method=propagation, weight_by_confidence=True,
@@ -98,8 +98,8 @@ def test_two_replicas_match_one_replica_on_the_same_global_batches(two_replica_s
 def test_llp_never_reads_the_true_labels_of_unlabelled_examples():
     data = _data()
     scrambled = dict(data)
-    unlabeled = ~np.isin(data["index"], LABELED)
-    scrambled["label"] = np.where(unlabeled, (data["label"] + 1) % C, data["label"])
+    unlabelled = ~np.isin(data["index"], LABELLED)
+    scrambled["label"] = np.where(unlabelled, (data["label"] + 1) % C, data["label"])
     honest, cheated = _setup(tf.distribute.get_strategy()), _setup(tf.distribute.get_strategy())
     metrics_a = _run(honest, data)
     metrics_b = _run(cheated, scrambled)
@@ -117,21 +117,21 @@ def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation):
     _, llp = _run(trainer, data)
     labels = trainer.bank.labels.numpy()
     confidence = trainer.bank.confidence.numpy()
-    np.testing.assert_array_equal(labels[LABELED], LABELED_CLASSES)
-    np.testing.assert_array_equal(confidence[LABELED], 1.0)
-    unlabeled = np.setdiff1d(np.arange(N), LABELED)
+    np.testing.assert_array_equal(labels[LABELLED], LABELLED_CLASSES)
+    np.testing.assert_array_equal(confidence[LABELLED], 1.0)
+    unlabelled = np.setdiff1d(np.arange(N), LABELLED)
     # Four LLP steps of 16 cover every example twice: all have pseudo classes now.
-    assert np.all(label_encoding.is_class(labels[unlabeled], C).numpy())
-    assert np.all((confidence[unlabeled] > 0) & (confidence[unlabeled] <= 1))
+    assert np.all(label_encoding.is_class(labels[unlabelled], C).numpy())
+    assert np.all((confidence[unlabelled] > 0) & (confidence[unlabelled] <= 1))
     assert not np.allclose(trainer.bank.embeddings.numpy(), before)
     np.testing.assert_allclose(np.linalg.norm(trainer.bank.embeddings.numpy(), axis=1), 1.0,
                                atol=1e-5)
     # The first LLP epoch reads instance ids for unlabelled examples, so only
     # the labelled ones of each batch count; the second reads the pseudo labels
     # written in the first.
-    labeled_share = [np.isin(data["index"][:B], LABELED).mean(),
-                     np.isin(data["index"][B:], LABELED).mean()]
-    np.testing.assert_allclose(llp["pseudo_labelled"], labeled_share + [1.0, 1.0], atol=1e-6)
+    labelled_share = [np.isin(data["index"][:B], LABELLED).mean(),
+                     np.isin(data["index"][B:], LABELLED).mean()]
+    np.testing.assert_allclose(llp["pseudo_labelled"], labelled_share + [1.0, 1.0], atol=1e-6)
     assert np.all(np.isfinite(llp["loss"]))
 
 
@@ -168,11 +168,11 @@ def test_llp_method_phases_state_and_input():
     assert [llp.phase(e) for e in range(3)] == ["warmup", "llp", "llp"]
     assert not llp.tracks_plateau("warmup") and llp.tracks_plateau("llp")
     assert set(llp.checkpoint_items()) == {"bank", "density_epoch"}
-    labeled, used = np.arange(4), np.arange(10)
-    assert llp.input_spec(labeled, used).index is used
+    labelled, used = np.arange(4), np.arange(10)
+    assert llp.input_spec(labelled, used).index is used
     supervised = _supervised(llp)
-    spec = supervised.input_spec(labeled, used)
-    assert spec.index is labeled and spec.batches_cross_passes and not spec.cache_passes
+    spec = supervised.input_spec(labelled, used)
+    assert spec.index is labelled and spec.batches_cross_passes and not spec.cache_passes
     # The density refresh runs once per LLP epoch, never in warm-up.
     calls = []
     llp.refresh_density = lambda: calls.append(1)

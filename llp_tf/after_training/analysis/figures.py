@@ -35,8 +35,8 @@ FIGURE_DPI = 120
 # Least padding (epochs) around the checkpoint markers of the trajectory plot.
 CHECKPOINT_AXIS_PAD_EPOCHS = 0.25
 # Marker areas (points^2) of unlabelled and labelled rows in the MDS plot.
-UNLABELED_MARKER_AREA = 14
-LABELED_MARKER_AREA = 90
+UNLABELLED_MARKER_AREA = 14
+LABELLED_MARKER_AREA = 90
 
 
 def _new_figure(width, height):
@@ -171,12 +171,12 @@ def draw_mds(analysis: "RunAnalysis", path: str) -> None:
     handles = []
     for colour, c in zip(_class_colours(mds.class_ids.size), mds.class_ids):
         of_class = mds.classes == c
-        unlabeled = of_class & ~mds.labeled
-        labeled = of_class & mds.labeled
-        axes.scatter(mds.coordinates[unlabeled, 0], mds.coordinates[unlabeled, 1], color=colour,
-                     s=UNLABELED_MARKER_AREA, alpha=0.6, linewidths=0)
-        axes.scatter(mds.coordinates[labeled, 0], mds.coordinates[labeled, 1], color=colour,
-                     s=LABELED_MARKER_AREA, edgecolors="black", linewidths=1.0, zorder=3)
+        unlabelled = of_class & ~mds.labelled
+        labelled = of_class & mds.labelled
+        axes.scatter(mds.coordinates[unlabelled, 0], mds.coordinates[unlabelled, 1], color=colour,
+                     s=UNLABELLED_MARKER_AREA, alpha=0.6, linewidths=0)
+        axes.scatter(mds.coordinates[labelled, 0], mds.coordinates[labelled, 1], color=colour,
+                     s=LABELLED_MARKER_AREA, edgecolors="black", linewidths=1.0, zorder=3)
         handles.append(Line2D([], [], linestyle="none", marker="o", color=colour, markersize=8,
                               label=f"{class_label(analysis.class_names, c)} "
                                     f"({int(of_class.sum())})"))

@@ -59,7 +59,7 @@ def mds_classes(counts: Array, num_chosen: int | None, class_ids: Sequence[int] 
     return np.sort(class_ids)
 
 
-def sample_rows(true_classes: Array, is_labeled: Array, class_ids: Sequence[int] | Array,
+def sample_rows(true_classes: Array, is_labelled: Array, class_ids: Sequence[int] | Array,
                 points_per_class: int, seed: int) -> Array:
     """Bank rows to draw in the MDS plot: up to ``points_per_class`` per class.
 
@@ -69,7 +69,7 @@ def sample_rows(true_classes: Array, is_labeled: Array, class_ids: Sequence[int]
 
     Args:
       true_classes: int [N].
-      is_labeled: bool [N].
+      is_labelled: bool [N].
       class_ids: int [K], the classes to sample.
       points_per_class: int > 0.
       seed: int.
@@ -79,15 +79,15 @@ def sample_rows(true_classes: Array, is_labeled: Array, class_ids: Sequence[int]
     """
     rng = np.random.default_rng(seed)
     true_classes = np.asarray(true_classes)
-    is_labeled = np.asarray(is_labeled, bool)
+    is_labelled = np.asarray(is_labelled, bool)
     chosen = []
     for c in class_ids:
-        labeled = np.flatnonzero((true_classes == c) & is_labeled)
-        unlabeled = np.flatnonzero((true_classes == c) & ~is_labeled)
-        take_labeled = min(labeled.size, points_per_class)
-        take_unlabeled = min(unlabeled.size, points_per_class - take_labeled)
-        chosen.append(np.sort(rng.choice(labeled, take_labeled, replace=False)))
-        chosen.append(np.sort(rng.choice(unlabeled, take_unlabeled, replace=False)))
+        labelled = np.flatnonzero((true_classes == c) & is_labelled)
+        unlabelled = np.flatnonzero((true_classes == c) & ~is_labelled)
+        take_labelled = min(labelled.size, points_per_class)
+        take_unlabelled = min(unlabelled.size, points_per_class - take_labelled)
+        chosen.append(np.sort(rng.choice(labelled, take_labelled, replace=False)))
+        chosen.append(np.sort(rng.choice(unlabelled, take_unlabelled, replace=False)))
     return np.concatenate(chosen).astype(np.int64)
 
 
@@ -133,7 +133,7 @@ class MDSProjection:
       class_ids: int64 [K], the classes drawn.
       rows: int64 [P], the bank rows drawn.
       classes: int64 [P], their true classes.
-      labeled: bool [P], which of them are labelled.
+      labelled: bool [P], which of them are labelled.
       coordinates: float64 [P, 2].
       stress: float, Stress-1 of the fit.
     """
@@ -141,21 +141,21 @@ class MDSProjection:
     class_ids: np.ndarray
     rows: np.ndarray
     classes: np.ndarray
-    labeled: np.ndarray
+    labelled: np.ndarray
     coordinates: np.ndarray
     stress: float
 
 
-def project_classes(embeddings: Array, true_classes: Array, is_labeled: Array,
+def project_classes(embeddings: Array, true_classes: Array, is_labelled: Array,
                     class_ids: Sequence[int] | Array, points_per_class: int,
                     seed: int) -> MDSProjection:
     """`MDSProjection` of up to ``points_per_class`` rows of each class in ``class_ids``."""
-    rows = sample_rows(true_classes, is_labeled, class_ids, points_per_class, seed)
+    rows = sample_rows(true_classes, is_labelled, class_ids, points_per_class, seed)
     if rows.size < 2:
         raise ConfigError(f"The MDS needs at least 2 rows; the classes {list(class_ids)} have "
                           f"{rows.size}. Choose other classes or more points per class.")
     coordinates, stress = mds_2d(np.asarray(embeddings)[rows], seed)
     return MDSProjection(class_ids=np.asarray(class_ids, np.int64), rows=rows,
                          classes=np.asarray(true_classes)[rows].astype(np.int64),
-                         labeled=np.asarray(is_labeled, bool)[rows], coordinates=coordinates,
+                         labelled=np.asarray(is_labelled, bool)[rows], coordinates=coordinates,
                          stress=stress)

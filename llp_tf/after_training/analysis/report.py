@@ -53,7 +53,7 @@ def _state_record(state):
             "aggregation": _scores_record(state.true),
             "aggregation_pseudo_labels": _scores_record(state.pseudo),
             "all_rows_score": state.all_rows_score,
-            "pseudo_labels": {"unlabeled": stats.unlabeled,
+            "pseudo_labels": {"unlabelled": stats.unlabelled,
                               "accuracy": _json_float(stats.accuracy),
                               "coverage": _json_float(stats.coverage),
                               "confidence": _json_float(stats.confidence)}}
@@ -65,7 +65,7 @@ def analysis_record(analysis: "RunAnalysis") -> dict[str, Any]:
     return {
         "run_dir": analysis.run_dir, "dataset": analysis.dataset,
         "class_names": list(analysis.class_names), "bank_rows": analysis.num_rows,
-        "labeled_rows": analysis.num_labeled, "warmup_epochs": analysis.warmup_epochs,
+        "labelled_rows": analysis.num_labelled, "warmup_epochs": analysis.warmup_epochs,
         "epochs": analysis.epochs, "steps_per_epoch": analysis.steps_per_epoch,
         "latest": _state_record(analysis.latest),
         "checkpoints": [_state_record(state) for state in analysis.trajectory],
@@ -75,7 +75,7 @@ def analysis_record(analysis: "RunAnalysis") -> dict[str, Any]:
         "mds": {"distance": "euclidean between unit-norm bank rows (sqrt(2 - 2 cos))",
                 "seed": analysis.mds_seed, "stress1": mds.stress,
                 "class_ids": mds.class_ids.tolist(), "bank_rows": mds.rows.tolist(),
-                "classes": mds.classes.tolist(), "labeled": mds.labeled.tolist(),
+                "classes": mds.classes.tolist(), "labelled": mds.labelled.tolist(),
                 "coordinates": mds.coordinates.round(6).tolist()},
     }
 

@@ -73,7 +73,7 @@ def bank_state(run: trained_run.TrainedRun, true_classes: Array,
         true=aggregation_scores(embeddings, true_classes, run.num_classes),
         pseudo=aggregation_scores(embeddings, labels, run.num_classes),
         pseudo_labels=pseudo_label_stats(labels, bank.confidence.numpy(),
-                                         bank.is_labeled.numpy(), true_classes,
+                                         bank.is_labelled.numpy(), true_classes,
                                          run.num_classes),
         all_rows_score=float(aggregation_scores(
             embeddings, np.zeros(len(embeddings), np.int64), 1).per_class[0]))
@@ -150,7 +150,7 @@ class RunAnalysis:
       dataset: str, the run's dataset name.
       class_names: tuple of C str.
       num_rows: int, N bank rows.
-      num_labeled: int, M.
+      num_labelled: int, M.
       warmup_epochs: int, epochs of instance recognition before LLP.
       epochs: int, the run's planned epochs.
       steps_per_epoch: int.
@@ -166,7 +166,7 @@ class RunAnalysis:
     dataset: str
     class_names: tuple[str, ...]
     num_rows: int
-    num_labeled: int
+    num_labelled: int
     warmup_epochs: int
     epochs: int
     steps_per_epoch: int
@@ -237,14 +237,14 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
         report("Scoring the kept checkpoints.")
         states = checkpoint_trajectory(run, true_classes, steps_per_epoch, report)
 
-    is_labeled = run.bank.is_labeled.numpy()
+    is_labelled = run.bank.is_labelled.numpy()
     rows_drawn = sum(min(int(counts[c]), points_per_class) for c in class_ids)
     report(f"MDS of {rows_drawn} bank rows of {len(class_ids)} classes.")
-    projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labeled,
+    projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labelled,
                                  class_ids, points_per_class, seed)
     return RunAnalysis(
         run_dir=run_dir, dataset=info.name, class_names=tuple(info.class_names),
-        num_rows=int(len(used_index)), num_labeled=int(is_labeled.sum()),
+        num_rows=int(len(used_index)), num_labelled=int(is_labelled.sum()),
         warmup_epochs=int(config.method.warmup_epochs),
         epochs=int(config.optimization.epochs),
         steps_per_epoch=steps_per_epoch, latest=latest, trajectory=states,

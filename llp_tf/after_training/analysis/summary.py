@@ -42,7 +42,7 @@ def _heading_lines(analysis):
     latest = analysis.latest
     return [
         f"Embedding analysis of {analysis.run_dir} ({analysis.dataset}; {analysis.num_rows} bank "
-        f"rows, {analysis.num_labeled} labelled, {len(analysis.class_names)} classes)",
+        f"rows, {analysis.num_labelled} labelled, {len(analysis.class_names)} classes)",
         f"Checkpoint {os.path.basename(latest.checkpoint)}: step {latest.step}, epoch "
         f"{latest.epoch:.1f} of {analysis.epochs} (warm-up: the first {analysis.warmup_epochs}, "
         "then LLP)",
@@ -114,17 +114,17 @@ def _history_line(analysis):
 
 def _pseudo_label_line(stats):
     """The accuracy, coverage and confidence of a `bank_statistics.PseudoLabelStats`."""
-    if not stats.unlabeled:
+    if not stats.unlabelled:
         return "Pseudo labels: every bank row is labelled; nothing to check."
     confidence = ("n/a" if math.isnan(stats.confidence) else f"{stats.confidence:.4f}")
-    return (f"Pseudo labels of the {stats.unlabeled} unlabelled rows: accuracy "
+    return (f"Pseudo labels of the {stats.unlabelled} unlabelled rows: accuracy "
             f"{stats.accuracy:.4f}, coverage {stats.coverage:.4f}, mean confidence "
             f"{confidence}")
 
 
 def _mds_line(analysis):
     mds = analysis.mds
-    return (f"MDS: {mds.rows.size} bank rows ({int(mds.labeled.sum())} labelled) of classes "
+    return (f"MDS: {mds.rows.size} bank rows ({int(mds.labelled.sum())} labelled) of classes "
             f"{', '.join(class_label(analysis.class_names, c) for c in mds.class_ids)}; "
             f"euclidean (chord) distances of the unit rows; Stress-1 {mds.stress:.3f}")
 

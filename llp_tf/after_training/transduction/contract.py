@@ -6,7 +6,7 @@ float [n, D], a labelled mask bool [n] and labels int [n] (read only where
 the mask is True, in ``[0, num_classes)``), and returns int64 [n] predicted
 classes; labelled points keep their label. Only the predictions of the
 unlabelled points matter. `check_inputs` checks the arguments and
-`with_labeled` assembles the result.
+`with_labelled` assembles the result.
 """
 
 import numpy as np
@@ -14,7 +14,7 @@ import numpy as np
 from llp_tf.types import Array
 
 
-def check_inputs(embeddings: Array, labeled_mask: Array, labels: Array,
+def check_inputs(embeddings: Array, labelled_mask: Array, labels: Array,
                  num_classes: int) -> tuple[Array, Array, Array]:
     """Float64 embeddings [n, D], bool mask [n], int64 labels [n].
 
@@ -23,22 +23,22 @@ def check_inputs(embeddings: Array, labeled_mask: Array, labels: Array,
         a labelled point outside ``[0, num_classes)``.
     """
     embeddings = np.asarray(embeddings, np.float64)
-    labeled_mask = np.asarray(labeled_mask, bool)
+    labelled_mask = np.asarray(labelled_mask, bool)
     labels = np.asarray(labels, np.int64)
     n = embeddings.shape[0]
-    if embeddings.ndim != 2 or labeled_mask.shape != (n,) or labels.shape != (n,):
+    if embeddings.ndim != 2 or labelled_mask.shape != (n,) or labels.shape != (n,):
         raise ValueError(f"Expected embeddings [n, D] with a mask and labels of [n]; got "
-                         f"{embeddings.shape}, {labeled_mask.shape} and {labels.shape}.")
-    if not labeled_mask.any():
+                         f"{embeddings.shape}, {labelled_mask.shape} and {labels.shape}.")
+    if not labelled_mask.any():
         raise ValueError("No labelled point to propagate from.")
-    known = labels[labeled_mask]
+    known = labels[labelled_mask]
     if known.min() < 0 or known.max() >= num_classes:
         raise ValueError(f"Labels of labelled points must lie in [0, {num_classes}).")
-    return embeddings, labeled_mask, labels
+    return embeddings, labelled_mask, labels
 
 
-def with_labeled(predicted_unlabeled: Array, labeled_mask: Array, labels: Array) -> Array:
+def with_labelled(predicted_unlabelled: Array, labelled_mask: Array, labels: Array) -> Array:
     """int64 [n]: the labels where known, the predictions (int [n - M]) elsewhere."""
     predictions = labels.copy()
-    predictions[~labeled_mask] = predicted_unlabeled
+    predictions[~labelled_mask] = predicted_unlabelled
     return predictions

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
 
-from llp_tf.after_training.transduction.contract import check_inputs, with_labeled
+from llp_tf.after_training.transduction.contract import check_inputs, with_labelled
 from llp_tf.types import Array
 
 # DLP (Iscen et al. 2019 and their release, ahmetius/LP-DeepSSL): 50
@@ -73,7 +73,7 @@ def dlp_graph(embeddings: Array, k: int = DLP_K, gamma: float = DLP_GAMMA,
     return (scale @ graph @ scale).tocsr()
 
 
-def dlp_class_scores(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+def dlp_class_scores(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                      k: int = DLP_K, gamma: float = DLP_GAMMA, alpha: float = DLP_ALPHA,
                      max_iter: int | None = DLP_MAX_ITER, tol: float = DLP_TOLERANCE) -> Array:
     """Scores Z of the DLP diffusion: ``(I - alpha W_n) Z = Y`` by conjugate gradient.
@@ -86,7 +86,7 @@ def dlp_class_scores(embeddings: Array, labeled_mask: Array, labels: Array, num_
     release.
 
     Args:
-      embeddings, labeled_mask, labels, num_classes: see `contract`.
+      embeddings, labelled_mask, labels, num_classes: see `contract`.
       k, gamma: the graph's, see `dlp_graph`.
       alpha: float in (0, 1).
       max_iter: int or None, CG steps per class.
@@ -95,14 +95,14 @@ def dlp_class_scores(embeddings: Array, labeled_mask: Array, labels: Array, num_
     Returns:
       float64 [n, num_classes].
     """
-    embeddings, labeled_mask, labels = check_inputs(embeddings, labeled_mask, labels,
+    embeddings, labelled_mask, labels = check_inputs(embeddings, labelled_mask, labels,
                                                     num_classes)
     n = embeddings.shape[0]
     system = (scipy.sparse.identity(n, format="csr")
               - alpha * dlp_graph(embeddings, k, gamma)).tocsr()
     scores = np.zeros((n, num_classes))
     for j in range(num_classes):
-        members = labeled_mask & (labels == j)
+        members = labelled_mask & (labels == j)
         if not members.any():
             continue
         target = members / members.sum()
@@ -111,11 +111,11 @@ def dlp_class_scores(embeddings: Array, labeled_mask: Array, labels: Array, num_
     return np.maximum(scores, 0.0)
 
 
-def dlp_diffusion(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+def dlp_diffusion(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                   **settings: Any) -> Array:
     """Predictions of the DLP diffusion: the argmax of `dlp_class_scores`
     (settings passed on to it). Result as every method (`contract`): int64 [n]."""
-    scores = dlp_class_scores(embeddings, labeled_mask, labels, num_classes, **settings)
+    scores = dlp_class_scores(embeddings, labelled_mask, labels, num_classes, **settings)
     labels = np.asarray(labels, np.int64)
-    labeled_mask = np.asarray(labeled_mask, bool)
-    return with_labeled(scores[~labeled_mask].argmax(axis=1), labeled_mask, labels)
+    labelled_mask = np.asarray(labelled_mask, bool)
+    return with_labelled(scores[~labelled_mask].argmax(axis=1), labelled_mask, labels)

@@ -62,7 +62,7 @@ PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
 
 # -- the methods ---------------------------------------------------------------
 
-def llp_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+def llp_propagation(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                     k: int = hyperparameters.K, t: int = hyperparameters.T,
                     temperature: float = hyperparameters.TEMPERATURE) -> Array:
     """LLP's locally weighted kNN (eq. 5-8) within one set of embeddings.
@@ -75,7 +75,7 @@ def llp_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_c
 
     Args:
       embeddings: float [n, D], unit rows.
-      labeled_mask: bool [n].
+      labelled_mask: bool [n].
       labels: int [n], classes in [0, num_classes) where labelled.
       num_classes: int.
       k, t: int; more than available uses all.
@@ -84,28 +84,28 @@ def llp_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_c
     Returns:
       int64 [n].
     """
-    embeddings, labeled_mask, labels = contract.check_inputs(embeddings, labeled_mask, labels,
+    embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
                                                              num_classes)
     vectors = embeddings.astype(np.float32)
-    labeled = vectors[labeled_mask]
-    density = propagation.local_density(labeled, vectors, t, temperature)
-    classes, _ = propagation.propagate(vectors[~labeled_mask], labeled, labels[labeled_mask],
+    labelled = vectors[labelled_mask]
+    density = propagation.local_density(labelled, vectors, t, temperature)
+    classes, _ = propagation.propagate(vectors[~labelled_mask], labelled, labels[labelled_mask],
                                        num_classes, k, temperature, density)
-    return contract.with_labeled(classes.numpy(), labeled_mask, labels)
+    return contract.with_labelled(classes.numpy(), labelled_mask, labels)
 
 
-def weighted_knn(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+def weighted_knn(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                  k: int = hyperparameters.K,
                  temperature: float = hyperparameters.TEMPERATURE) -> Array:
     """The weighted kNN of eq. 5-6: the ``k`` labelled points most similar to
     an unlabelled point vote with weights ``exp(v_i . v / tau)``. Arguments
     and result as `llp_propagation`."""
-    embeddings, labeled_mask, labels = contract.check_inputs(embeddings, labeled_mask, labels,
+    embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
                                                              num_classes)
     vectors = embeddings.astype(np.float32)
-    classes, _ = propagation.propagate(vectors[~labeled_mask], vectors[labeled_mask],
-                                       labels[labeled_mask], num_classes, k, temperature)
-    return contract.with_labeled(classes.numpy(), labeled_mask, labels)
+    classes, _ = propagation.propagate(vectors[~labelled_mask], vectors[labelled_mask],
+                                       labels[labelled_mask], num_classes, k, temperature)
+    return contract.with_labelled(classes.numpy(), labelled_mask, labels)
 
 
 def rbf_gamma(temperature: float) -> float:
@@ -114,14 +114,14 @@ def rbf_gamma(temperature: float) -> float:
     return 1.0 / (2.0 * temperature)
 
 
-def _sklearn_transduction(model, embeddings, labeled_mask, labels):
-    targets = np.where(labeled_mask, labels, -1)  # scikit-learn marks unlabelled by -1
+def _sklearn_transduction(model, embeddings, labelled_mask, labels):
+    targets = np.where(labelled_mask, labels, -1)  # scikit-learn marks unlabelled by -1
     model.fit(embeddings, targets)
-    return contract.with_labeled(model.transduction_[~labeled_mask].astype(np.int64),
-                                 labeled_mask, labels)
+    return contract.with_labelled(model.transduction_[~labelled_mask].astype(np.int64),
+                                 labelled_mask, labels)
 
 
-def label_spreading(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+def label_spreading(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                     temperature: float = hyperparameters.TEMPERATURE,
                     alpha: float = LABEL_SPREADING_ALPHA,
                     max_iter: int = LABEL_SPREADING_MAX_ITER,
@@ -137,14 +137,14 @@ def label_spreading(embeddings: Array, labeled_mask: Array, labels: Array, num_c
     """
     from sklearn.semi_supervised import LabelSpreading  # noqa: PLC0415 -- slow import
 
-    embeddings, labeled_mask, labels = contract.check_inputs(embeddings, labeled_mask, labels,
+    embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
                                                              num_classes)
     model = LabelSpreading(kernel="rbf", gamma=rbf_gamma(temperature), alpha=alpha,
                            max_iter=max_iter, tol=tol)
-    return _sklearn_transduction(model, embeddings, labeled_mask, labels)
+    return _sklearn_transduction(model, embeddings, labelled_mask, labels)
 
 
-def label_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num_classes: int,
+def label_propagation(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                       temperature: float = hyperparameters.TEMPERATURE,
                       max_iter: int = LABEL_PROPAGATION_MAX_ITER,
                       tol: float = SKLEARN_TOLERANCE) -> Array:
@@ -159,11 +159,11 @@ def label_propagation(embeddings: Array, labeled_mask: Array, labels: Array, num
     """
     from sklearn.semi_supervised import LabelPropagation  # noqa: PLC0415 -- slow import
 
-    embeddings, labeled_mask, labels = contract.check_inputs(embeddings, labeled_mask, labels,
+    embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
                                                              num_classes)
     model = LabelPropagation(kernel="rbf", gamma=rbf_gamma(temperature), max_iter=max_iter,
                              tol=tol)
-    return _sklearn_transduction(model, embeddings, labeled_mask, labels)
+    return _sklearn_transduction(model, embeddings, labelled_mask, labels)
 
 
 # -- the set of methods of the comparison --------------------------------------
@@ -175,7 +175,7 @@ class PropagationMethod:
     Attributes:
       name: str, key in results and files (e.g. "llp").
       title: str, a readable name for tables.
-      predict: callable(embeddings [n, D], labeled_mask [n], labels [n],
+      predict: callable(embeddings [n, D], labelled_mask [n], labels [n],
         num_classes) -> int64 [n], with the settings bound.
       paper_name: str or None, the matching row of the paper's Table 5.
       paper_accuracy: float or None, that row's top-1 %.

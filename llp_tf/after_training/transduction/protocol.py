@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # for the annotations only: this module needs no TensorFlow
 # The paper's protocol (Table 5 of Zhuang et al. 2019).
 PAPER_CLASSES = 50
 PAPER_IMAGES_PER_CLASS = 50
-PAPER_LABELED_PER_CLASS = 5
+PAPER_LABELLED_PER_CLASS = 5
 PAPER_DRAWS = 10
 
 #: ``on_draw(draw_number, total_draws, {method name: accuracy}, seconds)``, called
@@ -39,36 +39,36 @@ class Draw:
 
     Attributes:
       index: int64 [S * I], rows of the features, class by class.
-      labeled_mask: bool [S * I], the L labelled rows of each class.
+      labelled_mask: bool [S * I], the L labelled rows of each class.
       classes: int64 [S * I], the drawn rows' classes renumbered 0..S-1 (in
         the order of the drawn classes' original labels).
     """
 
     index: np.ndarray
-    labeled_mask: np.ndarray
+    labelled_mask: np.ndarray
     classes: np.ndarray
 
 
 def check_protocol(labels: Array, num_classes: int, images_per_class: int,
-                   labeled_per_class: int, draws: int) -> None:
+                   labelled_per_class: int, draws: int) -> None:
     """Raises ConfigError when the protocol cannot be drawn from ``labels``.
 
     Args:
       labels: int [N], the true class of every feature row.
       num_classes: int, S, classes per draw.
       images_per_class: int, I.
-      labeled_per_class: int, L.
+      labelled_per_class: int, L.
       draws: int, R.
     """
     # One class would make every method trivially right.
     lowest = {"classes": (num_classes, 2), "images_per_class": (images_per_class, 2),
-              "labeled_per_class": (labeled_per_class, 1), "draws": (draws, 1)}
+              "labelled_per_class": (labelled_per_class, 1), "draws": (draws, 1)}
     for name, (value, low) in lowest.items():
         if int(value) < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}.")
-    if labeled_per_class >= images_per_class:
+    if labelled_per_class >= images_per_class:
         raise ConfigError(
-            f"labeled_per_class ({labeled_per_class}) must be smaller than images_per_class "
+            f"labelled_per_class ({labelled_per_class}) must be smaller than images_per_class "
             f"({images_per_class}): the unlabelled drawn images are the ones scored.")
     present, counts = np.unique(labels, return_counts=True)
     if num_classes > len(present):
@@ -85,7 +85,7 @@ def check_protocol(labels: Array, num_classes: int, images_per_class: int,
 
 
 def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
-                 labeled_per_class: int, draws: int, seed: int) -> list[Draw]:
+                 labelled_per_class: int, draws: int, seed: int) -> list[Draw]:
     """The protocol's R random subsets, reproducible by seed.
 
     Each draw picks S distinct classes among those with at least I examples,
@@ -103,7 +103,7 @@ def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
       ConfigError: see `check_protocol`.
     """
     labels = np.asarray(labels, np.int64)
-    check_protocol(labels, num_classes, images_per_class, labeled_per_class, draws)
+    check_protocol(labels, num_classes, images_per_class, labelled_per_class, draws)
     present, counts = np.unique(labels, return_counts=True)
     eligible = present[counts >= images_per_class]
     rng = np.random.default_rng(seed)
@@ -115,7 +115,7 @@ def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
             for c in classes])
         position = np.tile(np.arange(images_per_class), num_classes)
         result.append(Draw(index=index.astype(np.int64),
-                           labeled_mask=position < labeled_per_class,
+                           labelled_mask=position < labelled_per_class,
                            classes=np.repeat(np.arange(num_classes, dtype=np.int64),
                                              images_per_class)))
     return result
@@ -168,7 +168,7 @@ class Comparison:
 
 
 def compare_methods(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
-                    num_classes: int, images_per_class: int, labeled_per_class: int, draws: int,
+                    num_classes: int, images_per_class: int, labelled_per_class: int, draws: int,
                     seed: int, on_draw: OnDraw | None = None) -> Comparison:
     """Runs every method on every draw of the protocol.
 
@@ -178,7 +178,7 @@ def compare_methods(features: Array, labels: Array, methods: Sequence["Propagati
       labels: int [N], true classes.
       methods: sequence of `methods.PropagationMethod`, e.g.
         `methods.standard_methods()`.
-      num_classes, images_per_class, labeled_per_class, draws, seed: the
+      num_classes, images_per_class, labelled_per_class, draws, seed: the
         protocol (S, I, L, R), see `draw_subsets`.
       on_draw: optional callable(draw_number, total_draws, {name: accuracy},
         seconds) called after each draw (progress).
@@ -195,7 +195,7 @@ def compare_methods(features: Array, labels: Array, methods: Sequence["Propagati
     if features.ndim != 2 or labels.ndim != 1 or features.shape[0] != labels.shape[0]:
         raise DataError(f"Features must be [N, D] and labels [N] with the same N; got "
                         f"{features.shape} and {labels.shape}.")
-    subsets = draw_subsets(labels, num_classes, images_per_class, labeled_per_class, draws,
+    subsets = draw_subsets(labels, num_classes, images_per_class, labelled_per_class, draws,
                            seed)
     methods = tuple(methods)
     accuracy = {m.name: np.zeros(draws) for m in methods}
@@ -204,11 +204,11 @@ def compare_methods(features: Array, labels: Array, methods: Sequence["Propagati
         start = time.monotonic()
         embeddings = normalize_rows(features[draw.index], draw.index)
         # Unlabelled points' labels are hidden, so no method can read them.
-        visible = np.where(draw.labeled_mask, draw.classes, -1)
-        scored = ~draw.labeled_mask
+        visible = np.where(draw.labelled_mask, draw.classes, -1)
+        scored = ~draw.labelled_mask
         for method in methods:
             method_start = time.monotonic()
-            predictions = np.asarray(method.predict(embeddings, draw.labeled_mask, visible,
+            predictions = np.asarray(method.predict(embeddings, draw.labelled_mask, visible,
                                                     num_classes))
             seconds[method.name] += time.monotonic() - method_start
             accuracy[method.name][number] = np.mean(predictions[scored] == draw.classes[scored])

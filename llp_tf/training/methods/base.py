@@ -108,7 +108,7 @@ class Method(abc.ABC):
         return self.replica_step_from(*self.step_parts(phase))
 
     @abc.abstractmethod
-    def input_spec(self, labeled_index: np.ndarray, used_index: np.ndarray) -> InputSpec:
+    def input_spec(self, labelled_index: np.ndarray, used_index: np.ndarray) -> InputSpec:
         """The examples the training input reads, given the run's split."""
 
     def checkpoint_items(self) -> Dict[str, tf.Module]:

@@ -46,11 +46,12 @@ class MethodConfig:
                                        "LLP loss.")
     density_chunk_size: int = setting(hyperparameters.DENSITY_CHUNK_SIZE, "Labelled rows per "
                                       "chunk of the density refresh; bounds its memory.")
-    cache_labeled_limit: int = setting(
+    cache_labelled_limit: int = setting(
         20000, "The supervised baseline trains on the labelled set for many passes per epoch; "
         "with at most this many labelled examples their encoded records are read once per "
         "epoch and held in memory (ImageNet p1: 12,811 JPEGs, about 1.4 GB), otherwise every "
-        "pass reads the whole training split again. 0: never cache.")
+        "pass reads the whole training split again. 0: never cache.",
+        aliases=("cache_labeled_limit",))
     warm_start: Optional[str] = setting(None, "Run directory or checkpoint of an instance-"
                                         "recognition run: start LLP from its model and bank.")
 
@@ -62,6 +63,6 @@ def method_problems(method: MethodConfig) -> list[str]:
         (method.k > 0 and method.t > 0, "k and t must be positive"),
         (method.temperature > 0, "temperature must be positive"),
         (0 <= method.bank_momentum < 1, "bank_momentum must lie in [0, 1)"),
-        (method.cache_labeled_limit >= 0, "cache_labeled_limit cannot be negative"),
+        (method.cache_labelled_limit >= 0, "cache_labelled_limit cannot be negative"),
     ]
     return [message for ok, message in checks if not ok]

@@ -96,8 +96,8 @@ class LLPMethod(Method):
         m = config.method
         with strategy.scope():
             bank = MemoryBank(len(split.used_index), config.model.embedding_dim, num_classes,
-                              splits.dense_index(split.used_index, split.labeled_index),
-                              split.train_labels[split.labeled_index],
+                              splits.dense_index(split.used_index, split.labelled_index),
+                              split.train_labels[split.labelled_index],
                               momentum=m.bank_momentum, seed=config.run.seed)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
@@ -123,7 +123,7 @@ class LLPMethod(Method):
             return self._warmup_forward, self._warmup_finish
         return self._llp_forward, self._llp_finish
 
-    def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
+    def input_spec(self, labelled_index: Array, used_index: Array) -> InputSpec:
         return InputSpec(index=used_index)
 
     def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
@@ -152,7 +152,7 @@ class LLPMethod(Method):
         """Recomputes rho of every labelled example against the whole bank (eq. 7)."""
         if self._density_function is None:
             self._density_function = tf.function(lambda: propagation.local_density(
-                self._bank.labeled_embeddings(), self._bank.embeddings, t=self.t,
+                self._bank.labelled_embeddings(), self._bank.embeddings, t=self.t,
                 temperature=self.temperature, chunk_size=self.density_chunk_size))
         self._bank.assign_density(self._density_function())
 
@@ -236,5 +236,5 @@ class LLPMethod(Method):
             return tf.argmax(probabilities, axis=1), tf.reduce_max(probabilities, axis=1)
         density = self._bank.density if self.propagation_method == "local" else None
         return propagation.propagate(
-            embedding, self._bank.labeled_embeddings(), self._bank.labeled_classes(),
+            embedding, self._bank.labelled_embeddings(), self._bank.labelled_classes(),
             self.num_classes, k=self.k, temperature=self.temperature, density=density)

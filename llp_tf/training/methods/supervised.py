@@ -20,7 +20,7 @@ class SupervisedMethod(Method):
     """Cross-entropy on labelled examples (see the module docstring).
 
     Args (besides `Method`'s):
-      cache_labeled_limit: int, hold the labelled records in memory when there
+      cache_labelled_limit: int, hold the labelled records in memory when there
         are at most this many (0: never).
     """
 
@@ -29,12 +29,12 @@ class SupervisedMethod(Method):
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, cache_labeled_limit: int = 0,
+                 global_batch_size: int, weight_decay: float, cache_labelled_limit: int = 0,
                  jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
-        self.cache_labeled_limit = int(cache_labeled_limit)
+        self.cache_labelled_limit = int(cache_labelled_limit)
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
@@ -43,7 +43,7 @@ class SupervisedMethod(Method):
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   cache_labeled_limit=config.method.cache_labeled_limit,
+                   cache_labelled_limit=config.method.cache_labelled_limit,
                    jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
@@ -52,9 +52,9 @@ class SupervisedMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, None]:
         return self._supervised_forward, None
 
-    def input_spec(self, labeled_index: Array, used_index: Array) -> InputSpec:
-        return InputSpec(index=labeled_index, batches_cross_passes=True,
-                         cache_passes=len(labeled_index) <= self.cache_labeled_limit)
+    def input_spec(self, labelled_index: Array, used_index: Array) -> InputSpec:
+        return InputSpec(index=labelled_index, batches_cross_passes=True,
+                         cache_passes=len(labelled_index) <= self.cache_labelled_limit)
 
     def _supervised_forward(self, batch):
         labels = tf.cast(batch["label"], tf.int64)

@@ -29,7 +29,7 @@ def bank_state(step, per_class, pseudo_labels=None):
 def run_analysis(trajectory=True, history=True, class_names=CLASS_NAMES, latest=None):
     """A 4-class run: the latest checkpoint at step 20 scores (0.5, 0.9, -, 0.2), the
     first kept one at step 10 (0.3, 0.95, -, 0.1); epochs 1-4 logged, 2 of warm-up."""
-    stats = PseudoLabelStats(unlabeled=6, coverage=0.5, accuracy=0.75, confidence=math.nan)
+    stats = PseudoLabelStats(unlabelled=6, coverage=0.5, accuracy=0.75, confidence=math.nan)
     latest = latest or bank_state(20, [0.5, 0.9, math.nan, 0.2], stats)
     first = bank_state(10, [0.3, 0.95, math.nan, 0.1])
     epochs = [EvaluatedEpoch(epoch=e, step=10 * e, phase="llp" if e > 2 else "warmup",
@@ -37,10 +37,10 @@ def run_analysis(trajectory=True, history=True, class_names=CLASS_NAMES, latest=
               for e, s in zip((1, 2, 3, 4), (0.3, 0.35, 0.5, 0.45))]
     projection = MDSProjection(
         class_ids=np.array([1, 3]), rows=np.array([0, 1, 2, 3]), classes=np.array([1, 1, 3, 3]),
-        labeled=np.array([True, False, False, False]),
+        labelled=np.array([True, False, False, False]),
         coordinates=np.array([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0], [1.1, 0.9]]), stress=0.1234)
     return RunAnalysis(
         run_dir="/runs/x", dataset="tiny", class_names=tuple(class_names), num_rows=12,
-        num_labeled=6, warmup_epochs=2, epochs=4, steps_per_epoch=10, latest=latest,
+        num_labelled=6, warmup_epochs=2, epochs=4, steps_per_epoch=10, latest=latest,
         trajectory=[first, latest] if trajectory else [], history=epochs if history else [],
         mds=projection, mds_seed=0)

@@ -45,13 +45,13 @@ def test_mds_keeps_two_separated_clusters_apart():
 
 def test_sample_rows_takes_labelled_rows_first_and_caps_each_class():
     classes = np.array([0] * 10 + [1] * 3 + [2] * 8)
-    is_labeled = np.zeros(classes.size, bool)
-    is_labeled[[0, 1, 10, 13, 14, 15, 16]] = True  # 2 of class 0, 1 of class 1, 4 of class 2
-    rows = mds.sample_rows(classes, is_labeled, [2, 1, 0], points_per_class=3, seed=0)
+    is_labelled = np.zeros(classes.size, bool)
+    is_labelled[[0, 1, 10, 13, 14, 15, 16]] = True  # 2 of class 0, 1 of class 1, 4 of class 2
+    rows = mds.sample_rows(classes, is_labelled, [2, 1, 0], points_per_class=3, seed=0)
     assert classes[rows].tolist() == [2, 2, 2, 1, 1, 1, 0, 0, 0]
-    assert is_labeled[rows].tolist() == [True] * 3 + [True, False, False] + [True, True, False]
+    assert is_labelled[rows].tolist() == [True] * 3 + [True, False, False] + [True, True, False]
     assert np.unique(rows).size == rows.size
-    again = mds.sample_rows(classes, is_labeled, [2, 1, 0], points_per_class=3, seed=0)
+    again = mds.sample_rows(classes, is_labelled, [2, 1, 0], points_per_class=3, seed=0)
     assert rows.tolist() == again.tolist()
 
 

@@ -48,7 +48,7 @@ def test_many_classes_render_and_a_missing_history_is_reported(tmp_path):
     result = run_analysis.RunAnalysis(
         run_dir="synthetic", dataset="synthetic",
         class_names=tuple(f"c{i}" for i in range(num_classes)),
-        num_rows=classes.size, num_labeled=0, warmup_epochs=0, epochs=2, steps_per_epoch=10,
+        num_rows=classes.size, num_labelled=0, warmup_epochs=0, epochs=2, steps_per_epoch=10,
         latest=states[-1][0], trajectory=[s for s, _, _ in states], history=[], mds=projection,
         mds_seed=0)
     summary = summary_text(result)

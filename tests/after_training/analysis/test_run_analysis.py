@@ -144,7 +144,7 @@ def test_analyze_run_and_report_write_valid_files(tiny_llp_run, true_classes, tm
     mds = result.mds
     assert mds.class_ids.size == 3 and mds.coordinates.shape == (60, 2)
     assert mds.classes.tolist() == true_classes[mds.rows].tolist()
-    assert int(mds.labeled.sum()) == 12  # 4 labelled per class, all drawn
+    assert int(mds.labelled.sum()) == 12  # 4 labelled per class, all drawn
     assert result.class_names == ("checker", "diagonal", "horizontal", "vertical")
 
     written = report.write_report(result, str(tmp_path / "out"))

@@ -24,5 +24,5 @@ def test_check_inputs_refuses(mask, labels, message):
 def test_labelled_points_keep_their_labels():
     mask = np.array([True, False, True, False])
     labels = np.array([4, -1, 2, -1], np.int64)
-    np.testing.assert_array_equal(contract.with_labeled([7, 9], mask, labels), [4, 7, 2, 9])
+    np.testing.assert_array_equal(contract.with_labelled([7, 9], mask, labels), [4, 7, 2, 9])
     assert labels.tolist() == [4, -1, 2, -1]  # the input is not changed

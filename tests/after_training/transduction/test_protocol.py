@@ -34,7 +34,7 @@ def test_draws_have_the_protocols_counts_and_repeat_by_seed():
         for renumbered, original in enumerate(drawn_classes):
             rows = draw.classes == renumbered
             assert rows.sum() == 10 and np.all(true[rows] == original)
-            assert draw.labeled_mask[rows].sum() == 2
+            assert draw.labelled_mask[rows].sum() == 2
     again = protocol.draw_subsets(labels, 3, 10, 2, 6, seed=5)
     other = protocol.draw_subsets(labels, 3, 10, 2, 6, seed=6)
     assert all(np.array_equal(a.index, b.index) for a, b in zip(draws, again))
@@ -86,19 +86,19 @@ def test_accuracies_are_means_over_draws_and_repeat_by_seed():
     # Draw 1 by hand: LLP on the first subset, scored on its 30 unlabelled points.
     draw = protocol.draw_subsets(y, 3, 12, 2, 3, seed=4)[0]
     sub = x[draw.index]
-    density = reference.local_density(sub[draw.labeled_mask], sub, 5, 0.1)
-    expected, _, _ = reference.propagate(sub[~draw.labeled_mask], sub[draw.labeled_mask],
-                                         draw.classes[draw.labeled_mask], 3, 3, 0.1, density)
+    density = reference.local_density(sub[draw.labelled_mask], sub, 5, 0.1)
+    expected, _, _ = reference.propagate(sub[~draw.labelled_mask], sub[draw.labelled_mask],
+                                         draw.classes[draw.labelled_mask], 3, 3, 0.1, density)
     assert first.accuracy["llp"][0] == pytest.approx(
-        np.mean(expected == draw.classes[~draw.labeled_mask]))
+        np.mean(expected == draw.classes[~draw.labelled_mask]))
 
 
 @pytest.mark.parametrize("settings, message", [
-    (dict(num_classes=3, images_per_class=10, labeled_per_class=10), "must be smaller than"),
-    (dict(num_classes=7, images_per_class=10, labeled_per_class=2), "only 6 classes"),
-    (dict(num_classes=6, images_per_class=10, labeled_per_class=2),
+    (dict(num_classes=3, images_per_class=10, labelled_per_class=10), "must be smaller than"),
+    (dict(num_classes=7, images_per_class=10, labelled_per_class=2), "only 6 classes"),
+    (dict(num_classes=6, images_per_class=10, labelled_per_class=2),
      "only 5 of the 6 classes have 10 images .class sizes range from 5 to 12"),
-    (dict(num_classes=1, images_per_class=10, labeled_per_class=2), "classes must be at least 2"),
+    (dict(num_classes=1, images_per_class=10, labelled_per_class=2), "classes must be at least 2"),
 ])
 def test_impossible_protocols_are_clear_errors(settings, message):
     with pytest.raises(ConfigError, match=message):
