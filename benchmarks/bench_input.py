@@ -1,6 +1,6 @@
 """Input-pipeline throughput in images/s, to show that input is not the bottleneck.
 
-  python tools/bench_input.py [--seconds=8] [--output_json=bench_out/input.json]
+  python benchmarks/bench_input.py [--full] [--output_json=bench_out/input.json]
 
 Measures the training and evaluation pipelines of llp_tf.data.pipeline on
   - the embedded mnist5k set (28x28 PNG in TFDS shards) at --small_size, and
@@ -32,23 +32,34 @@ import sys
 import tempfile
 import time
 
-import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
+import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from llp_tf.errors import LLPError  # noqa: E402
+#: The sizes of the README's figures, for --full.
+FULL_SIZES = {"seconds": 8.0, "num_generated": 512, "num_crop_decode": 256, "rounds": 5}
 
-FLAGS = flags.FLAGS
-flags.DEFINE_float("seconds", 8.0, "Time measured per pipeline, after warm-up.")
-flags.DEFINE_integer("batch_size", 128, "Global batch size (one replica).")
-flags.DEFINE_integer("small_size", 32, "Output image side for the embedded set.")
-flags.DEFINE_integer("num_generated", 512, "Images in the generated 224x224 JPEG set.")
-flags.DEFINE_integer("num_crop_decode", 256, "Generated ~400x350 JPEGs of each kind for "
-                     "the one-core figures.")
-flags.DEFINE_integer("rounds", 5, "Measured rounds of the one-core figures, contenders "
-                     "interleaved.")
-flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.")
+
+def make_flags():
+    """The benchmark's `flags.FlagValues`."""
+    values = bench_cli.new_flag_values(FULL_SIZES)
+    flags.DEFINE_float("seconds", 4.0, "Time measured per pipeline, after warm-up (--full: 8).",
+                       flag_values=values)
+    flags.DEFINE_integer("batch_size", 128, "Global batch size (one replica).",
+                         flag_values=values)
+    flags.DEFINE_integer("small_size", 32, "Output image side for the embedded set.",
+                         flag_values=values)
+    flags.DEFINE_integer("num_generated", 256, "Images in the generated 224x224 JPEG set "
+                         "(--full: 512).", flag_values=values)
+    flags.DEFINE_integer("num_crop_decode", 128, "Generated ~400x350 JPEGs of each kind for "
+                         "the one-core figures (--full: 256).", flag_values=values)
+    flags.DEFINE_integer("rounds", 3, "Measured rounds of the one-core figures, contenders "
+                         "interleaved (--full: 5).", flag_values=values)
+    flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.",
+                        flag_values=values)
+    return values
 
 
 def _generate_jpeg_set(folder, count, size=224, shards=8):
@@ -242,17 +253,17 @@ def _write_jpeg_records(folder, jpegs, shards=4):
         json.dump({"class_names": [str(c) for c in range(10)]}, f)
 
 
-def _per_core_results(scratch, results):
+def _per_core_results(values, scratch, results):
     """Appends the one-core figures to ``results``; returns {"fused_over_full":
     {what: images/s fused / full, per wall and per CPU second}}."""
     from llp_tf.data import load_source  # noqa: PLC0415
 
-    photos, noisy = _photo_jpegs(FLAGS.num_crop_decode), _noisy_jpegs(FLAGS.num_crop_decode)
-    cases = [("photo", photos, _crop_decode_rates(photos, FLAGS.rounds)),
-             ("noisy", noisy, _crop_decode_rates(noisy, FLAGS.rounds))]
+    photos, noisy = _photo_jpegs(values.num_crop_decode), _noisy_jpegs(values.num_crop_decode)
+    cases = [("photo", photos, _crop_decode_rates(photos, values.rounds)),
+             ("noisy", noisy, _crop_decode_rates(noisy, values.rounds))]
     folder = os.path.join(scratch, "photo")
     _write_jpeg_records(folder, photos)
-    train = _train_rates(load_source(f"tfrecord:{folder}"), 64, FLAGS.rounds)
+    train = _train_rates(load_source(f"tfrecord:{folder}"), 64, values.rounds)
     cases.append(("photo", photos, train))
     ratios = {}
     for (name, jpegs, rates), what in zip(cases, ("crop-decode", "crop-decode",
@@ -270,59 +281,75 @@ def _per_core_results(scratch, results):
     return {"fused_over_full": ratios}
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+def _throughput_results(values, scratch):
+    """Rows of images/s of the training and evaluation pipelines, all cores,
+    on the embedded mnist5k set and a generated JPEG set."""
     from llp_tf.data import load_source, pipeline  # noqa: PLC0415 -- imports TF
 
-    scratch = tempfile.mkdtemp(prefix="llp_bench_input_")
+    mnist = load_source("mnist5k", data_dir=os.path.join(scratch, "tfds"))
+    jpeg_dir = os.path.join(scratch, "jpeg224")
+    os.makedirs(jpeg_dir)
+    mean_bytes = _generate_jpeg_set(jpeg_dir, values.num_generated)
+    jpegs = load_source(f"tfrecord:{jpeg_dir}")
+    cases = [
+        ("mnist5k", mnist, values.small_size),
+        (f"jpeg224 ({mean_bytes / 1024:.0f} KiB/image)", jpegs, 224),
+    ]
     results = []
-    try:
-        mnist = load_source("mnist5k", data_dir=os.path.join(scratch, "tfds"))
-        jpeg_dir = os.path.join(scratch, "jpeg224")
-        os.makedirs(jpeg_dir)
-        mean_bytes = _generate_jpeg_set(jpeg_dir, FLAGS.num_generated)
-        jpegs = load_source(f"tfrecord:{jpeg_dir}")
-        cases = [
-            ("mnist5k", mnist, FLAGS.small_size),
-            (f"jpeg224 ({mean_bytes / 1024:.0f} KiB/image)", jpegs, 224),
-        ]
-        for label, source, size in cases:
-            batch = min(FLAGS.batch_size, source.info.num_train)
-            train = _measure(lambda epoch, s=source, b=batch, z=size: pipeline.make_train_input_fn(
-                s, b, z, seed=0, epoch=epoch)(None), FLAGS.seconds)
-            results.append({"set": label, "pipeline": "train", "image_size": size,
-                            "images_per_second": round(train, 1)})
-            split = "validation" if source.info.num_validation else "train"
-            evaluate = _measure(lambda epoch, s=source, b=batch, z=size, p=split:
-                                pipeline.make_eval_input_fn(s, b, z, split=p)(None),
-                                FLAGS.seconds / 2)
-            results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
-                            "images_per_second": round(evaluate, 1)})
-        per_core = _per_core_results(scratch, results)
-    except LLPError as error:
-        print(f"bench_input: {error}", file=sys.stderr)
-        sys.exit(1)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for label, source, size in cases:
+        batch = min(values.batch_size, source.info.num_train)
+        train = _measure(lambda epoch, s=source, b=batch, z=size: pipeline.make_train_input_fn(
+            s, b, z, seed=0, epoch=epoch)(None), values.seconds)
+        results.append({"set": label, "pipeline": "train", "image_size": size,
+                        "images_per_second": round(train, 1)})
+        split = "validation" if source.info.num_validation else "train"
+        evaluate = _measure(lambda epoch, s=source, b=batch, z=size, p=split:
+                            pipeline.make_eval_input_fn(s, b, z, split=p)(None),
+                            values.seconds / 2)
+        results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
+                        "images_per_second": round(evaluate, 1)})
+    return results
 
-    print(f"input pipeline throughput, {os.cpu_count()} CPU cores, batch {FLAGS.batch_size}")
+
+def _print_report(values, results, per_core, out):
+    print(f"input pipeline throughput, {os.cpu_count()} CPU cores, batch {values.batch_size}",
+          file=out)
     for r in results:
         size = f"{r['image_size']}px" if r["image_size"] else "window"
         print(f"  {r['set']:<28} {r['pipeline']:<25} {size:>6} "
-              f"{r['images_per_second']:>9.1f} images/s")
+              f"{r['images_per_second']:>9.1f} images/s", file=out)
     for r in results:
         if "images_per_cpu_second" in r:
             print(f"  {r['set']:<28} {r['pipeline']:<25} {r['images_per_cpu_second']:>16.1f} "
-                  "images per CPU second")
+                  "images per CPU second", file=out)
     for name, ratio in per_core["fused_over_full"].items():
-        print(f"  per core, fused / full decode, {name}: {ratio}")
-    if FLAGS.output_json:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
-        with open(FLAGS.output_json, "w") as f:
+        print(f"  per core, fused / full decode, {name}: {ratio}", file=out)
+
+
+def benchmark(values, out, err):
+    """Runs the benchmark in a temporary folder, removed at the end."""
+    del err
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
+    tfds.disable_progress_bar()  # the embedded set's preparation
+    scratch = tempfile.mkdtemp(prefix="llp_bench_input_")
+    try:
+        results = _throughput_results(values, scratch)
+        per_core = _per_core_results(values, scratch, results)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _print_report(values, results, per_core, out)
+    if values.output_json:
+        os.makedirs(os.path.dirname(os.path.abspath(values.output_json)), exist_ok=True)
+        with open(values.output_json, "w") as f:
             json.dump({"cpu_cores": os.cpu_count(), "results": results,
                        **per_core}, f, indent=1)
 
 
+def main(argv, stdout=None, stderr=None):
+    """Runs the benchmark; argv[0] is the program name. Returns the exit code."""
+    return bench_cli.run(argv, stdout, stderr, make_flags(), __doc__, benchmark, FULL_SIZES)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))

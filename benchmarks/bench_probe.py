@@ -23,146 +23,162 @@ array.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
+import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
-import peak_rss  # noqa: E402 -- tools/ is on the path of a script run from it
-
-FLAGS = flags.FLAGS
-# 8x apart: the cached probe's growth varies by ~15 MiB from run to run
-# (allocator arenas), which 4x the features of a quick run does not dwarf.
-flags.DEFINE_list("sizes", ["5000", "40000"], "The two training-set sizes, N and 8 N.")
-flags.DEFINE_integer("validation", 500, "Validation images of each folder.")
-flags.DEFINE_integer("classes", 10, "Classes of the synthetic folders.")
-flags.DEFINE_integer("image_size", 16, "Side of the images and of the trunk's input.")
-flags.DEFINE_float("width", 2.0, "Width of the resnet10 trunk (F = 512 x width).")
-flags.DEFINE_integer("epochs", 2, "Readout epochs.")
-flags.DEFINE_integer("batch", 128, "Images per forward pass and features per SGD step.")
-flags.DEFINE_integer("threads", os.cpu_count(), "Threads for TensorFlow (intra-op).")
-flags.DEFINE_string("output", "", "Optional path of a JSON file for the figures.")
-flags.DEFINE_string("probe_folder", "", "Internal: measure one probe on this image folder.")
-flags.DEFINE_enum("probe_mode", "cached", ["cached", "in_memory"], "Internal: which probe.")
+import peak_rss  # noqa: E402 -- benchmarks/ is on the path of a script run from it
 
 WARM_UP_EXAMPLES = 256
+#: The sizes of the README's figures, for --full.
+FULL_SIZES = {"sizes": ["5000", "40000"]}
 
 
+def make_flags():
+    """The benchmark's `flags.FlagValues`."""
+    values = bench_cli.new_flag_values(FULL_SIZES)
+    # 8x apart: the cached probe's growth varies by ~15 MiB from run to run
+    # (allocator arenas), which 4x the features of a quick run does not dwarf.
+    flags.DEFINE_list("sizes", ["2500", "20000"], "The two training-set sizes, N and 8 N "
+                      "(--full: 5000,40000).", flag_values=values)
+    flags.DEFINE_integer("validation", 500, "Validation images of each folder.",
+                         flag_values=values)
+    flags.DEFINE_integer("classes", 10, "Classes of the synthetic folders.", flag_values=values)
+    flags.DEFINE_integer("image_size", 16, "Side of the images and of the trunk's input.",
+                         flag_values=values)
+    flags.DEFINE_float("width", 2.0, "Width of the resnet10 trunk (F = 512 x width).",
+                       flag_values=values)
+    flags.DEFINE_integer("epochs", 2, "Readout epochs.", flag_values=values)
+    flags.DEFINE_integer("batch", 128, "Images per forward pass and features per SGD step.",
+                         flag_values=values)
+    flags.DEFINE_integer("threads", os.cpu_count(), "Threads for TensorFlow (intra-op).",
+                         flag_values=values)
+    flags.DEFINE_string("output", "", "Optional path of a JSON file for the figures.",
+                        flag_values=values)
+    flags.DEFINE_string("probe_folder", "", "Internal: measure one probe on this image folder.",
+                        flag_values=values)
+    flags.DEFINE_enum("probe_mode", "cached", ["cached", "in_memory"], "Internal: which probe.",
+                      flag_values=values)
+    return values
 
 
-
-
-def _write_folder(root, num_train, rng):
+def _write_folder(values, root, num_train, rng):
     """An image folder of ``num_train`` training and --validation validation PNGs:
     class c is a noisy image around a colour of its own."""
     import tensorflow as tf
-    colours = rng.integers(0, 256, (FLAGS.classes, 3))
-    for split, count in (("train", num_train), ("validation", FLAGS.validation)):
-        for c in range(FLAGS.classes):
+    colours = rng.integers(0, 256, (values.classes, 3))
+    for split, count in (("train", num_train), ("validation", values.validation)):
+        for c in range(values.classes):
             folder = os.path.join(root, split, f"class{c:02d}")
             os.makedirs(folder)
-            for i in range(count // FLAGS.classes):
-                noise = rng.normal(0, 40, (FLAGS.image_size, FLAGS.image_size, 3))
+            for i in range(count // values.classes):
+                noise = rng.normal(0, 40, (values.image_size, values.image_size, 3))
                 image = np.clip(colours[c] + noise, 0, 255).astype(np.uint8)
                 with open(os.path.join(folder, f"{i:06d}.png"), "wb") as f:
                     f.write(tf.io.encode_png(image).numpy())
 
 
-def _run_probe(model, source, mode, max_examples, cache_dir):
+def _run_probe(values, model, source, mode, max_examples, cache_dir):
     from llp_tf import data
     from llp_tf.after_training import features, linear_probe
-    settings = linear_probe.ProbeSettings(epochs=FLAGS.epochs, batch_size=FLAGS.batch,
+    settings = linear_probe.ProbeSettings(epochs=values.epochs, batch_size=values.batch,
                                           patience=100, standardize=True,
                                           max_train_examples=max_examples)
     with open(os.devnull, "w") as quiet:
         if mode == "cached":
-            return linear_probe.probe_trunk(model, source, FLAGS.image_size, settings,
+            return linear_probe.probe_trunk(model, source, values.image_size, settings,
                                             cache_dir=cache_dir, stream=quiet)[0]
         index = features.subsample_index(source.info.num_train, max_examples, 0)
-        train = features.extract_features(model, source, data.TRAIN, FLAGS.image_size,
-                                          FLAGS.batch, quiet, index=index)
+        train = features.extract_features(model, source, data.TRAIN, values.image_size,
+                                          values.batch, quiet, index=index)
         validation = features.extract_features(model, source, data.VALIDATION,
-                                               FLAGS.image_size, FLAGS.batch, quiet)
+                                               values.image_size, values.batch, quiet)
         return linear_probe.train_readout(train, validation, source.info.num_classes,
                                           settings, quiet)[1]
 
 
-def probe_memory(folder, mode):
-    """Runs one probe in this process; prints its peak RSS growth in MiB."""
+def probe_memory(values, out):
+    """Runs one probe (--probe_mode on --probe_folder) in this process; prints its
+    peak RSS growth in MiB."""
+    folder, mode = values.probe_folder, values.probe_mode
     import tensorflow as tf
     from llp_tf import data
     from llp_tf.models import build_model
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(values.threads)
     source = data.load_source(f"folder:{folder}")
-    model = build_model("resnet10", FLAGS.classes, embedding_dim=16, width=FLAGS.width,
-                        blocks_per_stage=(1, 1, 1, 1)).create_weights(FLAGS.image_size)
+    model = build_model("resnet10", values.classes, embedding_dim=16, width=values.width,
+                        blocks_per_stage=(1, 1, 1, 1)).create_weights(values.image_size)
     caches = tempfile.mkdtemp(prefix="bench_probe_cache_", dir=os.path.dirname(folder))
-    _run_probe(model, source, mode, WARM_UP_EXAMPLES, os.path.join(caches, "warm"))
+    _run_probe(values, model, source, mode, WARM_UP_EXAMPLES, os.path.join(caches, "warm"))
     baseline = peak_rss.reset_peak_rss()
     start = time.monotonic()
-    result = _run_probe(model, source, mode, None, os.path.join(caches, "full"))
+    result = _run_probe(values, model, source, mode, None, os.path.join(caches, "full"))
     growth = peak_rss.peak_growth_mib(baseline)
     shutil.rmtree(caches)
     print(json.dumps({"growth_mib": growth, "seconds": time.monotonic() - start,
                       "top1": result.top1, "feature_dim": model.feature_dim,
-                      "num_train": source.info.num_train}))
+                      "num_train": source.info.num_train}), file=out)
 
 
-def _measure(folder, mode):
-    """The JSON line a fresh run of this script measuring ``mode`` prints last."""
-    flag_args = [f"--{name}={getattr(FLAGS, name)}" for name in
+def _measure(values, folder, mode):
+    """The figures a fresh run of this script measuring ``mode`` prints."""
+    flag_args = [f"--{name}={getattr(values, name)}" for name in
                  ("validation", "classes", "image_size", "width", "epochs", "batch", "threads")]
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), f"--probe_folder={folder}",
-                          f"--probe_mode={mode}"] + flag_args,
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return peak_rss.fresh_process_figures(os.path.abspath(__file__), [
+        f"--probe_folder={folder}", f"--probe_mode={mode}"] + flag_args)
 
 
-def _report(rows):
+def _report(rows, out):
     print(f"{'N':>7} {'F':>5} {'features MiB':>12} {'cached: growth MiB':>19} "
-          f"{'in memory: growth MiB':>22} {'cached s':>8}")
+          f"{'in memory: growth MiB':>22} {'cached s':>8}", file=out)
     for row in rows:
         print(f"{row['num_train']:7d} {row['feature_dim']:5d} {row['features_mib']:12.1f} "
               f"{row['cached']['growth_mib']:19.1f} {row['in_memory']['growth_mib']:22.1f} "
-              f"{row['cached']['seconds']:8.1f}")
+              f"{row['cached']['seconds']:8.1f}", file=out)
     small, large = rows
     ratios = {mode: large[mode]["growth_mib"] / max(small[mode]["growth_mib"], 1e-9)
               for mode in ("cached", "in_memory")}
     print(f"peak growth at {large['num_train']} / at {small['num_train']} images "
           f"({large['features_mib'] / small['features_mib']:.0f}x the features): cached "
-          f"{ratios['cached']:.2f}x, in memory {ratios['in_memory']:.2f}x")
+          f"{ratios['cached']:.2f}x, in memory {ratios['in_memory']:.2f}x", file=out)
     return ratios
 
 
-def main(argv):
-    del argv
-    if FLAGS.probe_folder:
-        probe_memory(FLAGS.probe_folder, FLAGS.probe_mode)
+def benchmark(values, out, err):
+    """Runs the benchmark, or with --probe_folder one probe's measurement."""
+    del err
+    if values.probe_folder:
+        probe_memory(values, out)
         return
-    sizes = [int(size) for size in FLAGS.sizes]
     work = tempfile.mkdtemp(prefix="bench_probe_")
     rows = []
     try:
         rng = np.random.default_rng(0)
-        for size in sizes:
+        for size in [int(size) for size in values.sizes]:
             folder = os.path.join(work, f"n{size}")
-            _write_folder(folder, size, rng)
-            row = {mode: _measure(folder, mode) for mode in ("cached", "in_memory")}
+            _write_folder(values, folder, size, rng)
+            row = {mode: _measure(values, folder, mode) for mode in ("cached", "in_memory")}
             row.update(num_train=row["cached"]["num_train"],
                        feature_dim=row["cached"]["feature_dim"])
             row["features_mib"] = row["num_train"] * row["feature_dim"] * 4 / 2**20
             rows.append(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ratios = _report(rows)
-    if FLAGS.output:
-        with open(FLAGS.output, "w") as f:
+    ratios = _report(rows, out)
+    if values.output:
+        with open(values.output, "w") as f:
             json.dump({"rows": rows, "growth_ratios": ratios}, f, indent=2)
 
 
+def main(argv, stdout=None, stderr=None):
+    """Runs the benchmark; argv[0] is the program name. Returns the exit code."""
+    return bench_cli.run(argv, stdout, stderr, make_flags(), __doc__, benchmark, FULL_SIZES)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))
