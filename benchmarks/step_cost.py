@@ -1,7 +1,7 @@
 """What a training step costs: its floating-point operations and bytes moved.
 
 For a performance model on machines without the target GPU
-(tools/bench_gpu_model.py). Both count a function of a batch, typically
+(bench_gpu_model.py). Both count a function of a batch, typically
 `Method.forward_backward` of a phase (the part ``--jit_compile`` compiles):
 
 - `step_flops`: TensorFlow's profiler over the traced graph, which counts
