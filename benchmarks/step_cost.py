@@ -58,11 +58,13 @@ def hlo_bytes(hlo_text: str) -> int:
 def step_flops(fn: Callable[..., Any], *args: Any) -> int:
     """Floating-point operations of one call ``fn(*args)`` (static shapes)."""
     from tensorflow.python.profiler import model_analyzer, option_builder  # noqa: PLC0415
+    from tensorflow.python.util import deprecation  # noqa: PLC0415
 
     graph = tf.function(fn).get_concrete_function(*args).graph
     options = (option_builder.ProfileOptionBuilder(
         option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build())
-    return int(model_analyzer.profile(graph, options=options).total_float_ops)
+    with deprecation.silence():  # the profiler calls a TensorFlow 1 shape helper
+        return int(model_analyzer.profile(graph, options=options).total_float_ops)
 
 
 def step_bytes(fn: Callable[..., Any], *args: Any) -> int:

@@ -27,7 +27,7 @@ decode's. Tolerance 0: tests/data/test_crop_decode.py checks that they are
 identical; with 4:2:0 chroma one pixel of margin already is (checked on
 photographs and noisy images at quality 90 and 95 too).
 
-Speed, one core, ~400x350 quality-90 4:2:0 JPEGs (tools/bench_input.py;
+Speed, one core, ~400x350 quality-90 4:2:0 JPEGs (benchmarks/bench_input.py;
 images per CPU second, noisy from run to run by a few %): the fused crop
 decode is only 0.96-1.12x the full decode followed by the crop (four runs), and that
 is near the limit with identical pixels. Of a full decode of photographs
