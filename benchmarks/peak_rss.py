@@ -33,12 +33,14 @@ def peak_growth_mib(baseline_kib: int) -> float:
     return (status_kib("VmHWM") - baseline_kib) / 1024.0
 
 
-def fresh_process_figures(script: str, args: list) -> dict:
+def fresh_process_figures(script: str, args: list, timeout: float | None = None) -> dict:
     """The JSON object a fresh ``python script *args`` prints as its last line.
 
-    Raises `RuntimeError` with the process's stderr when it fails.
+    Raises `RuntimeError` with the process's stderr when it fails, and
+    `subprocess.TimeoutExpired` after ``timeout`` seconds (None: no limit).
     """
-    result = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                            timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} exited with {result.returncode}:\n"
                            f"{result.stderr}")
