@@ -16,8 +16,8 @@ Prints, on the same arrays and with the same thread count:
 Contenders run in alternating blocks (ours x n, theirs x n, ours x n, ...),
 each opened by an untimed call, and their medians are compared, so the
 ratios (faiss time / our time; our GFLOP/s / matmul GFLOP/s) hold even on a
-machine whose speed drifts. The bank of 1-3 is smaller than the README's
-unless --full is given.
+machine whose speed drifts. Measurements 1-4 use a smaller bank than the
+README's figures unless --full is given.
 """
 
 import json

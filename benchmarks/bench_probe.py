@@ -105,10 +105,10 @@ def _run_probe(values, model, source, mode, max_examples, cache_dir):
 def probe_memory(values, out):
     """Runs one probe (--probe_mode on --probe_folder) in this process; prints its
     peak RSS growth in MiB."""
-    folder, mode = values.probe_folder, values.probe_mode
     import tensorflow as tf
     from llp_tf import data
     from llp_tf.models import build_model
+    folder, mode = values.probe_folder, values.probe_mode
     tf.config.threading.set_intra_op_parallelism_threads(values.threads)
     source = data.load_source(f"folder:{folder}")
     model = build_model("resnet10", values.classes, embedding_dim=16, width=values.width,
