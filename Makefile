@@ -26,7 +26,7 @@ help:
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
 	@echo "make test     run the test suite (CPU, a few minutes)"
-	@echo "make bench    run the benchmarks in tools/ (installs requirements-bench.txt)"
+	@echo "make bench    run the benchmarks in benchmarks/ at their quick sizes (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
 
 setup: $(VENV)/.installed
@@ -65,10 +65,10 @@ test: setup
 	$(PY) -m pytest tests
 
 bench: setup $(VENV)/.bench-installed
-	$(PY) tools/bench_core.py
-	$(PY) tools/bench_input.py
-	$(PY) tools/bench_train_step.py
-	$(PY) tools/bench_probe.py
+	$(PY) benchmarks/bench_core.py
+	$(PY) benchmarks/bench_input.py
+	$(PY) benchmarks/bench_train_step.py
+	$(PY) benchmarks/bench_probe.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

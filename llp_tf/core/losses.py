@@ -21,7 +21,7 @@ from llp_tf.types import FloatTensor, IntTensor
 #: time, and the backward pass goes through the blocks one after the other,
 #: freeing each block's logits once used; so its peak is the logits plus one
 #: block of logit gradients, not twice the logits, at the same speed
-#: (`tools/bench_core.py`, B = 128, N = 1.28M: 1.41x the logits, of which
+#: (`benchmarks/bench_core.py`, B = 128, N = 1.28M: 1.41x the logits, of which
 #: ~80 MiB does not grow with N; 2.28x unblocked).
 DEFAULT_LOSS_BLOCK_ROWS = 262_144
 

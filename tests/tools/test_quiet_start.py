@@ -1,4 +1,5 @@
-"""The tools' quiet start: TensorFlow's start-up notices hidden, real warnings kept."""
+"""The tools' (and benchmarks') quiet start: TensorFlow's start-up notices hidden, real
+warnings kept."""
 
 import ast
 import os
@@ -92,13 +93,21 @@ def _all_imports(source):
     return names
 
 
-def test_every_tool_starts_quietly_before_anything_imports_tensorflow():
-    tools = [name for name in sorted(os.listdir(os.path.join(ROOT, "tools")))
-             if name.endswith(".py") and "__main__" in open(tool_path(name)).read()]
-    assert len(tools) >= 12
-    heavy = {"llp_tf", "tensorflow", "keras", "numpy", "config_flags"}
-    for name in tools:
-        source = open(tool_path(name)).read()
+def _scripts(folder):
+    """Paths of the scripts with a main in ROOT/<folder>."""
+    directory = os.path.join(ROOT, folder)
+    paths = [os.path.join(directory, name) for name in sorted(os.listdir(directory))
+             if name.endswith(".py")]
+    return [path for path in paths if "__main__" in open(path).read()]
+
+
+def test_every_tool_and_benchmark_starts_quietly_before_anything_imports_tensorflow():
+    scripts = _scripts("tools") + _scripts("benchmarks")
+    assert len(scripts) >= 15
+    heavy = {"llp_tf", "tensorflow", "keras", "numpy", "config_flags", "jpeg_sets", "step_cost"}
+    for path in scripts:
+        name = os.path.basename(path)
+        source = open(path).read()
         if name in NO_TENSORFLOW:
             # Nothing to quieten: it must then import nothing that imports TensorFlow.
             assert not heavy & _all_imports(source), name

@@ -24,15 +24,15 @@ def test_free_ports_are_distinct_and_bindable():
 def test_a_deprecated_alias_sets_the_flag_and_warns():
     values = tool_cli.new_flag_values()
     flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=values)
-    tool_cli.define_deprecated_alias(values, "labelled_per_class", "labelled_per_class")
+    tool_cli.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
     stdout, stderr = io.StringIO(), io.StringIO()
-    _, code = tool_cli.parse(values, ["tool", "--labelled_per_class=7"], "usage", stdout, stderr)
+    _, code = tool_cli.parse(values, ["tool", "--labeled_per_class=7"], "usage", stdout, stderr)
     assert code is None and values.labelled_per_class == 7
-    assert stderr.getvalue() == ("warning: --labelled_per_class is deprecated; use "
+    assert stderr.getvalue() == ("warning: --labeled_per_class is deprecated; use "
                                  "--labelled_per_class.\n")
     again = tool_cli.new_flag_values()
     flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=again)
-    tool_cli.define_deprecated_alias(again, "labelled_per_class", "labelled_per_class")
+    tool_cli.define_deprecated_alias(again, "labeled_per_class", "labelled_per_class")
     stderr = io.StringIO()
     tool_cli.parse(again, ["tool", "--labelled_per_class=3"], "usage", stdout, stderr)
     assert again.labelled_per_class == 3 and stderr.getvalue() == ""

@@ -1,18 +1,17 @@
-"""Every tool in tools/ (but the benchmarks and the shared modules) has a
-``main(argv, stdout, stderr)`` that runs in this process and answers --help."""
+"""Every tool in tools/ (but the shared modules) has a ``main(argv, stdout,
+stderr)`` that runs in this process and answers --help."""
 
 import inspect
 import os
 
 from tests.tools.tool_main import ROOT, load_tool, run_main
 
-NOT_TOOLS = ("config_flags.py", "peak_rss.py", "quiet_start.py", "tool_cli.py")
+NOT_TOOLS = ("config_flags.py", "quiet_start.py", "tool_cli.py")
 
 
 def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
     tools = sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
-                   if name.endswith(".py") and not name.startswith("bench_")
-                   and name not in NOT_TOOLS)
+                   if name.endswith(".py") and name not in NOT_TOOLS)
     assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
                      "input_service.py", "launch_local.py", "linear_probe.py", "make_splits.py",
                      "predict.py", "train.py"]

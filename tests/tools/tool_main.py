@@ -1,4 +1,4 @@
-"""Loading a tool script and running its ``main`` in this process."""
+"""Loading a tool or benchmark script and running its ``main`` in this process."""
 
 import importlib.util
 import io
@@ -14,14 +14,20 @@ def tool_path(file_name):
 
 
 def load_tool(file_name):
-    """The module of tools/<file_name> (tools/ is not a package), loaded under a
-    private name so it cannot clash with a module of the same name. tools/ goes
-    on the import path (for `tool_cli`), also for tests outside tests/tools."""
-    tools_dir = os.path.dirname(tool_path(file_name))
-    if tools_dir not in sys.path:
-        sys.path.insert(0, tools_dir)
-    name = os.path.splitext(file_name)[0] + "_tool"
-    spec = importlib.util.spec_from_file_location(name, tool_path(file_name))
+    """The module of tools/<file_name> (see `load_script`)."""
+    return load_script(tool_path(file_name), "_tool")
+
+
+def load_script(path, suffix):
+    """The module of the script at ``path`` (tools/ and benchmarks/ are not
+    packages), loaded under its name plus ``suffix`` so it cannot clash with a
+    module of the same name. Its folder goes on the import path (for
+    `tool_cli`, `bench_cli`), also for tests outside the folder's tests."""
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = os.path.splitext(os.path.basename(path))[0] + suffix
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -2,9 +2,9 @@
 float32, XLA-compiled against not.
 
 Same model architecture, batch and thread count, on synthetic in-memory
-batches (so the input pipeline is not measured), with an ImageNet-shaped
-bank by default (N = 1,281,167 rows of 128 float32, 10 % labelled, 1000
-classes). Prints the time per step of
+batches (so the input pipeline is not measured), with a bank of --bank
+rows of 128 float32, 10 % labelled, 1000 classes (--full: ImageNet's,
+N = 1,281,167). Prints the time per step of
 
   - the supervised baseline (forward, cross-entropy, backward, SGD),
   - the LLP step (the same plus the aggregation loss over the whole bank,
@@ -16,54 +16,71 @@ classes). Prints the time per step of
 all interleaved in one run, and their ratios: (LLP - supervised) beside the
 bank work (LLP should add only the bank matmuls and top-k), bfloat16 /
 float32 and XLA / not. On a CPU these ratios say little about a GPU (see
-tools/bench_gpu_model.py for that); they show the options work at this scale.
+benchmarks/bench_gpu_model.py for that); they show the options work at this
+scale.
 """
 
 import os
 import sys
 import time
 
-import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
+import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("architecture", "resnet18", "Model architecture.")
-flags.DEFINE_float("width", 0.25, "Width multiplier of the model.")
-flags.DEFINE_integer("image_size", 32, "Input side (small inputs use the CIFAR stem).")
-flags.DEFINE_integer("batch", 128, "Global batch size.")
-flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).")
-flags.DEFINE_integer("labelled", 128_116, "M: labelled rows (10 %).")
-flags.DEFINE_integer("classes", 1000, "C: classes.")
-flags.DEFINE_integer("steps", 4, "Steps per timed call.")
-flags.DEFINE_integer("rounds", 9, "Timed calls per phase (alternating); the median is kept.")
-flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow intra-op threads.")
+#: The sizes of the README's figures, for --full: ImageNet's bank.
+FULL_SIZES = {"bank": 1_281_167, "labelled": 128_116, "steps": 4, "rounds": 9}
 
 
-def _methods(strategy, rng, b, n, m, c, size, precision="float32", jit_compile=False):
+def make_flags():
+    """The benchmark's `flags.FlagValues`."""
+    values = bench_cli.new_flag_values(FULL_SIZES)
+    flags.DEFINE_string("architecture", "resnet18", "Model architecture.", flag_values=values)
+    flags.DEFINE_float("width", 0.25, "Width multiplier of the model.", flag_values=values)
+    flags.DEFINE_integer("image_size", 32, "Input side (small inputs use the CIFAR stem).",
+                         flag_values=values)
+    flags.DEFINE_integer("batch", 128, "Global batch size.", flag_values=values)
+    flags.DEFINE_integer("bank", 128_000, "N: bank rows (--full: 1,281,167, ImageNet's "
+                         "training set).", flag_values=values)
+    flags.DEFINE_integer("labelled", 12_800, "M: labelled rows, 10 % (--full: 128,116).",
+                         flag_values=values)
+    bench_cli.tool_cli.define_deprecated_alias(values, "labeled", "labelled")
+    flags.DEFINE_integer("classes", 1000, "C: classes.", flag_values=values)
+    flags.DEFINE_integer("steps", 2, "Steps per timed call (--full: 4).", flag_values=values)
+    flags.DEFINE_integer("rounds", 5, "Timed calls per phase (alternating); the median is kept "
+                         "(--full: 9).", flag_values=values)
+    flags.DEFINE_integer("threads", os.cpu_count(), "TensorFlow intra-op threads.",
+                         flag_values=values)
+    return values
+
+
+def _methods(values, strategy, rng, precision="float32", jit_compile=False):
     """(bank, LLP method, supervised method) sharing one model and optimizer."""
     import keras
 
     from llp_tf.core.memory_bank import MemoryBank
+    from llp_tf.models.config import EMBEDDING_DIM
     from llp_tf.models.factory import build_model
     from llp_tf.models import precision as precision_lib
     from llp_tf.training.methods import LLPMethod, SupervisedMethod
 
+    b, n, m, c, size = (values.batch, values.bank, values.labelled, values.classes,
+                        values.image_size)
     keras.utils.set_random_seed(0)
-    model = build_model(FLAGS.architecture, c, width=FLAGS.width, small_inputs=size <= 64,
+    model = build_model(values.architecture, c, width=values.width, small_inputs=size <= 64,
                         precision=precision).create_weights(size)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     optimizer.build(model.trainable_variables)
     optimizer = precision_lib.wrap_optimizer(optimizer, precision, model.trainable_variables)
     labelled = np.random.default_rng(0).choice(n, m, replace=False)
-    bank = MemoryBank(n, 128, c, labelled, rng.integers(0, c, m))
+    bank = MemoryBank(n, EMBEDDING_DIM, c, labelled, rng.integers(0, c, m))
     common = dict(num_classes=c, global_batch_size=b, weight_decay=1e-4,
                   jit_compile=jit_compile)
-    llp = LLPMethod(strategy, model, optimizer, bank, temperature=0.07, k=10, t=25,
-                    propagation_method="local", weight_by_confidence=True,
-                    use_categorisation=True, density_chunk_size=1024, **common)
+    llp = LLPMethod(strategy, model, optimizer, bank, **bench_cli.paper_llp_settings(),
+                    **common)
     llp.refresh_density()
     supervised = SupervisedMethod(strategy, model, optimizer, **common)
     return bank, llp, supervised
@@ -123,45 +140,53 @@ def _median_step_seconds(contenders, steps, rounds):
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def _print_report(median, b, n, m, c, size):
+def _print_report(values, median, out):
     supervised, llp, bank_only = (median["supervised step"], median["LLP step"],
                                   median["bank work alone"])
-    print(f"training step, {FLAGS.architecture} x{FLAGS.width} at {size}px, batch {b}, "
-          f"bank N={n}, M={m} labelled, C={c} ({FLAGS.threads} threads)")
+    print(f"training step, {values.architecture} x{values.width} at {values.image_size}px, "
+          f"batch {values.batch}, bank N={values.bank}, M={values.labelled} labelled, "
+          f"C={values.classes} ({values.threads} threads)", file=out)
     for name, value in median.items():
-        print(f"  {name:24s} {value * 1e3:8.1f} ms")
+        print(f"  {name:24s} {value * 1e3:8.1f} ms", file=out)
     print(f"  LLP / supervised = {llp / supervised:.2f}; LLP - supervised = "
           f"{(llp - supervised) * 1e3:.1f} ms, bank work alone = {bank_only * 1e3:.1f} ms "
-          f"(ratio {(llp - supervised) / bank_only:.2f})")
+          f"(ratio {(llp - supervised) / bank_only:.2f})", file=out)
     print(f"  LLP step bfloat16 / float32 = {median['LLP step, bfloat16'] / llp:.2f}; "
-          f"XLA-compiled / not = {median['LLP step, jit_compile'] / llp:.2f}")
+          f"XLA-compiled / not = {median['LLP step, jit_compile'] / llp:.2f}", file=out)
 
 
-def main(argv):
-    del argv
+def benchmark(values, out, err):
+    """Times the contenders of the module docstring, interleaved, and prints them."""
+    del err
     import tensorflow as tf
 
     from llp_tf.training.methods import StepRunner
 
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(values.threads)
     rng = np.random.default_rng(0)
-    b, n, m, c, size = FLAGS.batch, FLAGS.bank, FLAGS.labelled, FLAGS.classes, FLAGS.image_size
     strategy = tf.distribute.get_strategy()
-    bank, llp, supervised = _methods(strategy, rng, b, n, m, c, size)
+    bank, llp, supervised = _methods(values, strategy, rng)
     runners = {"supervised step": (StepRunner(supervised), "supervised"),
                "LLP step": (StepRunner(llp), "llp"),
                "LLP step, bfloat16": (StepRunner(_methods(
-                   strategy, rng, b, n, m, c, size, precision="bfloat16")[1]), "llp"),
+                   values, strategy, rng, precision="bfloat16")[1]), "llp"),
                "LLP step, jit_compile": (StepRunner(_methods(
-                   strategy, rng, b, n, m, c, size, jit_compile=True)[1]), "llp")}
-    iterator, order = _synthetic_batches(strategy, rng, b, n, size)
-    embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(b, 128)), tf.float32), 1)
-    bank_work = _bank_work(bank, embeddings, tf.constant(order[:b]), c)
-    contenders = {name: (lambda r=runner, p=phase: r.run(iterator, FLAGS.steps, p))
+                   values, strategy, rng, jit_compile=True)[1]), "llp")}
+    iterator, order = _synthetic_batches(strategy, rng, values.batch, values.bank,
+                                         values.image_size)
+    embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(values.batch, 128)),
+                                                  tf.float32), 1)
+    bank_work = _bank_work(bank, embeddings, tf.constant(order[:values.batch]), values.classes)
+    contenders = {name: (lambda r=runner, p=phase: r.run(iterator, values.steps, p))
                   for name, (runner, phase) in runners.items()}
-    contenders["bank work alone"] = lambda: bank_work(tf.constant(FLAGS.steps))
-    _print_report(_median_step_seconds(contenders, FLAGS.steps, FLAGS.rounds), b, n, m, c, size)
+    contenders["bank work alone"] = lambda: bank_work(tf.constant(values.steps))
+    _print_report(values, _median_step_seconds(contenders, values.steps, values.rounds), out)
+
+
+def main(argv, stdout=None, stderr=None):
+    """Runs the benchmark; argv[0] is the program name. Returns the exit code."""
+    return bench_cli.run(argv, stdout, stderr, make_flags(), __doc__, benchmark, FULL_SIZES)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))

@@ -1,7 +1,7 @@
 """What a training step costs: its floating-point operations and bytes moved.
 
 For a performance model on machines without the target GPU
-(tools/bench_gpu_model.py). Both count a function of a batch, typically
+(bench_gpu_model.py). Both count a function of a batch, typically
 `Method.forward_backward` of a phase (the part ``--jit_compile`` compiles):
 
 - `step_flops`: TensorFlow's profiler over the traced graph, which counts
@@ -58,11 +58,13 @@ def hlo_bytes(hlo_text: str) -> int:
 def step_flops(fn: Callable[..., Any], *args: Any) -> int:
     """Floating-point operations of one call ``fn(*args)`` (static shapes)."""
     from tensorflow.python.profiler import model_analyzer, option_builder  # noqa: PLC0415
+    from tensorflow.python.util import deprecation  # noqa: PLC0415
 
     graph = tf.function(fn).get_concrete_function(*args).graph
     options = (option_builder.ProfileOptionBuilder(
         option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build())
-    return int(model_analyzer.profile(graph, options=options).total_float_ops)
+    with deprecation.silence():  # the profiler calls a TensorFlow 1 shape helper
+        return int(model_analyzer.profile(graph, options=options).total_float_ops)
 
 
 def step_bytes(fn: Callable[..., Any], *args: Any) -> int:

@@ -1,6 +1,6 @@
 """Input-pipeline throughput in images/s, to show that input is not the bottleneck.
 
-  python tools/bench_input.py [--seconds=8] [--output_json=bench_out/input.json]
+  python benchmarks/bench_input.py [--full] [--output_json=bench_out/input.json]
 
 Measures the training and evaluation pipelines of llp_tf.data.pipeline on
   - the embedded mnist5k set (28x28 PNG in TFDS shards) at --small_size, and
@@ -25,6 +25,8 @@ Mean KiB per image is given for each set. Temporary data goes to a fresh
 temporary folder that is removed at the end.
 """
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -32,48 +34,34 @@ import sys
 import tempfile
 import time
 
-import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
+import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
+import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
-from absl import app, flags  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
-from llp_tf.errors import LLPError  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_float("seconds", 8.0, "Time measured per pipeline, after warm-up.")
-flags.DEFINE_integer("batch_size", 128, "Global batch size (one replica).")
-flags.DEFINE_integer("small_size", 32, "Output image side for the embedded set.")
-flags.DEFINE_integer("num_generated", 512, "Images in the generated 224x224 JPEG set.")
-flags.DEFINE_integer("num_crop_decode", 256, "Generated ~400x350 JPEGs of each kind for "
-                     "the one-core figures.")
-flags.DEFINE_integer("rounds", 5, "Measured rounds of the one-core figures, contenders "
-                     "interleaved.")
-flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.")
+#: The sizes of the README's figures, for --full.
+FULL_SIZES = {"seconds": 8.0, "num_generated": 512, "num_crop_decode": 256, "rounds": 5}
 
 
-def _generate_jpeg_set(folder, count, size=224, shards=8):
-    """Writes ``count`` smooth random 224x224 JPEGs (quality 90) as TFRecord shards."""
-    import numpy as np  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
-
-    from llp_tf.data.tfrecord_source import serialize_example, shard_name  # noqa: PLC0415
-
-    rng = np.random.default_rng(0)
-    records = []
-    for index in range(count):
-        coarse = tf.constant(rng.integers(0, 256, (size // 8, size // 8, 3)), tf.float32)
-        image = tf.cast(tf.image.resize(coarse, [size, size], method="bicubic")
-                        + tf.random.stateless_normal([size, size, 3], [index, 0], stddev=12.0),
-                        tf.float32)
-        jpeg = tf.io.encode_jpeg(tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), quality=90)
-        records.append(serialize_example(jpeg.numpy(), index % 10, index))
-    for shard in range(shards):
-        with tf.io.TFRecordWriter(os.path.join(folder, shard_name("train", shard, shards))) as w:
-            for record in records[shard::shards]:
-                w.write(record)
-    with open(os.path.join(folder, "dataset_info.json"), "w") as f:
-        json.dump({"class_names": [str(c) for c in range(10)]}, f)
-    return sum(len(r) for r in records) / count
+def make_flags():
+    """The benchmark's `flags.FlagValues`."""
+    values = bench_cli.new_flag_values(FULL_SIZES)
+    flags.DEFINE_float("seconds", 4.0, "Time measured per pipeline, after warm-up (--full: 8).",
+                       flag_values=values)
+    flags.DEFINE_integer("batch_size", 128, "Global batch size (one replica).",
+                         flag_values=values)
+    flags.DEFINE_integer("small_size", 32, "Output image side for the embedded set.",
+                         flag_values=values)
+    flags.DEFINE_integer("num_generated", 256, "Images in the generated 224x224 JPEG set "
+                         "(--full: 512).", flag_values=values)
+    flags.DEFINE_integer("num_crop_decode", 128, "Generated ~400x350 JPEGs of each kind for "
+                         "the one-core figures (--full: 256).", flag_values=values)
+    flags.DEFINE_integer("rounds", 3, "Measured rounds of the one-core figures, contenders "
+                         "interleaved (--full: 5).", flag_values=values)
+    flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.",
+                        flag_values=values)
+    return values
 
 
 def _measure(make_dataset, seconds, warmup_batches=3):
@@ -97,51 +85,6 @@ def _measure(make_dataset, seconds, warmup_batches=3):
                     break
             epoch += 1
     return images / elapsed if elapsed else float("nan")
-
-
-def _noisy_jpegs(count):
-    """``count`` JPEG bytes (quality 90, 4:2:0) of smooth images plus Gaussian
-    pixel noise (stddev 12), sides 330-450 px: much of the noise survives
-    quantisation, so entropy decoding weighs more than in most photographs."""
-    import numpy as np  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
-
-    rng = np.random.default_rng(1)
-    jpegs = []
-    for index in range(count):
-        height, width = (int(v) for v in rng.integers(330, 451, 2))
-        coarse = tf.constant(rng.integers(0, 256, (height // 8, width // 8, 3)), tf.float32)
-        image = (tf.image.resize(coarse, [height, width], method="bicubic")
-                 + tf.random.stateless_normal([height, width, 3], [index, 1], stddev=12.0))
-        jpegs.append(tf.io.encode_jpeg(tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8),
-                                       quality=90).numpy())
-    return jpegs
-
-
-def _photo_jpegs(count):
-    """``count`` JPEG bytes (quality 90, 4:2:0) cut from real photographs,
-    scikit-learn's sample images (china.jpg, flower.jpg, 427x640, installed
-    with it): crops at the photos' own scale (no resampling, which would
-    smooth them), sides 330-450 px, randomly transposed and mirrored."""
-    import numpy as np  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
-    from sklearn.datasets import load_sample_images  # noqa: PLC0415
-
-    photos = load_sample_images().images
-    rng = np.random.default_rng(0)
-    jpegs = []
-    for index in range(count):
-        photo = photos[index % len(photos)]
-        if rng.random() < 0.5:
-            photo = photo.transpose(1, 0, 2)
-        if rng.random() < 0.5:
-            photo = photo[:, ::-1]
-        height, width = (int(rng.integers(330, min(450, side) + 1)) for side in photo.shape[:2])
-        top = int(rng.integers(0, photo.shape[0] - height + 1))
-        left = int(rng.integers(0, photo.shape[1] - width + 1))
-        crop = np.ascontiguousarray(photo[top:top + height, left:left + width])
-        jpegs.append(tf.io.encode_jpeg(crop, quality=90).numpy())
-    return jpegs
 
 
 def _one_core():
@@ -227,32 +170,19 @@ def _train_rates(source, batch, rounds, batches_per_round=6):
     return _interleaved_rates({"fused": runner(True), "full": runner(False)}, rounds)
 
 
-def _write_jpeg_records(folder, jpegs, shards=4):
-    """Writes ``jpegs`` as a TFRecord training set (labels index % 10)."""
-    import tensorflow as tf  # noqa: PLC0415
-
-    from llp_tf.data.tfrecord_source import serialize_example, shard_name  # noqa: PLC0415
-
-    os.makedirs(folder)
-    for shard in range(shards):
-        with tf.io.TFRecordWriter(os.path.join(folder, shard_name("train", shard, shards))) as w:
-            for index in range(shard, len(jpegs), shards):
-                w.write(serialize_example(jpegs[index], index % 10, index))
-    with open(os.path.join(folder, "dataset_info.json"), "w") as f:
-        json.dump({"class_names": [str(c) for c in range(10)]}, f)
-
-
-def _per_core_results(scratch, results):
+def _per_core_results(values, scratch, results):
     """Appends the one-core figures to ``results``; returns {"fused_over_full":
     {what: images/s fused / full, per wall and per CPU second}}."""
+    import jpeg_sets  # noqa: PLC0415 -- imports TF; benchmarks/ is on the path
     from llp_tf.data import load_source  # noqa: PLC0415
 
-    photos, noisy = _photo_jpegs(FLAGS.num_crop_decode), _noisy_jpegs(FLAGS.num_crop_decode)
-    cases = [("photo", photos, _crop_decode_rates(photos, FLAGS.rounds)),
-             ("noisy", noisy, _crop_decode_rates(noisy, FLAGS.rounds))]
+    photos = jpeg_sets.photo_jpegs(values.num_crop_decode)
+    noisy = jpeg_sets.noisy_jpegs(values.num_crop_decode)
+    cases = [("photo", photos, _crop_decode_rates(photos, values.rounds)),
+             ("noisy", noisy, _crop_decode_rates(noisy, values.rounds))]
     folder = os.path.join(scratch, "photo")
-    _write_jpeg_records(folder, photos)
-    train = _train_rates(load_source(f"tfrecord:{folder}"), 64, FLAGS.rounds)
+    jpeg_sets.write_jpeg_records(folder, photos, shards=4)
+    train = _train_rates(load_source(f"tfrecord:{folder}"), 64, values.rounds)
     cases.append(("photo", photos, train))
     ratios = {}
     for (name, jpegs, rates), what in zip(cases, ("crop-decode", "crop-decode",
@@ -270,59 +200,90 @@ def _per_core_results(scratch, results):
     return {"fused_over_full": ratios}
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+def _prepared_quietly(load):
+    """``load()`` of an embedded set into a fresh folder, without TFDS's notices:
+    its progress bars, the lines it prints while preparing and its warning
+    that the fresh folder has no dataset_info.json. Errors still show."""
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
+    tfds.disable_progress_bar()
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return load()
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def _throughput_results(values, scratch):
+    """Rows of images/s of the training and evaluation pipelines, all cores,
+    on the embedded mnist5k set and a generated JPEG set."""
+    import jpeg_sets  # noqa: PLC0415 -- imports TF; benchmarks/ is on the path
     from llp_tf.data import load_source, pipeline  # noqa: PLC0415 -- imports TF
 
-    scratch = tempfile.mkdtemp(prefix="llp_bench_input_")
+    mnist = _prepared_quietly(lambda: load_source("mnist5k",
+                                                  data_dir=os.path.join(scratch, "tfds")))
+    jpeg_dir = os.path.join(scratch, "jpeg224")
+    mean_bytes = jpeg_sets.write_jpeg_records(
+        jpeg_dir, jpeg_sets.smooth_jpegs(values.num_generated), shards=8)
+    jpegs = load_source(f"tfrecord:{jpeg_dir}")
+    cases = [
+        ("mnist5k", mnist, values.small_size),
+        (f"jpeg224 ({mean_bytes / 1024:.0f} KiB/image)", jpegs, 224),
+    ]
     results = []
-    try:
-        mnist = load_source("mnist5k", data_dir=os.path.join(scratch, "tfds"))
-        jpeg_dir = os.path.join(scratch, "jpeg224")
-        os.makedirs(jpeg_dir)
-        mean_bytes = _generate_jpeg_set(jpeg_dir, FLAGS.num_generated)
-        jpegs = load_source(f"tfrecord:{jpeg_dir}")
-        cases = [
-            ("mnist5k", mnist, FLAGS.small_size),
-            (f"jpeg224 ({mean_bytes / 1024:.0f} KiB/image)", jpegs, 224),
-        ]
-        for label, source, size in cases:
-            batch = min(FLAGS.batch_size, source.info.num_train)
-            train = _measure(lambda epoch, s=source, b=batch, z=size: pipeline.make_train_input_fn(
-                s, b, z, seed=0, epoch=epoch)(None), FLAGS.seconds)
-            results.append({"set": label, "pipeline": "train", "image_size": size,
-                            "images_per_second": round(train, 1)})
-            split = "validation" if source.info.num_validation else "train"
-            evaluate = _measure(lambda epoch, s=source, b=batch, z=size, p=split:
-                                pipeline.make_eval_input_fn(s, b, z, split=p)(None),
-                                FLAGS.seconds / 2)
-            results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
-                            "images_per_second": round(evaluate, 1)})
-        per_core = _per_core_results(scratch, results)
-    except LLPError as error:
-        print(f"bench_input: {error}", file=sys.stderr)
-        sys.exit(1)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for label, source, size in cases:
+        batch = min(values.batch_size, source.info.num_train)
+        train = _measure(lambda epoch, s=source, b=batch, z=size: pipeline.make_train_input_fn(
+            s, b, z, seed=0, epoch=epoch)(None), values.seconds)
+        results.append({"set": label, "pipeline": "train", "image_size": size,
+                        "images_per_second": round(train, 1)})
+        split = "validation" if source.info.num_validation else "train"
+        evaluate = _measure(lambda epoch, s=source, b=batch, z=size, p=split:
+                            pipeline.make_eval_input_fn(s, b, z, split=p)(None),
+                            values.seconds / 2)
+        results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
+                        "images_per_second": round(evaluate, 1)})
+    return results
 
-    print(f"input pipeline throughput, {os.cpu_count()} CPU cores, batch {FLAGS.batch_size}")
+
+def _print_report(values, results, per_core, out):
+    print(f"input pipeline throughput, {os.cpu_count()} CPU cores, batch {values.batch_size}",
+          file=out)
     for r in results:
         size = f"{r['image_size']}px" if r["image_size"] else "window"
         print(f"  {r['set']:<28} {r['pipeline']:<25} {size:>6} "
-              f"{r['images_per_second']:>9.1f} images/s")
+              f"{r['images_per_second']:>9.1f} images/s", file=out)
     for r in results:
         if "images_per_cpu_second" in r:
             print(f"  {r['set']:<28} {r['pipeline']:<25} {r['images_per_cpu_second']:>16.1f} "
-                  "images per CPU second")
+                  "images per CPU second", file=out)
     for name, ratio in per_core["fused_over_full"].items():
-        print(f"  per core, fused / full decode, {name}: {ratio}")
-    if FLAGS.output_json:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
-        with open(FLAGS.output_json, "w") as f:
+        print(f"  per core, fused / full decode, {name}: {ratio}", file=out)
+
+
+def benchmark(values, out, err):
+    """Runs the benchmark in a temporary folder, removed at the end."""
+    del err
+    scratch = tempfile.mkdtemp(prefix="llp_bench_input_")
+    try:
+        results = _throughput_results(values, scratch)
+        per_core = _per_core_results(values, scratch, results)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _print_report(values, results, per_core, out)
+    if values.output_json:
+        os.makedirs(os.path.dirname(os.path.abspath(values.output_json)), exist_ok=True)
+        with open(values.output_json, "w") as f:
             json.dump({"cpu_cores": os.cpu_count(), "results": results,
                        **per_core}, f, indent=1)
 
 
+def main(argv, stdout=None, stderr=None):
+    """Runs the benchmark; argv[0] is the program name. Returns the exit code."""
+    return bench_cli.run(argv, stdout, stderr, make_flags(), __doc__, benchmark, FULL_SIZES)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main(sys.argv))

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from llp_tf.training import step_cost
+import step_cost  # benchmarks/ is on the import path (conftest.py)
 
 B, D, N = 8, 16, 64
 
