@@ -30,6 +30,8 @@ from llp_tf.models.config import (PRECISIONS, ModelConfig, final_feature_map_sid
                                   model_problems)
 from llp_tf.training.methods.config import MethodConfig, method_problems
 
+#: The paper's global batch; the base learning rate is given at it.
+PAPER_BATCH_SIZE = 128
 #: The ``--cluster`` settings (`llp_tf.training.cluster`).
 CLUSTERS = ("auto", "none", "slurm")
 
@@ -38,10 +40,12 @@ CLUSTERS = ("auto", "none", "slurm")
 class OptimizationConfig:
     """SGD, weight decay and the learning-rate schedule."""
 
-    global_batch_size: int = setting(128, "Examples per step over all replicas (the protocol's "
-                                     "128); more replicas split it.")
-    base_learning_rate: float = setting(0.03, "Learning rate at a global batch of 128; scaled "
-                                        "linearly with the global batch size.")
+    global_batch_size: int = setting(PAPER_BATCH_SIZE, "Examples per step over all replicas "
+                                     f"(the protocol's {PAPER_BATCH_SIZE}); more replicas "
+                                     "split it.")
+    base_learning_rate: float = setting(0.03, "Learning rate at a global batch of "
+                                        f"{PAPER_BATCH_SIZE}; scaled linearly with the global "
+                                        "batch size.")
     momentum: float = setting(0.9, "SGD momentum.")
     weight_decay: float = setting(
         1e-4, "lambda of the L2 penalty on all weights except batch-norm parameters, added as "
@@ -223,9 +227,9 @@ class TrainConfig:
 
     @property
     def learning_rate(self) -> float:
-        """The initial learning rate: base rate scaled by global batch / 128."""
+        """The initial learning rate: base rate scaled by global batch / `PAPER_BATCH_SIZE`."""
         return (self.optimization.base_learning_rate * self.optimization.global_batch_size
-                / 128.0)
+                / PAPER_BATCH_SIZE)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
