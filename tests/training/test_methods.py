@@ -50,8 +50,11 @@ def _iterator(strategy, data):
     dataset = tf.data.Dataset.from_tensor_slices(data)
     replicas = strategy.num_replicas_in_sync
     # Consecutive per-replica batches make up one global batch, as in the pipeline.
+    # Batches stay on the host: deleting the per-device prefetcher (a
+    # MultiDeviceIterator) of an idle iterator can block for tens of seconds.
     return iter(strategy.distribute_datasets_from_function(
-        lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True)))
+        lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True),
+        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
 
 
 def _run(method, data, llp_steps=4):
