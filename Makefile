@@ -16,7 +16,7 @@ DATA ?= digits
 MODEL ?= $(RUN)/export
 IMAGES ?=
 
-.PHONY: setup train test bench clean help export predict probe compare analyze
+.PHONY: setup train test test-all bench clean help export predict probe compare analyze
 
 help:
 	@echo "make train    train REGIME (default demo; flags/REGIME.flags) with extra ARGS"
@@ -25,7 +25,8 @@ help:
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
-	@echo "make test     run the test suite (CPU, a few minutes)"
+	@echo "make test     run the test suite (CPU, a few minutes) but the tests marked slow"
+	@echo "make test-all run every test, the slow ones too (what CI runs)"
 	@echo "make bench    run the benchmarks in tools/ (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
 
@@ -63,6 +64,10 @@ analyze: setup
 
 test: setup
 	$(PY) -m pytest tests
+
+# pytest.ini leaves out the tests marked slow; an empty -m selects every test.
+test-all: setup
+	$(PY) -m pytest -m "" tests
 
 bench: setup $(VENV)/.bench-installed
 	$(PY) tools/bench_core.py

@@ -210,7 +210,7 @@ def test_one_sgd_step_moves_a_weight_by_lr_times_data_gradient_plus_lambda_w():
                                    rtol=1e-3, atol=1e-7, err_msg=variable.path)
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("replicas", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strategy):
     """A warm-up step, then another, the density refresh and an LLP step, compiled
     with XLA or not, from the same start.
