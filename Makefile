@@ -8,6 +8,8 @@ CUDA ?= 0
 # `make train REGIME=r18_p10_q100 ARGS="--data_dir=..."`; a flagfile in flags/.
 REGIME ?= demo
 ARGS ?=
+# `make test` runs the test files in this many worker processes (pytest-xdist).
+TEST_WORKERS ?= 2
 # The tools after training read a run directory (`make analyze RUN=runs/demo`).
 RUN ?= runs/$(REGIME)
 # `make probe DATA=tfds:places365_small`; digits ships with scikit-learn (offline).
@@ -62,12 +64,13 @@ compare: setup
 analyze: setup
 	$(PY) tools/analyze.py --run_dir=$(RUN) $(ARGS)
 
+# A test file's tests run in one worker, so module fixtures are built once.
 test: setup
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 # pytest.ini leaves out the tests marked slow; an empty -m selects every test.
 test-all: setup
-	$(PY) -m pytest -m "" tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "" tests
 
 bench: setup $(VENV)/.bench-installed
 	$(PY) tools/bench_core.py

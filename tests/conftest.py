@@ -12,6 +12,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
+
+from tests.tools.tool_main import load_tool  # noqa: E402
+
+# TensorFlow's start-up notices hidden as in the tools (pytest-xdist's workers
+# would print them).
+load_tool("quiet_start.py").import_tensorflow(["pytest"])
+
 import tensorflow as tf  # noqa: E402
 
 NUM_LOGICAL_CPUS = 2
