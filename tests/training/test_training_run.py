@@ -89,6 +89,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, str
                if v.dtype.kind == "f" and not name.startswith("plateau"))
 
 
+@pytest.mark.slow
 def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path, stripes):
     # LLP needs an embedding that already groups the classes somewhat: ten
     # warm-start epochs here (the paper's ten are 100k steps).
