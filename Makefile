@@ -27,7 +27,7 @@ help:
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
-	@echo "make test     run the test suite (CPU, a few minutes) but the tests marked slow"
+	@echo "make test     run the test suite but for the tests marked slow (CPU, a few minutes)"
 	@echo "make test-all run every test, the slow ones too (what CI runs)"
 	@echo "make bench    run the benchmarks in tools/ (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
