@@ -8,6 +8,8 @@ CUDA ?= 0
 # `make train REGIME=r18_p10_q100 ARGS="--data_dir=..."`; a flagfile in flags/.
 REGIME ?= demo
 ARGS ?=
+# `make test` runs the test files in this many worker processes (pytest-xdist).
+TEST_WORKERS ?= 2
 # The tools after training read a run directory (`make analyze RUN=runs/demo`).
 RUN ?= runs/$(REGIME)
 # `make probe DATA=tfds:places365_small`; digits ships with scikit-learn (offline).
@@ -16,7 +18,7 @@ DATA ?= digits
 MODEL ?= $(RUN)/export
 IMAGES ?=
 
-.PHONY: setup train test bench clean help export predict probe compare analyze
+.PHONY: setup train test test-all bench clean help export predict probe compare analyze
 
 help:
 	@echo "make train    train REGIME (default demo; flags/REGIME.flags) with extra ARGS"
@@ -25,7 +27,8 @@ help:
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
-	@echo "make test     run the test suite (CPU, a few minutes)"
+	@echo "make test     run the test suite but for the tests marked slow (CPU, a few minutes)"
+	@echo "make test-all run every test, the slow ones too (what CI runs)"
 	@echo "make bench    run the benchmarks in benchmarks/ at their quick sizes (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
 
@@ -61,8 +64,13 @@ compare: setup
 analyze: setup
 	$(PY) tools/analyze.py --run_dir=$(RUN) $(ARGS)
 
+# A test file's tests run in one worker, so module fixtures are built once.
 test: setup
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
+
+# pytest.ini leaves out the tests marked slow; an empty -m selects every test.
+test-all: setup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "" tests
 
 bench: setup $(VENV)/.bench-installed
 	$(PY) benchmarks/bench_core.py

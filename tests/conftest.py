@@ -12,6 +12,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
+
+from tests.tools.tool_main import load_tool  # noqa: E402
+
+# TensorFlow's start-up notices hidden as in the tools (pytest-xdist's workers
+# would print them).
+load_tool("quiet_start.py").import_tensorflow(["pytest"])
+
 import tensorflow as tf  # noqa: E402
 
 NUM_LOGICAL_CPUS = 2
@@ -36,18 +43,25 @@ def stripes(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_llp_run(tmp_path_factory, stripes):
-    """Run directory of a finished 3-epoch LLP run on `stripes` (1 warm-up epoch).
+def tiny_llp_training(tmp_path_factory, stripes):
+    """(`TrainConfig`, final metrics) of a finished 3-epoch LLP run on `stripes`
+    (1 warm-up epoch), with `tests.runs.tiny_config`'s settings.
 
-    Shared by the tests of the tools that read runs; do not write into it.
+    Shared by the tests of training and of the tools that read runs; do not
+    write into its run directory.
     """
     import io
 
     from llp_tf.training import run_training
     from tests.runs import tiny_config
     config = tiny_config(tmp_path_factory.mktemp("tiny_llp"), stripes)
-    run_training(config, io.StringIO())
-    return config.run_dir
+    return config, run_training(config, io.StringIO())
+
+
+@pytest.fixture(scope="session")
+def tiny_llp_run(tiny_llp_training):
+    """Run directory of `tiny_llp_training`; do not write into it."""
+    return tiny_llp_training[0].run_dir
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,6 @@
 import json
 import os
 import re
-import subprocess
-import sys
 import types
 import warnings
 
@@ -13,8 +11,6 @@ from sklearn.exceptions import ConvergenceWarning
 from llp_tf.after_training.transduction import methods, protocol
 from tests.tools.tool_main import load_tool, run_main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = os.path.join(ROOT, "tools", "compare_propagation.py")
 METHOD_TITLES = ("LLP (local kNN, K=10, T=25)", "weighted kNN (K=10)",
                  "label spreading (sklearn)", "label propagation (sklearn)",
                  "DLP diffusion (k=50)")
@@ -121,28 +117,11 @@ def test_bad_inputs_are_one_line_errors(feature_files, tmp_path):
 
 
 def test_a_run_is_compared_from_its_bank_or_from_an_embedded_split(tiny_llp_run, tmp_path):
-    # Both commands load TensorFlow and the model; they run side by side.
     bank_output, split_output = tmp_path / "bank.json", tmp_path / "split.json"
-    commands = {
-        "bank": (f"--run_dir={tiny_llp_run}", "--images_per_class=20", "--labelled_per_class=2",
-                 "--draws=2", f"--output={bank_output}"),
-        "split": (f"--run_dir={tiny_llp_run}", "--embed_split=validation", "--classes=4",
-                  "--images_per_class=8", "--labelled_per_class=2", "--draws=1",
-                  "--batch_size=16", f"--output={split_output}"),
-    }
-    processes = {name: subprocess.Popen([sys.executable, TOOL, *args], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, cwd=ROOT)
-                 for name, args in commands.items()}
-    try:
-        results = {name: process.communicate(timeout=120) + (process.returncode,)
-                   for name, process in processes.items()}
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-
-    out, err, code = results["bank"]
-    assert code == 0, err
+    bank = _run(f"--run_dir={tiny_llp_run}", "--images_per_class=20", "--labelled_per_class=2",
+                "--draws=2", f"--output={bank_output}")
+    assert bank.returncode == 0, bank.stderr
+    out = bank.stdout
     assert "160 embeddings of dimension 16 (memory bank (true training labels))" in out
     assert "note: the labels have 4 classes" in out
     # The run's own K and T (3 and 5) are the defaults.
@@ -152,8 +131,11 @@ def test_a_run_is_compared_from_its_bank_or_from_an_embedded_split(tiny_llp_run,
     assert report["source"]["embeddings"] == "memory bank (true training labels)"
     assert not os.path.exists(os.path.join(tiny_llp_run, "propagation_comparison.json"))
 
-    out, err, code = results["split"]
-    assert code == 0, err
+    split = _run(f"--run_dir={tiny_llp_run}", "--embed_split=validation", "--classes=4",
+                 "--images_per_class=8", "--labelled_per_class=2", "--draws=1",
+                 "--batch_size=16", f"--output={split_output}")
+    assert split.returncode == 0, split.stderr
+    out = split.stdout
     # Extraction progress (llp_tf.after_training.features): every batch of the split.
     assert re.search(r"embedding of folder:\S+ validation \[#+\] 3/3 ", out), out
     assert "40 embeddings of dimension 16 (validation split embedded by the model)" in out

@@ -138,6 +138,7 @@ def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, unin
     assert not any(name.endswith("_temp") for name in os.listdir(run.checkpoint_dir))
 
 
+@pytest.mark.slow
 def test_a_second_process_on_a_held_run_directory_fails_and_the_first_finishes(
         tmp_path, stripes, uninterrupted):
     config, config_path = _write_config(tmp_path, stripes)

@@ -73,6 +73,7 @@ def test_two_workers_train_as_one_process_with_two_replicas(
     assert set(os.listdir(config.run_dir)) == RUN_FILES
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_resumes(
         tmp_path, stripes, one_process_two_replicas):
     config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,

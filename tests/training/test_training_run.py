@@ -1,6 +1,7 @@
 import io
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -15,9 +16,17 @@ def _metrics(run_dir):
         return [json.loads(line) for line in f]
 
 
-def test_run_writes_its_files_and_final_metrics(tmp_path, stripes):
-    config = _config(tmp_path, stripes)
-    final = training_run.run_training(config, stream=open(os.devnull, "w"))
+@pytest.fixture(scope="module")
+def instance_run(tmp_path_factory, stripes):
+    """`TrainConfig` of a finished run of 2 instance-recognition epochs (no LLP
+    epoch); tests may try to change it, but not train it further."""
+    config = _config(tmp_path_factory.mktemp("instance"), stripes, warmup_epochs=2, epochs=2)
+    training_run.run_training(config, stream=open(os.devnull, "w"))
+    return config
+
+
+def test_run_writes_its_files_and_final_metrics(tiny_llp_training, tmp_path):
+    config, final = tiny_llp_training  # a run of `_config`'s settings
     for name in ("config.json", "split.npz", "metrics.jsonl", "checkpoints", "tensorboard"):
         assert os.path.exists(os.path.join(config.run_dir, name)), name
     rows = _metrics(config.run_dir)
@@ -26,15 +35,15 @@ def test_run_writes_its_files_and_final_metrics(tmp_path, stripes):
     assert final == rows[-1] and final["step"] == 3 * 5 and final["examples"] == 40
     for name in ("top1", "top5", "nn_top1", "pseudo_label_accuracy", "aggregation_score"):
         assert 0.0 <= final[name] <= 1.0, name
-    # Rerunning a finished run resumes at its end and trains no further.
-    assert training_run.run_training(config, stream=open(os.devnull, "w")) == {}
-    assert len(_metrics(config.run_dir)) == 3
+    # Rerunning a finished run (a copy: the shared run stays untouched) resumes
+    # at its end and trains no further.
+    rerun = config.replace(run_dir=str(shutil.copytree(config.run_dir, tmp_path / "run")))
+    assert training_run.run_training(rerun, stream=open(os.devnull, "w")) == {}
+    assert len(_metrics(rerun.run_dir)) == 3
 
 
-def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, monkeypatch):
-    whole = _config(tmp_path / "whole", stripes)
-    training_run.run_training(whole, stream=open(os.devnull, "w"))
-
+def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tiny_llp_run,
+                                                          monkeypatch):
     crashed = _config(tmp_path / "crashed", stripes)
     real_train = StepRunner.run
     calls = []
@@ -52,7 +61,8 @@ def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, mon
     monkeypatch.setattr(StepRunner, "run", real_train)
     training_run.run_training(crashed, stream=open(os.devnull, "w"))
 
-    assert_same_state(crashed.run_dir, whole.run_dir)
+    # The shared run has the same settings, uninterrupted.
+    assert_same_state(crashed.run_dir, tiny_llp_run)
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, stripes,
@@ -79,6 +89,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, str
                if v.dtype.kind == "f" and not name.startswith("plateau"))
 
 
+@pytest.mark.slow
 def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path, stripes):
     # LLP needs an embedding that already groups the classes somewhat: ten
     # warm-start epochs here (the paper's ten are 100k steps).
@@ -93,29 +104,25 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
     assert accuracy > 0.4  # chance is 0.25
 
 
-def test_supervised_baseline_and_warm_start(tmp_path, stripes):
+def test_supervised_baseline_and_warm_start(tmp_path, stripes, instance_run):
     supervised = _config(tmp_path / "sup", stripes, method="supervised", epochs=2)
     final = training_run.run_training(supervised, stream=open(os.devnull, "w"))
     assert final["phase"] == "supervised" and "nn_top1" not in final
 
-    instance = _config(tmp_path / "ir", stripes, warmup_epochs=2, epochs=2)
-    training_run.run_training(instance, stream=open(os.devnull, "w"))
     llp = _config(tmp_path / "llp", stripes, warmup_epochs=2, epochs=3,
-                  warm_start=instance.run_dir)
+                  warm_start=instance_run.run_dir)
     final = training_run.run_training(llp, stream=open(os.devnull, "w"))
     rows = _metrics(llp.run_dir)
     assert [row["phase"] for row in rows] == ["llp"] and final["step"] == 15
     # The LLP run starts from the instance-recognition run's weights and bank.
-    ir_state = checkpoint_state(instance.run_dir)
+    ir_state = checkpoint_state(instance_run.run_dir)
     bank_key = next(name for name in ir_state if "bank/embeddings" in name)
     assert bank_key in checkpoint_state(llp.run_dir)
 
 
-def test_changed_settings_in_an_existing_run_dir_are_refused(tmp_path, stripes):
-    config = _config(tmp_path, stripes, epochs=2, warmup_epochs=2)
-    training_run.run_training(config, stream=open(os.devnull, "w"))
+def test_changed_settings_in_an_existing_run_dir_are_refused(instance_run):
     with pytest.raises(ConfigError, match="embedding_dim"):
-        training_run.run_training(config.replace(embedding_dim=8),
+        training_run.run_training(instance_run.replace(embedding_dim=8),
                                    stream=open(os.devnull, "w"))
 
 
