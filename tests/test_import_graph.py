@@ -30,15 +30,12 @@ def _modules():
 
 
 def _imported(node, module, modules):
-    """The package's modules an import node names."""
+    """The package's modules an import node names (the package imports absolutely)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names if alias.name in modules]
     if isinstance(node, ast.ImportFrom):
-        base = node.module or ""
-        if node.level:
-            package = module.split(".")[:len(module.split(".")) - node.level + (
-                1 if modules[module].endswith("__init__.py") else 0)]
-            base = ".".join(package + ([base] if base else []))
+        assert node.level == 0, f"{module} imports relatively; import by the full name"
+        base = node.module
         names = [f"{base}.{alias.name}" for alias in node.names]
         return [name if name in modules else base for name in names
                 if name in modules or base in modules]

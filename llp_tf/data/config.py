@@ -64,10 +64,10 @@ class DataConfig:
 
 def data_problems(data: DataConfig) -> list[str]:
     """What is wrong with the data settings, one message each."""
+    service_problem = data.input_service and address_problem(data.input_service)
     checks = [
         (0 < data.min_crop_area <= 1, "min_crop_area must lie in (0, 1]"),
-        (not (data.input_service and address_problem(data.input_service)),
-         data.input_service and address_problem(data.input_service)),
+        (not service_problem, service_problem),
         (not (data.split_file and data.label_subset),
          "give split_file or label_subset, not both (each sets the labelled examples)"),
         (0 < data.label_percent <= 100, "label_percent must lie in (0, 100]"),
