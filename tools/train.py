@@ -4,11 +4,12 @@
   tools/train.py --regime=r18_p10_q100 --data_dir=/data/tfds
   tools/train.py --flagfile=my.flags --epochs=20
 
-`--regime=NAME` reads flags/NAME.flags (the paper's runs and `demo`); flags
-given after it override the file. Rerunning the same command resumes the run
-in --run_dir from its latest checkpoint, with the split saved there. SIGTERM
-(a scheduler's preemption) stops the run after its current loop of steps with
-a checkpoint, exit code 143. Several workers: tools/launch_local.py, or
+`--regime=NAME` reads flags/NAME.flags (the paper's runs and `demo`); every
+other flag on the command line overrides the file, before or after --regime.
+Rerunning the same command resumes the run in --run_dir from its latest
+checkpoint, with the split saved there. SIGTERM (a scheduler's preemption)
+stops the run after its current loop of steps with a checkpoint, exit code
+143. Several workers: tools/launch_local.py, or
 TF_CONFIG / --cluster=slurm (README, "Multi-worker training").
 """
 
@@ -34,7 +35,8 @@ def make_flags():
     with the defaults, choices and help of llp_tf/training/config.py."""
     values = tool_cli.new_flag_values()
     flags.DEFINE_string("regime", None, "Name of a flagfile in flags/ (e.g. demo, r18_p10_q100); "
-                        "its settings apply first, later flags override them.",
+                        "its settings apply first, and every other flag on the command line "
+                        "overrides them, wherever it stands.",
                         flag_values=values)
     config_flags.define_config_flags(values)
     tool_cli.define_verbosity(values)
@@ -47,21 +49,31 @@ def known_regimes():
 
 
 def expand_regime(argv, stderr):
-    """``argv`` with ``--regime=NAME`` replaced by ``--flagfile=flags/NAME.flags`` (at
-    its position) and ``--helpfull`` by ``--help``; None after an error on ``stderr``."""
-    expanded = []
-    for arg in argv:
+    """``argv`` with ``--regime=NAME`` (or ``--regime NAME``) read first, as
+    ``--flagfile=flags/NAME.flags`` right after the program name, so every other
+    flag on the command line overrides the regime's wherever it stands; and
+    ``--helpfull`` as ``--help``. None after an error on ``stderr``."""
+    program, rest, regimes = argv[:1], [], []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--regime":
+            arg = "--regime=" + next(args, "")
         if arg.startswith("--regime="):
-            name = arg.split("=", 1)[1]
-            path = os.path.join(FLAGS_DIR, name + ".flags")
-            if not os.path.exists(path):
-                stderr.write(f"Unknown regime {name!r}. Known regimes: "
-                             f"{', '.join(known_regimes())}.\n")
-                return None
-            expanded += [f"--flagfile={path}", arg]
+            regimes.append(arg)
         else:
-            expanded.append("--help" if arg == "--helpfull" else arg)
-    return expanded
+            rest.append("--help" if arg == "--helpfull" else arg)
+    if len(regimes) > 1:
+        stderr.write(f"Give --regime once; the command line has {' '.join(regimes)}.\n")
+        return None
+    for arg in regimes:
+        name = arg.split("=", 1)[1]
+        path = os.path.join(FLAGS_DIR, name + ".flags")
+        if not os.path.exists(path):
+            stderr.write(f"Unknown regime {name!r}. Known regimes: "
+                         f"{', '.join(known_regimes())}.\n")
+            return None
+        program += [f"--flagfile={path}", arg]
+    return program + rest
 
 
 def config_from_flags(values):

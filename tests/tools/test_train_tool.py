@@ -90,3 +90,28 @@ def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothi
     assert "Traceback" not in result.stderr
     assert not run_dir.exists() or not os.listdir(run_dir)
 
+
+
+def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
+    # demo.flags sets --epochs=40 and --warmup_epochs=10: the settings check
+    # reports the command line's epochs wherever it stands.
+    for args in (("--epochs=3", "--regime=demo"), ("--regime", "demo", "--epochs=3"),
+                 ("--regime=demo", "--epochs=3")):
+        result = _run(*args, f"--run_dir={tmp_path}")
+        assert result.returncode == 1, (args, result.stderr)
+        assert "warmup_epochs cannot exceed epochs" in result.stderr, args
+    tool = load_tool("train.py")
+    values = tool.make_flags()
+    values(tool.expand_regime(["train", "--epochs=3", "--regime=demo", "--warmup_epochs=1"],
+                              sys.stderr))
+    config = tool.config_from_flags(values)
+    assert (config.optimization.epochs, config.method.warmup_epochs) == (3, 1)
+    assert config.optimization.base_learning_rate == 0.03  # the regime's
+    assert config.run.run_dir == "runs/demo"
+
+
+def test_two_regimes_are_refused(tmp_path):
+    result = _run("--regime=demo", "--regime=r18_p10_q100", f"--run_dir={tmp_path}")
+    assert result.returncode == 2
+    assert result.stderr == ("Give --regime once; the command line has --regime=demo "
+                             "--regime=r18_p10_q100.\n")
