@@ -1,28 +1,37 @@
-"""A quiet start for every tool: TensorFlow's start-up notices hidden.
+"""A quiet start for every tool: TensorFlow's start-up notices and runtime
+echoes hidden.
 
 Importing TensorFlow and probing for GPUs prints, from TensorFlow's C++
 side, lines that tell a user nothing: the oneDNN notice, CUDA probing on a
 machine without a GPU, the CPU-feature notice, and absl's line about log
 messages before ``absl::InitializeLog()``. They are printed before any flag
 is parsed, and ``TF_CPP_MIN_LOG_LEVEL`` does not reach all of them in
-TensorFlow 2.21.
+TensorFlow 2.21. While it runs, TensorFlow's runtime also logs warnings that
+only echo an error the tool then reports itself in one line (an aborted
+rendezvous carrying the input's error, a cancelled shard read on the other
+workers), or that concern its own internals (a generator dataset it builds for
+multi-worker input cannot be optimised).
 
 So each tool calls `import_tensorflow(sys.argv)` before it imports anything
 that imports TensorFlow. Unless ``--verbosity`` (``-v``) is 0 or more on the
-command line, the import and the device probe run with the process's stderr
-(file descriptor 2) captured, and every captured line that is not such a
-notice is written back: TensorFlow's warnings and errors still show. Set
-in the environment, ``TF_CPP_MIN_LOG_LEVEL`` is respected; otherwise it is
-1 (TensorFlow's C++ INFO lines hidden, warnings shown) or, with
+command line, the process's stderr (file descriptor 2) then runs through a
+filter process for the rest of the run: it drops those lines (`NOTICE`,
+`ECHO`) and passes every other line on as it comes, so TensorFlow's real
+warnings and errors still show, and a crash's last words are not lost with the
+process. Set in the environment, ``TF_CPP_MIN_LOG_LEVEL`` is respected;
+otherwise it is 1 (TensorFlow's C++ INFO lines hidden, warnings shown) or, with
 ``--verbosity`` of 0 or more, 0.
 
 This module imports nothing heavy: it must run first.
 """
 
+import atexit
 import os
 import re
+import time
+import select
+import signal
 import sys
-import tempfile
 
 #: Start-up lines hidden without --verbosity: absl INFO lines (``I0000 ...``),
 #: absl's pre-initialisation banner, the CPU-feature notice's second line, and
@@ -56,37 +65,99 @@ def requested_verbosity(argv):
     return level
 
 
+#: Runtime lines hidden without --verbosity, each with the tab-indented lines
+#: that continue it: echoes of an error the tool reports itself, and a notice
+#: about a dataset TensorFlow builds for multi-worker input.
+ECHO = re.compile(r"^[WE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] "
+                  r"(Local rendezvous is aborting with status: |"
+                  r"Input of GeneratorDatasetOp::Dataset will not be optimized |"
+                  r".*CANCELLED: GetNextFromShard)")
+
+
 def without_notices(text):
     """``text`` without the start-up notices (`NOTICE`), line by line."""
     return "".join(line for line in text.splitlines(keepends=True) if not NOTICE.match(line))
 
 
-def _import_and_probe():
-    import tensorflow as tf
-    tf.config.list_physical_devices()
+def filtered_lines(lines):
+    """The lines of ``lines`` (str, each with its end) that are neither a `NOTICE`
+    nor an `ECHO` or a tab-indented line continuing one."""
+    hiding = False
+    for line in lines:
+        hiding = (hiding and line.startswith("\t")) or bool(ECHO.match(line))
+        if not hiding and not NOTICE.match(line):
+            yield line
+
+
+def _forward(source, sink, wait=0.05):
+    """Copies the file descriptor ``source`` to ``sink`` through `filtered_lines`
+    until end of file. A partial line that stays partial for ``wait`` seconds (a
+    progress bar's update, a prompt) goes on as it is: log lines come whole."""
+    pending = b""
+    while True:
+        ready, _, _ = select.select([source], [], [], wait if pending else None)
+        if not ready:
+            os.write(sink, pending)
+            pending = b""
+            continue
+        chunk = os.read(source, 65536)
+        if not chunk:
+            break
+        lines = (pending + chunk).splitlines(keepends=True)
+        pending = lines.pop() if not lines[-1].endswith((b"\n", b"\r")) else b""
+        text = "".join(filtered_lines(line.decode("utf-8", "replace") for line in lines))
+        if text:
+            os.write(sink, text.encode("utf-8"))
+    os.write(sink, pending)
+
+
+def filter_stderr():
+    """Runs file descriptor 2 through `filtered_lines` in a child process until
+    every writer of the new descriptor 2 (this process, its children) is gone."""
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        # The child outlives an interrupt, so the parent's last words reach the
+        # terminal, and holds nothing open that the parent's readers wait for.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.close(write_end)
+        for descriptor in (0, 1):
+            os.close(descriptor)
+        try:
+            _forward(read_end, 2)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    unfiltered = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    atexit.register(_drain, child, unfiltered)
+
+
+def _drain(child, unfiltered, timeout=2.0):
+    """At exit: puts the unfiltered stderr back (closing this process's end of
+    the filter's pipe) and waits up to ``timeout`` seconds for the filter to pass
+    on the last lines, so whoever reads the output after the tool's exit reads
+    all of it."""
+    sys.stderr.flush()
+    os.dup2(unfiltered, 2)
+    deadline = time.monotonic() + timeout
+    while os.waitpid(child, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def import_tensorflow(argv):
-    """Imports TensorFlow and probes its devices, quietly unless ``argv`` asks for
-    --verbosity 0 or more (see the module docstring). Does nothing once
-    TensorFlow is imported (a tool run in process by the tests)."""
+    """Imports TensorFlow and probes its devices; unless ``argv`` asks for
+    --verbosity 0 or more, first starts `filter_stderr` (see the module
+    docstring). Does nothing once TensorFlow is imported (a tool run in process
+    by the tests)."""
     if "tensorflow" in sys.modules:
         return
     verbose = requested_verbosity(argv) >= 0
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "1")
-    if verbose:
-        _import_and_probe()
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            _import_and_probe()
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            sys.stderr.write(without_notices(captured.read().decode("utf-8", "replace")))
-            sys.stderr.flush()
+    if not verbose:
+        filter_stderr()
+    import tensorflow as tf
+    tf.config.list_physical_devices()

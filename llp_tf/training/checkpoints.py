@@ -100,7 +100,11 @@ class RunCheckpoints:
         damaged = []
         for path in reversed(self.run_directory.checkpoint_paths()):
             try:
-                tf.train.Checkpoint(**self.items).restore(path).assert_existing_objects_matched()
+                # Every item must be in the checkpoint; what the checkpoint has
+                # beyond them (the optional items) is restored next, so TensorFlow
+                # is told not to warn of it.
+                tf.train.Checkpoint(**self.items).restore(
+                    path).assert_existing_objects_matched().expect_partial()
                 if self.optional_items:
                     tf.train.Checkpoint(**self.optional_items).restore(path).expect_partial()
             except _READ_ERRORS as error:

@@ -39,10 +39,51 @@ KEPT = [
 ]
 
 
+# Runtime lines TensorFlow 2.21 printed on this machine before the tools' own one-line
+# errors: a corrupt training image (1 worker and the 2nd of 2) and a multi-worker start.
+ECHOES = [
+    "W0000 00:00:1795473306.703401   20732 local_rendezvous.cc:412] Local rendezvous is "
+    "aborting with status: INVALID_ARGUMENT: Error in user-defined function passed to "
+    "MapDataset:365 transformation with iterator: Iterator::Root::Prefetch::Map: assertion "
+    "failed: [<<LLP_DATA_ERROR:Cannot read or decode the image:LLP_DATA_ERROR>>]\n",
+    "\t [[{{node Assert/Assert}}]]\n",
+    "\t [[MultiDeviceIteratorGetNextFromShard]]\n",
+    "W0000 00:00:1795473342.815971   21008 dataset.cc:997] Input of GeneratorDatasetOp::Dataset "
+    "will not be optimized because the dataset does not implement the AsGraphDefInternal() "
+    "method needed to apply optimizations.\n",
+    "W0000 00:00:1795473348.287476   21517 local_rendezvous.cc:412] Local rendezvous is "
+    "aborting with status: CANCELLED: GetNextFromShard was cancelled\n",
+    "\t [[RemoteCall]]\n",
+]
+
+
 def test_notices_go_and_warnings_errors_and_other_text_stay():
     assert quiet_start.without_notices("".join(NOTICES)) == ""
     mixed = [line for pair in zip(NOTICES, KEPT + KEPT[:2]) for line in pair]
     assert quiet_start.without_notices("".join(mixed)) == "".join(KEPT + KEPT[:2])
+
+
+def test_runtime_echoes_go_with_their_continuation_lines_and_other_lines_stay():
+    assert list(quiet_start.filtered_lines(NOTICES + ECHOES)) == []
+    # An indented line continues the message it follows, and only an echo goes.
+    kept = [KEPT[0], "\tan indented line of a kept message\n", *KEPT[1:]]
+    assert list(quiet_start.filtered_lines([ECHOES[0], *kept])) == kept
+    assert list(quiet_start.filtered_lines(ECHOES[:3] + KEPT)) == KEPT
+
+
+def test_a_tools_stderr_is_filtered_for_its_whole_run_and_nothing_is_lost_at_exit():
+    # Echoes written after the start, a real warning, a progress bar's partial
+    # line, and a last line written just before the process exits.
+    script = (f"import os, sys; sys.path.insert(0, {os.path.join(ROOT, 'tools')!r}); "
+              "import quiet_start; quiet_start.import_tensorflow(['tool']); "
+              f"os.write(2, {''.join(ECHOES[:3]) + KEPT[0]!r}.encode()); "
+              "os.write(2, b'\\r 50%'); import time; time.sleep(0.3); "
+              f"os.write(2, {''.join(ECHOES[3:]) + KEPT[1]!r}.encode()); "
+              "sys.stderr.write('error: the last line\\n')")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
+                            cwd=ROOT)
+    assert result.returncode == 0
+    assert result.stderr.decode() == KEPT[0] + "\r 50%" + KEPT[1] + "error: the last line\n"
 
 
 @pytest.mark.parametrize("argv, level", [

@@ -1,6 +1,7 @@
 """tools/train.py: run in process, but for the unknown regime, checked as users
 run it (a script)."""
 
+import logging as std_logging
 import os
 import subprocess
 import sys
@@ -115,3 +116,39 @@ def test_two_regimes_are_refused(tmp_path):
     assert result.returncode == 2
     assert result.stderr == ("Give --regime once; the command line has --regime=demo "
                              "--regime=r18_p10_q100.\n")
+
+
+DEMO_SMALL = ("--regime=demo", "--data_percent=10", "--width=0.25",
+              "--global_batch_size=50", "--warmup_epochs=1", "--lr_drop_epochs=1",
+              "--steps_per_loop=4")
+
+
+def test_a_resume_of_the_demo_prints_no_tensorflow_warning(tmp_path, caplog):
+    run_dir = f"--run_dir={tmp_path / 'demo'}"
+    first = _run(*DEMO_SMALL, run_dir, "--epochs=1")
+    assert first.returncode == 0, first.stderr
+    with caplog.at_level(std_logging.WARNING):
+        resumed = _run(*DEMO_SMALL, run_dir, "--epochs=2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Resumed from" in resumed.stdout and "trained 2 of 2 epochs" in resumed.stdout
+    assert [record.getMessage() for record in caplog.records] == []
+    # A rerun of the finished run, as users run it: TensorFlow's warnings would
+    # reach the process's stderr.
+    rerun = _run_script(*DEMO_SMALL, run_dir, "--epochs=2")
+    assert rerun.returncode == 0 and "nothing to do" in rerun.stdout
+    assert rerun.stderr == ""
+
+
+def test_a_corrupt_image_is_one_error_line_without_tensorflows_echoes(tmp_path, stripes):
+    import shutil
+    folder = tmp_path / "stripes"
+    shutil.copytree(stripes.split(":", 1)[1], folder)
+    (folder / "train" / "checker" / "005.png").write_bytes(b"garbage")
+    result = _run_script(f"--dataset=folder:{folder}", f"--run_dir={tmp_path / 'run'}",
+                         "--image_size=16", "--architecture=resnet10", "--width=0.125",
+                         "--small_inputs", "--embedding_dim=16", "--label_percent=10",
+                         "--global_batch_size=32", "--warmup_epochs=1", "--epochs=1", "--k=3",
+                         "--t=5")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: Cannot read or decode the image of file ")
+    assert result.stderr.count("\n") == 1 and "005.png" in result.stderr
