@@ -7,7 +7,8 @@
 `--regime=NAME` reads flags/NAME.flags (the paper's runs and `demo`); every
 other flag on the command line overrides the file, before or after --regime.
 Rerunning the same command resumes the run in --run_dir from its latest
-checkpoint, with the split saved there. SIGTERM (a scheduler's preemption)
+checkpoint, with the split saved there; a run directory without a checkpoint,
+or --overwrite, starts afresh. SIGTERM (a scheduler's preemption)
 stops the run after its current loop of steps with a checkpoint, exit code
 143. Several workers: tools/launch_local.py, or
 TF_CONFIG / --cluster=slurm (README, "Multi-worker training").
@@ -39,6 +40,12 @@ def make_flags():
                         "overrides them, wherever it stands.",
                         flag_values=values)
     config_flags.define_config_flags(values)
+    flags.DEFINE_boolean("overwrite", False, "Start the run in --run_dir afresh: delete what "
+                         "training wrote there (config.json, split.npz, checkpoints/, "
+                         "metrics.jsonl, tensorboard/) instead of resuming it. A run directory "
+                         "without a checkpoint starts afresh without it. Keep it out of a "
+                         "command a scheduler reruns after preemption: each rerun would start "
+                         "over.", flag_values=values)
     tool_cli.define_verbosity(values)
     return values
 
@@ -92,7 +99,7 @@ def train(values, stdout):
     from llp_tf.training import run_training  # noqa: PLC0415
     from llp_tf.training.preemption import TrainingStopped  # noqa: PLC0415
     try:
-        run_training(config, stdout)
+        run_training(config, stdout, overwrite=values.overwrite)
     except TrainingStopped as stopped:
         stdout.write(f"{stopped}\n")
         return tool_cli.ExitCode(STOPPED_EXIT_CODE)

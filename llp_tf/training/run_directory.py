@@ -18,17 +18,24 @@ training metrics, which an older checkpoint may lack.
 
 import json
 import os
+import shutil
 from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
 from llp_tf.errors import DataError
+from llp_tf.training.run_lock import LOCK_FILE
 
 CONFIG_FILE = "config.json"
 SPLIT_FILE = "split.npz"
 CHECKPOINT_DIR = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+HISTORY_FILE = "config_history.jsonl"
+
+#: What training writes in a run directory, beside its lock.
+TRAINING_RECORD = (CONFIG_FILE, HISTORY_FILE, SPLIT_FILE, CHECKPOINT_DIR, METRICS_FILE,
+                   TENSORBOARD_DIR)
 
 
 class RunDirectory:
@@ -73,6 +80,19 @@ class RunDirectory:
         """list of str: the kept checkpoints, oldest first (may be empty)."""
         state = tf.train.get_checkpoint_state(self.checkpoint_dir)
         return [] if state is None else list(state.all_model_checkpoint_paths)
+
+    def training_record(self) -> list[str]:
+        """The names of `TRAINING_RECORD` the directory holds, in that order."""
+        return [name for name in TRAINING_RECORD if os.path.exists(self.file(name))]
+
+    def delete(self, names: list[str]) -> None:
+        """Deletes the files and folders ``names`` of the directory."""
+        for name in names:
+            path = self.file(name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
 
     def write_atomically(self, name: str, text: str) -> None:
         """Writes ``text`` to ``name`` through a temporary file in the run directory,
@@ -147,6 +167,32 @@ class RunDirectory:
                 if name.startswith("events."):
                     _trim_event_file(os.path.join(folder, name), step)
         return len(rows) - len(kept)
+
+
+def start_afresh(run_dir: str, overwrite: bool, chief: bool) -> tuple[bool, Optional[str]]:
+    """Whether the run in ``run_dir`` starts afresh instead of from its record, and
+    the one-line notice saying so (None when it does not).
+
+    It does when ``overwrite`` asks, or when the directory holds a record but no
+    checkpoint: a start that failed before its first, whose settings a retry
+    may change. The chief deletes the old record; with ``overwrite`` all of it,
+    otherwise all but the checkpoint folder (which may hold damaged ones).
+    """
+    directory = RunDirectory(run_dir)
+    present = directory.training_record()
+    if not present or (directory.checkpoint_paths() and not overwrite):
+        return False, None
+    deleted = present if overwrite else [name for name in present if name != CHECKPOINT_DIR]
+    if not chief:
+        return True, None
+    directory.delete(deleted)
+    names = ", ".join(deleted)
+    if not overwrite:
+        return True, (f"{run_dir} holds no checkpoint (its start did not reach the first), so "
+                      f"the run starts afresh; deleted its {names}.")
+    left = sorted(set(os.listdir(run_dir)) - set(TRAINING_RECORD) - {LOCK_FILE})
+    return True, (f"--overwrite: deleted the run's {names} in {run_dir}; it starts afresh." +
+                  (f" Left as they were: {', '.join(left)}." if left else ""))
 
 
 def _trim_event_file(path: str, step: int) -> None:

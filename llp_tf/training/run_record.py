@@ -22,9 +22,7 @@ from typing import Any, Optional
 
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.config import TrainConfig, state_settings
-from llp_tf.training.run_directory import CONFIG_FILE, RunDirectory
-
-HISTORY_FILE = "config_history.jsonl"
+from llp_tf.training.run_directory import CONFIG_FILE, HISTORY_FILE, RunDirectory
 
 #: Settings that are not part of how the run trains.
 NOT_COMPARED = ("run_dir",)

@@ -36,7 +36,7 @@ from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import run_record
 from llp_tf.training.preemption import PreemptionWatch
 from llp_tf.training.checkpoints import RunCheckpoints
-from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.run_directory import RunDirectory, start_afresh
 from llp_tf.training.run_lock import RunLock
 
 _log = actions.log_line
@@ -58,16 +58,17 @@ class RunSplit:
     train_labels: np.ndarray
 
 
-def _resolve_split(data_config, run_dir, source, train_labels, stream):
-    """(labelled_index, used_index, new): the run's saved split, or else a given split
-    file, a subset list or a new draw; ``new`` says the split is not saved yet.
+def _resolve_split(data_config, run_dir, source, train_labels, stream, afresh):
+    """(labelled_index, used_index, new): the run's saved split (unless the run
+    starts ``afresh``), or else a given split file, a subset list or a new draw;
+    ``new`` says the split is not saved yet.
 
     Args:
       data_config: `DataConfig`.
     """
     path = RunDirectory(run_dir).split_path
     name = source.info.name
-    if os.path.exists(path):
+    if os.path.exists(path) and not afresh:
         return (*splits.load_splits(path, train_labels, name), False)
     warning = splits.absent_classes_warning(train_labels, source.info.num_classes)
     if warning:
@@ -97,7 +98,7 @@ def _check_one_batch(num_used, global_batch_size):
             "(--data_percent, or a larger dataset).")
 
 
-def _prepare_run_directory(config, source, stream, chief):
+def _prepare_run_directory(config, source, stream, chief, afresh):
     """Resolves the split and, on the chief, writes ``split.npz`` (if new) and
     ``config.json`` (if new). Every worker resolves the same split: it is
     drawn deterministically, or read once the chief has written it.
@@ -107,7 +108,7 @@ def _prepare_run_directory(config, source, stream, chief):
     d = config.data
     train_labels = source.train_labels()
     labelled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
-                                                          train_labels, stream)
+                                                          train_labels, stream, afresh)
     _check_one_batch(len(used_index), config.optimization.global_batch_size)
     if new_split and chief:
         splits.save_splits(RunDirectory(config.run_dir).split_path, labelled_index, used_index,
@@ -196,10 +197,11 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 
-def _start(state, steps_per_epoch, stream):
-    """Resumes from the newest readable checkpoint, or lets the method initialise
-    a new run; returns whether it resumed."""
-    restored = state.checkpoints.restore_latest()
+def _start(state, steps_per_epoch, stream, afresh):
+    """Resumes from the newest readable checkpoint (unless the run starts
+    ``afresh``), or lets the method initialise a new run; returns whether it
+    resumed."""
+    restored = None if afresh else state.checkpoints.restore_latest()
     if restored:
         _log(stream, f"Resumed from {restored} (step {int(state.step.numpy())}).")
         return True
@@ -269,10 +271,12 @@ def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
     return True
 
 
-def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
-                 ) -> dict[str, Any]:
+def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None,
+                 overwrite: bool = False) -> dict[str, Any]:
     """Trains (or resumes) the run described by a `TrainConfig`; returns the final
-    metrics ({} when the run had nothing left to train).
+    metrics ({} when the run had nothing left to train). With ``overwrite``, or
+    when ``config.run_dir`` holds no checkpoint, the run starts afresh
+    (`run_directory.start_afresh`).
 
     In a cluster (`cluster`), every worker calls this; the chief alone takes
     the run directory's lock (`run_lock.RunLock`) and writes the directory.
@@ -291,24 +295,28 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
         _log(stream, f"This is {worker}: it trains, the chief writes {config.run_dir}.")
         # Every worker takes part in each save; this one saves here, then deletes.
         with tempfile.TemporaryDirectory(prefix="llp-worker-checkpoints-") as scratch:
-            return _train(config, strategy, stream, scratch, bool(worker))
+            return _train(config, strategy, stream, scratch, bool(worker), overwrite)
     with RunLock(config.run_dir, stream):
-        return _train(config, strategy, stream, None, bool(worker))
+        return _train(config, strategy, stream, None, bool(worker), overwrite)
 
 
-def _train(config, strategy, stream, scratch_dir, multi_worker):
+def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     chief = scratch_dir is None
-    run_record.check_resumable(config)
+    afresh, notice = start_afresh(config.run_dir, overwrite, chief)
+    if notice:
+        _log(stream, notice)
+    if not afresh:
+        run_record.check_resumable(config)
     batch = config.optimization.global_batch_size
     if batch % strategy.num_replicas_in_sync:
         raise ConfigError(f"The global batch size {batch} does not split evenly over "
                           f"{strategy.num_replicas_in_sync} replicas.")
     source = data.load_source(config.data.dataset, config.data.data_dir)
     info = source.info
-    split = _prepare_run_directory(config, source, stream, chief)
+    split = _prepare_run_directory(config, source, stream, chief, afresh)
     state = _build_state(config, strategy, info.num_classes, split, stream, scratch_dir)
     steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
-    resumed = _start(state, steps_per_epoch, stream)
+    resumed = _start(state, steps_per_epoch, stream, afresh)
     start = int(state.step.numpy())
     if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
         return {}

@@ -58,6 +58,7 @@ def test_help_and_helpfull_document_a_flag_for_every_setting():
         for name in settings_fields():
             assert f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout, name
         assert "--regime:" in result.stdout and "--verbosity:" in result.stdout
+        assert "--[no]overwrite:" in result.stdout
 
 
 def test_unexpected_arguments_exit_2_and_unknown_flags_1():

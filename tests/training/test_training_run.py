@@ -8,7 +8,7 @@ import pytest
 
 from llp_tf.training import actions, run_directory, run_record, training_run
 from llp_tf.training.methods import StepRunner
-from llp_tf.errors import ConfigError
+from llp_tf.errors import ConfigError, DataError
 from tests.runs import assert_same_state, checkpoint_state, tiny_config as _config
 
 def _metrics(run_dir):
@@ -124,6 +124,43 @@ def test_changed_settings_in_an_existing_run_dir_are_refused(instance_run):
     with pytest.raises(ConfigError, match="embedding_dim"):
         training_run.run_training(instance_run.replace(embedding_dim=8),
                                    stream=open(os.devnull, "w"))
+
+
+def test_a_start_that_wrote_no_checkpoint_is_retried_afresh_with_other_settings(
+        tmp_path, stripes):
+    folder = tmp_path / "stripes"
+    shutil.copytree(stripes.split(":", 1)[1], folder)
+    image = folder / "train" / "checker" / "005.png"
+    good = image.read_bytes()
+    image.write_bytes(b"not an image")
+    config = _config(tmp_path, f"folder:{folder}", warmup_epochs=1, epochs=1)
+    with pytest.raises(DataError, match="005.png"):
+        training_run.run_training(config, stream=open(os.devnull, "w"))
+    run = run_directory.RunDirectory(config.run_dir)
+    assert run.training_record() == ["config.json", "split.npz", "tensorboard"]
+    image.write_bytes(good)
+    log = io.StringIO()
+    final = training_run.run_training(config.replace(embedding_dim=8), stream=log)
+    assert log.getvalue().splitlines()[0] == (
+        f"{config.run_dir} holds no checkpoint (its start did not reach the first), so the "
+        "run starts afresh; deleted its config.json, split.npz, tensorboard.")
+    assert final["step"] == 5
+    assert run_record.started_config(config.run_dir).model.embedding_dim == 8
+
+
+def test_overwrite_starts_a_trained_run_afresh_and_names_what_it_left(tmp_path, instance_run):
+    run_dir = shutil.copytree(instance_run.run_dir, tmp_path / "run")
+    (run_dir / "export").mkdir()
+    config = instance_run.replace(run_dir=str(run_dir), embedding_dim=8, warmup_epochs=1,
+                                  epochs=1)
+    log = io.StringIO()
+    final = training_run.run_training(config, stream=log, overwrite=True)
+    assert log.getvalue().splitlines()[0] == (
+        f"--overwrite: deleted the run's config.json, split.npz, checkpoints, metrics.jsonl, "
+        f"tensorboard in {run_dir}; it starts afresh. Left as they were: export.")
+    assert final["step"] == 5 and [row["epoch"] for row in _metrics(run_dir)] == [1]
+    assert run_record.started_config(str(run_dir)).model.embedding_dim == 8
+    assert (run_dir / "export").is_dir()
 
 
 def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
