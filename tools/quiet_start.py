@@ -65,13 +65,20 @@ def requested_verbosity(argv):
     return level
 
 
-#: Runtime lines hidden without --verbosity, each with the tab-indented lines
-#: that continue it: echoes of an error the tool reports itself, and a notice
+#: Runtime lines hidden without --verbosity, each with the lines that continue
+#: it (`CONTINUATION`): echoes of an error the tool reports itself, and a notice
 #: about a dataset TensorFlow builds for multi-worker input.
 ECHO = re.compile(r"^[WE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] "
                   r"(Local rendezvous is aborting with status: |"
                   r"Input of GeneratorDatasetOp::Dataset will not be optimized |"
+                  r"BaseCollectiveExecutor::StartAbort |"
                   r".*CANCELLED: GetNextFromShard)")
+#: Lines of a runtime message after its first: the ops it ran (tab-indented),
+#: and the lost tasks and failed calls of a collective's report.
+CONTINUATION = re.compile(r"^(\t|/job:\w+/|The tasks have crashed\. |"
+                          r"The error could be from a previous operation\. |"
+                          r"Additional GRPC error information from remote target |"
+                          r":UNKNOWN:Error received from peer )")
 
 
 def without_notices(text):
@@ -81,10 +88,10 @@ def without_notices(text):
 
 def filtered_lines(lines):
     """The lines of ``lines`` (str, each with its end) that are neither a `NOTICE`
-    nor an `ECHO` or a tab-indented line continuing one."""
+    nor an `ECHO` or a `CONTINUATION` line of one."""
     hiding = False
     for line in lines:
-        hiding = (hiding and line.startswith("\t")) or bool(ECHO.match(line))
+        hiding = (hiding and bool(CONTINUATION.match(line))) or bool(ECHO.match(line))
         if not hiding and not NOTICE.match(line):
             yield line
 

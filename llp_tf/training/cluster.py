@@ -131,6 +131,12 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
             and "chief" not in resolver.cluster_spec().as_dict())
 
 
+def task_of(strategy: tf.distribute.Strategy) -> tuple[str, int]:
+    """(task type, index) of this process in its cluster, e.g. ("worker", 1)."""
+    resolver = strategy.cluster_resolver
+    return resolver.task_type, int(resolver.task_id)
+
+
 def describe_worker(strategy: tf.distribute.Strategy) -> str:
     """e.g. ``"worker 1 of 2"`` for a cluster, ``""`` for one process."""
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -138,4 +144,4 @@ def describe_worker(strategy: tf.distribute.Strategy) -> str:
     if not spec:
         return ""
     total = sum(len(tasks) for tasks in spec.values())
-    return f"{resolver.task_type} {resolver.task_id} of {total}"
+    return "{} {} of {}".format(*task_of(strategy), total)

@@ -9,6 +9,7 @@ one. There is no random-generator state to save: data order and
 augmentation are stateless functions of (seed, epoch, example).
 """
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -38,6 +39,7 @@ from llp_tf.training.preemption import PreemptionWatch
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory, start_afresh
 from llp_tf.training.run_lock import RunLock
+from llp_tf.training.worker_loss import report_lost_worker
 
 _log = actions.log_line
 
@@ -327,7 +329,9 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     if config.data.input_service:
         _log(stream, f"Training batches from the tf.data service at {config.data.input_service} "
                      "(evaluation input is built here).")
-    with data.data_errors(), PreemptionWatch(strategy, multi_worker) as watch:
+    lost = (report_lost_worker(config.run_dir, cluster_lib.task_of(strategy)) if multi_worker
+            else contextlib.nullcontext())
+    with data.data_errors(), lost, PreemptionWatch(strategy, multi_worker) as watch:
         final = _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                             chief, watch.stop_requested).run()
     end = int(state.step.numpy())

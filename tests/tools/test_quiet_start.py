@@ -40,7 +40,8 @@ KEPT = [
 
 
 # Runtime lines TensorFlow 2.21 printed on this machine before the tools' own one-line
-# errors: a corrupt training image (1 worker and the 2nd of 2) and a multi-worker start.
+# errors: a corrupt training image (1 worker and the 2nd of 2), a multi-worker start,
+# and the other worker killed.
 ECHOES = [
     "W0000 00:00:1795473306.703401   20732 local_rendezvous.cc:412] Local rendezvous is "
     "aborting with status: INVALID_ARGUMENT: Error in user-defined function passed to "
@@ -54,6 +55,20 @@ ECHOES = [
     "W0000 00:00:1795473348.287476   21517 local_rendezvous.cc:412] Local rendezvous is "
     "aborting with status: CANCELLED: GetNextFromShard was cancelled\n",
     "\t [[RemoteCall]]\n",
+    "E0000 00:00:1795474613.437049   14571 base_collective_executor.cc:252] "
+    "BaseCollectiveExecutor::StartAbort UNAVAILABLE: Error reported from /job:worker/task:1: "
+    "The following tasks are unhealthy (stopped sending heartbeats):\n",
+    "/job:worker/replica:0/task:1\n",
+    "The tasks have crashed. Check the task logs for an earlier error, or scheduler events "
+    "(e.g. preemption, eviction) to debug further.\n",
+    "The error could be from a previous operation. Restart your program to reset.\n",
+    "\t [[{{function_node while_body_9501}}{{node while/CollectiveReduceV2}}]]\n",
+    "E0000 00:00:1795474613.437049   14571 base_collective_executor.cc:252] "
+    "BaseCollectiveExecutor::StartAbort UNAVAILABLE: failed to connect to all addresses\n",
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while "
+    "calling /tensorflow.CoordinationService/Heartbeat:\n",
+    ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to '
+    'all addresses; last error: UNKNOWN: ipv4:127.0.0.1:58077: Connection refused"}\n',
 ]
 
 

@@ -105,3 +105,45 @@ def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_res
     assert f"Resumed from {run.checkpoint_dir}/ckpt-{stopped}" in out
     _assert_close_states(config.run_dir, one_process_two_replicas)
     assert [row["epoch"] for row in run.read_metrics()] == [1, 2]
+
+
+def _worker(config, ports, index):
+    """tools/train.py as worker ``index`` of a cluster on ``ports`` (as on two hosts,
+    without the launcher that stops the others when one dies)."""
+    from tests.tools.tool_main import load_tool
+    env = dict(os.environ, TF_CONFIG=load_tool("launch_local.py").tf_config(ports, index))
+    return subprocess.Popen([sys.executable, tool_path("train.py"), *_flags(config)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
+        tmp_path, stripes, one_process_two_replicas):
+    from tests.tools.tool_main import load_tool
+    config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
+                         checkpoint_every=100, **SETTINGS)
+    run = RunDirectory(config.run_dir)
+    workers = [_worker(config, load_tool("tool_cli.py").free_ports(2), i) for i in (0, 1)]
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
+        while not os.path.exists(run.metrics_path) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first epoch's evaluation: the second epoch runs
+        workers[1].kill()
+        out, err = workers[0].communicate(timeout=LAUNCH_TIMEOUT_SECONDS)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+            worker.communicate()
+    assert workers[0].returncode == 1, out + err
+    assert err == (
+        "error: Lost worker 1 of the cluster (killed, out of memory or its node lost), so "
+        "worker 0 stopped too. Relaunch every worker with the same command: the run resumes "
+        f"from its checkpoint at step 5 ({run.checkpoint_dir}/ckpt-5).\n")
+
+    relaunch = _launch(config)
+    out, _ = relaunch.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert relaunch.returncode == 0, out
+    assert f"Resumed from {run.checkpoint_dir}/ckpt-5" in out
+    _assert_close_states(config.run_dir, one_process_two_replicas)
+    assert [row["epoch"] for row in run.read_metrics()] == [1, 2]

@@ -1,0 +1,59 @@
+"""A worker lost in the middle of a multi-worker run, said in one line.
+
+When a worker dies (SIGKILL, an out-of-memory kill, a lost node), the next
+collective of every other worker fails within seconds with TensorFlow's
+`tf.errors.UnavailableError` (or `AbortedError`) and a report of dozens of
+lines. `report_lost_worker` turns it into `WorkerLost`: which worker was lost,
+the checkpoint a relaunch resumes from, and that relaunching every worker
+resumes the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+import tensorflow as tf
+
+from llp_tf.errors import LLPError
+from llp_tf.training.run_directory import RunDirectory, checkpoint_step
+
+#: A task named in TensorFlow's report: ``/job:worker/replica:0/task:1``.
+_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+class WorkerLost(LLPError):
+    """Another worker of the cluster stopped while this one trained."""
+
+
+def lost_worker_message(report: str, run_dir: str, this_task: tuple[str, int]) -> str:
+    """The one-line message of a lost worker, from TensorFlow's ``report``.
+
+    Args:
+      report: the error message of the failed collective.
+      run_dir: the run directory, whose newest checkpoint a relaunch resumes from.
+      this_task: (task type, index) of this worker, e.g. ("worker", 0).
+    """
+    named = sorted({(kind, int(index)) for kind, index in _TASK.findall(report)}
+                   - {(this_task[0], int(this_task[1]))})
+    lost = " and ".join(f"{kind} {index}" for kind, index in named) or "another worker"
+    latest = RunDirectory(run_dir).latest_checkpoint()
+    resume = (f"its checkpoint at step {checkpoint_step(latest)} ({latest})" if latest
+              else "the start (it has no checkpoint yet)")
+    return (f"Lost {lost} of the cluster (killed, out of memory or its node lost), so "
+            f"{this_task[0]} {this_task[1]} stopped too. Relaunch every worker with the same "
+            f"command: the run resumes from {resume}.")
+
+
+@contextlib.contextmanager
+def report_lost_worker(run_dir: str, this_task: tuple[str, int]) -> Iterator[None]:
+    """Raises `WorkerLost` (`lost_worker_message`) in place of the error of a
+    collective, or one naming a task, that a lost worker causes in the block."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+        # Other services (a tf.data service) fail with these errors too.
+        if "ollective" not in error.message and not _TASK.search(error.message):
+            raise
+        raise WorkerLost(lost_worker_message(error.message, run_dir, this_task)) from None
