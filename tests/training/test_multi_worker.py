@@ -123,7 +123,8 @@ def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
     config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
                          checkpoint_every=100, **SETTINGS)
     run = RunDirectory(config.run_dir)
-    workers = [_worker(config, load_tool("tool_cli.py").free_ports(2), i) for i in (0, 1)]
+    ports = load_tool("tool_cli.py").free_ports(2)
+    workers = [_worker(config, ports, index) for index in (0, 1)]
     try:
         deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
         while not os.path.exists(run.metrics_path) and time.monotonic() < deadline:
