@@ -3,7 +3,7 @@
 `export_run` writes the model of a `TrainedRun` (and optionally its memory
 bank) as a SavedModel of TensorFlow ops and variables only: it loads with
 ``tf.saved_model.load(path)`` without llp_tf, and with TensorFlow's C++
-loader (``saved_model_cli run``, the loader of TF Serving), and runs the
+loader (``saved_model_cli run``; TF Serving uses the same), and runs the
 evaluation transform (`augment.eval_preprocess`) and the network, in
 inference mode, inside. Every signature (``loaded.signatures[name]``, also
 ``loaded.<name>``) takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W,
@@ -53,8 +53,8 @@ EXPORT_INFO_FILE = "export_info.json"
 EXPORT_FORMAT_VERSION = 2
 
 _INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
-                         "doc": "B >= 1; any H and W, one size per call; C = 1 (grayscale) "
-                                "or 3 (RGB)"}}
+                         "doc": "B >= 1 (a single image needs its batch dimension); any H "
+                                "and W, one size per call; C = 1 (grayscale) or 3 (RGB)"}}
 
 
 def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
