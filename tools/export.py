@@ -10,7 +10,8 @@ is inside them) and export_info.json describing them. Signatures: embed
 (embedding and pooled features), classify (probabilities and the top five
 classes with their names; also serving_default) and, with --knn, knn (the
 nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
-with plain TensorFlow (no llp_tf needed): see tools/predict.py,
+with plain TensorFlow (no llp_tf needed) and with TensorFlow's C++ loader
+(saved_model_cli run; TF Serving uses the same): see tools/predict.py,
 llp_tf/after_training/export/saved_model.py for the signatures and README,
 "Export and predict", for Keras fine-tuning with TFSMLayer.
 The export is written to a temporary directory and renamed into place.

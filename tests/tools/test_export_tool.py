@@ -41,7 +41,9 @@ def test_export_writes_the_saved_model_and_prints_its_signatures(knn_export):
                  "  classify(images uint8 [B, H, W, C]) (also serving_default) ->",
                  "  knn(images uint8 [B, H, W, C]) ->",
                  "    embedding: float32 [B, 16]",
+                 "    top5_classes: int64 [B, 4]  best first",
                  "    top5_names: string [B, 4]",
+                 "    neighbor_rows: int64 [B, 3]",
                  "    knn_class: int64 [B]"):
         assert line in stdout, line
 

@@ -2,7 +2,8 @@
 
 Every signature takes raw uint8 images [B, H, W, C] of any size (C = 1 or
 3) and applies the evaluation resize and centre crop inside; `saved_model`
-writes it with its description and states the signatures' outputs.
+writes it with its description and states the signatures' outputs. Class
+indices and bank rows are int64 in every signature.
 """
 
 from collections.abc import Sequence
@@ -28,7 +29,12 @@ CLASSIFY = "classify"
 KNN = "knn"
 SERVING_DEFAULT = "serving_default"
 
-IMAGES_SPEC = tf.TensorSpec([None, None, None, None], tf.uint8, name="images")
+# The rank is left open in the signatures so that an image without its batch
+# dimension reaches the graph's own check (`_as_batch`), which names the
+# mistake; with a declared rank 4, the graph optimiser assumes rank 4 and the
+# call fails later with a bare shape error.
+IMAGES_SPEC = tf.TensorSpec(None, tf.uint8, name="images")
+IMAGES_RANK = 4
 
 
 def bank_classes(labels: Array, num_classes: int) -> Array:
@@ -58,7 +64,7 @@ class InferenceModule(tf.Module):
         super().__init__(name=name)
         if (bank_embeddings is None) != (bank_classes is None):
             raise ValueError("Give both bank_embeddings and bank_classes, or neither.")
-        self._model = model
+        self._hold_untracked(model)
         self.image_size = int(image_size)
         self.num_classes = len(class_names)
         self._class_names = tuple(str(name) for name in class_names)
@@ -74,9 +80,18 @@ class InferenceModule(tf.Module):
             self.knn_k = min(int(k), bank_embeddings.shape[0])
             self._temperature = float(temperature)
             self.knn = tf.function(self._knn, input_signature=[IMAGES_SPEC])
+        self.served_variables = None
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _hold_untracked(self, model):
+        """Keeps the Keras model out of what `tf.saved_model.save` writes: each
+        Keras 3 variable would be written a second time, as a copy that no
+        signature reads (`trace_signatures` tracks the variables they read)."""
+        self._model = model
 
     def _preprocess(self, images):
         """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3], the evaluation transform."""
+        images = _as_batch(images)
         shape = tf.shape(images)
         channels = shape[3]
         valid = tf.logical_or(tf.equal(channels, GRAYSCALE_CHANNELS),
@@ -110,7 +125,8 @@ class InferenceModule(tf.Module):
     def classify(self, images: IntTensor) -> dict[str, Tensor]:
         """uint8 [B, H, W, C] -> probabilities and the top five classes."""
         probabilities = tf.nn.softmax(self._outputs(images)["logits"], axis=-1)
-        top_probabilities, top_classes = tf.math.top_k(probabilities, k=self._top)
+        top_probabilities, top_classes = tf.math.top_k(probabilities, k=self._top,
+                                                       index_type=tf.int64)
         names = tf.gather(tf.constant(self._class_names, tf.string), top_classes)
         return {"probabilities": probabilities, "top5_classes": top_classes,
                 "top5_probabilities": top_probabilities, "top5_names": names}
@@ -119,7 +135,7 @@ class InferenceModule(tf.Module):
         """uint8 [B, H, W, C] -> nearest bank rows and their weighted vote."""
         embedding = self._outputs(images)["embedding"]
         similarity = tf.matmul(embedding, self.bank_embeddings, transpose_b=True)
-        top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k)
+        top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k, index_type=tf.int64)
         classes = tf.gather(self.bank_classes, rows)
         # Neighbours without a class (NO_CLASS) do not vote.
         probabilities = propagation.class_vote(top_similarity / self._temperature, classes,
@@ -132,11 +148,35 @@ class InferenceModule(tf.Module):
                 "knn_class": knn_class,
                 "knn_confidence": tf.reduce_max(probabilities, axis=1)}
 
-    def signature_functions(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
-        """dict name -> concrete function, for `tf.saved_model.save`."""
+    def trace_signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
+        """dict name -> concrete function, for `tf.saved_model.save`.
+
+        Also sets ``served_variables``, every `tf.Variable` the signatures
+        read, so that the SavedModel's saver restores them: a Keras 3 variable
+        is a wrapper that `tf.saved_model.save` writes as a new copy, while
+        the graph reads the `tf.Variable` inside it, which TensorFlow's C++
+        loader (saved_model_cli, TF Serving) then finds uninitialised.
+        """
         classify = self.classify.get_concrete_function()
         signatures = {EMBED: self.embed.get_concrete_function(), CLASSIFY: classify,
                       SERVING_DEFAULT: classify}
         if self.knn_k is not None:
             signatures[KNN] = self.knn.get_concrete_function()
+        read = {}
+        for function in signatures.values():
+            read.update((id(variable), variable) for variable in function.variables)
+        self.served_variables = list(read.values())
         return signatures
+
+
+def _as_batch(images: IntTensor) -> IntTensor:
+    """uint8 of any rank -> [B, H, W, C]; a clear error unless the rank is 4."""
+    rank_check = tf.debugging.Assert(tf.equal(tf.rank(images), IMAGES_RANK), [
+        "images must be a batch [B, H, W, C]; add a batch dimension to a single "
+        "[H, W, C] image (images[None] or np.expand_dims(image, 0)); got shape",
+        tf.shape(images)])
+    with tf.control_dependencies([rank_check]):
+        shape = tf.shape(images)
+    # A reshape, not tf.ensure_shape or set_shape: the graph optimiser would
+    # carry their rank back to the input and drop the check as always true.
+    return tf.reshape(images, [shape[i] for i in range(IMAGES_RANK)])

@@ -2,19 +2,21 @@
 
 `export_run` writes the model of a `TrainedRun` (and optionally its memory
 bank) as a SavedModel of TensorFlow ops and variables only: it loads with
-``tf.saved_model.load(path)`` without llp_tf, and runs the evaluation
-transform (`augment.eval_preprocess`) and the network, in inference mode,
-inside. Every signature (``loaded.signatures[name]``, also ``loaded.<name>``)
-takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W, one size per call,
-C = 1 or 3) and returns a dict of:
+``tf.saved_model.load(path)`` without llp_tf, and with TensorFlow's C++
+loader (``saved_model_cli run``; TF Serving uses the same), and runs the
+evaluation transform (`augment.eval_preprocess`) and the network, in
+inference mode, inside. Every signature (``loaded.signatures[name]``, also
+``loaded.<name>``) takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W,
+one size per call, C = 1 or 3; another rank is refused with a message that
+asks for the batch dimension) and returns a dict of:
 
 - ``embed``: ``embedding`` float32 [B, D], unit norm; ``features`` float32
   [B, F], the pooled trunk output.
 - ``classify`` (also ``serving_default``): ``probabilities`` float32 [B, C];
-  ``top5_classes`` int32, ``top5_probabilities`` float32 and ``top5_names``
+  ``top5_classes`` int64, ``top5_probabilities`` float32 and ``top5_names``
   string, each [B, min(5, C)], best first.
 - ``knn`` (``include_knn=True``; the bank is stored, each row with a class or
-  -1, `inference_module.bank_classes`): ``neighbor_rows`` int32,
+  -1, `inference_module.bank_classes`): ``neighbor_rows`` int64,
   ``neighbor_similarities`` float32, ``neighbor_classes`` int64, each [B, K],
   the K = min(k, N) rows with the largest ``embedding . row``, best first;
   the weighted k-NN vote of eq. 5-6 among those with a class (weights
@@ -46,12 +48,13 @@ from llp_tf.errors import ConfigError
 
 EXPORT_INFO_FILE = "export_info.json"
 # Version of the layout of this SavedModel and its export_info.json; raise it
-# when a signature or a field changes meaning.
-EXPORT_FORMAT_VERSION = 1
+# when a signature or a field changes meaning. 2: class indices and bank rows
+# are int64 in every signature (1 had int32 top5_classes and neighbor_rows).
+EXPORT_FORMAT_VERSION = 2
 
 _INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
-                         "doc": "B >= 1; any H and W, one size per call; C = 1 (grayscale) "
-                                "or 3 (RGB)"}}
+                         "doc": "B >= 1 (a single image needs its batch dimension); any H "
+                                "and W, one size per call; C = 1 (grayscale) or 3 (RGB)"}}
 
 
 def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
@@ -67,7 +70,7 @@ def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
         CLASSIFY: {
             "probabilities": {"dtype": "float32", "shape": f"[B, {num_classes}]",
                               "doc": "softmax of the category head"},
-            "top5_classes": {"dtype": "int32", "shape": f"[B, {top}]", "doc": "best first"},
+            "top5_classes": {"dtype": "int64", "shape": f"[B, {top}]", "doc": "best first"},
             "top5_probabilities": {"dtype": "float32", "shape": f"[B, {top}]",
                                    "doc": "their probabilities"},
             "top5_names": {"dtype": "string", "shape": f"[B, {top}]",
@@ -76,7 +79,7 @@ def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
     }
     if knn_k is not None:
         docs[KNN] = {
-            "neighbor_rows": {"dtype": "int32", "shape": f"[B, {knn_k}]",
+            "neighbor_rows": {"dtype": "int64", "shape": f"[B, {knn_k}]",
                               "doc": "bank rows with the largest embedding . row, best first"},
             "neighbor_similarities": {"dtype": "float32", "shape": f"[B, {knn_k}]",
                                       "doc": "their dot products with the embedding"},
@@ -223,7 +226,7 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
     replaced = f"{output_dir}.replaced-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        tf.saved_model.save(module, partial, signatures=module.signature_functions())
+        tf.saved_model.save(module, partial, signatures=module.trace_signatures())
         info = export_info(run, module)
         with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)

@@ -94,16 +94,9 @@ def image_sets(run):
 
 
 @pytest.fixture(scope="module")
-def exported(run, class_names, tmp_path_factory):
-    model_dir = str(tmp_path_factory.mktemp("export") / "model")
-    info = saved_model.export_run(run, class_names, model_dir, include_knn=True)
-    return model_dir, info
-
-
-@pytest.fixture(scope="module")
-def fresh_outputs(exported, image_sets, tmp_path_factory):
+def fresh_outputs(tiny_llp_export, image_sets, tmp_path_factory):
     """Every signature's outputs on `image_sets`, computed in a new process."""
-    model_dir, _ = exported
+    model_dir, _ = tiny_llp_export
     folder = tmp_path_factory.mktemp("fresh")
     np.savez(folder / "inputs.npz", **image_sets)
     (folder / "fresh.py").write_text(FRESH_PROCESS_SCRIPT)
@@ -214,8 +207,9 @@ def test_tfsm_layer_fine_tunes_the_exported_weights(run, fresh_outputs):
     assert change.max() > 1e-3
 
 
-def test_export_info_describes_the_signatures_and_the_source(run, class_names, exported):
-    model_dir, returned = exported
+def test_export_info_describes_the_signatures_and_the_source(run, class_names,
+                                                             tiny_llp_export):
+    model_dir, returned = tiny_llp_export
     with open(os.path.join(model_dir, saved_model.EXPORT_INFO_FILE)) as f:
         info = json.load(f)
     assert info == json.loads(json.dumps(returned))
@@ -257,8 +251,12 @@ def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
     assert outputs["neighbor_classes"].numpy()[0, 0] == -1
 
 
-def test_images_with_two_channels_and_empty_batches_are_refused(run, class_names):
+def test_unbatched_images_two_channels_and_empty_batches_are_refused(run, class_names):
     module = InferenceModule(run.model, run.config.data.image_size, class_names)
+    for unbatched in ([8, 8, 3], [8, 8], [1, 1, 8, 8, 3]):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"must be a batch \[B, H, W, C\]; add a batch dimension"):
+            module.classify(tf.zeros(unbatched, tf.uint8))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"1 \(grayscale\) or 3 \(RGB\)"):
         module.embed(tf.zeros([1, 8, 8, 2], tf.uint8))
     with pytest.raises(tf.errors.InvalidArgumentError, match="at least one image"):
