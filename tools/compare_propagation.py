@@ -223,13 +223,11 @@ def read_embeddings(options, stream):
 def classes_per_draw(options, labels, stream):
     """S: --classes, lowered to the classes present when left at its default."""
     import numpy as np
+
+    from llp_tf.counted_nouns import counted
     available = len(np.unique(labels))
-    if not options["classes"].present and options.classes > available:
-        stream.write(f"note: the labels have {available} classes; drawing {available} per "
-                     f"draw instead of the paper's {options.classes} (set --classes to "
-                     "choose).\n")
-        return available
-    return options.classes
+    return tool_cli.default_at_most(options, "classes", available, stream,
+                                    f"the labels have {counted(available, 'class')}")
 
 
 def method_settings(methods, k, t, temperature):
