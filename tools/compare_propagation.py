@@ -1,8 +1,8 @@
 """Compare LLP's label propagation with other propagation methods (paper Table 5).
 
-  tools/compare_propagation.py --run_dir=runs/demo60 --classes=10
+  tools/compare_propagation.py --run_dir=runs/demo --classes=10
   tools/compare_propagation.py --run_dir=runs/r50_p10_q100        # 50 x 50, 5 labelled
-  tools/compare_propagation.py --run_dir=runs/demo60_sup --embed_split=validation --classes=10
+  tools/compare_propagation.py --run_dir=runs/demo_supervised --embed_split=validation --classes=10
   tools/compare_propagation.py --features=feats.npy --labels=labels.npy
 
 Draws --draws random subsets of --classes classes x --images_per_class

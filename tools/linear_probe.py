@@ -1,6 +1,6 @@
 """Linear probe of a trained run's frozen trunk on another dataset (transfer).
 
-  tools/linear_probe.py --run_dir=runs/demo60 --dataset=digits
+  tools/linear_probe.py --run_dir=runs/demo --dataset=digits
   tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=places205:/data/places205 \\
       --cache_dir=/scratch/probe_cache --protocol=online
 
