@@ -29,6 +29,7 @@ import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
+from llp_tf.counted_nouns import counted  # noqa: E402
 
 OUTPUT_NAME = "propagation_comparison.json"
 
@@ -223,8 +224,6 @@ def read_embeddings(options, stream):
 def classes_per_draw(options, labels, stream):
     """S: --classes, lowered to the classes present when left at its default."""
     import numpy as np
-
-    from llp_tf.counted_nouns import counted
     available = len(np.unique(labels))
     return tool_cli.default_at_most(options, "classes", available, stream,
                                     f"the labels have {counted(available, 'class')}")
@@ -274,8 +273,9 @@ def run_comparison(options, stream=sys.stdout):
     output = options.output or default_output(options.run_dir, options.features)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
-                 f"({source.get('embeddings', 'features file')}); {draws} draws of "
-                 f"{num_classes} classes x {images} images, {labelled} labelled per class, "
+                 f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
+                 f"{counted(num_classes, 'class')} x {counted(images, 'image')}, {labelled} "
+                 "labelled per class, "
                  f"{num_classes * (images - labelled)} scored per draw; "
                  f"K={k} T={t} tau={temperature:g}\n")
     stream.flush()

@@ -51,6 +51,7 @@ def make_flags():
 
 def make(values, stderr):
     """Draws and writes the split; returns its description."""
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415 -- imports TF
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
@@ -72,7 +73,7 @@ def make(values, stderr):
                        dataset_name=source.info.name, label_percent=values.label_percent,
                        data_percent=values.data_percent, seed=values.split_seed)
     return (f"{values.output}: {labelled_index.size} labelled and {used_index.size} used of "
-            f"{labels.size} training examples of {source.info.name}")
+            f"{counted(labels.size, 'training example')} of {source.info.name}")
 
 
 def main(argv, stdout=None, stderr=None):

@@ -25,6 +25,7 @@ from llp_tf.after_training import trained_run
 from llp_tf.after_training.analysis.mds import MDSProjection, mds_classes, project_classes
 from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
                                          aggregation_scores, pseudo_label_stats)
+from llp_tf.counted_nouns import counted
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError
 from llp_tf.training.run_directory import RunDirectory
@@ -253,7 +254,7 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
 
     is_labelled = run.bank.is_labelled.numpy()
     rows_drawn = sum(min(int(counts[c]), points_per_class) for c in class_ids)
-    report(f"MDS of {rows_drawn} bank rows of {len(class_ids)} classes.")
+    report(f"MDS of {counted(rows_drawn, 'bank row')} of {counted(len(class_ids), 'class')}.")
     projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labelled,
                                  class_ids, points_per_class, seed)
     return RunAnalysis(
