@@ -157,13 +157,16 @@ def test_csv_has_a_header_and_a_row_per_image_and_rank(run, class_names, model_d
                     _expected_top(run, class_names, path, 2))
 
 
-def test_runs_in_a_fresh_process_without_llp_tf(run, model_dir, image_tree, class_names):
-    # The tool as a script, given a directory and a quoted pattern, then a
-    # check that nothing imported llp_tf. runpy does not put the script's
-    # folder first on sys.path as `python tools/predict.py` does.
+def test_runs_in_a_fresh_process_without_llp_tf(run, model_dir, image_tree, class_names,
+                                               tmp_path):
+    # The tool as a script, given a directory, a quoted pattern and a broken
+    # file, then a check that nothing imported llp_tf. runpy does not put the
+    # script's folder first on sys.path as `python tools/predict.py` does.
     folder, images = image_tree
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 30)  # a PNG signature, then nothing
     argv = [PREDICT, f"--model_dir={model_dir}", "--format=json", os.path.join(folder, "sub"),
-            os.path.join(folder, "*.png")]
+            str(broken), os.path.join(folder, "*.png")]
     script = ("import os, runpy, sys\n"
               f"sys.path.insert(0, os.path.dirname({PREDICT!r}))\n"
               f"sys.argv = {argv!r}\n"
@@ -173,9 +176,16 @@ def test_runs_in_a_fresh_process_without_llp_tf(run, model_dir, image_tree, clas
               "    code = done.code\n"
               "assert 'llp_tf' not in sys.modules, 'predict.py imported llp_tf'\n"
               "sys.exit(code)\n")
+    # TensorFlow's C++ logging as a user has it (the tests turn it off).
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=FRESH_PROCESS_TIMEOUT_SECONDS, cwd=os.path.dirname(model_dir))
-    assert result.returncode == 0, result.stderr[-3000:]
+                            timeout=FRESH_PROCESS_TIMEOUT_SECONDS, cwd=os.path.dirname(model_dir),
+                            env=env)
+    # The broken file's line alone on stderr, no TensorFlow runtime line before it.
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: {broken}: cannot be read as a PNG, JPEG, GIF or "
+                                    "BMP image (")
+    assert result.stderr.count("\n") == 1, result.stderr[-3000:]
     records = [json.loads(line) for line in result.stdout.splitlines()]
     sub = [path for path in images if "/sub/" in path]
     assert [record["path"] for record in records] == sub + [images[0]]
