@@ -275,8 +275,7 @@ def run_comparison(options, stream=sys.stdout):
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
                  f"{counted(num_classes, 'class')} x {counted(images, 'image')}, {labelled} "
-                 "labelled per class, "
-                 f"{num_classes * (images - labelled)} scored per draw; "
+                 f"labelled per class, {num_classes * (images - labelled)} scored per draw; "
                  f"K={k} T={t} tau={temperature:g}\n")
     stream.flush()
 

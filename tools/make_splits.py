@@ -6,8 +6,8 @@
       --label_subset=1percent --output=splits/imagenet_1percent.npz
 
 Per class, round(label_percent% of its examples) are labelled: the lowest
-indices (the release's rule) or, with --split_seed, a seeded draw; the used subset
-(data_percent%) contains them. With --label_subset the labelled examples are
+indices (the release's rule) or, with --split_seed, a seeded draw; the used
+subset (data_percent%) contains them. With --label_subset the labelled examples are
 the images a list names (ImageNet's standard 1% and 10% subsets). Classes
 with no training example are skipped with a warning. See
 llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the

@@ -65,7 +65,8 @@ _OP_ERROR_DECORATION = re.compile(r"\{\{.*?\}\}\s*|\s*\[Op:.*$", re.S)
 
 
 class PredictError(Exception):
-    """Bad input that stops the tool: a missing or unusable model."""
+    """Bad input: a missing or unusable model (the tool stops), or a missing or
+    undecodable image (the tool reports it and goes on)."""
 
 
 def make_flags():
@@ -96,8 +97,7 @@ def _is_image_name(path):
 def _directory_images(directory):
     """The image files under ``directory``, recursively, sorted by path."""
     found = []
-    for folder, subfolders, files in os.walk(directory):
-        subfolders.sort()
+    for folder, _, files in os.walk(directory):
         found += [os.path.join(folder, name) for name in files if _is_image_name(name)]
     return sorted(found)
 

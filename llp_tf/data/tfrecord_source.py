@@ -143,8 +143,8 @@ class TFRecordSource(ShardFileSource):
             raise DataError(
                 f"TFRecord {split} split of {folder}: index {int(index[flat])} at {where(flat)} "
                 f"lies outside [0, {total}) ({counted(out_of_range.size, 'such record')}). The "
-                f"index feature must number the split's {total} records 0..{total - 1}; rebuild the "
-                "shards.")
+                f"index feature must number the split's {total} records 0..{total - 1}; rebuild "
+                "the shards.")
         order = np.argsort(index, kind="stable")
         repeated = np.flatnonzero(index[order][1:] == index[order][:-1])
         if repeated.size:

@@ -93,9 +93,6 @@ def checkpoint_trajectory(run: trained_run.TrainedRun, true_classes: Array,
       true_classes: int64 [N], the true class of each bank row.
       steps_per_epoch: int.
       report: optional callable taking a progress line (str).
-      mds_classes_for: optional callable given the number of classes with
-        bank rows, returning the number of MDS classes to draw instead of
-        ``num_mds_classes`` (e.g. a default lowered to what the run has).
     """
     original = run.checkpoint
     paths = trained_run.checkpoint_paths(run.run_dir)

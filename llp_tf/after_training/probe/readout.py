@@ -3,8 +3,9 @@
 ``keras.layers.Dense(C)`` with zero-initialised weights, trained with SGD with
 momentum on softmax cross-entropy. `run_epochs` is the loop both protocols
 share: after every epoch, validation top-1 goes to a `schedule.PlateauTracker`;
-``patience`` epochs without a new best drop the rate by ``drop_factor``, and
-once ``max_drops`` drops are taken the next plateau ends training.
+``patience`` epochs without a new best drop the rate by ``drop_factor`` (not
+after the last epoch), and once ``max_drops`` drops are taken the next
+plateau ends training.
 `train_readout` runs it on cached features: epoch e visits the training rows
 in ``numpy.random.default_rng([seed, e])``'s permutation, read a batch at a
 time (an array, or a cache file), so memory does not grow with N;

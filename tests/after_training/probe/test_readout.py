@@ -92,12 +92,10 @@ def test_no_rate_drop_after_the_last_epoch():
     # top-1 is 1.0 from epoch 1 on: epoch 4 is a plateau, but the last epoch.
     train = _clusters(per_class=10, seed=3)
     settings = readout_lib.ProbeSettings(epochs=4, batch_size=8, learning_rate=0.1, patience=3)
-    stream = io.StringIO()
-    _, result = readout_lib.train_readout(train, train, NUM_CLASSES, settings, stream)
+    _, result = readout_lib.train_readout(train, train, NUM_CLASSES, settings, io.StringIO())
     assert (result.epochs, result.drops, result.drop_epochs) == (4, 0, [])
     assert not result.stopped_on_plateau
     assert result.final_learning_rate == pytest.approx(0.1)
-    assert "0.01" not in stream.getvalue()
 
 
 def test_progress_is_one_bar_over_the_epochs_that_ends_where_training_stops():
