@@ -14,7 +14,7 @@ TEST_WORKERS ?= 2
 RUN ?= runs/$(REGIME)
 # `make probe DATA=tfds:places365_small`; digits ships with scikit-learn (offline).
 DATA ?= digits
-# `make predict IMAGES="a.png b.jpg"` with the SavedModel in MODEL.
+# `make predict IMAGES="a.png photos/ 'scans/*.jpg'"` with the SavedModel in MODEL.
 MODEL ?= $(RUN)/export
 IMAGES ?=
 
@@ -23,7 +23,7 @@ IMAGES ?=
 help:
 	@echo "make train    train REGIME (default demo; flags/REGIME.flags) with extra ARGS"
 	@echo "make export   export RUN as a SavedModel in RUN/export (ARGS=\"--knn --overwrite\")"
-	@echo "make predict  top-5 classes of IMAGES=\"a.png b.jpg\" with the SavedModel MODEL"
+	@echo "make predict  top-5 classes of IMAGES (files, folders, globs) with the SavedModel MODEL"
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"

@@ -1,7 +1,7 @@
 """Analyse the embedding of a trained LLP run: aggregation scores and a 2-D MDS.
 
   tools/analyze.py --run_dir=runs/demo
-  tools/analyze.py --run_dir=runs/demo --classes=3 --points_per_class=200 --no_trajectory
+  tools/analyze.py --run_dir=runs/demo --classes=3 --points_per_class=200 --notrajectory
 
 Reads the run's memory bank (an LLP run; the supervised baseline keeps no
 bank and is refused) and writes into --output_dir (default RUN_DIR/analysis):
@@ -38,8 +38,9 @@ def make_flags():
     flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
                         "and analysis.json; default RUN_DIR/analysis.", flag_values=values)
     flags.DEFINE_integer("classes", DEFAULT_MDS_CLASSES, "Classes drawn in the MDS plot (a "
-                         "seeded random choice; see --class_ids).", lower_bound=1,
-                         flag_values=values)
+                         "seeded random choice; see --class_ids). Left at its default, it is "
+                         "lowered to the classes the run's bank holds, with a note.",
+                         lower_bound=1, flag_values=values)
     flags.DEFINE_list("class_ids", None, "Exact classes for the MDS plot, e.g. 0,3,7 (class "
                       "numbers); overrides --classes.", flag_values=values)
     flags.DEFINE_integer("points_per_class", DEFAULT_POINTS_PER_CLASS, "Bank rows per class in "
@@ -47,9 +48,11 @@ def make_flags():
                          "square of the total.", lower_bound=1, flag_values=values)
     flags.DEFINE_integer("seed", 0, "Seed of the MDS class choice, row sample and layout.",
                          flag_values=values)
-    flags.DEFINE_boolean("no_trajectory", False, "Score the latest checkpoint only, without "
-                         "restoring every kept one (faster on big runs); the trajectory plot "
-                         "then shows metrics.jsonl alone.", flag_values=values)
+    flags.DEFINE_boolean("trajectory", True, "Score every kept checkpoint (restoring each); "
+                         "--notrajectory scores the latest one only (faster on big runs), and "
+                         "the trajectory plot then shows metrics.jsonl alone.",
+                         flag_values=values)
+    tool_cli.define_deprecated_negation(values, "no_trajectory", "trajectory")
     return values
 
 
@@ -75,17 +78,24 @@ def main(argv, stdout=None, stderr=None):
     from llp_tf.after_training.analysis.report import write_report  # noqa: PLC0415
     from llp_tf.after_training.analysis.run_analysis import analyze_run  # noqa: PLC0415
     from llp_tf.after_training.analysis.summary import summary_text  # noqa: PLC0415
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):
         stdout.write(line + "\n")
         stdout.flush()
 
+    def mds_classes_for(available):
+        return tool_cli.default_at_most(
+            values, "classes", available, stdout,
+            f"the run's bank holds examples of {counted(available, 'class')}")
+
     try:
         result = analyze_run(
             values.run_dir, num_mds_classes=values.classes,
             points_per_class=values.points_per_class, seed=values.seed,
-            trajectory=not values.no_trajectory, class_ids=class_ids, report=report)
+            trajectory=values.trajectory, class_ids=class_ids, report=report,
+            mds_classes_for=mds_classes_for)
         output_dir = values.output_dir or os.path.join(values.run_dir, OUTPUT_SUBDIR)
         written = write_report(result, output_dir)
     except LLPError as error:

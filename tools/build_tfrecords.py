@@ -52,6 +52,7 @@ def make_flags():
 
 def build(values, stdout, stderr):
     """Builds the shards and prints what was written."""
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data import load_source, tfrecord_builder  # noqa: PLC0415 -- imports TF
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
@@ -70,7 +71,7 @@ def build(values, stdout, stderr):
             values.train_dir, values.output_dir, validation_dir=values.validation_dir,
             **settings)
     stdout.write(f"{summary['num_train']} training and {summary['num_validation']} "
-                 f"validation images of {summary['num_classes']} classes in "
+                 f"validation images of {counted(summary['num_classes'], 'class')} in "
                  f"{summary['train_shards']} + {summary['validation_shards']} shards in "
                  f"{values.output_dir}\n")
 

@@ -1,8 +1,8 @@
 """Compare LLP's label propagation with other propagation methods (paper Table 5).
 
-  tools/compare_propagation.py --run_dir=runs/demo60 --classes=10
+  tools/compare_propagation.py --run_dir=runs/demo --classes=10
   tools/compare_propagation.py --run_dir=runs/r50_p10_q100        # 50 x 50, 5 labelled
-  tools/compare_propagation.py --run_dir=runs/demo60_sup --embed_split=validation --classes=10
+  tools/compare_propagation.py --run_dir=runs/demo_supervised --embed_split=validation --classes=10
   tools/compare_propagation.py --features=feats.npy --labels=labels.npy
 
 Draws --draws random subsets of --classes classes x --images_per_class
@@ -29,6 +29,7 @@ import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
+from llp_tf.counted_nouns import counted  # noqa: E402
 
 OUTPUT_NAME = "propagation_comparison.json"
 
@@ -224,12 +225,8 @@ def classes_per_draw(options, labels, stream):
     """S: --classes, lowered to the classes present when left at its default."""
     import numpy as np
     available = len(np.unique(labels))
-    if not options["classes"].present and options.classes > available:
-        stream.write(f"note: the labels have {available} classes; drawing {available} per "
-                     f"draw instead of the paper's {options.classes} (set --classes to "
-                     "choose).\n")
-        return available
-    return options.classes
+    return tool_cli.default_at_most(options, "classes", available, stream,
+                                    f"the labels have {counted(available, 'class')}")
 
 
 def method_settings(methods, k, t, temperature):
@@ -276,9 +273,9 @@ def run_comparison(options, stream=sys.stdout):
     output = options.output or default_output(options.run_dir, options.features)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
-                 f"({source.get('embeddings', 'features file')}); {draws} draws of "
-                 f"{num_classes} classes x {images} images, {labelled} labelled per class, "
-                 f"{num_classes * (images - labelled)} scored per draw; "
+                 f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
+                 f"{counted(num_classes, 'class')} x {counted(images, 'image')}, {labelled} "
+                 f"labelled per class, {num_classes * (images - labelled)} scored per draw; "
                  f"K={k} T={t} tau={temperature:g}\n")
     stream.flush()
 

@@ -64,6 +64,7 @@ def make_flags():
 def plan(values):
     """(dispatcher address to join or None, worker ports, dispatcher's worker
     list or None) of the flags; raises ValueError naming a bad flag."""
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data import service_address  # noqa: PLC0415 -- after the quiet start
     joining = values.dispatcher_address
     if joining:
@@ -81,7 +82,7 @@ def plan(values):
     except ValueError:
         raise ValueError(f"--worker_ports must be integers, not {values.worker_ports}.") from None
     if ports and len(ports) != values.workers:
-        raise ValueError(f"--worker_ports names {len(ports)} port(s) for --workers="
+        raise ValueError(f"--worker_ports names {counted(len(ports), 'port')} for --workers="
                          f"{values.workers}.")
     ports = ports or tool_cli.free_ports(values.workers)
     here = [f"{values.host}:{port}" for port in ports]

@@ -1,6 +1,6 @@
 """Linear probe of a trained run's frozen trunk on another dataset (transfer).
 
-  tools/linear_probe.py --run_dir=runs/demo60 --dataset=digits
+  tools/linear_probe.py --run_dir=runs/demo --dataset=digits
   tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=places205:/data/places205 \\
       --cache_dir=/scratch/probe_cache --protocol=online
 
@@ -32,6 +32,7 @@ import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 from llp_tf.after_training import trained_run  # noqa: E402
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
 from llp_tf.after_training.probe import linear_probe, readout  # noqa: E402
+from llp_tf.counted_nouns import counted  # noqa: E402
 
 
 def define_flags(flag_values):
@@ -213,7 +214,7 @@ def run_probe(options, stream):
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
         options.run_dir, "probe_cache")), dataset_slug(options.dataset))
     stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
-                 f"{info.name}: {info.num_classes} classes, {info.num_train} train / "
+                 f"{info.name}: {counted(info.num_classes, 'class')}, {info.num_train} train / "
                  f"{info.num_validation} validation images at {run.config.data.image_size} px; "
                  f"{settings.protocol} protocol, caches in {cache_dir}.\n")
     stream.flush()
@@ -230,7 +231,8 @@ def run_probe(options, stream):
         "trained": results["trained"], "random": results.get("random"),
     }
     tool_cli.write_json_atomically(path, payload)
-    note = (f"(top-5 is top-{rows[0][1].top5_k}: the dataset has {info.num_classes} classes)\n"
+    note = (f"(top-5 is top-{rows[0][1].top5_k}: the dataset has "
+            f"{counted(info.num_classes, 'class')})\n"
             if info.num_classes < readout.TOP_K else "")
     stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")
     stream.flush()

@@ -6,8 +6,8 @@
       --label_subset=1percent --output=splits/imagenet_1percent.npz
 
 Per class, round(label_percent% of its examples) are labelled: the lowest
-indices (the release's rule) or, with --seed, a seeded draw; the used subset
-(data_percent%) contains them. With --label_subset the labelled examples are
+indices (the release's rule) or, with --split_seed, a seeded draw; the used
+subset (data_percent%) contains them. With --label_subset the labelled examples are
 the images a list names (ImageNet's standard 1% and 10% subsets). Classes
 with no training example are skipped with a warning. See
 llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the
@@ -40,8 +40,9 @@ def make_flags():
                         "<data_dir>/downloads).", flag_values=values)
     flags.DEFINE_float("data_percent", 100.0, "Percentage of each class that is used "
                        "(QQ >= PP).", flag_values=values)
-    flags.DEFINE_integer("seed", None, "Seed of a random draw; unset: lowest indices per class, "
-                         "as the release.", flag_values=values)
+    flags.DEFINE_integer("split_seed", None, "Seed of a random draw (train.py's --split_seed); "
+                         "unset: lowest indices per class, as the release.", flag_values=values)
+    tool_cli.define_deprecated_alias(values, "seed", "split_seed")
     flags.DEFINE_string("output", None, "Split file to write (.npz).", flag_values=values)
     flags.mark_flags_as_required(["dataset", "output"], flag_values=values)
     tool_cli.define_verbosity(values)
@@ -50,6 +51,7 @@ def make_flags():
 
 def make(values, stderr):
     """Draws and writes the split; returns its description."""
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415 -- imports TF
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
@@ -62,16 +64,16 @@ def make(values, stderr):
         stderr.write(warning + "\n")
     if values.label_subset:
         labelled_index, used_index, _ = label_subsets.make_subset_splits(
-            source, values.label_subset, values.data_percent, values.seed, values.data_dir)
+            source, values.label_subset, values.data_percent, values.split_seed, values.data_dir)
     else:
         labelled_index, used_index = splits.make_splits(
-            labels, values.label_percent, values.data_percent, values.seed,
+            labels, values.label_percent, values.data_percent, values.split_seed,
             num_classes=source.info.num_classes)
     splits.save_splits(values.output, labelled_index, used_index, labels,
                        dataset_name=source.info.name, label_percent=values.label_percent,
-                       data_percent=values.data_percent, seed=values.seed)
+                       data_percent=values.data_percent, seed=values.split_seed)
     return (f"{values.output}: {labelled_index.size} labelled and {used_index.size} used of "
-            f"{labels.size} training examples of {source.info.name}")
+            f"{counted(labels.size, 'training example')} of {source.info.name}")
 
 
 def main(argv, stdout=None, stderr=None):

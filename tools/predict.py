@@ -1,18 +1,38 @@
-"""Classify image files with a SavedModel written by tools/export.py.
+"""Classify images with a SavedModel written by tools/export.py.
 
   tools/predict.py --model_dir=runs/demo/export digit1.png digit2.jpg
-  tools/predict.py --model_dir=/models/demo --images=a.png,b.png --top=3
+  tools/predict.py --model_dir=runs/demo/export photos/ 'scans/*.png' --format=csv
+  tools/predict.py --model_dir=/models/demo --images=a.png,b.png --top=3 --format=json
 
 Prints, for each image, its top classes (names from the SavedModel) with
 their probabilities, best first. Images are PNG, JPEG, GIF or BMP files of
 any size, colour or grayscale; the SavedModel does the evaluation
-preprocessing of training itself. Needs only TensorFlow: this tool does not
-import llp_tf, so it runs on a machine that has the SavedModel alone.
+preprocessing of training itself. Each argument is an image file, a
+directory (its images, found recursively by their extension, in sorted
+order) or a glob pattern the tool expands (quote it: 'imgs/*.png',
+'imgs/**/*.jpg'; its matches in sorted order). A missing or undecodable
+file, or a directory or pattern without images, gets its own "error:" line
+on stderr while the other images are still classified; the exit status is
+then 1. Needs only TensorFlow: this tool does not import llp_tf, so it runs
+on a machine that has the SavedModel alone.
+
+--format=text (the default) prints the path, then "rank. name
+probability" lines. --format=json prints JSON Lines, one object per image:
+{"path": ..., "top": [{"rank": 1, "class": 3, "name": "cat", "probability":
+0.91}, ...]}. --format=csv prints a header "path,rank,class,name,probability"
+and one row per image and rank.
 """
 
+import csv
+import glob
+import json
 import os
 import re
 import sys
+
+# TensorFlow's C++ warnings hidden (errors still show): an image that fails to
+# decode logs "Local rendezvous is aborting ..." before the tool's own line.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -31,6 +51,12 @@ DEFAULT_BATCH_SIZE = 32
 # Channels the images are decoded to (grayscale repeated, alpha dropped), as
 # the training pipeline decodes them.
 DECODE_CHANNELS = 3
+# What a directory or a pattern contributes: files with these extensions
+# (any case); a file named on its own is read whatever its extension.
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
+FORMATS = ("text", "json", "csv")
+CSV_HEADER = ("path", "rank", "class", "name", "probability")
+GLOB_CHARACTERS = re.compile(r"[*?\[]")
 
 
 # TensorFlow's op errors wrap their message in "{{function_node ...}}" and
@@ -39,7 +65,8 @@ _OP_ERROR_DECORATION = re.compile(r"\{\{.*?\}\}\s*|\s*\[Op:.*$", re.S)
 
 
 class PredictError(Exception):
-    """Bad input: a missing model, an unreadable image."""
+    """Bad input: a missing or unusable model (the tool stops), or a missing or
+    undecodable image (the tool reports it and goes on)."""
 
 
 def make_flags():
@@ -48,46 +75,81 @@ def make_flags():
     values = tool_cli.new_flag_values()
     flags.DEFINE_string("model_dir", None, "SavedModel directory written by tools/export.py; "
                         "required.", flag_values=values)
-    flags.DEFINE_list("images", [], "Comma-separated image files (PNG, JPEG, GIF, BMP); "
-                      "image files may also be given as positional arguments.",
-                      flag_values=values)
+    flags.DEFINE_list("images", [], "Comma-separated image files, directories (searched "
+                      "recursively) or glob patterns; they may also be given as positional "
+                      "arguments.", flag_values=values)
     flags.DEFINE_integer("top", DEFAULT_TOP, "Classes printed per image, best first (at most "
                          "the number of classes).", lower_bound=1, flag_values=values)
     flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE, "Images of the same size per call "
-                         "of the model.", lower_bound=1, flag_values=values)
+                         "of the model; also how many images are decoded at a time.",
+                         lower_bound=1, flag_values=values)
+    flags.DEFINE_enum("format", "text", list(FORMATS), "text: the path, then one line per "
+                      "class; json: JSON Lines, one object per image (path, top: rank, class, "
+                      "name, probability); csv: a header, then one row per image and rank.",
+                      flag_values=values)
     return values
 
 
-def read_images(paths):
-    """Decodes image files.
+def _is_image_name(path):
+    return path.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def _directory_images(directory):
+    """The image files under ``directory``, recursively, sorted by path."""
+    found = []
+    for folder, _, files in os.walk(directory):
+        found += [os.path.join(folder, name) for name in files if _is_image_name(name)]
+    return sorted(found)
+
+
+def expand_arguments(arguments):
+    """The image paths of the arguments, in order, each once.
 
     Args:
-      paths: list of str.
+      arguments: list of str, image files, directories or glob patterns.
 
     Returns:
-      list of uint8 numpy arrays [H, W, 3], one per path.
+      (paths, problems): the paths (a file named on its own is kept even if
+      missing, for `read_image` to report), and one message per directory or
+      pattern that holds no image.
+    """
+    paths, problems = [], []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = _directory_images(argument)
+            what = "directory"
+        elif GLOB_CHARACTERS.search(argument) and not os.path.exists(argument):
+            found = []
+            for match in sorted(glob.glob(argument, recursive=True)):
+                found += (_directory_images(match) if os.path.isdir(match) else
+                          [match] if _is_image_name(match) else [])
+            what = "pattern"
+        else:
+            found, what = [argument], None
+        if not found:
+            problems.append(f"{argument}: the {what} holds no PNG, JPEG, GIF or BMP file")
+        paths += found
+    return list(dict.fromkeys(paths)), problems
+
+
+def read_image(path):
+    """uint8 numpy array [H, W, 3] of an image file.
 
     Raises:
-      PredictError: naming every missing or undecodable file, one per line.
+      PredictError: a missing or undecodable file, with a one-line reason.
     """
     import tensorflow as tf  # noqa: PLC0415 -- slow import, after the flags are checked
 
-    images, problems = [], []
-    for path in paths:
-        if not os.path.isfile(path):
-            problems.append(f"{path}: no such image file")
-            continue
-        try:
-            encoded = tf.io.read_file(path)
-            images.append(tf.io.decode_image(encoded, channels=DECODE_CHANNELS,
-                                             expand_animations=False).numpy())
-        except tf.errors.OpError as error:
-            reason = _OP_ERROR_DECORATION.sub("", error.message).strip()
-            problems.append(f"{path}: cannot be read as a PNG, JPEG, GIF or BMP image "
-                            f"({reason})")
-    if problems:
-        raise PredictError("\n".join(problems))
-    return images
+    if not os.path.isfile(path):
+        raise PredictError(f"{path}: no such image file")
+    try:
+        encoded = tf.io.read_file(path)
+        return tf.io.decode_image(encoded, channels=DECODE_CHANNELS,
+                                  expand_animations=False).numpy()
+    except tf.errors.OpError as error:
+        reason = _OP_ERROR_DECORATION.sub("", error.message).strip()
+        raise PredictError(f"{path}: cannot be read as a PNG, JPEG, GIF or BMP image "
+                           f"({reason})") from None
 
 
 def load_model(model_dir):
@@ -106,11 +168,24 @@ def load_model(model_dir):
     except (OSError, ValueError, tf.errors.OpError) as error:
         raise PredictError(f"Cannot load the SavedModel {model_dir}: "
                            f"{str(error).splitlines()[0]}") from None
-    if CLASSIFY not in loaded.signatures or not hasattr(loaded, "class_names"):
+    names = _class_names(loaded, model_dir)
+    if CLASSIFY not in loaded.signatures or names is None:
         raise PredictError(f"The SavedModel {model_dir} has no {CLASSIFY} signature and class "
                            "names; it was not written by tools/export.py.")
-    names = [name.decode("utf-8") for name in loaded.class_names.numpy()]
     return loaded.signatures[CLASSIFY], names
+
+
+def _class_names(loaded, model_dir):
+    """The class names the SavedModel carries, else those of its export_info.json
+    (list of str), else None."""
+    if hasattr(loaded, "class_names"):
+        return [name.decode("utf-8") for name in loaded.class_names.numpy()]
+    try:
+        with open(os.path.join(model_dir, EXPORT_INFO_FILE)) as f:
+            names = json.load(f).get("class_names")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(name) for name in names] if isinstance(names, list) else None
 
 
 def predict(classify, images, batch_size):
@@ -142,13 +217,60 @@ def predict(classify, images, batch_size):
     return probabilities
 
 
-def format_prediction(path, probabilities, class_names, top):
-    """Lines of one image's top classes: the path, then ``rank. name  probability``."""
-    # A stable sort keeps the lower class first at a tie, as classify's top5.
+def top_classes(probabilities, class_names, top):
+    """[(rank, class number, name, probability)] of one image, best first.
+
+    A stable sort keeps the lower class first at a tie, as classify's top5.
+    Class numbers come from the position in ``probabilities`` (plain ints),
+    whatever integer type the model's own class outputs use.
+    """
     order = np.argsort(-probabilities, kind="stable")[:min(top, len(class_names))]
-    width = max(len(class_names[c]) for c in order)
-    return [path] + [f"  {rank}. {class_names[c]:<{width}}  {probabilities[c]:.4f}"
-                     for rank, c in enumerate(order, start=1)]
+    return [(rank, int(c), class_names[c], float(probabilities[c]))
+            for rank, c in enumerate(order, start=1)]
+
+
+class ResultWriter:
+    """Writes each image's top classes to ``stream`` in ``output_format``."""
+
+    def __init__(self, stream, output_format):
+        self.stream, self.format = stream, output_format
+        self._csv = csv.writer(stream, lineterminator="\n") if output_format == "csv" else None
+        if self._csv:
+            self._csv.writerow(CSV_HEADER)
+
+    def write(self, path, ranked):
+        """``ranked``: from `top_classes`."""
+        if self.format == "json":
+            top = [{"rank": rank, "class": c, "name": name, "probability": probability}
+                   for rank, c, name, probability in ranked]
+            self.stream.write(json.dumps({"path": path, "top": top}) + "\n")
+        elif self._csv:
+            self._csv.writerows((path, *row) for row in ranked)
+        else:
+            width = max(len(name) for _, _, name, _ in ranked)
+            self.stream.write("\n".join([path] + [
+                f"  {rank}. {name:<{width}}  {probability:.4f}"
+                for rank, _, name, probability in ranked]) + "\n")
+        self.stream.flush()
+
+
+def classify_files(paths, classify, class_names, values, writer, stderr):
+    """Classifies ``paths`` ``values.batch_size`` at a time, writing each result
+    with ``writer`` in path order and each bad file as an error line on
+    ``stderr``; returns the number of bad files."""
+    failed = 0
+    for start in range(0, len(paths), values.batch_size):
+        images = {}
+        for path in paths[start:start + values.batch_size]:
+            try:
+                images[path] = read_image(path)
+            except PredictError as error:
+                stderr.write(f"error: {error}\n")
+                failed += 1
+        found = predict(classify, list(images.values()), values.batch_size)
+        for path, probabilities in zip(images, found):
+            writer.write(path, top_classes(probabilities, class_names, values.top))
+    return failed
 
 
 def main(argv, stdout=None, stderr=None):
@@ -162,24 +284,25 @@ def main(argv, stdout=None, stderr=None):
     if not values.model_dir:
         stderr.write("error: give --model_dir, a SavedModel written by tools/export.py.\n")
         return 1
-    paths = list(values.images) + list(rest)
-    if not paths:
-        stderr.write("error: give image files, as arguments or with --images.\n")
+    arguments = list(values.images) + list(rest)
+    if not arguments:
+        stderr.write("error: give images (files, directories or patterns), as arguments or "
+                     "with --images.\n")
         return 1
     if not os.path.isdir(values.model_dir):
         stderr.write(f"error: the model directory {values.model_dir} does not exist.\n")
         return 1
     try:
-        images = read_images(paths)
         classify, class_names = load_model(values.model_dir)
-        probabilities = predict(classify, images, values.batch_size)
     except PredictError as error:
-        for line in str(error).splitlines():
-            stderr.write(f"error: {line}\n")
+        stderr.write(f"error: {error}\n")
         return 1
-    for path, row in zip(paths, probabilities):
-        stdout.write("\n".join(format_prediction(path, row, class_names, values.top)) + "\n")
-    return 0
+    paths, problems = expand_arguments(arguments)
+    for problem in problems:
+        stderr.write(f"error: {problem}\n")
+    failed = classify_files(paths, classify, class_names, values,
+                            ResultWriter(stdout, values.format), stderr)
+    return 1 if problems or failed else 0
 
 
 if __name__ == "__main__":

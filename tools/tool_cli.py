@@ -21,7 +21,8 @@ import weakref
 from absl import flags, logging
 
 
-# Deprecated flag names of each FlagValues: old name -> current name.
+# Deprecated flag names of each FlagValues: old name -> (current name, whether
+# the old boolean means the opposite of the current one).
 _DEPRECATED = weakref.WeakKeyDictionary()
 
 
@@ -29,7 +30,38 @@ def define_deprecated_alias(values, old, new):
     """Defines --``old`` as a deprecated spelling of the flag --``new``: it
     still works, and `parse` warns on stderr when it is given."""
     flags.DEFINE_alias(old, new, flag_values=values)
-    _DEPRECATED.setdefault(values, {})[old] = new
+    _DEPRECATED.setdefault(values, {})[old] = (new, False)
+
+
+def define_deprecated_negation(values, old, new):
+    """Defines the boolean --``old`` as a deprecated spelling of --no``new``
+    (e.g. --no_trajectory for --notrajectory, where an alias would mean the
+    opposite): `parse` sets --``new`` to its negation and warns on stderr
+    when it is given."""
+    flags.DEFINE_boolean(old, False, f"Deprecated: use --no{new} (or --{new}).",
+                         flag_values=values)
+    _DEPRECATED.setdefault(values, {})[old] = (new, True)
+
+
+def _apply_deprecated(values, stderr):
+    """Warns of each deprecated flag given in ``values`` and applies a negation.
+
+    Returns:
+      False after an error (a negation given with its current flag).
+    """
+    for old, (new, negated) in _DEPRECATED.get(values, {}).items():
+        if not values[old].present:
+            continue
+        if not negated:
+            stderr.write(f"warning: --{old} is deprecated; use --{new}.\n")
+            continue
+        if values[new].present:
+            stderr.write(f"error: give --{new} or --no{new}, not also --{old}.\n")
+            return False
+        stderr.write(f"warning: --{old} is deprecated; use --"
+                     f"{'no' if values[old].value else ''}{new}.\n")
+        values[new].value = not values[old].value
+    return True
 
 
 def new_flag_values():
@@ -101,6 +133,18 @@ def resolve_checkpoint(run_dir, checkpoint):
     return checkpoint
 
 
+def default_at_most(values, name, available, stream, reason):
+    """The integer flag --``name``'s value, lowered to ``available`` when it was
+    left at a larger default (given, it stays, so that a bad value is still an
+    error); lowering writes a note on ``stream`` that starts with ``reason``
+    (e.g. "the labels have 4 classes")."""
+    if values[name].present or values[name].value <= available:
+        return values[name].value
+    stream.write(f"note: {reason}; using --{name}={available} instead of the default "
+                 f"{values[name].value} (give --{name} to choose).\n")
+    return available
+
+
 def quiet_absl_info(values):
     """Sets absl's logging verbosity to --verbosity when given, else to WARNING.
 
@@ -139,9 +183,8 @@ def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code
     if values["help"].value:
         stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
         return None, 0
-    for old, new in _DEPRECATED.get(values, {}).items():
-        if values[old].present:
-            stderr.write(f"warning: --{old} is deprecated; use --{new}.\n")
+    if not _apply_deprecated(values, stderr):
+        return None, 1
     if len(rest) > 1 and not positional:
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, stray_exit_code

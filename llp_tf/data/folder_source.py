@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data.source import TRAIN, VALIDATION, FileSource, SourceInfo
 from llp_tf.errors import DataError
 from llp_tf.types import Array
@@ -65,8 +66,8 @@ def list_image_folder(folder: str, class_names: tuple[str, ...] | None = None
         if unknown:
             raise DataError(
                 f"Image folder {folder} has a class sub-folder {unknown[0]!r} that the train "
-                f"split does not have ({len(class_names)} train classes). Every validation "
-                "class must also be a train class.")
+                f"split does not have ({counted(len(class_names), 'train class')}). Every "
+                "validation class must also be a train class.")
     paths, labels = [], []
     for name in entries:
         class_folder = os.path.join(folder, name)

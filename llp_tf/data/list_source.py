@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data.source import TRAIN, VALIDATION, FileSource, SourceInfo, resolve_path
 from llp_tf.errors import DataError
 from llp_tf.types import Array
@@ -148,8 +149,8 @@ def check_label_range(list_file: ListFile, num_classes: int, classes_from: str) 
         first = int(bad[0])
         raise DataError(
             f"List file {list_file.path}, line {int(list_file.lines[first])}: label "
-            f"{int(list_file.labels[first])} is out of range ({bad.size} such line(s)): "
-            f"{classes_from} has {num_classes} classes, so labels must lie in "
+            f"{int(list_file.labels[first])} is out of range ({counted(bad.size, 'such line')}): "
+            f"{classes_from} has {counted(num_classes, 'class')}, so labels must lie in "
             f"[0, {num_classes}). Fix the list or give the right classes.")
 
 

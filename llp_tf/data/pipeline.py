@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data import augment
 from llp_tf.data import data_service
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
@@ -116,8 +117,9 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
         raise ConfigError("batches_cross_passes needs an explicit number of steps.")
     if steps_per_pass == 0 and not batches_cross_passes:
         raise ConfigError(
-            f"The global batch size {global_batch_size} is larger than the {num_used} "
-            f"training examples used from {source.info.name}; an epoch would have no step.")
+            f"The global batch size {global_batch_size} is larger than the "
+            f"{counted(num_used, 'training example')} used from {source.info.name}; an epoch "
+            "would have no step.")
     if steps is None:
         steps = steps_per_pass
     elif not isinstance(steps, (int, np.integer)) or steps < 0:

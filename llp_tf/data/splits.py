@@ -26,6 +26,7 @@ import tempfile
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.types import Array
 
@@ -115,14 +116,14 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
     if starved:
         c, n = min(starved, key=lambda item: item[1])
         needed = 50.0 / n
-        shown = ", ".join(f"class {cls} ({cnt} examples)" for cls, cnt in starved[:5])
+        shown = ", ".join(f"class {cls} ({counted(cnt, 'example')})" for cls, cnt in starved[:5])
         raise DataError(
-            f"With label_percent={label_percent}, {len(starved)} class(es) would get no "
+            f"With label_percent={label_percent}, {counted(len(starved), 'class')} would get no "
             f"labelled example: {shown}{', ...' if len(starved) > 5 else ''}. Every class "
             f"with training examples needs at least one: raise --label_percent to at least "
-            f"{needed:.3g} (class {c} has {n} examples), or choose the labelled examples "
-            "yourself with --split_file (tools/make_splits.py) or --label_subset (a list of "
-            "image file names).")
+            f"{needed:.3g} (class {c} has {counted(n, 'example')}), or choose the labelled "
+            "examples yourself with --split_file (tools/make_splits.py) or --label_subset (a "
+            "list of image file names).")
     labelled_index = np.sort(np.concatenate(labelled)).astype(np.int64)
     used_index = np.sort(np.concatenate(used)).astype(np.int64)
     return labelled_index, used_index

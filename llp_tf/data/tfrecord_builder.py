@@ -28,6 +28,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data.folder_source import list_image_folder
 from llp_tf.data.source import SPLITS, TRAIN, VALIDATION, FileSource, Source
 from llp_tf.data.tfrecord_source import INFO_FILE, list_shards, serialize_example, shard_name
@@ -69,7 +70,7 @@ def _write_split(split, paths, labels, indices, output_dir, num_shards, pool, lo
         with tf.io.TFRecordWriter(target) as writer:
             for position, image in enumerate(encoded, start):
                 writer.write(serialize_example(image, labels[position], indices[position]))
-        log(f"wrote {shard_name(split, shard, num_shards)} ({end - start} records)")
+        log(f"wrote {shard_name(split, shard, num_shards)} ({counted(end - start, 'record')})")
     return num_shards
 
 

@@ -24,6 +24,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data import shards
 from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
                                 validate_labels)
@@ -141,9 +142,9 @@ class TFRecordSource(ShardFileSource):
             flat = int(out_of_range[0])
             raise DataError(
                 f"TFRecord {split} split of {folder}: index {int(index[flat])} at {where(flat)} "
-                f"lies outside [0, {total}) ({out_of_range.size} such records). The index "
-                f"feature must number the split's {total} records 0..{total - 1}; rebuild the "
-                "shards.")
+                f"lies outside [0, {total}) ({counted(out_of_range.size, 'such record')}). The "
+                f"index feature must number the split's {total} records 0..{total - 1}; rebuild "
+                "the shards.")
         order = np.argsort(index, kind="stable")
         repeated = np.flatnonzero(index[order][1:] == index[order][:-1])
         if repeated.size:

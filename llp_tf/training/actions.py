@@ -16,6 +16,7 @@ from typing import Callable, Optional, TextIO
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.counted_nouns import counted
 from llp_tf.errors import LLPError
 from llp_tf.training.controller import EvalOutput, LoopOutput
 from llp_tf.training.run_directory import RunDirectory
@@ -54,8 +55,8 @@ class NanGuard:
                         else "no checkpoint had been written yet")
                 raise TrainingDiverged(
                     f"The training {name} became {values[bad][0]} at step {at} (of the "
-                    f"{output.steps} steps just run) in {self.run_dir}; {kept}. Lower the learning "
-                    "rate or check the data, then rerun the same command to resume.")
+                    f"{counted(output.steps, 'step')} just run) in {self.run_dir}; {kept}. Lower "
+                    "the learning rate or check the data, then rerun the same command to resume.")
 
 
 class EvaluationLog:

@@ -75,7 +75,7 @@ def test_class_name_file_and_relative_paths(tmp_path, flat):
     with pytest.raises(DataError) as error:
         load_source("list:images?train=train.txt&classes=names.txt", data_dir=str(tmp_path))
     assert str(error.value).startswith(
-        f"List file {tmp_path / 'train.txt'}, line 1: label 3 is out of range (1 such line(s)): "
+        f"List file {tmp_path / 'train.txt'}, line 1: label 3 is out of range (1 such line): "
         f"the class-name file {tmp_path / 'names.txt'} has 3 classes, so labels must lie in "
         "[0, 3).")
 
@@ -211,7 +211,7 @@ def test_places205_label_out_of_range(tmp_path):
     with pytest.raises(DataError) as error:
         load_source(f"places205:{tmp_path}?check_files=no")
     assert str(error.value).startswith(
-        f"List file {csv}, line 5: label 205 is out of range (1 such line(s)): the dataset has "
+        f"List file {csv}, line 5: label 205 is out of range (1 such line): the dataset has "
         "205 classes, so labels must lie in [0, 205).")
 
 

@@ -58,7 +58,7 @@ def test_seeded_draw_is_deterministic_and_seed_dependent():
 
 def test_class_without_labelled_example():
     labels = np.repeat([0, 1], [100, 20])
-    with pytest.raises(DataError, match=r"1 class\(es\) would get no labelled example: "
+    with pytest.raises(DataError, match=r"1 class would get no labelled example: "
                                         r"class 1 \(20 examples\).*at least 2\.5") as error:
         make_splits(labels, 2, 100)
     # The message names both ways out.

@@ -113,6 +113,22 @@ def test_make_splits_tool(tmp_path):
     assert "Unknown dataset 'imagenet'" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_make_splits_tool_names_its_seed_as_train_does(tmp_path):
+    write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10, "c": 10}, size=(6, 6))
+    labels = np.repeat([0, 1, 2], 10)
+    expected = splits.make_splits(labels, 20, 50, seed=3, num_classes=3)
+    # A seeded draw, not the lowest indices.
+    assert expected[0].tolist() != [0, 1, 10, 11, 20, 21]
+    for flag, warning in (("--split_seed=3", ""),
+                          ("--seed=3", "warning: --seed is deprecated; use --split_seed.\n")):
+        output = str(tmp_path / f"{flag[2:6]}.npz")
+        result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                           "--label_percent=20", "--data_percent=50", flag, f"--output={output}")
+        assert (result.returncode, result.stderr) == (0, warning)
+        for got, want in zip(splits.load_splits(output, labels), expected):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_make_splits_tool_with_a_subset_list(tmp_path):
     write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10}, size=(6, 6))
     listed = tmp_path / "subset.txt"

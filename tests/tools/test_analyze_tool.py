@@ -54,10 +54,14 @@ def test_the_tool_prints_the_summary_and_writes_into_the_run(run_copy):
         assert f.read() in out
 
 
-def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path):
+@pytest.mark.parametrize("no_trajectory, warning", [
+    ("--notrajectory", ""),
+    ("--no_trajectory", "warning: --no_trajectory is deprecated; use --notrajectory.\n"),
+])
+def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path, no_trajectory, warning):
     code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'a'}",
-                           "--class_ids=3,1", "--points_per_class=4", "--no_trajectory")
-    assert code == 0, err
+                           "--class_ids=3,1", "--points_per_class=4", no_trajectory)
+    assert (code, err) == (0, warning)
     assert "kept checkpoints: not scored (trajectory skipped)" in out
     assert "checkpoint 1/" not in out
     # Labelled rows come first: the 4 drawn rows of each class are its 4 labelled ones.
@@ -66,6 +70,15 @@ def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path):
     with open(tmp_path / "a" / "analysis.json") as f:
         record = json.load(f)
     assert record["checkpoints"] == [] and record["mds"]["class_ids"] == [1, 3]
+
+
+def test_the_default_classes_are_lowered_to_the_runs_with_a_note(run_copy, tmp_path):
+    code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'a'}",
+                           "--points_per_class=2", "--notrajectory")
+    assert (code, err) == (0, "")
+    assert ("note: the run's bank holds examples of 4 classes; using --classes=4 instead of "
+            "the default 5 (give --classes to choose).\n") in out
+    assert "MDS of 8 bank rows of 4 classes." in out
 
 
 @pytest.mark.parametrize("args, message", [
@@ -102,5 +115,6 @@ def test_help_documents_every_flag_from_the_command_line():
     assert result.returncode == 0, result.stderr
     assert "Analyse the embedding of a trained LLP run" in result.stdout
     for flag in ("run_dir", "output_dir", "classes", "class_ids", "points_per_class", "seed",
-                 "no_trajectory"):
+                 "[no]trajectory"):
         assert f"--{flag}" in result.stdout, flag
+    assert "--[no]no_trajectory: Deprecated: use --notrajectory" in result.stdout

@@ -49,7 +49,8 @@ def test_features_files_print_the_table_and_write_json(feature_files):
                   "--labelled_per_class=3", "--draws=2", "--seed=3")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "note: the labels have 4 classes; drawing 4 per draw instead of the paper's 50" in out
+    assert ("note: the labels have 4 classes; using --classes=4 instead of the default 50 "
+            "(give --classes to choose).\n") in out
     assert "draw 2/2:" in out
     table = out[out.index("method"):]
     for title in METHOD_TITLES:

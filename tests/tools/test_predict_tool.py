@@ -1,4 +1,8 @@
+import csv
+import io
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -80,42 +84,136 @@ def test_prints_the_top_classes_of_each_image(run, class_names, model_dir, image
                                    atol=PRINTED_TOLERANCE)
 
 
-def test_runs_in_a_fresh_process_without_llp_tf(run, model_dir, image_files, class_names):
-    # The tool as a script, then a check that nothing imported llp_tf.
-    # runpy does not put the script's folder first on sys.path as `python tools/predict.py` does.
+@pytest.fixture(scope="module")
+def image_tree(image_files, tmp_path_factory):
+    """A folder of images (nested, one with an upper-case extension) and a text
+    file: (folder, the images in the sorted order the tool reads them)."""
+    root = tmp_path_factory.mktemp("tree") / "imgs"
+    (root / "b").mkdir(parents=True)
+    (root / "sub").mkdir()
+    copies = {root / "a.png": image_files[0], root / "b" / "x.png": image_files[1],
+              root / "sub" / "c.JPG": image_files[-1], root / "sub" / "d.png": image_files[3]}
+    for copy, original in copies.items():
+        shutil.copyfile(original, copy)
+    (root / "notes.txt").write_text("not an image")
+    return str(root), [str(path) for path in sorted(copies)]
+
+
+def _expected_top(run, class_names, path, top):
+    """[(rank, class, name, probability)] the tool should give for ``path``."""
+    expected = _expected_probabilities(run, path)
+    order = np.argsort(-expected, kind="stable")[:top]
+    return [(rank, int(c), class_names[c], expected[c]) for rank, c in enumerate(order, 1)]
+
+
+def _check_rows(rows, expected):
+    """rows: [(rank, class, name, probability)] as the tool printed them."""
+    assert [row[:3] for row in rows] == [row[:3] for row in expected]
+    np.testing.assert_allclose([row[3] for row in rows], [row[3] for row in expected],
+                               atol=1e-5)
+
+
+def test_directories_are_read_recursively_in_sorted_order(model_dir, image_tree):
+    folder, images = image_tree
+    code, stdout, stderr = _run(f"--model_dir={model_dir}", "--top=1", folder)
+    assert (code, stderr) == (0, "")
+    assert list(_parse(stdout)) == images
+
+
+def test_quoted_globs_are_expanded_and_each_image_is_read_once(model_dir, image_tree):
+    folder, images = image_tree
+    pngs = [path for path in images if path.endswith(".png")]
+    code, stdout, stderr = _run(f"--model_dir={model_dir}", "--top=1",
+                                os.path.join(folder, "**", "*.png"), images[0])
+    assert (code, stderr) == (0, "")
+    assert list(_parse(stdout)) == pngs
+    # A directory that a pattern matches gives its images.
+    code, stdout, _ = _run(f"--model_dir={model_dir}", "--top=1", os.path.join(folder, "s*"))
+    assert code == 0 and list(_parse(stdout)) == [p for p in images if "/sub/" in p]
+
+
+def test_json_lines_hold_each_images_top_classes(run, class_names, model_dir, image_tree):
+    folder, images = image_tree
+    code, stdout, stderr = _run(f"--model_dir={model_dir}", "--format=json", "--top=3", folder)
+    assert (code, stderr) == (0, "")
+    records = [json.loads(line) for line in stdout.splitlines()]
+    assert [record["path"] for record in records] == images
+    for record in records:
+        assert all(type(item["class"]) is int for item in record["top"])
+        _check_rows([(i["rank"], i["class"], i["name"], i["probability"]) for i in record["top"]],
+                    _expected_top(run, class_names, record["path"], 3))
+
+
+def test_csv_has_a_header_and_a_row_per_image_and_rank(run, class_names, model_dir, image_tree):
+    folder, images = image_tree
+    code, stdout, stderr = _run(f"--model_dir={model_dir}", "--format=csv", "--top=2", folder)
+    assert (code, stderr) == (0, "")
+    rows = list(csv.DictReader(io.StringIO(stdout)))
+    assert stdout.splitlines()[0] == "path,rank,class,name,probability"
+    assert [row["path"] for row in rows] == [path for path in images for _ in range(2)]
+    for path in images:
+        _check_rows([(int(r["rank"]), int(r["class"]), r["name"], float(r["probability"]))
+                     for r in rows if r["path"] == path],
+                    _expected_top(run, class_names, path, 2))
+
+
+def test_runs_in_a_fresh_process_without_llp_tf(run, model_dir, image_tree, class_names,
+                                               tmp_path):
+    # The tool as a script, given a directory, a quoted pattern and a broken
+    # file, then a check that nothing imported llp_tf. runpy does not put the
+    # script's folder first on sys.path as `python tools/predict.py` does.
+    folder, images = image_tree
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 30)  # a PNG signature, then nothing
+    argv = [PREDICT, f"--model_dir={model_dir}", "--format=json", os.path.join(folder, "sub"),
+            str(broken), os.path.join(folder, "*.png")]
     script = ("import os, runpy, sys\n"
               f"sys.path.insert(0, os.path.dirname({PREDICT!r}))\n"
-              f"sys.argv = [{PREDICT!r}, '--model_dir=' + {model_dir!r}, {image_files[0]!r}]\n"
+              f"sys.argv = {argv!r}\n"
               "try:\n"
               f"    runpy.run_path({PREDICT!r}, run_name='__main__')\n"
               "except SystemExit as done:\n"
               "    code = done.code\n"
               "assert 'llp_tf' not in sys.modules, 'predict.py imported llp_tf'\n"
               "sys.exit(code)\n")
+    # TensorFlow's C++ logging as a user has it (the tests turn it off).
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=FRESH_PROCESS_TIMEOUT_SECONDS, cwd=os.path.dirname(model_dir))
-    assert result.returncode == 0, result.stderr[-3000:]
-    printed = _parse(result.stdout)
+                            timeout=FRESH_PROCESS_TIMEOUT_SECONDS, cwd=os.path.dirname(model_dir),
+                            env=env)
+    # The broken file's line alone on stderr, no TensorFlow runtime line before it.
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: {broken}: cannot be read as a PNG, JPEG, GIF or "
+                                    "BMP image (")
+    assert result.stderr.count("\n") == 1, result.stderr[-3000:]
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    sub = [path for path in images if "/sub/" in path]
+    assert [record["path"] for record in records] == sub + [images[0]]
     # --top defaults to 5, capped at the 4 classes.
-    expected = _expected_probabilities(run, image_files[0])
-    assert [name for name, _ in printed[image_files[0]]] == [
-        class_names[c] for c in np.argsort(-expected)]
+    assert [item["name"] for item in records[0]["top"]] == [
+        name for _, _, name, _ in _expected_top(run, class_names, sub[0], 5)]
 
 
-def test_missing_and_unreadable_images_are_named(model_dir, image_files, tmp_path):
+def test_bad_files_get_a_line_each_and_the_others_are_still_classified(model_dir, image_files,
+                                                                       image_tree, tmp_path):
     broken = tmp_path / "broken.png"
     broken.write_text("not an image")
     missing = str(tmp_path / "missing.jpg")
-    code, stdout, stderr = _run(f"--model_dir={model_dir}", image_files[0], str(broken),
-                                missing)
-    assert code == 1 and stdout == ""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pattern = str(tmp_path / "*.gif")
+    code, stdout, stderr = _run(f"--model_dir={model_dir}", "--top=1", image_files[0],
+                                str(broken), missing, str(empty), pattern, image_files[1])
+    assert code == 1
+    assert list(_parse(stdout)) == [image_files[0], image_files[1]]
     lines = stderr.splitlines()
-    assert len(lines) == 2
+    assert lines[:2] == [f"error: {empty}: the directory holds no PNG, JPEG, GIF or BMP file",
+                         f"error: {pattern}: the pattern holds no PNG, JPEG, GIF or BMP file"]
     # The reason in parentheses is TensorFlow's, without its op decorations.
-    assert lines[0].startswith(f"error: {broken}: cannot be read as a PNG, JPEG, GIF or BMP "
+    assert lines[2].startswith(f"error: {broken}: cannot be read as a PNG, JPEG, GIF or BMP "
                                "image (Unknown image file format")
-    assert "{{" not in lines[0] and "[Op:" not in lines[0]
-    assert lines[1] == f"error: {missing}: no such image file"
+    assert "{{" not in lines[2] and "[Op:" not in lines[2]
+    assert lines[3:] == [f"error: {missing}: no such image file"]
 
 
 def test_bad_model_dir_and_no_images_are_clear_errors(image_files, tmp_path):
@@ -125,13 +223,17 @@ def test_bad_model_dir_and_no_images_are_clear_errors(image_files, tmp_path):
     assert _run(f"--model_dir={tmp_path / 'none'}", image_files[0]) == (
         1, "", f"error: the model directory {tmp_path / 'none'} does not exist.\n")
     assert _run(f"--model_dir={tmp_path}") == (
-        1, "", "error: give image files, as arguments or with --images.\n")
+        1, "", "error: give images (files, directories or patterns), as arguments or with "
+        "--images.\n")
     code, _, stderr = _run(f"--model_dir={tmp_path}", "--top=0", image_files[0])
     assert code == 1 and "--top" in stderr and "Traceback" not in stderr
+    code, _, stderr = _run(f"--model_dir={tmp_path}", "--format=xml", image_files[0])
+    assert code == 1 and "--format" in stderr and "Traceback" not in stderr
 
 
 def test_help_documents_every_flag():
     code, stdout, _ = _run("--help")
-    assert code == 0 and "Classify image files with a SavedModel" in stdout
-    for flag in ("--model_dir:", "--images:", "--top:", "--batch_size:"):
+    assert code == 0 and "Classify images with a SavedModel" in stdout
+    assert "found recursively" in stdout and "JSON Lines" in stdout
+    for flag in ("--model_dir:", "--images:", "--top:", "--batch_size:", "--format:"):
         assert flag in stdout, flag

@@ -38,6 +38,50 @@ def test_a_deprecated_alias_sets_the_flag_and_warns():
     assert again.labelled_per_class == 3 and stderr.getvalue() == ""
 
 
+def _negation_flags():
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_boolean("trajectory", True, "T.", flag_values=values)
+    tool_cli.define_deprecated_negation(values, "no_trajectory", "trajectory")
+    return values
+
+
+@pytest.mark.parametrize("args, trajectory, stderr", [
+    ((), True, ""),
+    (("--notrajectory",), False, ""),
+    (("--no_trajectory",), False,
+     "warning: --no_trajectory is deprecated; use --notrajectory.\n"),
+    (("--nono_trajectory",), True,
+     "warning: --no_trajectory is deprecated; use --trajectory.\n"),
+])
+def test_a_deprecated_negation_sets_the_opposite_and_warns(args, trajectory, stderr):
+    values, out, err = _negation_flags(), io.StringIO(), io.StringIO()
+    _, code = tool_cli.parse(values, ["tool", *args], "usage", out, err)
+    assert (code, values.trajectory, err.getvalue()) == (None, trajectory, stderr)
+
+
+def test_a_deprecated_negation_given_with_its_flag_is_an_error():
+    values, out, err = _negation_flags(), io.StringIO(), io.StringIO()
+    _, code = tool_cli.parse(values, ["tool", "--trajectory", "--no_trajectory"], "usage", out,
+                             err)
+    assert code == 1
+    assert err.getvalue() == ("error: give --trajectory or --notrajectory, not also "
+                              "--no_trajectory.\n")
+
+
+def test_a_default_above_what_is_available_is_lowered_with_a_note():
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_integer("classes", 5, "C.", flag_values=values)
+    stream = io.StringIO()
+    tool_cli.parse(values, ["tool"], "usage", stream, stream)
+    assert tool_cli.default_at_most(values, "classes", 9, stream, "there are 9") == 5
+    assert stream.getvalue() == ""
+    assert tool_cli.default_at_most(values, "classes", 3, stream, "there are 3") == 3
+    assert stream.getvalue() == ("note: there are 3; using --classes=3 instead of the default 5 "
+                                 "(give --classes to choose).\n")
+    tool_cli.parse(values, ["tool", "--classes=5"], "usage", stream, stream)
+    assert tool_cli.default_at_most(values, "classes", 3, io.StringIO(), "there are 3") == 5
+
+
 def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
     run = tmp_path / "run"
     folder = run / "checkpoints"

@@ -1,17 +1,51 @@
 """Every tool in tools/ (but the shared modules) has a ``main(argv, stdout,
 stderr)`` that runs in this process and answers --help."""
 
+import glob
 import inspect
 import os
+import re
 
 from tests.tools.tool_main import ROOT, load_tool, run_main
 
 NOT_TOOLS = ("config_flags.py", "quiet_start.py", "tool_cli.py")
+RUN_DIR = re.compile(r"--run_dir=(runs/[\w.-]+)")
+
+
+def _tools():
+    return sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
+                  if name.endswith(".py") and name not in NOT_TOOLS)
+
+
+def _readme_commands():
+    """The README's lines, with a command continued by a backslash in a code
+    block, or wrapped inside inline code in prose, joined into one line."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        parts = f.read().split("```")
+    for i, part in enumerate(parts):
+        if i % 2:  # a code block
+            parts[i] = part.replace("\\\n", " ")
+        else:
+            parts[i] = re.sub(r"`[^`]+`", lambda span: span.group(0).replace("\n", " "), part)
+    return "```".join(parts).splitlines()
+
+
+def _runs_the_readme_trains():
+    """The run directories of the regimes' flagfiles (and the commands in their
+    comments) and of the README's train commands."""
+    lines = _readme_commands()
+    for path in glob.glob(os.path.join(ROOT, "flags", "*.flags")):
+        with open(path) as f:
+            lines += [line for line in f if "make train" in line or not line.startswith("#")]
+    runs = set()
+    for line in lines:
+        if "make train" in line or "tools/train.py" in line or line.startswith("--run_dir="):
+            runs.update(RUN_DIR.findall(line))
+    return runs
 
 
 def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
-    tools = sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
-                   if name.endswith(".py") and name not in NOT_TOOLS)
+    tools = _tools()
     assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
                      "input_service.py", "launch_local.py", "linear_probe.py", "make_splits.py",
                      "predict.py", "train.py"]
@@ -22,3 +56,12 @@ def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
         code, out, err = run_main(module, "--help")
         assert code == 0 and "Flags:" in out and "--[no]help:" in out, (name, err)
         assert err == "", (name, err)
+
+
+def test_the_runs_named_in_help_examples_are_ones_the_readme_trains():
+    trained = _runs_the_readme_trains()
+    assert {"runs/demo", "runs/demo_supervised", "runs/r50_p10_q100"} <= trained
+    for name in _tools():
+        _, out, _ = run_main(load_tool(name), "--help")
+        named = set(RUN_DIR.findall(out))
+        assert named <= trained, (name, named - trained)

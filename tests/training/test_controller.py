@@ -111,7 +111,7 @@ def test_nan_guard_stops_before_the_step_counts(tmp_path):
         NanGuard("run", lambda: "run/checkpoints/ckpt-5")(output)
 
     controller, _ = _controller(tmp_path, train_actions=[diverge])
-    with pytest.raises(TrainingDiverged, match=r"loss became nan at step 6 \(of the 1 steps"
-                                               r".*ckpt-5\) is kept"):
+    with pytest.raises(TrainingDiverged, match=r"loss became nan at step 6 \(of the 1 step "
+                                               r"just run.*ckpt-5\) is kept"):
         controller.run()
     assert int(controller.step.numpy()) == 5

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llp_tf.after_training.analysis.summary import checkpoint_name, class_label
+from llp_tf.counted_nouns import counted
 
 if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
     from llp_tf.after_training.analysis.run_analysis import RunAnalysis
@@ -84,7 +85,7 @@ def draw_histogram(analysis: "RunAnalysis", path: str) -> None:
     axes.set_ylabel("classes")
     axes.yaxis.get_major_locator().set_params(integer=True)
     axes.set_title(f"Per-class aggregation scores, {analysis.dataset} "
-                   f"({len(analysis.class_names)} classes)")
+                   f"({counted(len(analysis.class_names), 'class')})")
     axes.set_ylim(0, tallest * HISTOGRAM_HEADROOM)
     axes.legend(title="checkpoint (dashed: mean)", loc="upper left")
     figure.tight_layout()
@@ -155,7 +156,8 @@ def draw_trajectory(analysis: "RunAnalysis", path: str) -> None:
         detail.set_xlim(x_min, x_max)
         detail.set_xlabel("epoch")
         detail.set_ylabel("aggregation score")
-        detail.set_title(f"Per class at the {len(states)} kept checkpoint(s) (dashed: mean)")
+        detail.set_title(f"Per class at the {counted(len(states), 'kept checkpoint')} "
+                         "(dashed: mean)")
         detail.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array
 
@@ -33,8 +34,8 @@ def choose_classes(counts: Array, num_chosen: int, seed: int) -> Array:
     present = np.flatnonzero(np.asarray(counts) > 0)
     if num_chosen > present.size:
         raise ConfigError(
-            f"The MDS plot asks for {num_chosen} classes, but the run's bank holds examples of "
-            f"only {present.size}. Give --classes={present.size} or fewer.")
+            f"The MDS plot asks for {counted(num_chosen, 'class')}, but the run's bank holds "
+            f"examples of only {present.size}. Give --classes={present.size} or fewer.")
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(present, size=num_chosen, replace=False)).astype(np.int64)
 

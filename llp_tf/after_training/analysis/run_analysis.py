@@ -25,6 +25,7 @@ from llp_tf.after_training import trained_run
 from llp_tf.after_training.analysis.mds import MDSProjection, mds_classes, project_classes
 from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
                                          aggregation_scores, pseudo_label_stats)
+from llp_tf.counted_nouns import counted
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError
 from llp_tf.training.run_directory import RunDirectory
@@ -193,9 +194,17 @@ def _run_data(run_dir, report):
     return config, source.info, used_index, train_labels[used_index]
 
 
+def _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for):
+    """`mds_classes`, with ``num_mds_classes`` from ``mds_classes_for`` when given."""
+    if mds_classes_for is not None and class_ids is None:
+        num_mds_classes = mds_classes_for(int(np.count_nonzero(counts)))
+    return mds_classes(counts, num_mds_classes, class_ids, seed)
+
+
 def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class: int = 100,
                 seed: int = 0, trajectory: bool = True, class_ids: Sequence[int] | None = None,
-                report: Callable[[str], None] | None = None) -> RunAnalysis:
+                report: Callable[[str], None] | None = None,
+                mds_classes_for: Callable[[int], int] | None = None) -> RunAnalysis:
     """Scores, trajectory and MDS of an LLP run's memory bank.
 
     Args:
@@ -208,6 +217,9 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
         scores (False: the latest only).
       class_ids: optional sequence of int, the MDS classes.
       report: optional callable taking a progress line (str).
+      mds_classes_for: optional callable given the number of classes with
+        bank rows, returning the number of MDS classes to draw instead of
+        ``num_mds_classes`` (e.g. a default lowered to what the run has).
 
     Returns:
       `RunAnalysis`.
@@ -226,7 +238,7 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
     config, info, used_index, true_classes = _run_data(run_dir, report)
     counts = np.bincount(true_classes, minlength=info.num_classes)
     # Bad MDS settings fail here, before the slow restores.
-    class_ids = mds_classes(counts, num_mds_classes, class_ids, seed)
+    class_ids = _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for)
     report(f"Restoring the latest checkpoint of {run_dir}.")
     run = trained_run.load_run(run_dir, num_classes=info.num_classes)
     steps_per_epoch = max(pipeline.steps_per_epoch(len(used_index),
@@ -239,7 +251,7 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
 
     is_labelled = run.bank.is_labelled.numpy()
     rows_drawn = sum(min(int(counts[c]), points_per_class) for c in class_ids)
-    report(f"MDS of {rows_drawn} bank rows of {len(class_ids)} classes.")
+    report(f"MDS of {counted(rows_drawn, 'bank row')} of {counted(len(class_ids), 'class')}.")
     projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labelled,
                                  class_ids, points_per_class, seed)
     return RunAnalysis(

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
+
 if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
     from llp_tf.after_training.analysis.run_analysis import BankState, RunAnalysis
 
@@ -41,8 +43,9 @@ def _heading_lines(analysis):
     """The run, its bank and its latest checkpoint."""
     latest = analysis.latest
     return [
-        f"Embedding analysis of {analysis.run_dir} ({analysis.dataset}; {analysis.num_rows} bank "
-        f"rows, {analysis.num_labelled} labelled, {len(analysis.class_names)} classes)",
+        f"Embedding analysis of {analysis.run_dir} ({analysis.dataset}; "
+        f"{counted(analysis.num_rows, 'bank row')}, {analysis.num_labelled} labelled, "
+        f"{counted(len(analysis.class_names), 'class')})",
         f"Checkpoint {os.path.basename(latest.checkpoint)}: step {latest.step}, epoch "
         f"{latest.epoch:.1f} of {analysis.epochs} (warm-up: the first {analysis.warmup_epochs}, "
         "then LLP)",
@@ -63,8 +66,8 @@ def _score_lines(analysis):
 
     return [
         "Aggregation score (norm of a class's mean bank row; 1 = all its rows at one point):",
-        f"  mean over {int((scores.counts > 0).sum())} classes: {scores.mean:.4f} on true "
-        f"classes, {latest.pseudo.mean:.4f} on the bank's labels (true + pseudo)",
+        f"  mean over {counted(int((scores.counts > 0).sum()), 'class')}: {scores.mean:.4f} on "
+        f"true classes, {latest.pseudo.mean:.4f} on the bank's labels (true + pseudo)",
         f"  all rows pooled as one class: {latest.all_rows_score:.4f} (baseline; close to the "
         "class scores means a collapsed bank, not tight classes)",
         f"  tightest: {listed(ranked[:num_extreme])}",
@@ -117,14 +120,15 @@ def _pseudo_label_line(stats):
     if not stats.unlabelled:
         return "Pseudo labels: every bank row is labelled; nothing to check."
     confidence = ("n/a" if math.isnan(stats.confidence) else f"{stats.confidence:.4f}")
-    return (f"Pseudo labels of the {stats.unlabelled} unlabelled rows: accuracy "
+    return (f"Pseudo labels of the {counted(stats.unlabelled, 'unlabelled row')}: accuracy "
             f"{stats.accuracy:.4f}, coverage {stats.coverage:.4f}, mean confidence "
             f"{confidence}")
 
 
 def _mds_line(analysis):
     mds = analysis.mds
-    return (f"MDS: {mds.rows.size} bank rows ({int(mds.labelled.sum())} labelled) of classes "
+    return (f"MDS: {counted(mds.rows.size, 'bank row')} ({int(mds.labelled.sum())} labelled) "
+            f"of {'class' if mds.class_ids.size == 1 else 'classes'} "
             f"{', '.join(class_label(analysis.class_names, c) for c in mds.class_ids)}; "
             f"euclidean (chord) distances of the unit rows; Stress-1 {mds.stress:.3f}")
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, FeatureSet, output_batches
 from llp_tf.after_training.probe.npy_rows import NpyRows, NpyRowWriter
+from llp_tf.counted_nouns import counted
 from llp_tf.data import Source
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.models.llp_model import LLPModel
@@ -172,7 +173,7 @@ def _fill(writer_path, model, source, split, image_size, index, batch_size, stre
         if writer is not None:
             writer.close()
     if written != len(selected):
-        raise DataError(f"{source.info.name} {split} gave {written} examples of the "
+        raise DataError(f"{source.info.name} {split} gave {counted(written, 'example')} of the "
                         f"{len(selected)} expected; the dataset changed while being read.")
     return labels, selected, writer.shape[1]
 

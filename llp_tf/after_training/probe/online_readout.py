@@ -22,6 +22,7 @@ import tensorflow as tf
 from llp_tf.after_training.features import FeatureSet, subsample_index
 from llp_tf.after_training.probe.readout import (LinearReadout, ProbeResult, ProbeSettings,
                                                  check_features, probe_result, run_epochs)
+from llp_tf.counted_nouns import counted
 from llp_tf.data import TRAIN, Source, data_errors, pipeline
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
 from llp_tf.errors import ConfigError
@@ -126,8 +127,9 @@ def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet
     num_used = source.info.num_train if used_index is None else len(used_index)
     steps = pipeline.steps_per_epoch(num_used, settings.batch_size)
     if steps == 0:
-        raise ConfigError(f"The batch size {settings.batch_size} is larger than the {num_used} "
-                          "training examples; an online epoch would have no step.")
+        raise ConfigError(f"The batch size {settings.batch_size} is larger than the "
+                          f"{counted(num_used, 'training example')}; an online epoch would have "
+                          "no step.")
     readout = LinearReadout(validation.features.shape[1], num_classes, settings.learning_rate,
                             settings.momentum)
     features_fn = frozen_features_fn(model, image_size)

@@ -3,8 +3,9 @@
 ``keras.layers.Dense(C)`` with zero-initialised weights, trained with SGD with
 momentum on softmax cross-entropy. `run_epochs` is the loop both protocols
 share: after every epoch, validation top-1 goes to a `schedule.PlateauTracker`;
-``patience`` epochs without a new best drop the rate by ``drop_factor``, and
-once ``max_drops`` drops are taken the next plateau ends training.
+``patience`` epochs without a new best drop the rate by ``drop_factor`` (not
+after the last epoch), and once ``max_drops`` drops are taken the next
+plateau ends training.
 `train_readout` runs it on cached features: epoch e visits the training rows
 in ``numpy.random.default_rng([seed, e])``'s permutation, read a batch at a
 time (an array, or a cache file), so memory does not grow with N;
@@ -326,26 +327,15 @@ def _check_feature_sets(train, validation, num_classes):
     check_features(validation, num_classes, "validation")
 
 
-def _log(stream, message):
-    stream.write(message + "\n")
-    stream.flush()
-
-
-def _on_plateau(readout, settings, drop_epochs, epoch, description, stream):
-    """Drops the readout's rate after a plateau, or says to stop once every drop is
-    taken; returns whether to stop."""
-    learning_rate = readout.learning_rate
-    stop = len(drop_epochs) >= settings.max_drops
-    if stop:
-        note = (f"{description}: validation top-1 saturated after epoch {epoch} at the "
-                f"last rate; stopping")
-    else:
-        readout.learning_rate = learning_rate * settings.drop_factor
+def _on_plateau(readout, settings, drop_epochs, epoch):
+    """Drops the readout's rate after a plateau (not after the last epoch, where
+    no epoch would use it); returns whether to stop: every drop was taken."""
+    if len(drop_epochs) >= settings.max_drops:
+        return True
+    if epoch < settings.epochs:
+        readout.learning_rate = readout.learning_rate * settings.drop_factor
         drop_epochs.append(epoch)
-        note = (f"{description}: validation top-1 saturated after epoch {epoch}; "
-                f"learning rate {learning_rate:g} -> {readout.learning_rate:g}")
-    _log(stream, note)
-    return stop
+    return False
 
 
 def _check_finite(loss, description, epoch, learning_rate):
@@ -363,21 +353,25 @@ def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch:
     """Trains ``readout`` epoch by epoch with ``epoch_fn`` until the plateau rule
     or ``settings.epochs`` stops it (see the module docstring).
 
-    Each epoch has its own progress bar (plain lines when ``stream`` is not a
-    terminal): steps, the running loss, and at its end validation top-1.
+    One progress bar over every epoch's steps (plain lines at most every
+    `LOG_EVERY_SECONDS` when ``stream`` is not a terminal) shows the epoch,
+    its rate and running loss, and validation top-1 once an epoch ends; it
+    ends at the last epoch trained. ``record.history`` has every epoch.
     """
     tracker = PlateauTracker(settings.patience, min_delta=PLATEAU_MIN_DELTA)
     record = EpochRecord([], [], -1.0, 0, False, 0.0)
     start = time.monotonic()
+    progress = EpochProgress(description, settings.epochs * steps_per_epoch,
+                             settings.batch_size, stream=stream,
+                             log_every_seconds=LOG_EVERY_SECONDS)
     for epoch in range(1, settings.epochs + 1):
         learning_rate = readout.learning_rate
-        progress = EpochProgress(f"{description} epoch {epoch}/{settings.epochs}",
-                                 steps_per_epoch, settings.batch_size, stream=stream,
-                                 log_every_seconds=LOG_EVERY_SECONDS)
+        progress.description = f"{description} epoch {epoch}/{settings.epochs}"
+        steps_before = (epoch - 1) * steps_per_epoch
 
-        def on_step(step, loss, progress=progress, learning_rate=learning_rate):
+        def on_step(step, loss, steps_before=steps_before, learning_rate=learning_rate):
             if step < steps_per_epoch:  # the last step is reported with validation
-                progress.update(step, {"lr": learning_rate, "loss": loss})
+                progress.update(steps_before + step, {"lr": learning_rate, "loss": loss})
 
         loss = epoch_fn(epoch, on_step)
         _check_finite(loss, description, epoch, learning_rate)
@@ -386,13 +380,14 @@ def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch:
                                "top1": metrics["top1"], "top5": metrics["top5"]})
         if metrics["top1"] > record.best_top1:
             record.best_top1, record.best_epoch = metrics["top1"], epoch
-        progress.update(steps_per_epoch, {"lr": learning_rate, "loss": loss,
-                                          "val_top1": metrics["top1"]})
         if tracker.update(metrics["top1"]):
-            record.stopped_on_plateau = _on_plateau(readout, settings, record.drop_epochs,
-                                                    epoch, description, stream)
-            if record.stopped_on_plateau:
-                break
+            record.stopped_on_plateau = _on_plateau(readout, settings, record.drop_epochs, epoch)
+        if record.stopped_on_plateau:
+            progress.total_steps = steps_before + steps_per_epoch  # the bar ends here
+        progress.update(steps_before + steps_per_epoch, {"lr": learning_rate, "loss": loss,
+                                                         "val_top1": metrics["top1"]})
+        if record.stopped_on_plateau:
+            break
     record.seconds = time.monotonic() - start
     return record
 

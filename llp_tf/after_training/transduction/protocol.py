@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.types import Array
 
@@ -73,13 +74,14 @@ def check_protocol(labels: Array, num_classes: int, images_per_class: int,
     present, counts = np.unique(labels, return_counts=True)
     if num_classes > len(present):
         raise ConfigError(
-            f"Asked for {num_classes} classes per draw, but the labels have only "
-            f"{len(present)} classes; lower --classes to at most {len(present)}.")
+            f"Asked for {counted(num_classes, 'class')} per draw, but the labels have only "
+            f"{counted(len(present), 'class')}; lower --classes to at most {len(present)}.")
     eligible = int((counts >= images_per_class).sum())
     if eligible < num_classes:
         raise ConfigError(
-            f"Asked for {num_classes} classes of {images_per_class} images each, but only "
-            f"{eligible} of the {len(present)} classes have {images_per_class} images (class "
+            f"Asked for {counted(num_classes, 'class')} of {counted(images_per_class, 'image')} "
+            f"each, but only {eligible} of the {counted(len(present), 'class')} have "
+            f"{counted(images_per_class, 'image')} (class "
             f"sizes range from {counts.min()} to {counts.max()}); lower --images_per_class "
             f"or --classes.")
 

@@ -1,6 +1,9 @@
 import dataclasses
 
+import numpy as np
+
 from llp_tf.after_training.analysis import summary
+from llp_tf.core.bank_statistics import PseudoLabelStats
 from tests.after_training.analysis.analysis_results import bank_state, run_analysis
 
 
@@ -49,3 +52,17 @@ def test_names_of_classes_and_checkpoints():
     assert summary.class_label(("0", "cat"), 0) == "0"
     assert summary.class_label(("0", "cat"), 1) == "cat (1)"
     assert summary.checkpoint_name(bank_state(25, [0.5])) == "step 25 (epoch 2.5)"
+
+
+def test_counts_of_one_take_the_singular():
+    analysis = run_analysis(latest=bank_state(
+        20, [float("nan"), 0.9, float("nan"), float("nan")],
+        PseudoLabelStats(unlabelled=1, coverage=1.0, accuracy=1.0, confidence=0.5)))
+    mds = dataclasses.replace(analysis.mds, class_ids=np.array([1]), rows=np.array([0]),
+                              classes=np.array([1]), labelled=np.array([True]),
+                              coordinates=np.zeros((1, 2)))
+    text = summary.summary_text(dataclasses.replace(analysis, mds=mds, num_rows=1))
+    assert "(tiny; 1 bank row, 6 labelled, 4 classes)" in text
+    assert "  mean over 1 class: 0.9000 on true classes" in text
+    assert "Pseudo labels of the 1 unlabelled row: accuracy 1.0000" in text
+    assert "MDS: 1 bank row (1 labelled) of class cat (1); " in text

@@ -1,4 +1,5 @@
 import io
+import re
 
 import numpy as np
 import pytest
@@ -85,6 +86,31 @@ def test_rate_drops_after_patience_epochs_without_a_better_top1(max_drops):
     np.testing.assert_allclose(rates, expected, rtol=1e-6)
     assert result.final_learning_rate == pytest.approx(0.1 * 0.1 ** max_drops, rel=1e-6)
     assert result.best_epoch == 1
+
+
+def test_no_rate_drop_after_the_last_epoch():
+    # top-1 is 1.0 from epoch 1 on: epoch 4 is a plateau, but the last epoch.
+    train = _clusters(per_class=10, seed=3)
+    settings = readout_lib.ProbeSettings(epochs=4, batch_size=8, learning_rate=0.1, patience=3)
+    _, result = readout_lib.train_readout(train, train, NUM_CLASSES, settings, io.StringIO())
+    assert (result.epochs, result.drops, result.drop_epochs) == (4, 0, [])
+    assert not result.stopped_on_plateau
+    assert result.final_learning_rate == pytest.approx(0.1)
+
+
+def test_progress_is_one_bar_over_the_epochs_that_ends_where_training_stops():
+    train = _clusters(per_class=10, seed=3)  # 40 rows: 5 steps of 8
+    settings = readout_lib.ProbeSettings(epochs=50, batch_size=8, learning_rate=0.1,
+                                         patience=3, max_drops=2)
+    stream = io.StringIO()
+    _, result = readout_lib.train_readout(train, train, NUM_CLASSES, settings, stream,
+                                          description="probe")
+    assert result.epochs == 10 and result.drops == 2
+    # Not a terminal, and quicker than a log interval: only the final line.
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"probe epoch 10/50 \[#{20}\] 50/50 lr 0\.001 loss \S+ val_top1 1 "
+                        r"\d+ img/s in 00:\d\d", lines[0]), lines[0]
 
 
 def test_readout_is_deterministic_given_the_seed():
