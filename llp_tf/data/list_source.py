@@ -104,7 +104,7 @@ def parse_list_file(path: str) -> ListFile:
     """
     paths, labels, lines = [], [], []
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for number, line in enumerate(f, 1):
                 line = line.strip()
                 if line and not line.startswith("#"):
@@ -129,7 +129,7 @@ def parse_list_file(path: str) -> ListFile:
 def read_class_names(path: str) -> tuple[str, ...]:
     """Tuple of C str: the non-blank lines of ``path``, stripped (line i names class i)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             names = tuple(line.strip() for line in f if line.strip())
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)

@@ -183,6 +183,15 @@ def labels_fingerprint(train_labels: Array) -> str:
     return hashlib.sha256(np.ascontiguousarray(train_labels, dtype="<i8").tobytes()).hexdigest()
 
 
+def file_sha256(path: str) -> str:
+    """str: SHA-256 (hex) of a file's bytes, to recognise a list a split was made from."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def dense_index(used_index: Array, index: Array) -> Array:
     """Positions of original indices in ``used_index`` (bank rows when q < 100).
 

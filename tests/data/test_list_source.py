@@ -80,6 +80,17 @@ def test_class_name_file_and_relative_paths(tmp_path, flat):
         "[0, 3).")
 
 
+def test_lists_with_a_byte_order_mark_are_read(tmp_path, flat):
+    root, _ = flat
+    (tmp_path / "train.txt").write_text("\ufeffcat/a.jpg 1\r\ndog/c.jpg 0\r\n",
+                                        encoding="utf-8")
+    (tmp_path / "names.txt").write_text("\ufeffdog\r\ncat\r\n", encoding="utf-8")
+    source = load_source(_list_name(root, tmp_path / "train.txt",
+                                    classes=tmp_path / "names.txt"))
+    assert source.info.class_names == ("dog", "cat")
+    assert source.paths("train")[0] == os.path.join(str(root), "cat/a.jpg")
+
+
 def test_derived_names_fall_back_per_label(tmp_path):
     path = tmp_path / "list.txt"
     # 0: one folder; 1: two folders; 2 and 3 share a folder; 4: no image; 5: no folder.
