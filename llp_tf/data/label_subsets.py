@@ -180,7 +180,8 @@ def labelled_index(names: list[str], file_names: Array, list_path: str,
 
 
 def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int | None = None,
-                       data_dir: str | None = None) -> tuple[Array, Array, str]:
+                       data_dir: str | None = None,
+                       excluded: Array | None = None) -> tuple[Array, Array, str]:
     """(labelled_index, used_index, list_path) of a run labelled by a subset list.
 
     Args:
@@ -190,10 +191,18 @@ def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int
       seed: None or int: how the used examples beyond the labelled ones are
         chosen (as in `splits.make_splits`).
       data_dir: TFDS data_dir, where published lists are kept.
+      excluded: optional int [E], training examples left out: a listed one
+        is not labelled (`splits.splits_from_labelled`).
     """
     path = resolve(spec, data_dir)
     labelled = labelled_index(read_list(path), source.file_names("train"), path,
                             source.info.name)
     labelled, used = splits.splits_from_labelled(source.train_labels(), labelled, data_percent,
-                                               seed, source.info.num_classes)
+                                               seed, source.info.num_classes, excluded)
     return labelled, used, path
+
+
+def list_record(spec: str, path: str) -> dict:
+    """What a split and a run record of the subset list ``spec`` read from
+    ``path``: {"list": spec, "path": absolute path, "sha256": hex}."""
+    return {"list": spec, "path": os.path.abspath(path), "sha256": splits.file_sha256(path)}

@@ -156,6 +156,8 @@ class Source(abc.ABC):
     #: True if images were already decoded successfully when the data was
     #: written (TFDS), so a decode failure cannot come from a bad file.
     trusted_bytes = False
+    #: How to repair an undecodable image while keeping its example index.
+    repair = "Replace the image with a valid one"
     #: Records of a shuffle block; None: the whole split (records are small).
     #: Records hold the encoded image, so for ImageNet a block of 8192 takes
     #: about 0.9 GB (two blocks are in memory at once).
@@ -265,7 +267,22 @@ class Source(abc.ABC):
         load_fn = load_fn or self.load_image
         if self.trusted_bytes:
             return decode.decode_unchecked(records, load_fn)
-        return decode.decode_checked(records, load_fn, lambda r: self.describe(split, r))
+        return decode.decode_checked(records, load_fn, lambda r: self.describe_example(split, r),
+                                     self.bad_image_advice())
+
+    def describe_example(self, split: str, record: Record) -> StringTensor:
+        """string []: `describe` and the example's split and index, e.g. "file
+        /data/cat/1.jpg (train example 17)"."""
+        return tf.strings.join([self.describe(split, record), f" ({split} example ",
+                                tf.strings.as_string(record["index"]), ")"])
+
+    def bad_image_advice(self) -> str:
+        """What to do about an image that cannot be decoded, so that a run
+        that met it can resume or a new one can leave it out."""
+        return (f"{self.repair}, and rerun: the run resumes. Or leave out every bad image: "
+                f"tools/check_data.py --dataset={self.info.name} --write_exclude_list=FILE "
+                "finds them all, and a new run given --exclude_list=FILE never draws them (a "
+                "run keeps the exclusions it started with).")
 
     def raw_dataset(self, split: str) -> tf.data.Dataset:
         """Decoded examples of ``split`` in storage order (shard by shard), which is
@@ -291,6 +308,9 @@ class ShardFileSource(Source):
     records carry the encoded image as "data" and where it came from as
     "shard" and "position".
     """
+
+    repair = ("Rebuild that shard with a valid image in that record, keeping its "
+              "index and label")
 
     def labels(self, split: str) -> Array:
         self.info.num_examples(split)
@@ -322,6 +342,8 @@ class FileSource(Source):
 
     # Records are file paths, so a whole split fits in one shuffle block.
     shuffle_block = None
+    repair = ("Replace the file with a valid image under the same name (deleting it would "
+              "renumber the examples, so that the run could not resume)")
 
     def labels(self, split: str) -> Array:
         self.info.num_examples(split)

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from llp_tf import data
 from llp_tf.training import schedule
-from llp_tf.data import label_subsets, pipeline, splits
+from llp_tf.data import exclusions, image_check, label_subsets, pipeline, splits
 from llp_tf.training.distribution import make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
@@ -51,16 +51,22 @@ class RunSplit:
       used_index: int64 [U], dataset indices of the used examples (bank row j
         is example ``used_index[j]``).
       train_labels: int64 [N], the true class of every training example.
+      excluded_validation: int64 [E], validation examples left out (never
+        evaluated: `llp_tf.data.exclusions`).
     """
 
     labelled_index: np.ndarray
     used_index: np.ndarray
     train_labels: np.ndarray
+    excluded_validation: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, np.int64))
 
 
-def _resolve_split(data_config, run_dir, source, train_labels, stream):
-    """(labelled_index, used_index, new): the run's saved split, or else a given split
-    file, a subset list or a new draw; ``new`` says the split is not saved yet.
+def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded):
+    """(labelled_index, used_index, made_from): the run's saved split (made_from
+    None), or else a given split file, a subset list or a new draw, without the
+    ``excluded`` examples (`exclusions.Exclusions`); made_from is what the new
+    split records of its files (`splits.save_splits`).
 
     Args:
       data_config: `DataConfig`.
@@ -68,24 +74,29 @@ def _resolve_split(data_config, run_dir, source, train_labels, stream):
     path = RunDirectory(run_dir).split_path
     name = source.info.name
     if os.path.exists(path):
-        return (*splits.load_splits(path, train_labels, name), False)
+        exclusions.check_resume(path, excluded)
+        return (*splits.load_splits(path, train_labels, name), None)
     warning = splits.absent_classes_warning(train_labels, source.info.num_classes)
     if warning:
         _log(stream, warning)
     d = data_config
+    made_from = {"label_subset": None, "exclude_list": excluded.record()}
     if d.split_file:
-        labelled_index, used_index = splits.load_splits(d.split_file, train_labels, name)
+        labelled_index, used_index = (np.setdiff1d(index, excluded.train) for index in
+                                      splits.load_splits(d.split_file, train_labels, name))
         _log(stream, f"Split from {d.split_file}.")
     elif d.label_subset:
         labelled_index, used_index, list_path = label_subsets.make_subset_splits(
-            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir)
-        _log(stream, f"Labelled set: the {len(labelled_index)} images listed in {list_path} "
+            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir, excluded.train)
+        made_from["label_subset"] = label_subsets.list_record(d.label_subset, list_path)
+        _log(stream, f"Labelled set: the {len(labelled_index)} images listed in {list_path}"
+                     f"{' and not excluded' if excluded.train.size else ''} "
                      "(--label_percent is not used).")
     else:
         labelled_index, used_index = splits.make_splits(
             train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
-            num_classes=source.info.num_classes)
-    return labelled_index, used_index, True
+            num_classes=source.info.num_classes, excluded=excluded.train)
+    return labelled_index, used_index, made_from
 
 
 def _check_one_batch(num_used, global_batch_size):
@@ -106,16 +117,21 @@ def _prepare_run_directory(config, source, stream, chief):
     """
     d = config.data
     train_labels = source.train_labels()
-    labelled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
-                                                          train_labels, stream)
+    excluded = exclusions.load(d.exclude_list, source)
+    labelled_index, used_index, made_from = _resolve_split(d, config.run_dir, source,
+                                                          train_labels, stream, excluded)
     _check_one_batch(len(used_index), config.optimization.global_batch_size)
-    if new_split and chief:
-        splits.save_splits(RunDirectory(config.run_dir).split_path, labelled_index, used_index,
-                           train_labels, source.info.name, d.label_percent, d.data_percent,
-                           d.split_seed)
+    split_path = RunDirectory(config.run_dir).split_path
+    if made_from is not None:
+        image_check.require_decodable(source, data.VALIDATION, excluded.validation)
+    if made_from is not None and chief:
+        splits.save_splits(split_path, labelled_index, used_index, train_labels,
+                           source.info.name, d.label_percent, d.data_percent, d.split_seed,
+                           made_from, {"train": excluded.train,
+                                       "validation": excluded.validation})
     if chief and run_record.started_config(config.run_dir) is None:
-        run_record.save_config(config)
-    return RunSplit(labelled_index, used_index, train_labels)
+        run_record.save_config(config, splits.read_made_from(split_path))
+    return RunSplit(labelled_index, used_index, train_labels, excluded.validation)
 
 
 def _input_maker(config, source, strategy, method, split, steps_per_epoch):
@@ -139,8 +155,9 @@ def _evaluate_fn(config, source, strategy, model, method, split):
                           source.info.num_classes)
     batch = config.optimization.global_batch_size
     dataset = strategy.distribute_datasets_from_function(pipeline.make_eval_input_fn(
-        source, batch, config.data.image_size))
-    steps = pipeline.eval_steps(source.info.num_validation, batch)
+        source, batch, config.data.image_size, excluded_index=split.excluded_validation))
+    steps = pipeline.eval_steps(source.info.num_validation - split.excluded_validation.size,
+                                batch)
     return lambda: evaluator.evaluate(dataset, steps)
 
 

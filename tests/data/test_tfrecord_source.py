@@ -173,5 +173,8 @@ def test_corrupt_image_names_shard_and_record(tmp_path):
     records.insert(1, example_bytes(b"\xff\xd8\xff\xe0 broken jpeg", 0, 2))
     paths = write_shards(str(tmp_path), "train", records, 1)
     source = load_source(f"tfrecord:{tmp_path}")
-    with pytest.raises(DataError, match=f"image of shard {paths[0]}, record 1: "):
+    with pytest.raises(DataError, match=f"image of shard {paths[0]}, record 1 \\(train example "
+                                        "2\\): .* Rebuild that shard with a valid image in that "
+                                        "record, keeping its index and label, and "
+                                        "rerun: the run resumes. Or leave out every bad image"):
         _raw(source, "train")
