@@ -76,7 +76,8 @@ def check(values, stdout):
     stdout.write(f"{source.info.name}: checked {counts['train']} training and "
                  f"{counts['validation']} validation images in {seconds:.1f} s "
                  f"({checked / max(seconds, 1e-9):.0f} images/s); "
-                 f"{len(bad) or 'none'} cannot be read or decoded.\n")
+                 f"{f'{len(bad)} cannot be read or decoded' if bad else 'all read and decode'}."
+                 "\n")
     if values.write_exclude_list:
         text = exclusions.format_exclude_list(
             ((b.split, b.index, b.where) for b in bad), source.info.name)

@@ -2,6 +2,7 @@
 on a faked ImageNet-style image folder and a tiny TFDS set with file names."""
 
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -271,8 +272,29 @@ def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     assert lines[0].startswith("warning: 1 of 5 classes have no training example (classes 4)")
     assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
                         "(--label_percent is not used).")
-    labelled, used = splits.load_splits(os.path.join(config.run_dir, "split.npz"),
-                                       source.train_labels())
+    split_path = os.path.join(config.run_dir, "split.npz")
+    labelled, used = splits.load_splits(split_path, source.train_labels())
     np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
     np.testing.assert_array_equal(used, np.arange(12))
     assert final["epoch"] == 1 and final["phase"] == "llp"
+    # The split and the config record the list (path and SHA-256), not a label_percent.
+    listed = {"list": list_path, "path": list_path,
+              "sha256": hashlib.sha256(open(list_path, "rb").read()).hexdigest()}
+    assert splits.read_made_from(split_path) == {"label_subset": listed, "exclude_list": None}
+    assert splits.read_split_header(split_path)["label_percent"] is None
+    with open(os.path.join(config.run_dir, "config.json")) as f:
+        recorded = json.load(f)
+    assert recorded["data_files"]["label_subset"] == listed
+    assert recorded["data"]["label_percent"] is None
+    assert recorded["data"]["label_subset"] == list_path
+
+    # A run directory written before these records (split.npz without them,
+    # config.json with the unused label_percent) still resumes.
+    splits.save_splits(split_path, labelled, used, source.train_labels(),
+                       "tfds:llp_test_tiny_imagenet", 10.0, 100.0, None)
+    recorded["data"]["label_percent"] = 10.0
+    del recorded["data_files"]
+    with open(os.path.join(config.run_dir, "config.json"), "w") as f:
+        json.dump(recorded, f)
+    final = run_training(config.replace(epochs=2), io.StringIO())
+    assert final["epoch"] == 2

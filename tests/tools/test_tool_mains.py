@@ -12,9 +12,9 @@ NOT_TOOLS = ("config_flags.py", "quiet_start.py", "tool_cli.py")
 def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
     tools = sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
                    if name.endswith(".py") and name not in NOT_TOOLS)
-    assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
-                     "input_service.py", "launch_local.py", "linear_probe.py", "make_splits.py",
-                     "predict.py", "train.py"]
+    assert tools == ["analyze.py", "build_tfrecords.py", "check_data.py",
+                     "compare_propagation.py", "export.py", "input_service.py", "launch_local.py",
+                     "linear_probe.py", "make_splits.py", "predict.py", "train.py"]
     for name in tools:
         module = load_tool(name)
         assert list(inspect.signature(module.main).parameters)[:3] == \
