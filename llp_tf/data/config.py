@@ -67,7 +67,6 @@ class DataConfig:
         "one service worker (README, 'Remote input workers'). Not part of the run's state: it "
         "may change on resume.")
 
-
     def __post_init__(self):
         if self.label_subset and self.label_percent is not None:
             # The list sets the labels: a label_percent it overrides is not recorded.

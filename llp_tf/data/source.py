@@ -146,8 +146,8 @@ def check_inferred_classes(labels: Array, what: str, where: Callable[[int], str]
         f"{what}: the classes are counted from the largest label, {top} at {where(largest)}, "
         f"which makes {top + 1} classes; {missing.size} of them have no training example "
         f"(classes {shown}), and {int(np.sum(labels > gap))} record(s) have labels beyond "
-        f"the first of them. A stray or mistyped label is the likely cause: fix it; or, if the classes "
-        f"really are 0..{top}, {declare}.")
+        "the first of them. A stray or mistyped label is the likely cause: fix it; or, if the "
+        f"classes really are 0..{top}, {declare}.")
 
 
 class Source(abc.ABC):
