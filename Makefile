@@ -12,13 +12,15 @@ ARGS ?=
 TEST_WORKERS ?= 2
 # The tools after training read a run directory (`make analyze RUN=runs/demo`).
 RUN ?= runs/$(REGIME)
-# `make probe DATA=tfds:places365_small`; digits ships with scikit-learn (offline).
+# `make probe DATA=tfds:places365_small`, `make check-data DATA=folder:/data/x`;
+# digits ships with scikit-learn (offline).
 DATA ?= digits
 # `make predict IMAGES="a.png photos/ 'scans/*.jpg'"` with the SavedModel in MODEL.
 MODEL ?= $(RUN)/export
 IMAGES ?=
 
-.PHONY: setup train test test-all bench clean help export predict probe compare analyze
+.PHONY: setup train test test-all bench clean help export predict probe compare analyze \
+	check-data
 
 help:
 	@echo "make train    train REGIME (default demo; flags/REGIME.flags) with extra ARGS"
@@ -27,6 +29,7 @@ help:
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
+	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"
 	@echo "make test     run the test suite but for the tests marked slow (CPU, a few minutes)"
 	@echo "make test-all run every test, the slow ones too (what CI runs)"
 	@echo "make bench    run the benchmarks in benchmarks/ at their quick sizes (installs requirements-bench.txt)"
@@ -63,6 +66,9 @@ compare: setup
 
 analyze: setup
 	$(PY) tools/analyze.py --run_dir=$(RUN) $(ARGS)
+
+check-data: setup
+	$(PY) tools/check_data.py --dataset=$(DATA) $(ARGS)
 
 # A test file's tests run in one worker, so module fixtures are built once.
 test: setup

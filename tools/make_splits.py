@@ -7,9 +7,10 @@
 
 Per class, round(label_percent% of its examples) are labelled: the lowest
 indices (the release's rule) or, with --split_seed, a seeded draw; the used
-subset (data_percent%) contains them. With --label_subset the labelled examples are
-the images a list names (ImageNet's standard 1% and 10% subsets). Classes
-with no training example are skipped with a warning. See
+subset (data_percent%) contains them. With --label_subset the labelled
+examples are the images a list names (ImageNet's standard 1% and 10% subsets).
+Examples an --exclude_list names are in neither set. Classes with no training
+example are skipped with a warning. See
 llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the
 split file into its run directory and never re-draws it.
 """
@@ -40,6 +41,9 @@ def make_flags():
                         "<data_dir>/downloads).", flag_values=values)
     flags.DEFINE_float("data_percent", 100.0, "Percentage of each class that is used "
                        "(QQ >= PP).", flag_values=values)
+    flags.DEFINE_string("exclude_list", None, "File naming examples to leave out of both sets "
+                        "(tools/check_data.py --write_exclude_list writes one); recorded in "
+                        "the split file.", flag_values=values)
     flags.DEFINE_integer("split_seed", None, "Seed of a random draw (train.py's --split_seed); "
                          "unset: lowest indices per class, as the release.", flag_values=values)
     tool_cli.define_deprecated_alias(values, "seed", "split_seed")
@@ -52,26 +56,32 @@ def make_flags():
 def make(values, stderr):
     """Draws and writes the split; returns its description."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
-    from llp_tf.data import label_subsets, load_source, splits  # noqa: PLC0415 -- imports TF
+    from llp_tf.data import exclusions, label_subsets, load_source, splits  # noqa: PLC0415
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
     if (values.label_percent is None) == (values.label_subset is None):
         raise ConfigError("Give --label_percent or --label_subset (exactly one).")
     source = load_source(values.dataset, values.data_dir)
     labels = source.train_labels()
+    excluded = exclusions.load(values.exclude_list, source)
+    made_from = {"label_subset": None, "exclude_list": excluded.record()}
     warning = splits.absent_classes_warning(labels, source.info.num_classes)
     if warning:
         stderr.write(warning + "\n")
     if values.label_subset:
-        labelled_index, used_index, _ = label_subsets.make_subset_splits(
-            source, values.label_subset, values.data_percent, values.split_seed, values.data_dir)
+        labelled_index, used_index, path = label_subsets.make_subset_splits(
+            source, values.label_subset, values.data_percent, values.split_seed, values.data_dir,
+            excluded.train)
+        made_from["label_subset"] = label_subsets.list_record(values.label_subset, path)
     else:
         labelled_index, used_index = splits.make_splits(
             labels, values.label_percent, values.data_percent, values.split_seed,
-            num_classes=source.info.num_classes)
+            num_classes=source.info.num_classes, excluded=excluded.train)
     splits.save_splits(values.output, labelled_index, used_index, labels,
                        dataset_name=source.info.name, label_percent=values.label_percent,
-                       data_percent=values.data_percent, seed=values.split_seed)
+                       data_percent=values.data_percent, seed=values.split_seed,
+                       made_from=made_from,
+                       excluded={"train": excluded.train, "validation": excluded.validation})
     return (f"{values.output}: {labelled_index.size} labelled and {used_index.size} used of "
             f"{counted(labels.size, 'training example')} of {source.info.name}")
 

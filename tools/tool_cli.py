@@ -1,15 +1,16 @@
 """Command-line plumbing shared by the tools.
 
 Every tool (train, export, predict, analyze, linear_probe,
-compare_propagation, make_splits, build_tfrecords) keeps its flags in its own
-`FlagValues`, so its `main(argv, stdout, stderr)` runs several times in one
-process (tests) without clashing over flag names, with the same handling of
---help, bad flags and stray arguments. absl's `app.run` is not used: the
-tools that had its --verbosity flag (train, compare_propagation,
-linear_probe, make_splits, build_tfrecords) define it with
-`define_verbosity`, and `run` hides absl INFO logs unless it is given. This
-module imports only absl (llp_tf only inside the functions that report its
-errors), so `tools/predict.py` still runs where llp_tf is not installed.
+compare_propagation, make_splits, build_tfrecords, check_data) keeps its
+flags in its own `FlagValues`, so its `main(argv, stdout, stderr)` runs
+several times in one process (tests) without clashing over flag names, with
+the same handling of --help, bad flags and stray arguments. absl's `app.run`
+is not used: the tools that had its --verbosity flag (train,
+compare_propagation, linear_probe, make_splits, build_tfrecords, check_data)
+define it with `define_verbosity`, and `run` hides absl INFO logs unless it
+is given. This module imports only absl (llp_tf only inside the functions
+that report its errors), so `tools/predict.py` still runs where llp_tf is
+not installed.
 """
 
 import json

@@ -30,9 +30,10 @@ class DataConfig:
                                       "--dataset are resolved against.")
     image_size: int = setting(224, "Side of the square training and evaluation images.",
                               state=True)
-    label_percent: float = setting(10.0, "p: percent of each class's training images that keep "
-                                   "their label (the lowest-index ones unless --split_seed is "
-                                   "set).", state=True)
+    label_percent: Optional[float] = setting(
+        10.0, "p: percent of each class's training images that keep their label (the "
+        "lowest-index ones unless --split_seed is set). Not used with --label_subset, and then "
+        "recorded as null.", state=True)
     data_percent: float = setting(100.0, "q: percent of the training images used at all; the "
                                   "used subset always contains the labelled set.", state=True)
     split_seed: Optional[int] = setting(None, "Draw the labelled and used sets at random with "
@@ -47,6 +48,11 @@ class DataConfig:
         "through TFDS into <data_dir>/downloads). The used subset (--data_percent) is drawn "
         "around them. Needs a dataset that records file names (folder:, tfds:imagenet2012).",
         state=True)
+    exclude_list: Optional[str] = setting(
+        None, "File naming training and validation examples to leave out, e.g. images that "
+        "cannot be decoded (tools/check_data.py --write_exclude_list writes it): they keep "
+        "their index but are never labelled, trained on or evaluated. Recorded in split.npz; "
+        "a resume must exclude the same examples.")
     augmentation: str = setting(PAPER, "Training augmentation: the paper's recipe (random "
                                 "resized crop, grayscale, colour jitter, flips), or light (the "
                                 "random resized crop only), for grayscale digits.",
@@ -61,6 +67,11 @@ class DataConfig:
         "one service worker (README, 'Remote input workers'). Not part of the run's state: it "
         "may change on resume.")
 
+    def __post_init__(self):
+        if self.label_subset and self.label_percent is not None:
+            # The list sets the labels: a label_percent it overrides is not recorded.
+            object.__setattr__(self, "label_percent", None)
+
 
 def data_problems(data: DataConfig) -> list[str]:
     """What is wrong with the data settings, one message each."""
@@ -70,9 +81,12 @@ def data_problems(data: DataConfig) -> list[str]:
         (not service_problem, service_problem),
         (not (data.split_file and data.label_subset),
          "give split_file or label_subset, not both (each sets the labelled examples)"),
-        (0 < data.label_percent <= 100, "label_percent must lie in (0, 100]"),
+        (data.label_percent is not None or data.label_subset,
+         "give label_percent or label_subset"),
+        (data.label_percent is None or 0 < data.label_percent <= 100,
+         "label_percent must lie in (0, 100]"),
         (0 < data.data_percent <= 100, "data_percent must lie in (0, 100]"),
-        (data.label_percent <= data.data_percent,
+        (data.label_percent is None or data.label_percent <= data.data_percent,
          "label_percent cannot exceed data_percent (the used subset holds the labels)"),
         (data.image_size >= 8, "image_size must be at least 8"),
     ]

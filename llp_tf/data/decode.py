@@ -6,9 +6,11 @@ says "Invalid JPEG data" but not which of a million images it was.
 caught (`ignore_errors`); when nothing comes out, a second branch raises an
 assertion whose text names the example (file path, or shard and record) and
 is marked so that `data_errors` can turn it into a one-paragraph
-`DataError`. The cost is a tiny dataset per image (about 0.1 ms of CPU),
-negligible beside decoding a real JPEG; sources whose bytes were already
-decoded once when they were written (TFDS) can use `decode_image` directly.
+`DataError`. `decodable` runs the same test but yields whether each image
+decodes, for a check of a whole dataset (`llp_tf.data.image_check`). The
+cost is a tiny dataset per image (about 0.1 ms of CPU), negligible beside
+decoding a real JPEG; sources whose bytes were already decoded once when
+they were written (TFDS) can use `decode_image` directly.
 """
 
 import contextlib
@@ -53,9 +55,24 @@ def fail(message: StringTensor | str) -> IntTensor:
         return tf.zeros([1, 1, 3], tf.uint8)
 
 
+def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Callable
+                      ) -> tf.data.Dataset:
+    """Maps each record by ``attempt``, or by ``otherwise`` where ``attempt``
+    fails (both give the same structure), in the order of ``records``."""
+    def one(record):
+        single = tf.data.Dataset.from_tensors(record)
+        return single.map(attempt).ignore_errors().concatenate(single.map(otherwise)).take(1)
+
+    # Each inner dataset yields exactly one element, so a deterministic
+    # interleave keeps the input order while decoding in parallel.
+    return records.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
 def decode_checked(records: tf.data.Dataset,
                    load_fn: Callable[[dict[str, Tensor]], IntTensor],
-                   describe_fn: Callable[[dict[str, Tensor]], StringTensor]) -> tf.data.Dataset:
+                   describe_fn: Callable[[dict[str, Tensor]], StringTensor],
+                   advice: str = "") -> tf.data.Dataset:
     """Maps records to decoded images, failing with a message naming the bad one.
 
     Args:
@@ -64,23 +81,26 @@ def decode_checked(records: tf.data.Dataset,
       describe_fn: record -> string [], names the example for the message,
         e.g. "file /data/cat/1.jpg" or "shard /data/train-00003-of-00016,
         record 17".
+      advice: str, what to do about it, the message's last sentences.
 
     Returns:
       Dataset of (record, image) in the order of ``records``.
     """
-    def one(record):
-        single = tf.data.Dataset.from_tensors(record)
-        decoded = single.map(lambda r: (r, load_fn(r))).ignore_errors()
-        failure = single.map(lambda r: (r, fail(tf.strings.join([
-            "Cannot read or decode the image of ", describe_fn(r),
-            ": it is missing, empty, truncated, or not a JPEG, PNG, GIF or BMP image. "
-            "Replace or remove it (for a TFRecord shard, rebuild the shard) and run again."]))))
-        return decoded.concatenate(failure).take(1)
+    def failure(record):
+        return record, fail(tf.strings.join([
+            "Cannot read or decode the image of ", describe_fn(record),
+            ": it is missing, empty, truncated, or not a JPEG, PNG, GIF or BMP image. ",
+            advice]))
 
-    # Each inner dataset yields exactly one element, so a deterministic
-    # interleave keeps the input order while decoding in parallel.
-    return records.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
-                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _first_that_works(records, lambda r: (r, load_fn(r)), failure)
+
+
+def decodable(records: tf.data.Dataset,
+              load_fn: Callable[[dict[str, Tensor]], IntTensor]) -> tf.data.Dataset:
+    """Dataset of (record, bool []): whether ``load_fn`` reads and decodes the
+    record's image, in the order of ``records``, never failing."""
+    return _first_that_works(records, lambda r: (r, tf.size(load_fn(r)) > 0),
+                             lambda r: (r, tf.constant(False)))
 
 
 def decode_unchecked(records: tf.data.Dataset,

@@ -12,7 +12,10 @@ the run's ``split.npz`` like any other split.
 A list is a local file, or the name of a published list (``1percent``,
 ``10percent``), fetched once through TFDS's download manager and kept as
 ``<data_dir>/downloads/imagenet2012_<name>.txt`` (later runs find it there,
-offline too).
+offline too). A published list, fetched or found kept, must have the size
+and SHA-256 that TFDS records for it (`published_checksum`), so a truncated
+or damaged copy is refused. A list file may start with a UTF-8 byte-order
+mark (as Windows editors write).
 
 Names are matched to examples by file name without folders (a line may hold
 a path: its folder part is ignored), through `Source.file_names`: image
@@ -40,6 +43,29 @@ def published_url(name: str) -> str:
     return subset_builder.SUBSET2FILES[PUBLISHED[name]]
 
 
+def published_checksum(name: str) -> tuple[int, str]:
+    """(size in bytes, SHA-256 hex) that TFDS's imagenet2012_subset checksum file
+    records for published list ``name``."""
+    from tensorflow_datasets.datasets.imagenet2012_subset import (  # noqa: PLC0415
+        imagenet2012_subset_dataset_builder as subset_builder)
+    info = subset_builder.Builder.url_infos[published_url(name)]
+    return int(info.size), str(info.checksum)
+
+
+def check_published(path: str, name: str) -> None:
+    """Raises DataError unless the file ``path`` is published list ``name`` as
+    TFDS records it (`published_checksum`)."""
+    size, sha256 = published_checksum(name)
+    actual_size, actual_sha256 = os.path.getsize(path), splits.file_sha256(path)
+    if (actual_size, actual_sha256) != (size, sha256):
+        raise DataError(
+            f"{path} is not the published label subset {name!r}: it has {actual_size} bytes "
+            f"(SHA-256 {actual_sha256}), and TFDS records {size} bytes (SHA-256 {sha256}) for "
+            f"{published_url(name)}. The copy is truncated or damaged: delete it and run again "
+            "to fetch it anew, or download that file where there is internet access and put "
+            "it there.")
+
+
 def _downloads_dir(data_dir):
     import tensorflow_datasets as tfds  # noqa: PLC0415 -- heavy, only for published lists
     return os.path.join(os.path.expanduser(data_dir or tfds.core.constants.DATA_DIR),
@@ -54,7 +80,8 @@ def resolve(spec: str, data_dir: str | None = None) -> str:
       data_dir: TFDS data_dir whose ``downloads`` folder keeps published lists.
 
     Raises:
-      DataError: no such file, or a published list that cannot be fetched.
+      DataError: no such file, or a published list that cannot be fetched or
+        whose copy does not match TFDS's checksum.
     """
     path = os.path.expanduser(spec)
     if os.path.isfile(path):
@@ -71,20 +98,24 @@ def resolve(spec: str, data_dir: str | None = None) -> str:
     download_dir = _downloads_dir(data_dir)
     kept = os.path.join(download_dir, f"imagenet2012_{spec}.txt")
     if os.path.isfile(kept):
+        check_published(kept, spec)
         return kept
     # TFDS retries for minutes offline; a connection attempt takes seconds.
     failure = tfds_source.unreachable_host([url])
     try:
         if failure:
             raise OSError(f"{failure[0]} cannot be reached ({failure[1]})")
-        fetched = tfds.download.DownloadManager(download_dir=download_dir).download(url)
-        shutil.copyfile(os.fspath(fetched), kept + ".tmp")
-        os.replace(kept + ".tmp", kept)
+        fetched = os.fspath(tfds.download.DownloadManager(download_dir=download_dir)
+                            .download(url))
     except Exception as error:  # noqa: BLE001 -- any download failure, in one paragraph
         raise DataError(
             f"Cannot fetch the published label subset {spec!r} from {url} into {download_dir}: "
             f"{' '.join(str(error).split())}. Download that file where there is internet "
-            f"access and pass its path to --label_subset, or put it at {kept}.") from None
+            f"access and put it at {kept}, where it is checked against TFDS's "
+            "checksum.") from None
+    check_published(fetched, spec)
+    shutil.copyfile(fetched, kept + ".tmp")
+    os.replace(kept + ".tmp", kept)
     return kept
 
 
@@ -92,13 +123,13 @@ def read_list(path: str) -> list[str]:
     """The file names listed in ``path``, in file order, without folders.
 
     Blank lines and lines starting with ``#`` are skipped; a repeated name
-    counts once.
+    counts once; a leading UTF-8 byte-order mark is not part of the first name.
 
     Returns:
       list of str.
     """
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise DataError(f"Cannot read the label subset list {path}: {error}.") from None
@@ -149,7 +180,8 @@ def labelled_index(names: list[str], file_names: Array, list_path: str,
 
 
 def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int | None = None,
-                       data_dir: str | None = None) -> tuple[Array, Array, str]:
+                       data_dir: str | None = None,
+                       excluded: Array | None = None) -> tuple[Array, Array, str]:
     """(labelled_index, used_index, list_path) of a run labelled by a subset list.
 
     Args:
@@ -159,10 +191,18 @@ def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int
       seed: None or int: how the used examples beyond the labelled ones are
         chosen (as in `splits.make_splits`).
       data_dir: TFDS data_dir, where published lists are kept.
+      excluded: optional int [E], training examples left out: a listed one
+        is not labelled (`splits.splits_from_labelled`).
     """
     path = resolve(spec, data_dir)
     labelled = labelled_index(read_list(path), source.file_names("train"), path,
                             source.info.name)
     labelled, used = splits.splits_from_labelled(source.train_labels(), labelled, data_percent,
-                                               seed, source.info.num_classes)
+                                               seed, source.info.num_classes, excluded)
     return labelled, used, path
+
+
+def list_record(spec: str, path: str) -> dict:
+    """What a split and a run record of the subset list ``spec`` read from
+    ``path``: {"list": spec, "path": absolute path, "sha256": hex}."""
+    return {"list": spec, "path": os.path.abspath(path), "sha256": splits.file_sha256(path)}

@@ -10,7 +10,9 @@ example's stable index is its position among its list's valid lines, in the
 file's order.
 
 C is the class-name file's number of names (line i names class i), else
-``num_classes``, else the largest label of either split + 1. Without a
+``num_classes``, else the largest label of either split + 1; then every
+class of the train list must have an example (a gap means 1-based or stray
+labels: `source.check_inferred_classes`). Without a
 class-name file, a label whose images all lie in one folder (after
 ``strip_components`` leading components) that no other label uses is named
 after it, by its last component (``abbey/x.jpg`` -> "abbey") when these are
@@ -36,7 +38,8 @@ import os
 import numpy as np
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data.source import TRAIN, VALIDATION, FileSource, SourceInfo, resolve_path
+from llp_tf.data.source import (TRAIN, VALIDATION, FileSource, SourceInfo,
+                                check_inferred_classes, resolve_path)
 from llp_tf.errors import DataError
 from llp_tf.types import Array
 
@@ -105,7 +108,7 @@ def parse_list_file(path: str) -> ListFile:
     """
     paths, labels, lines = [], [], []
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for number, line in enumerate(f, 1):
                 line = line.strip()
                 if line and not line.startswith("#"):
@@ -130,7 +133,7 @@ def parse_list_file(path: str) -> ListFile:
 def read_class_names(path: str) -> tuple[str, ...]:
     """Tuple of C str: the non-blank lines of ``path``, stripped (line i names class i)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             names = tuple(line.strip() for line in f if line.strip())
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
@@ -246,6 +249,12 @@ class ListSource(FileSource):
             class_names = read_class_names(class_names_file)
             classes_from = f"the class-name file {class_names_file}"
         else:
+            if num_classes is None:
+                train = lists[TRAIN]
+                check_inferred_classes(
+                    train.labels, f"List file {train.path}",
+                    lambda i: f"line {int(train.lines[i])}",
+                    "name them in a class-name file (&classes=<file>, line i naming class i)")
             count = num_classes or 1 + max(int(x.labels.max()) for x in lists.values())
             class_names = derive_class_names(list(lists.values()), count, strip_components)
             classes_from = "the dataset"

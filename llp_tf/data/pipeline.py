@@ -34,7 +34,7 @@ from llp_tf.counted_nouns import counted
 from llp_tf.data import augment
 from llp_tf.data import data_service
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
-from llp_tf.data import epoch_order, service_address
+from llp_tf.data import epoch_order, exclusions, service_address
 from llp_tf.data.epoch_order import DEFAULT_CYCLE_LENGTH
 from llp_tf.data.source import TRAIN, VALIDATION, Source
 from llp_tf.data.splits import check_index_set
@@ -240,9 +240,14 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
 
 def make_eval_input_fn(source: Source, global_batch_size: int, image_size: int,
                        split: str = VALIDATION,
-                       cycle_length: int = DEFAULT_CYCLE_LENGTH) -> InputFn:
+                       cycle_length: int = DEFAULT_CYCLE_LENGTH,
+                       excluded_index: Array | None = None) -> InputFn:
     """``input_fn(input_context=None)`` for one pass over ``split`` (see the module
     docstring).
+
+    Args:
+      excluded_index: optional sorted int64 [E], examples of ``split`` left out
+        (`llp_tf.data.exclusions`); N counts the others.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
@@ -253,7 +258,8 @@ def make_eval_input_fn(source: Source, global_batch_size: int, image_size: int,
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
     source.require_split(split)
-    num_examples = source.info.num_examples(split)
+    num_examples = source.info.num_examples(split) - (
+        0 if excluded_index is None else len(excluded_index))
     steps = eval_steps(num_examples, global_batch_size)
     padding = steps * global_batch_size - num_examples
 
@@ -263,7 +269,9 @@ def make_eval_input_fn(source: Source, global_batch_size: int, image_size: int,
 
     def input_fn(input_context=None):
         per_replica, num_pipelines, pipeline_id = _batch_layout(global_batch_size, input_context)
-        records = source.records(split, cycle_length).map(lambda r: dict(r, mask=True))
+        records = exclusions.drop_excluded(source.records(split, cycle_length),
+                                           source.info.num_examples(split), excluded_index)
+        records = records.map(lambda r: dict(r, mask=True))
         pads = records.take(1).map(lambda r: dict(r, mask=False)).repeat(padding)
         records = _keep_worker_part(records.concatenate(pads), global_batch_size,
                                     num_pipelines, pipeline_id)

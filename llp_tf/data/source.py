@@ -87,6 +87,11 @@ def check_split(split: str) -> None:
         raise DataError(f"Unknown split {split!r}; the splits are {', '.join(SPLITS)}.")
 
 
+def _starts_at_one(labels: Array, num_classes: int) -> bool:
+    """Whether ``labels`` look numbered 1..C instead of 0..C-1."""
+    return bool(labels.size) and labels.min() == 1 and labels.max() == num_classes
+
+
 def validate_labels(labels: Array, num_classes: int, what: str,
                     where: Callable[[int], str] | None = None) -> None:
     """Raises DataError if any label is outside [0, num_classes).
@@ -102,10 +107,47 @@ def validate_labels(labels: Array, num_classes: int, what: str,
     if bad.size:
         first = int(bad[0])
         place = where(first) if where else f"example {first}"
+        cause = (" The labels run from 1 to C: they appear to start at 1." if
+                 _starts_at_one(labels, num_classes) else "")
         raise DataError(
             f"{what}: {bad.size} label(s) lie outside [0, {num_classes}); the first is "
-            f"{int(labels[first])} at {place}. Labels must be class numbers 0..{num_classes - 1}; "
-            "fix or rebuild the data, or declare the right classes.")
+            f"{int(labels[first])} at {place}.{cause} Labels must be class numbers "
+            f"0..{num_classes - 1}; fix or rebuild the data, or declare the right classes.")
+
+
+def check_inferred_classes(labels: Array, what: str, where: Callable[[int], str],
+                           declare: str) -> None:
+    """Raises DataError when classes counted from the labels (C = largest label
+    + 1, for sources that do not name their classes) leave a class without a
+    training example: labels that start at 1, or a stray label far above the
+    rest (999 among 0-3 would make 1,000 classes), are the likely causes.
+
+    Args:
+      labels: int64 [N] training labels by index; negative ones are ignored
+        here (`validate_labels` reports them).
+      what: str naming the split and dataset, for the message.
+      where: callable, index -> str naming that example's file or record.
+      declare: str, how to name the classes instead (then gaps are allowed).
+    """
+    top = int(labels.max()) if labels.size else -1
+    missing = np.setdiff1d(np.arange(top + 1), labels)
+    if not missing.size:
+        return
+    if missing.tolist() == [0]:
+        raise DataError(
+            f"{what}: no record has label 0 and the labels run from 1 to {top}: they appear "
+            f"to start at 1, but labels must be class numbers from 0. Rebuild the data with "
+            f"every label one lower; or, if class 0 really has no training example, "
+            f"{declare}.")
+    gap = int(missing[0])
+    largest = int(np.argmax(labels))
+    shown = ", ".join(str(c) for c in missing[:5]) + (", ..." if missing.size > 5 else "")
+    raise DataError(
+        f"{what}: the classes are counted from the largest label, {top} at {where(largest)}, "
+        f"which makes {top + 1} classes; {missing.size} of them have no training example "
+        f"(classes {shown}), and {int(np.sum(labels > gap))} record(s) have labels beyond "
+        "the first of them. A stray or mistyped label is the likely cause: fix it; or, if the "
+        f"classes really are 0..{top}, {declare}.")
 
 
 class Source(abc.ABC):
@@ -114,6 +156,8 @@ class Source(abc.ABC):
     #: True if images were already decoded successfully when the data was
     #: written (TFDS), so a decode failure cannot come from a bad file.
     trusted_bytes = False
+    #: How to repair an undecodable image while keeping its example index.
+    repair = "Replace the image with a valid one"
     #: Records of a shuffle block; None: the whole split (records are small).
     #: Records hold the encoded image, so for ImageNet a block of 8192 takes
     #: about 0.9 GB (two blocks are in memory at once).
@@ -223,7 +267,22 @@ class Source(abc.ABC):
         load_fn = load_fn or self.load_image
         if self.trusted_bytes:
             return decode.decode_unchecked(records, load_fn)
-        return decode.decode_checked(records, load_fn, lambda r: self.describe(split, r))
+        return decode.decode_checked(records, load_fn, lambda r: self.describe_example(split, r),
+                                     self.bad_image_advice())
+
+    def describe_example(self, split: str, record: Record) -> StringTensor:
+        """string []: `describe` and the example's split and index, e.g. "file
+        /data/cat/1.jpg (train example 17)"."""
+        return tf.strings.join([self.describe(split, record), f" ({split} example ",
+                                tf.strings.as_string(record["index"]), ")"])
+
+    def bad_image_advice(self) -> str:
+        """What to do about an image that cannot be decoded, so that a run
+        that met it can resume or a new one can leave it out."""
+        return (f"{self.repair}, and rerun: the run resumes. Or leave out every bad image: "
+                f"tools/check_data.py --dataset={self.info.name} --write_exclude_list=FILE "
+                "finds them all, and a new run given --exclude_list=FILE never draws them (a "
+                "run keeps the exclusions it started with).")
 
     def raw_dataset(self, split: str) -> tf.data.Dataset:
         """Decoded examples of ``split`` in storage order (shard by shard), which is
@@ -249,6 +308,9 @@ class ShardFileSource(Source):
     records carry the encoded image as "data" and where it came from as
     "shard" and "position".
     """
+
+    repair = ("Rebuild that shard with a valid image in that record, keeping its "
+              "index and label")
 
     def labels(self, split: str) -> Array:
         self.info.num_examples(split)
@@ -280,6 +342,8 @@ class FileSource(Source):
 
     # Records are file paths, so a whole split fits in one shuffle block.
     shuffle_block = None
+    repair = ("Replace the file with a valid image under the same name (deleting it would "
+              "renumber the examples, so that the run could not resume)")
 
     def labels(self, split: str) -> Array:
         self.info.num_examples(split)

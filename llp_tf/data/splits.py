@@ -10,13 +10,16 @@ and trains on QQ% of them. `make_splits`, per class c with n_c examples:
 - used: ``max(k_c, round(QQ% * n_c))``: the labelled ones plus the lowest
   remaining indices, or a seeded draw of the rest.
 
-A class with examples but no labelled one is an error (raise PP, or give
-the labelled set: `splits_from_labelled`); a class with no training example
-is skipped (`absent_classes_warning`). A run's split must not change on
-resume, so it is saved (`save_splits`) and loaded (`load_splits`) with a
-check against the dataset: the same number of training examples and a
-SHA-256 fingerprint of ``train_labels``. The bank holds only the used
-examples: original index ``used_index[j]`` is bank row j (`dense_index`).
+Excluded examples (an exclude list, `llp_tf.data.exclusions`) are left out
+of both subsets, and n_c counts the others. A class with examples but no
+labelled one is an error (raise PP, or give the labelled set:
+`splits_from_labelled`); a class with no training example is skipped
+(`absent_classes_warning`). A run's split must not change on resume, so it
+is saved (`save_splits`, with the files it was made from and the excluded
+examples) and loaded (`load_splits`) with a check against the dataset: the
+same number of training examples and a SHA-256 fingerprint of
+``train_labels``. The bank holds only the used examples: original index
+``used_index[j]`` is bank row j (`dense_index`).
 """
 
 import hashlib
@@ -31,6 +34,8 @@ from llp_tf.errors import ConfigError, DataError
 from llp_tf.types import Array
 
 SPLIT_FORMAT = "llp-split-v1"
+#: Header keys naming the files a split was made from (`save_splits`).
+MADE_FROM_KEYS = ("label_subset", "exclude_list")
 # Keys of the labelled set in that format, spelled as when it was fixed.
 _LABELLED_KEY, _NUM_LABELLED_KEY = "labeled_index", "num_labeled"
 
@@ -76,8 +81,18 @@ def _used_extra(members, chosen, count, rng):
     return rng.choice(rest, size=min(extra, rest.size), replace=False)
 
 
+def _kept_members(labels, excluded):
+    """{class: its example indices in increasing order} over the examples not
+    ``excluded`` (int [E] or None)."""
+    kept = np.ones(labels.size, bool)
+    if excluded is not None:
+        kept[np.asarray(excluded, np.int64)] = False
+    return {int(c): np.flatnonzero((labels == c) & kept) for c in np.unique(labels[kept])}
+
+
 def make_splits(labels: Array, label_percent: float, data_percent: float, seed: int | None = None,
-                num_classes: int | None = None) -> tuple[Array, Array]:
+                num_classes: int | None = None,
+                excluded: Array | None = None) -> tuple[Array, Array]:
     """The labelled and used subsets of a regime (see the module docstring).
 
     Args:
@@ -89,6 +104,8 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
       num_classes: optional C; labels must then lie in [0, C). Classes of
         [0, C) without any training example are skipped (see
         `absent_classes_warning`).
+      excluded: optional int [E], examples that are neither labelled nor used
+        (`llp_tf.data.exclusions`); the percentages count the others.
 
     Returns:
       (labelled_index, used_index): sorted int64 arrays of distinct example
@@ -103,12 +120,11 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
     labels = _check_labels(labels, num_classes)
     rng = None if seed is None else np.random.default_rng(seed)
     labelled, used, starved = [], [], []
-    for c in np.unique(labels):
-        members = np.flatnonzero(labels == c)  # increasing index order
+    for c, members in _kept_members(labels, excluded).items():
         k = _round_half_up(label_percent * members.size / 100.0)
         u = max(k, _round_half_up(data_percent * members.size / 100.0))
         if k == 0:
-            starved.append((int(c), members.size))
+            starved.append((c, members.size))
             continue
         chosen = members[:k] if rng is None else rng.choice(members, size=k, replace=False)
         labelled.append(chosen)
@@ -124,14 +140,17 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
             f"{needed:.3g} (class {c} has {counted(n, 'example')}), or choose the labelled "
             "examples yourself with --split_file (tools/make_splits.py) or --label_subset (a "
             "list of image file names).")
+    if not labelled:
+        raise DataError("Every training example is excluded (--exclude_list): nothing is left "
+                        "to train on.")
     labelled_index = np.sort(np.concatenate(labelled)).astype(np.int64)
     used_index = np.sort(np.concatenate(used)).astype(np.int64)
     return labelled_index, used_index
 
 
 def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: float,
-                        seed: int | None = None,
-                        num_classes: int | None = None) -> tuple[Array, Array]:
+                        seed: int | None = None, num_classes: int | None = None,
+                        excluded: Array | None = None) -> tuple[Array, Array]:
     """The used subset around a labelled set chosen elsewhere (a subset list).
 
     Per class c with n_c examples, the used subset holds its labelled
@@ -144,6 +163,8 @@ def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: flo
       data_percent: QQ, percentage of each class that is used.
       seed: None or int, as in `make_splits`.
       num_classes: optional C; labels must then lie in [0, C).
+      excluded: optional int [E], examples that are neither labelled (they
+        leave the labelled set) nor used; n_c counts the others.
 
     Returns:
       (labelled_index, used_index): sorted int64 arrays.
@@ -152,12 +173,13 @@ def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: flo
     labels = _check_labels(labels, num_classes)
     labelled_index = np.unique(np.asarray(labelled_index, np.int64))
     check_index_set("labelled_index", labelled_index, labels.size)
+    if excluded is not None:
+        labelled_index = np.setdiff1d(labelled_index, excluded)
     if labelled_index.size == 0:
         raise DataError("The labelled set is empty: give at least one labelled example.")
     rng = None if seed is None else np.random.default_rng(seed)
     used = [labelled_index]
-    for c in np.unique(labels):
-        members = np.flatnonzero(labels == c)
+    for c, members in _kept_members(labels, excluded).items():
         chosen = labelled_index[labels[labelled_index] == c]
         used.append(_used_extra(members, chosen,
                                 _round_half_up(data_percent * members.size / 100.0), rng))
@@ -182,6 +204,15 @@ def absent_classes_warning(labels: Array, num_classes: int) -> str | None:
 def labels_fingerprint(train_labels: Array) -> str:
     """str: SHA-256 of the training labels as int64, to recognise a dataset."""
     return hashlib.sha256(np.ascontiguousarray(train_labels, dtype="<i8").tobytes()).hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """str: SHA-256 (hex) of a file's bytes, to recognise a list a split was made from."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def dense_index(used_index: Array, index: Array) -> Array:
@@ -223,15 +254,23 @@ def check_index_set(name: str, index: Array, num_examples: int) -> Array:
 
 def save_splits(path: str, labelled_index: Array, used_index: Array, train_labels: Array,
                 dataset_name: str = "", label_percent: float | None = None,
-                data_percent: float | None = None, seed: int | None = None) -> None:
-    """Writes a split file (NumPy .npz: the two index arrays and a JSON header).
+                data_percent: float | None = None, seed: int | None = None,
+                made_from: dict | None = None,
+                excluded: dict[str, Array] | None = None) -> None:
+    """Writes a split file (NumPy .npz: the index arrays and a JSON header).
 
     Args:
       path: str, file to write (atomically: a temporary file then a rename).
       labelled_index, used_index: sorted int64 arrays from `make_splits`.
       train_labels: int [N], the dataset's training labels (fingerprinted).
       dataset_name: str, recorded for messages.
-      label_percent, data_percent, seed: recorded for reference.
+      label_percent, data_percent, seed: recorded for reference (None: not
+        used, e.g. label_percent with a subset list).
+      made_from: JSON-able dict of the files the split was made from, added
+        to the header: "label_subset" and "exclude_list", each {"path",
+        "sha256", ...} or None.
+      excluded: optional dict split -> sorted int64 [E], the examples left out
+        (`llp_tf.data.exclusions`), stored as arrays "excluded_<split>_index".
     """
     train_labels = np.asarray(train_labels, np.int64)
     n = train_labels.size
@@ -244,14 +283,17 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
         "train_labels_sha256": labels_fingerprint(train_labels),
         "label_percent": label_percent, "data_percent": data_percent, "seed": seed,
         _NUM_LABELLED_KEY: int(labelled_index.size), "num_used": int(used_index.size),
+        **(made_from or {}),
     }
+    arrays = {f"excluded_{split}_index": np.asarray(index, np.int64)
+              for split, index in (excluded or {}).items()}
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npz")
     try:
         with os.fdopen(handle, "wb") as f:
             np.savez(f, **{_LABELLED_KEY: labelled_index}, used_index=used_index,
-                     header=np.array(json.dumps(header)))
+                     header=np.array(json.dumps(header)), **arrays)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
@@ -271,6 +313,24 @@ def read_split_indices(path: str) -> tuple[Array, Array]:
     """
     _, labelled_index, used_index = _read(path)
     return labelled_index.astype(np.int64), used_index.astype(np.int64)
+
+
+def read_made_from(path: str) -> dict:
+    """dict "label_subset"/"exclude_list" -> what the split file records of that
+    file ({"path", "sha256", ...}), or None: not used, or not recorded (files
+    written before these were)."""
+    header = read_split_header(path)
+    return {key: header.get(key) for key in MADE_FROM_KEYS}
+
+
+def read_split_exclusions(path: str) -> dict[str, Array]:
+    """dict "train"/"validation" -> sorted int64 [E]: the examples the split file
+    records as left out (none for files written before exclude lists)."""
+    _read(path)
+    with np.load(path, allow_pickle=False) as data:
+        return {split: data[f"excluded_{split}_index"].astype(np.int64)
+                if f"excluded_{split}_index" in data.files else np.zeros(0, np.int64)
+                for split in ("train", "validation")}
 
 
 def _read(path):

@@ -11,7 +11,8 @@ A folder holds shards ``train-00000-of-01024`` ... and
 Across a split's shards the indices must be exactly ``0 .. N-1``, each once.
 Optionally a ``dataset_info.json`` beside the shards (written by
 ``tools/build_tfrecords.py``) names the classes; without it the classes are
-``0 .. max label`` and are named by their numbers.
+``0 .. max label``, named by their numbers, and each needs a training
+example (a gap means 1-based or stray labels: `source.check_inferred_classes`).
 
 Opening a folder scans every record's label and index once (see
 `llp_tf.data.shards`, which caches the scan for large sets) and checks them.
@@ -27,7 +28,7 @@ import tensorflow as tf
 from llp_tf.counted_nouns import counted
 from llp_tf.data import shards
 from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
-                                validate_labels)
+                                check_inferred_classes, validate_labels)
 from llp_tf.errors import DataError
 from llp_tf.types import IntTensor
 
@@ -116,8 +117,12 @@ class TFRecordSource(ShardFileSource):
 
         class_names = _read_info(folder)
         if class_names is None:
-            top = int(labels_by_index[TRAIN].max())
-            class_names = tuple(str(c) for c in range(max(top, 0) + 1))
+            train_labels = labels_by_index[TRAIN]
+            check_inferred_classes(
+                train_labels, f"TFRecord train split of {folder}",
+                lambda i: self._where(TRAIN, i),
+                f'name them in {os.path.join(folder, INFO_FILE)} ({{"class_names": [...]}})')
+            class_names = tuple(str(c) for c in range(max(int(train_labels.max()), 0) + 1))
         for split in SPLITS:
             validate_labels(labels_by_index[split], len(class_names),
                             f"TFRecord {split} split of {folder}",

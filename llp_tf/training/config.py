@@ -177,7 +177,7 @@ def _as_field_value(section, field, value):
     """JSON or flag values in the field's Python type (lists become tuples)."""
     if isinstance(value, list):
         return tuple(int(v) for v in value)
-    if value is not None and field_type(section, field) is float:
+    if value is not None and field_type(section, field) in (float, Optional[float]):
         return float(value)
     return value
 

@@ -1,7 +1,9 @@
 """The run's record of its settings: what it started with, and each change.
 
 - ``config.json``: the settings the run was started with, written once,
-  when the run directory is set up, and never rewritten;
+  when the run directory is set up, and never rewritten; beside them,
+  ``data_files`` records the label subset and exclude lists the split was
+  made from (path and SHA-256; `save_config`);
 - ``config_history.jsonl``: one line per resume that changed settings,
   ``{"step": S, "time": ..., "changed": {name: [old, new], ...}}``, where
   ``step`` is the global step the resumed run continued from.
@@ -17,12 +19,16 @@ is never compared.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from typing import Any, Optional
 
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.config import TrainConfig, state_settings
 from llp_tf.training.run_directory import CONFIG_FILE, HISTORY_FILE, RunDirectory
+
+#: The key of ``config.json`` that records the list files a run's split was made from.
+DATA_FILES = "data_files"
 
 #: Settings that are not part of how the run trains.
 NOT_COMPARED = ("run_dir",)
@@ -90,9 +96,19 @@ def check_resumable(config: TrainConfig) -> None:
             "--run_dir, or rerun with the saved settings.")
 
 
-def save_config(config: TrainConfig) -> None:
-    """Writes ``run_dir/config.json`` (atomically), the record of a new run's settings."""
-    RunDirectory(config.run_dir).write_atomically(CONFIG_FILE, config.to_json())
+def save_config(config: TrainConfig, data_files: Optional[dict] = None) -> None:
+    """Writes ``run_dir/config.json`` (atomically), the record of a new run's settings.
+
+    ``data_files``: what the run's split records of the files it was made from
+    (`splits.read_made_from`: the label subset list and the exclude list, each
+    with its path and SHA-256), written under the key "data_files" beside the
+    settings (readers of the settings ignore it).
+    """
+    text = config.to_json()
+    if data_files is not None:
+        text = json.dumps({**json.loads(text), DATA_FILES: data_files}, indent=2,
+                          sort_keys=True)
+    RunDirectory(config.run_dir).write_atomically(CONFIG_FILE, text)
 
 
 def record_changes(config: TrainConfig, step: int) -> dict[str, tuple[Any, Any]]:

@@ -21,8 +21,9 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf import data
+from llp_tf.counted_nouns import counted, numbered_range
 from llp_tf.training import schedule
-from llp_tf.data import label_subsets, pipeline, splits
+from llp_tf.data import exclusions, image_check, label_subsets, pipeline, splits
 from llp_tf.training.distribution import make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
@@ -53,17 +54,23 @@ class RunSplit:
       used_index: int64 [U], dataset indices of the used examples (bank row j
         is example ``used_index[j]``).
       train_labels: int64 [N], the true class of every training example.
+      excluded_validation: int64 [E], validation examples left out (never
+        evaluated: `llp_tf.data.exclusions`).
     """
 
     labelled_index: np.ndarray
     used_index: np.ndarray
     train_labels: np.ndarray
+    excluded_validation: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, np.int64))
 
 
-def _resolve_split(data_config, run_dir, source, train_labels, stream, afresh):
-    """(labelled_index, used_index, new): the run's saved split (unless the run
-    starts ``afresh``), or else a given split file, a subset list or a new draw;
-    ``new`` says the split is not saved yet.
+def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded, afresh):
+    """(labelled_index, used_index, made_from): the run's saved split (made_from
+    None) unless the run starts ``afresh``, or else a given split file, a subset
+    list or a new draw, without the ``excluded`` examples
+    (`exclusions.Exclusions`); made_from is what the new split records of its
+    files (`splits.save_splits`).
 
     Args:
       data_config: `DataConfig`.
@@ -71,30 +78,36 @@ def _resolve_split(data_config, run_dir, source, train_labels, stream, afresh):
     path = RunDirectory(run_dir).split_path
     name = source.info.name
     if os.path.exists(path) and not afresh:
-        return (*splits.load_splits(path, train_labels, name), False)
+        exclusions.check_resume(path, excluded)
+        return (*splits.load_splits(path, train_labels, name), None)
     warning = splits.absent_classes_warning(train_labels, source.info.num_classes)
     if warning:
         _log(stream, warning)
     d = data_config
+    made_from = {"label_subset": None, "exclude_list": excluded.record()}
     if d.split_file:
-        labelled_index, used_index = splits.load_splits(d.split_file, train_labels, name)
+        labelled_index, used_index = (np.setdiff1d(index, excluded.train) for index in
+                                      splits.load_splits(d.split_file, train_labels, name))
         _log(stream, f"Split from {d.split_file}.")
     elif d.label_subset:
         labelled_index, used_index, list_path = label_subsets.make_subset_splits(
-            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir)
-        _log(stream, f"Labelled set: the {len(labelled_index)} images listed in {list_path} "
+            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir, excluded.train)
+        made_from["label_subset"] = label_subsets.list_record(d.label_subset, list_path)
+        _log(stream, f"Labelled set: the {counted(len(labelled_index), 'image')} listed in "
+                     f"{list_path}"
+                     f"{' and not excluded' if excluded.train.size else ''} "
                      "(--label_percent is not used).")
     else:
         labelled_index, used_index = splits.make_splits(
             train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
-            num_classes=source.info.num_classes)
-    return labelled_index, used_index, True
+            num_classes=source.info.num_classes, excluded=excluded.train)
+    return labelled_index, used_index, made_from
 
 
 def _check_one_batch(num_used, global_batch_size):
     if pipeline.steps_per_epoch(num_used, global_batch_size) == 0:
         raise ConfigError(
-            f"The run uses {num_used} training examples, fewer than one global batch "
+            f"The run uses {counted(num_used, 'training example')}, fewer than one global batch "
             f"(--global_batch_size={global_batch_size}), so an epoch would have no step. "
             f"Give --global_batch_size={num_used} or less, or use more data "
             "(--data_percent, or a larger dataset).")
@@ -109,16 +122,21 @@ def _prepare_run_directory(config, source, stream, chief, afresh):
     """
     d = config.data
     train_labels = source.train_labels()
-    labelled_index, used_index, new_split = _resolve_split(d, config.run_dir, source,
-                                                          train_labels, stream, afresh)
+    excluded = exclusions.load(d.exclude_list, source)
+    labelled_index, used_index, made_from = _resolve_split(d, config.run_dir, source,
+                                                          train_labels, stream, excluded, afresh)
     _check_one_batch(len(used_index), config.optimization.global_batch_size)
-    if new_split and chief:
-        splits.save_splits(RunDirectory(config.run_dir).split_path, labelled_index, used_index,
-                           train_labels, source.info.name, d.label_percent, d.data_percent,
-                           d.split_seed)
+    split_path = RunDirectory(config.run_dir).split_path
+    if made_from is not None:
+        image_check.require_decodable(source, data.VALIDATION, excluded.validation)
+    if made_from is not None and chief:
+        splits.save_splits(split_path, labelled_index, used_index, train_labels,
+                           source.info.name, d.label_percent, d.data_percent, d.split_seed,
+                           made_from, {"train": excluded.train,
+                                       "validation": excluded.validation})
     if chief and run_record.started_config(config.run_dir) is None:
-        run_record.save_config(config)
-    return RunSplit(labelled_index, used_index, train_labels)
+        run_record.save_config(config, splits.read_made_from(split_path))
+    return RunSplit(labelled_index, used_index, train_labels, excluded.validation)
 
 
 def _input_maker(config, source, strategy, method, split, steps_per_epoch):
@@ -142,8 +160,9 @@ def _evaluate_fn(config, source, strategy, model, method, split):
                           source.info.num_classes)
     batch = config.optimization.global_batch_size
     dataset = strategy.distribute_datasets_from_function(pipeline.make_eval_input_fn(
-        source, batch, config.data.image_size))
-    steps = pipeline.eval_steps(source.info.num_validation, batch)
+        source, batch, config.data.image_size, excluded_index=split.excluded_validation))
+    steps = pipeline.eval_steps(source.info.num_validation - split.excluded_validation.size,
+                                batch)
     return lambda: evaluator.evaluate(dataset, steps)
 
 
@@ -245,10 +264,11 @@ def _nothing_to_do(config, step, steps_per_epoch):
     done, asked = step // steps_per_epoch, config.optimization.epochs
     metrics = RunDirectory(config.run_dir).metrics_path
     if done == asked:
-        return (f"The run in {config.run_dir} has trained all its {done} epochs (step {step}); "
-                f"nothing to do. Its metrics are in {metrics}; raise --epochs to train further.")
-    return (f"The run in {config.run_dir} has trained {done} epochs (step {step}), more than "
-            f"the {asked} asked (--epochs={asked}); nothing was trained or changed. Its "
+        return (f"The run in {config.run_dir} has trained the {counted(done, 'epoch')} asked "
+                f"(step {step}); nothing to do. Its metrics are in {metrics}; raise --epochs to "
+                "train further.")
+    return (f"The run in {config.run_dir} has trained {counted(done, 'epoch')} (step {step}), "
+            f"more than the {asked} asked (--epochs={asked}); nothing was trained or changed. Its "
             f"metrics are in {metrics}; give --epochs above {done} to train further.")
 
 
@@ -260,8 +280,8 @@ def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
     if resumed and chief:
         dropped = run_directory.drop_records_after(step)
         if dropped:
-            _log(stream, f"Dropped {dropped} metrics row(s) recorded after step {step}, whose "
-                         "checkpoint was lost; they are recomputed.")
+            _log(stream, f"Dropped {counted(dropped, 'metrics row')} recorded after step "
+                         f"{step}, whose checkpoint was lost; they are recomputed.")
     if step // steps_per_epoch >= config.optimization.epochs:
         _log(stream, _nothing_to_do(config, step, steps_per_epoch))
         return False
@@ -322,10 +342,10 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     start = int(state.step.numpy())
     if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
         return {}
-    _log(stream, f"{info.name}: {len(split.used_index)} training examples used, "
-                 f"{len(split.labelled_index)} labelled, {info.num_classes} classes; "
-                 f"{strategy.num_replicas_in_sync} replica(s); {steps_per_epoch} steps per "
-                 f"epoch of {batch}.")
+    _log(stream, f"{info.name}: {counted(len(split.used_index), 'training example')} used, "
+                 f"{len(split.labelled_index)} labelled, {counted(info.num_classes, 'class')}; "
+                 f"{counted(strategy.num_replicas_in_sync, 'replica')}; "
+                 f"{counted(steps_per_epoch, 'step')} per epoch of {batch}.")
     if config.data.input_service:
         _log(stream, f"Training batches from the tf.data service at {config.data.input_service} "
                      "(evaluation input is built here).")
@@ -337,7 +357,8 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     end = int(state.step.numpy())
     if final:
         _log(stream, "\n" + format_table(final))
-    _log(stream, f"Trained steps {start}-{end} (epochs {start // steps_per_epoch + 1}-"
-                 f"{end // steps_per_epoch}); the run in {config.run_dir} has trained "
-                 f"{end // steps_per_epoch} of {config.optimization.epochs} epochs.")
+    epochs = numbered_range("epoch", start // steps_per_epoch + 1, end // steps_per_epoch)
+    _log(stream, f"Trained steps {start}-{end} ({epochs}); the run in {config.run_dir} has "
+                 f"trained {end // steps_per_epoch} of "
+                 f"{counted(config.optimization.epochs, 'epoch')}.")
     return final

@@ -166,7 +166,8 @@ def test_corrupt_jpeg_in_a_folder_names_the_file(tmp_path, jpegs, damage):
     bad.write_bytes(good[:40] if damage == "truncated_header"
                     else good[:400] + b"\x00" * (len(good) - 400))
     source = load_source(f"folder:{tmp_path}")
-    with pytest.raises(DataError, match=f"image of file {bad}: .*not a JPEG, PNG"):
+    with pytest.raises(DataError,
+                       match=f"image of file {bad} \\(train example 3\\): .*not a JPEG, PNG"):
         _elements(source, True)
 
 

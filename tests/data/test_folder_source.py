@@ -95,5 +95,13 @@ def test_corrupt_image_names_the_file(tmp_path, corruption):
     with pytest.raises(DataError) as error:
         _raw(source, "train")
     message = str(error.value)
-    assert f"file {path}" in message and "Cannot read or decode" in message
+    assert message.startswith(f"Cannot read or decode the image of file {path} (train example "
+                              "4): it is missing, empty, truncated, or not a JPEG, PNG, GIF or "
+                              "BMP image. Replace the file with a valid image under the same "
+                              "name (deleting it would renumber the examples, so that the run "
+                              "could not resume), and rerun: the run resumes. Or leave out "
+                              f"every bad image: tools/check_data.py --dataset=folder:{tmp_path} "
+                              "--write_exclude_list=FILE finds them all, and a new run given "
+                              "--exclude_list=FILE never draws them")
+    assert "remove" not in message
     assert "\n" not in message and "Traceback" not in message

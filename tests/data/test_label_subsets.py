@@ -1,6 +1,8 @@
 """Labelled sets from lists of image file names (ImageNet's 1% / 10% subsets),
 on a faked ImageNet-style image folder and a tiny TFDS set with file names."""
 
+import hashlib
+import json
 import os
 
 import numpy as np
@@ -102,9 +104,10 @@ def test_sources_without_file_names_say_so(tmp_path):
 
 
 class _FakeDownloadManager:
-    """Stands in for tfds.download.DownloadManager: 'downloads' a local file."""
+    """Stands in for tfds.download.DownloadManager: 'downloads' `CONTENT`."""
 
     calls = []
+    CONTENT = f"{SYNSETS[1]}_1.JPEG\n"
 
     def __init__(self, download_dir):
         self.download_dir = download_dir
@@ -114,8 +117,19 @@ class _FakeDownloadManager:
         path = os.path.join(self.download_dir, "fetched")
         os.makedirs(self.download_dir, exist_ok=True)
         with open(path, "w") as f:
-            f.write(f"{SYNSETS[1]}_1.JPEG\n")
+            f.write(self.CONTENT)
         return epath.Path(path)
+
+
+def _checksum_of(content):
+    return len(content.encode()), hashlib.sha256(content.encode()).hexdigest()
+
+
+def test_published_checksums_are_the_ones_tfds_records():
+    assert label_subsets.published_checksum("1percent") == (
+        260323, "71e82a48ba78252683ae334c4d019ebd5c6e855b9599c1389fbe83eb9549cf17")
+    assert label_subsets.published_checksum("10percent") == (
+        2603168, "6d09de11e7bdaf5b1f3b1f249b6183695f97310cdd20f0c03e7235b6b9392091")
 
 
 def test_published_lists_are_fetched_once_through_tfds(tmp_path, monkeypatch):
@@ -123,6 +137,8 @@ def test_published_lists_are_fetched_once_through_tfds(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tfds_source, "unreachable_host", lambda urls: None)
     monkeypatch.setattr(tfds.download, "DownloadManager", _FakeDownloadManager)
+    monkeypatch.setattr(label_subsets, "published_checksum",
+                        lambda name: _checksum_of(_FakeDownloadManager.CONTENT))
     _FakeDownloadManager.calls = []
     path = label_subsets.resolve("1percent", data_dir=str(tmp_path))
     assert path == str(tmp_path / "downloads" / "imagenet2012_1percent.txt")
@@ -133,6 +149,43 @@ def test_published_lists_are_fetched_once_through_tfds(tmp_path, monkeypatch):
     # Kept: the second run needs no network.
     assert label_subsets.resolve("1percent", data_dir=str(tmp_path)) == path
     assert len(_FakeDownloadManager.calls) == 1
+
+
+def test_a_truncated_published_list_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(tfds.download, "DownloadManager",
+                        lambda **_: pytest.fail("downloaded although a copy is kept"))
+    kept = tmp_path / "downloads" / "imagenet2012_1percent.txt"
+    kept.parent.mkdir()
+    kept.write_text("n01440764_10026.JPEG\nn01440764_10027.JPEG\nn014407")
+    with pytest.raises(DataError) as error:
+        label_subsets.resolve("1percent", data_dir=str(tmp_path))
+    message = str(error.value)
+    assert message.startswith(f"{kept} is not the published label subset '1percent': it has "
+                              "49 bytes (SHA-256 ")
+    assert ("TFDS records 260323 bytes (SHA-256 71e82a48ba78252683ae334c4d019ebd5c6e855b9599"
+            "c1389fbe83eb9549cf17) for https://raw.githubusercontent.com/") in message
+    assert "truncated or damaged: delete it" in message
+
+
+def test_a_damaged_download_is_refused_and_not_kept(tmp_path, monkeypatch):
+    from llp_tf.data import tfds_source
+
+    monkeypatch.setattr(tfds_source, "unreachable_host", lambda urls: None)
+    monkeypatch.setattr(tfds.download, "DownloadManager", _FakeDownloadManager)
+    with pytest.raises(DataError, match=r"fetched is not the published label subset '10percent'"):
+        label_subsets.resolve("10percent", data_dir=str(tmp_path))
+    assert not (tmp_path / "downloads" / "imagenet2012_10percent.txt").exists()
+
+
+def test_a_list_with_a_byte_order_mark_is_read(imagenet_folder, tmp_path):
+    source = load_source(f"folder:{imagenet_folder}")
+    names = source.file_names("train")[[3, 5]].tolist()
+    path = tmp_path / "windows.txt"
+    path.write_text("\ufeff" + "\r\n".join(names) + "\r\n", encoding="utf-8")
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert label_subsets.read_list(str(path)) == names
+    labelled, _, _ = label_subsets.make_subset_splits(source, str(path), 100)
+    np.testing.assert_array_equal(labelled, [3, 5])
 
 
 def test_published_list_offline_is_a_clear_error(tmp_path, monkeypatch):
@@ -219,8 +272,29 @@ def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     assert lines[0].startswith("warning: 1 of 5 classes have no training example (classes 4)")
     assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
                         "(--label_percent is not used).")
-    labelled, used = splits.load_splits(os.path.join(config.run_dir, "split.npz"),
-                                       source.train_labels())
+    split_path = os.path.join(config.run_dir, "split.npz")
+    labelled, used = splits.load_splits(split_path, source.train_labels())
     np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
     np.testing.assert_array_equal(used, np.arange(12))
     assert final["epoch"] == 1 and final["phase"] == "llp"
+    # The split and the config record the list (path and SHA-256), not a label_percent.
+    listed = {"list": list_path, "path": list_path,
+              "sha256": hashlib.sha256(open(list_path, "rb").read()).hexdigest()}
+    assert splits.read_made_from(split_path) == {"label_subset": listed, "exclude_list": None}
+    assert splits.read_split_header(split_path)["label_percent"] is None
+    with open(os.path.join(config.run_dir, "config.json")) as f:
+        recorded = json.load(f)
+    assert recorded["data_files"]["label_subset"] == listed
+    assert recorded["data"]["label_percent"] is None
+    assert recorded["data"]["label_subset"] == list_path
+
+    # A run directory written before these records (split.npz without them,
+    # config.json with the unused label_percent) still resumes.
+    splits.save_splits(split_path, labelled, used, source.train_labels(),
+                       "tfds:llp_test_tiny_imagenet", 10.0, 100.0, None)
+    recorded["data"]["label_percent"] = 10.0
+    del recorded["data_files"]
+    with open(os.path.join(config.run_dir, "config.json"), "w") as f:
+        json.dump(recorded, f)
+    final = run_training(config.replace(epochs=2), io.StringIO())
+    assert final["epoch"] == 2

@@ -80,6 +80,31 @@ def test_class_name_file_and_relative_paths(tmp_path, flat):
         "[0, 3).")
 
 
+def test_lists_with_a_byte_order_mark_are_read(tmp_path, flat):
+    root, _ = flat
+    (tmp_path / "train.txt").write_text("\ufeffcat/a.jpg 1\r\ndog/c.jpg 0\r\n",
+                                        encoding="utf-8")
+    (tmp_path / "names.txt").write_text("\ufeffdog\r\ncat\r\n", encoding="utf-8")
+    source = load_source(_list_name(root, tmp_path / "train.txt",
+                                    classes=tmp_path / "names.txt"))
+    assert source.info.class_names == ("dog", "cat")
+    assert source.paths("train")[0] == os.path.join(str(root), "cat/a.jpg")
+
+
+def test_one_based_and_stray_labels_are_named(tmp_path, flat):
+    root, _ = flat
+    train = tmp_path / "train.txt"
+    train.write_text("cat/a.jpg 1\ndog/c.jpg 2\n")
+    with pytest.raises(DataError, match=rf"^List file {train}: no record has label 0 and the "
+                                        r"labels run from 1 to 2: they appear to start at 1"):
+        load_source(_list_name(root, train))
+    train.write_text("cat/a.jpg 0\ndog/c.jpg 1\nemu/z.jpg 999\ncat/b.jpg 1\n")
+    with pytest.raises(DataError, match=r"counted from the largest label, 999 at line 3, which "
+                                        r"makes 1000 classes; 997 of them have no training "
+                                        r"example .* name them in a class-name file"):
+        load_source(_list_name(root, train))
+
+
 def test_derived_names_fall_back_per_label(tmp_path):
     path = tmp_path / "list.txt"
     # 0: one folder; 1: two folders; 2 and 3 share a folder; 4: no image; 5: no folder.

@@ -166,8 +166,21 @@ def test_corrupt_image_during_training_names_the_file(tmp_path):
     with open(written[5][0], "wb") as f:
         f.write(written[5][2][:40])
     source = load_source(f"folder:{tmp_path}")
-    with pytest.raises(DataError, match=f"image of file {written[5][0]}: "):
+    with pytest.raises(DataError, match=f"image of file {written[5][0]} \\(train example 5\\): "):
         _epoch(source, 8)
+
+
+def test_eval_leaves_out_excluded_examples_unread(tmp_path):
+    write_image_folder(str(tmp_path / "train"), {"a": 2, "b": 2})
+    written = write_image_folder(str(tmp_path / "validation"), {"a": 4, "b": 3}, seed=1)
+    with open(written[2][0], "wb") as f:
+        f.write(b"not an image")
+    source = load_source(f"folder:{tmp_path}")
+    with data_errors():
+        out = _collect(pipeline.make_eval_input_fn(source, 4, SIZE,
+                                                   excluded_index=np.array([2, 5]))(None))
+    assert out["mask"].shape == (pipeline.eval_steps(5, 4) * 4,)
+    assert sorted(out["index"][out["mask"]].tolist()) == [0, 1, 3, 4, 6]
 
 
 def test_embedded_regime_subset(mnist5k):

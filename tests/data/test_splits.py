@@ -135,6 +135,45 @@ def test_save_and_load_round_trip(tmp_path):
     assert header["num_labeled"] == labelled.size
 
 
+@pytest.mark.parametrize("seed", [None, 2])
+def test_excluded_examples_are_neither_labelled_nor_used(seed):
+    labels = _labels()  # classes of 40, 25 and 17
+    excluded = np.concatenate([np.flatnonzero(labels == 0)[:5], np.flatnonzero(labels == 2)])
+    labelled, used = make_splits(labels, 20, 60, seed=seed, excluded=excluded)
+    assert not np.intersect1d(used, excluded).size and np.all(np.isin(labelled, used))
+    # Percentages of the examples left: 35 and 25 (class 2 has none left, like an absent class).
+    np.testing.assert_array_equal(np.bincount(labels[labelled], minlength=3), [7, 5, 0])
+    np.testing.assert_array_equal(np.bincount(labels[used], minlength=3), [21, 15, 0])
+    if seed is None:  # the lowest indices left
+        np.testing.assert_array_equal(labelled[labels[labelled] == 0],
+                                      np.flatnonzero(labels == 0)[5:12])
+    given = np.flatnonzero(labels == 1)[:3]
+    labelled, used = splits.splits_from_labelled(labels, given, 100, seed=seed,
+                                                 excluded=[int(given[0]), *excluded])
+    np.testing.assert_array_equal(labelled, given[1:])
+    np.testing.assert_array_equal(used, np.setdiff1d(np.arange(labels.size), given[:1].tolist()
+                                                     + excluded.tolist()))
+    with pytest.raises(DataError, match="Every training example is excluded"):
+        make_splits(labels, 20, 60, excluded=np.arange(labels.size))
+
+
+def test_split_files_record_the_files_they_were_made_from(tmp_path):
+    labels = _labels()
+    path = str(tmp_path / "split.npz")
+    made_from = {"label_subset": {"list": "1percent", "path": "/d/1percent.txt",
+                                  "sha256": "ab" * 32},
+                 "exclude_list": {"path": "/d/bad.txt", "sha256": "cd" * 32, "train": 1,
+                                  "validation": 2}}
+    splits.save_splits(path, np.array([3, 4]), np.arange(3, 10), labels, label_percent=None,
+                       made_from=made_from,
+                       excluded={"train": np.array([2]), "validation": np.array([0, 4])})
+    assert splits.read_made_from(path) == made_from
+    assert splits.read_split_header(path)["label_percent"] is None
+    excluded = splits.read_split_exclusions(path)
+    assert (excluded["train"].tolist(), excluded["validation"].tolist()) == ([2], [0, 4])
+    np.testing.assert_array_equal(splits.load_splits(path, labels)[1], np.arange(3, 10))
+
+
 def test_split_file_for_another_dataset(tmp_path):
     labels = _labels()
     path = str(tmp_path / "split.npz")

@@ -102,6 +102,18 @@ def test_make_splits_tool(tmp_path):
     np.testing.assert_array_equal(labelled, [0, 1, 10, 11, 20, 21])
     np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24])
 
+    excluded = tmp_path / "bad.txt"
+    excluded.write_text("train 0\ntrain 12\n")
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       "--label_percent=20", "--data_percent=50", f"--output={output}",
+                       f"--exclude_list={excluded}")
+    assert result.returncode == 0, result.stderr
+    labelled, used = splits.load_splits(output, labels)
+    np.testing.assert_array_equal(labelled, [1, 2, 10, 11, 20, 21])
+    np.testing.assert_array_equal(used, [1, 2, 3, 4, 5, 10, 11, 13, 14, 15, 20, 21, 22, 23, 24])
+    assert splits.read_made_from(output)["exclude_list"]["path"] == str(excluded)
+    assert splits.read_split_exclusions(output)["train"].tolist() == [0, 12]
+
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                        "--label_percent=1", f"--output={output}")
     assert result.returncode == 1
@@ -148,6 +160,8 @@ def test_make_splits_tool_with_a_subset_list(tmp_path):
     labelled, used = splits.load_splits(output, np.repeat([0, 1], 10))
     np.testing.assert_array_equal(labelled, [2])
     np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14])
+    assert splits.read_made_from(output)["label_subset"]["path"] == str(listed)
+    assert splits.read_split_header(output)["label_percent"] is None
 
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                        f"--label_subset={listed}", "--label_percent=10", f"--output={output}")

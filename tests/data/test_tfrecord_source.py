@@ -111,6 +111,42 @@ def test_negative_label(tmp_path):
         load_source(f"tfrecord:{tmp_path}")
 
 
+def test_a_stray_label_is_named_with_its_record(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = [0, 1, 2, 3] * 3
+    labels[9] = 999
+    paths = write_shards(str(tmp_path), "train", _records(range(12), labels, rng), 2)
+    with pytest.raises(DataError) as error:
+        load_source(f"tfrecord:{tmp_path}")
+    assert str(error.value) == (
+        f"TFRecord train split of {tmp_path}: the classes are counted from the largest label, "
+        f"999 at shard {paths[1]}, record 3, which makes 1000 classes; 995 of them have no "
+        "training example (classes 4, 5, 6, 7, 8, ...), and 1 record(s) have labels beyond "
+        "the first of them. "
+        "A stray or mistyped label is the likely cause: fix it; or, if the classes really are "
+        f"0..999, name them in {tmp_path / 'dataset_info.json'} "
+        '({"class_names": [...]}).')
+
+
+def test_labels_that_start_at_1_are_named_as_such(tmp_path):
+    rng = np.random.default_rng(0)
+    write_shards(str(tmp_path), "train", _records(range(8), [1, 2, 3, 4] * 2, rng), 1)
+    with pytest.raises(DataError, match=r"^TFRecord train split of .*: no record has label 0 "
+                                        r"and the labels run from 1 to 4: they appear to start "
+                                        r"at 1, but labels must be class numbers from 0\. "):
+        load_source(f"tfrecord:{tmp_path}")
+    # With the classes declared, 1-based labels run out of range at the top: said too.
+    with open(tmp_path / "dataset_info.json", "w") as f:
+        json.dump({"class_names": ["a", "b", "c", "d"]}, f)
+    with pytest.raises(DataError, match=r"the first is 4 at .* The labels run from 1 to C: "
+                                        r"they appear to start at 1\."):
+        load_source(f"tfrecord:{tmp_path}")
+    # Declared classes may have no training example (a subset of a label space).
+    with open(tmp_path / "dataset_info.json", "w") as f:
+        json.dump({"class_names": ["none", "a", "b", "c", "d"]}, f)
+    assert load_source(f"tfrecord:{tmp_path}").info.num_classes == 5
+
+
 def test_missing_feature_names_the_record(tmp_path):
     rng = np.random.default_rng(0)
     records = _records([0, 1], [0, 0], rng)
@@ -137,5 +173,8 @@ def test_corrupt_image_names_shard_and_record(tmp_path):
     records.insert(1, example_bytes(b"\xff\xd8\xff\xe0 broken jpeg", 0, 2))
     paths = write_shards(str(tmp_path), "train", records, 1)
     source = load_source(f"tfrecord:{tmp_path}")
-    with pytest.raises(DataError, match=f"image of shard {paths[0]}, record 1: "):
+    with pytest.raises(DataError, match=f"image of shard {paths[0]}, record 1 \\(train example "
+                                        "2\\): .* Rebuild that shard with a valid image in that "
+                                        "record, keeping its index and label, and "
+                                        "rerun: the run resumes. Or leave out every bad image"):
         _raw(source, "train")

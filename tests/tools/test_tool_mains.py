@@ -46,9 +46,9 @@ def _runs_the_readme_trains():
 
 def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
     tools = _tools()
-    assert tools == ["analyze.py", "build_tfrecords.py", "compare_propagation.py", "export.py",
-                     "input_service.py", "launch_local.py", "linear_probe.py", "make_splits.py",
-                     "predict.py", "train.py"]
+    assert tools == ["analyze.py", "build_tfrecords.py", "check_data.py",
+                     "compare_propagation.py", "export.py", "input_service.py", "launch_local.py",
+                     "linear_probe.py", "make_splits.py", "predict.py", "train.py"]
     for name in tools:
         module = load_tool(name)
         assert list(inspect.signature(module.main).parameters)[:3] == \

@@ -129,10 +129,11 @@ def test_every_flag_reaches_its_config_field():
         expected[name] = (section, field.name, value)
         argv.append(text)
     flag_values(argv)
-    # split_file excludes label_subset, jit_compile sync_batch_norm: checked below.
+    # split_file excludes label_subset, jit_compile sync_batch_norm, and label_subset
+    # leaves label_percent unused: checked below.
     config = config_flags.config_from_flags(flag_values, split_file=None, jit_compile=False)
     for name, (section, field_name, value) in expected.items():
-        if name in ("split_file", "jit_compile"):
+        if name in ("split_file", "jit_compile", "label_percent"):
             continue
         assert getattr(getattr(config, section), field_name) == value, name
     flag_values2 = flags.FlagValues()
@@ -140,6 +141,11 @@ def test_every_flag_reaches_its_config_field():
     flag_values2(["train", "--run_dir=/r", "--split_file=/s.npz", "--jit_compile"])
     config = config_flags.config_from_flags(flag_values2)
     assert config.data.split_file == "/s.npz" and config.run.jit_compile
+    assert config.data.label_percent == 10.0
+    flag_values3 = flags.FlagValues()
+    config_flags.define_config_flags(flag_values3)
+    flag_values3(["train", "--run_dir=/r", "--label_percent=2.5"])
+    assert config_flags.config_from_flags(flag_values3).data.label_percent == 2.5
 
 
 def test_flag_defaults_help_and_choices_are_the_fields():

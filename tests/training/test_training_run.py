@@ -145,6 +145,8 @@ def test_a_start_that_wrote_no_checkpoint_is_retried_afresh_with_other_settings(
         f"{config.run_dir} holds no checkpoint (its start did not reach the first), so the "
         "run starts afresh; deleted its config.json, split.npz, tensorboard.")
     assert final["step"] == 5
+    assert log.getvalue().splitlines()[-1] == (
+        f"Trained steps 0-5 (epoch 1); the run in {config.run_dir} has trained 1 of 1 epoch.")
     assert run_record.started_config(config.run_dir).model.embedding_dim == 8
 
 
@@ -182,7 +184,7 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
             "was trained or changed") in log.getvalue()
     log = io.StringIO()
     assert training_run.run_training(config, stream=log) == {}
-    assert "has trained all its 2 epochs (step 10); nothing to do" in log.getvalue()
+    assert "has trained the 2 epochs asked (step 10); nothing to do" in log.getvalue()
     assert open(run.config_path).read() == started
     assert not os.path.exists(run.file(run_record.HISTORY_FILE))
 
@@ -194,7 +196,7 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
     text = log.getvalue()
     assert f"the checkpoint {newest} cannot be read" in text
     assert "Resumed from" in text and "ckpt-9 (step 9)" in text
-    assert "Dropped 1 metrics row(s) recorded after step 9" in text
+    assert "Dropped 1 metrics row recorded after step 9" in text
     assert "Settings changed since the run last trained: epochs: 2 -> 3, k: 3 -> 5; " \
            "recorded at step 9" in text
     assert "Trained steps 9-15 (epochs 2-3); the run in" in text
@@ -229,3 +231,54 @@ def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
     assert set(checkpoint_state(config.run_dir)) == set(first)
     assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2, 3, 4]
     assert all(np.isfinite(row["train_loss"]) for row in _metrics(config.run_dir))
+
+
+def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path):
+    from llp_tf.data import exclusions, splits
+    from llp_tf.errors import DataError
+    from tests.runs import write_stripes
+
+    dataset = write_stripes(tmp_path / "data", train_per_class=10, validation_per_class=3)
+    # Classes in sorted order (checker, diagonal, horizontal, vertical), then files.
+    bad_train = tmp_path / "data" / "train" / "vertical" / "002.png"  # train example 32
+    bad_validation = tmp_path / "data" / "validation" / "checker" / "001.png"  # example 1
+    bad_train.write_bytes(b"")
+    bad_validation.write_bytes(b"GIF89a, cut short")
+    config = _config(tmp_path, dataset, global_batch_size=8, warmup_epochs=0, epochs=1,
+                     label_percent=20.0)
+    # A bad validation image stops a new run before it writes anything.
+    with pytest.raises(DataError, match=rf"^1 validation image\(s\) of {dataset} cannot be "
+                                        rf"read or decoded \(first: file {bad_validation} "
+                                        r"\(validation example 1\)\)\."):
+        training_run.run_training(config, stream=io.StringIO())
+    assert not any(os.path.exists(os.path.join(config.run_dir, name))
+                   for name in ("split.npz", "config.json"))
+
+    listed = tmp_path / "bad.txt"
+    listed.write_text(exclusions.format_exclude_list(
+        [("train", 32, f"file {bad_train}"), ("validation", 1, f"file {bad_validation}")],
+        dataset))
+    config = config.replace(exclude_list=str(listed))
+    final = training_run.run_training(config, stream=io.StringIO())
+    assert final["examples"] == 11 and final["step"] == 4  # 39 used examples, batches of 8
+    split_path = os.path.join(config.run_dir, "split.npz")
+    labelled, used = splits.load_splits(split_path, np.repeat(np.arange(4), 10))
+    np.testing.assert_array_equal(used, np.setdiff1d(np.arange(40), [32]))
+    assert labelled.size == 8 and 32 not in labelled
+    record = exclusions.read_exclude_list(str(listed), training_run.data.load_source(dataset))
+    assert splits.read_made_from(split_path)["exclude_list"] == record.record()
+    with open(os.path.join(config.run_dir, "config.json")) as f:
+        assert json.load(f)["data_files"] == {"label_subset": None,
+                                              "exclude_list": record.record()}
+
+    # The same examples, listed in another file: the run resumes.
+    copy = shutil.copy(listed, tmp_path / "copy.txt")
+    final = training_run.run_training(config.replace(epochs=2, exclude_list=str(copy)),
+                                      stream=io.StringIO())
+    assert final["step"] == 8 and final["examples"] == 11
+    # Other exclusions (here none) are refused before anything is trained.
+    with pytest.raises(DataError, match=r"was started excluding 1 training and 1 validation "
+                                        r"examples .*; --exclude_list now excludes none\."):
+        training_run.run_training(config.replace(epochs=3, exclude_list=None),
+                                  stream=io.StringIO())
+    assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2]

@@ -1,0 +1,85 @@
+"""Finding every image of a dataset that cannot be decoded, in one parallel pass.
+
+`find_bad_images` reads a split's records as the input pipeline does and
+decodes each image whole with the source's own decoder (`Source.load_image`,
+in parallel through `decode.decodable`), so an image it passes trains and
+evaluates. It names each failure by split, example index and file, or shard
+and record: what an exclude list (`llp_tf.data.exclusions`) and a repair
+need. tools/check_data.py runs it over both splits; a new run runs it over
+the validation split before it writes anything (`require_decodable`).
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from llp_tf.data import decode, exclusions
+from llp_tf.data.source import Source
+from llp_tf.errors import DataError
+from llp_tf.types import Array
+
+#: Records checked between two progress reports.
+BATCH = 256
+_SHOWN = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class BadImage:
+    """An example whose image cannot be read or decoded.
+
+    Attributes:
+      split: "train" or "validation".
+      index: int, its stable example index.
+      where: str, its file ("file /data/cat/1.jpg") or shard and record.
+    """
+
+    split: str
+    index: int
+    where: str
+
+
+def find_bad_images(source: Source, split: str, skip: Array | None = None,
+                    on_progress: Callable[[int, int], object] | None = None) -> list[BadImage]:
+    """The examples of ``split`` whose image cannot be read or decoded, by index.
+
+    Args:
+      source: a `Source`.
+      split: "train" or "validation" (it must have examples).
+      skip: optional int [K] example indices not to check (already excluded).
+      on_progress: optional callable(images checked, bad ones among them),
+        called after every `BATCH` images.
+
+    Returns:
+      list of `BadImage`, sorted by index.
+    """
+    records = exclusions.drop_excluded(source.records(split),
+                                       source.info.num_examples(split), skip)
+    checked = decode.decodable(records, source.load_image).map(
+        lambda r, ok: {"index": r["index"], "ok": ok, "where": source.describe(split, r)})
+    bad, done = [], 0
+    for batch in checked.batch(BATCH).prefetch(2).as_numpy_iterator():
+        for position in np.flatnonzero(~batch["ok"]):
+            bad.append(BadImage(split, int(batch["index"][position]),
+                                batch["where"][position].decode()))
+        done += batch["ok"].size
+        if on_progress is not None:
+            on_progress(done, len(bad))
+    return sorted(bad, key=lambda b: b.index)
+
+
+def require_decodable(source: Source, split: str, skip: Array | None = None) -> None:
+    """Raises DataError naming the first few images of ``split`` that cannot be
+    decoded (see `find_bad_images`), with what to do about them. A split
+    without examples, and a source whose bytes were decoded when it was
+    written (``trusted_bytes``), pass unread."""
+    if source.trusted_bytes or source.info.num_examples(split) == 0:
+        return
+    bad = find_bad_images(source, split, skip)
+    if bad:
+        shown = "; ".join(f"{b.where} ({split} example {b.index})" for b in bad[:_SHOWN])
+        raise DataError(
+            f"{len(bad)} {split} image(s) of {source.info.name} cannot be read or decoded "
+            f"(first: {shown}). {source.repair}; or leave them out: tools/check_data.py "
+            f"--dataset={source.info.name} --write_exclude_list=FILE finds every bad image, "
+            "and --exclude_list=FILE leaves them out.")
