@@ -317,7 +317,7 @@ def test_train_tool_trains_on_places205(tmp_path):
     assert code == 0, stderr
     assert (f"places205:{tmp_path / 'places'}: 12 training examples used, 8 labelled, "
             "205 classes") in stdout
-    assert "the run in" in stdout and "has trained 1 of 1 epochs" in stdout
+    assert "the run in" in stdout and "has trained 1 of 1 epoch" in stdout
 
 
 @pytest.mark.parametrize("name", ["list:", "places205:"])
