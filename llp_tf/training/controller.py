@@ -26,7 +26,7 @@ from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.preemption import TrainingStopped
-from llp_tf.training.progress import EpochProgress
+from llp_tf.training.progress import EpochProgress, RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,10 +135,13 @@ class Controller:
         self.eval_actions = list(eval_actions)
         self.stop_requested = stop_requested
         self.stream = stream or sys.stdout
+        self._clock: Optional[RunClock] = None
 
     def run(self) -> dict[str, Any]:
         """Trains to the last epoch; returns the last evaluation's row ({} if none ran)."""
         final = {}
+        self._clock = RunClock(int(self.step.numpy()),
+                               self.settings.epochs * self.settings.steps_per_epoch)
         while True:
             epoch, start = divmod(int(self.step.numpy()), self.settings.steps_per_epoch)
             if epoch >= self.settings.epochs:
@@ -158,7 +161,8 @@ class Controller:
         iterator = self.make_iterator(epoch, start)
         progress = EpochProgress(f"epoch {epoch + 1}/{settings.epochs} ({phase})",
                                  settings.steps_per_epoch, settings.global_batch_size, start,
-                                 self.stream)
+                                 self.stream, run_clock=self._clock,
+                                 first_global_step=epoch * settings.steps_per_epoch)
         if start == 0:
             self.totals.reset()
         while start < settings.steps_per_epoch:
@@ -183,7 +187,11 @@ class Controller:
         global_step = int(self.step.numpy())
         to_checkpoint = settings.checkpoint_every - global_step % settings.checkpoint_every
         steps = min(settings.steps_per_loop, settings.steps_per_epoch - start, to_checkpoint)
-        metrics = self.runner.run(iterator, steps, phase)
+        def on_step(done):
+            if done < steps:  # the loop's last step is reported with its metrics, below
+                progress.update(start + done)
+
+        metrics = self.runner.run(iterator, steps, phase, on_step=on_step)
         for action in self.train_actions:
             action(LoopOutput(global_step, steps, metrics))
         self.step.assign_add(steps)

@@ -1,9 +1,10 @@
 """Progress of an epoch: a live bar on a terminal, plain log lines elsewhere.
 
 On an interactive terminal the bar is rewritten in place (step, loss terms,
-images/s, ETA). When output goes to a file or pipe, or ``CI`` is set, a
-plain line is printed at most every ``log_every_seconds`` and at the end of
-the epoch, so logs stay readable.
+images/s, ETA of the epoch and, with a `RunClock`, of the whole run). When
+output goes to a file or pipe, or ``CI`` is set, a plain line is printed at
+most every ``log_every_seconds`` and at the end of the epoch, so logs stay
+readable.
 """
 
 import os
@@ -24,6 +25,29 @@ def _format_duration(seconds):
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
 
 
+class RunClock:
+    """The pace of a whole run, for its ETA: the time per step since this process
+    started training, evaluations and checkpoints included.
+
+    Args:
+      start_step: the global step this process starts from.
+      total_steps: the run's last global step (epochs x steps per epoch).
+    """
+
+    def __init__(self, start_step: int, total_steps: int) -> None:
+        self.start_step = int(start_step)
+        self.total_steps = int(total_steps)
+        self._start = time.monotonic()
+
+    def remaining(self, global_step: int, now: float) -> Optional[float]:
+        """Seconds the run needs after ``global_step`` at this process's pace so
+        far (None before its first step)."""
+        done = int(global_step) - self.start_step
+        if done <= 0:
+            return None
+        return (self.total_steps - int(global_step)) * (now - self._start) / done
+
+
 class EpochProgress:
     """Reports the steps of one epoch.
 
@@ -34,13 +58,16 @@ class EpochProgress:
       start_step: int, steps already done (resumed mid-epoch).
       stream: where to write; default stdout.
       log_every_seconds: float, the interval of plain lines.
+      run_clock: `RunClock` of the run, for its ETA; None shows the epoch's only.
+      first_global_step: the global step of the epoch's step 0 (with ``run_clock``).
     """
 
     BAR_WIDTH = 20
 
     def __init__(self, description: str, total_steps: int, images_per_step: int,
                  start_step: int = 0, stream: Optional[TextIO] = None,
-                 log_every_seconds: float = 30.0) -> None:
+                 log_every_seconds: float = 30.0, run_clock: Optional[RunClock] = None,
+                 first_global_step: int = 0) -> None:
         self.description = description
         self.total_steps = int(total_steps)
         self.images_per_step = int(images_per_step)
@@ -49,12 +76,19 @@ class EpochProgress:
         self.log_every_seconds = float(log_every_seconds)
         self.step = int(start_step)
         self._start_step = int(start_step)
+        self.run_clock = run_clock
+        self.first_global_step = int(first_global_step)
+        self._metrics: Mapping[str, float] = {}
         self._start = time.monotonic()
         self._last_log = self._start
 
-    def update(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Reports that ``step`` steps of the epoch are done; metrics: name -> float."""
+    def update(self, step: int, metrics: Optional[Mapping[str, float]] = None) -> None:
+        """Reports that ``step`` steps of the epoch are done; metrics: name -> float
+        (None: a step inside a loop, shown with the last loop's metrics)."""
         self.step = int(step)
+        if metrics is not None:
+            self._metrics = dict(metrics)
+        metrics = self._metrics
         now = time.monotonic()
         done = self.step >= self.total_steps
         if self.interactive:
@@ -77,5 +111,9 @@ class EpochProgress:
         timing = (f"{rate:.0f} img/s ETA {_format_duration(remaining)}"
                   if self.step < self.total_steps else f"{rate:.0f} img/s "
                   f"in {_format_duration(elapsed)}")
+        run_left = (self.run_clock.remaining(self.first_global_step + self.step, now)
+                    if self.run_clock else None)
+        if run_left:  # None before the first step, 0 at the run's end
+            timing += f", run ETA {_format_duration(run_left)}"
         return (f"{self.description} [{bar}] {self.step}/{self.total_steps} {terms} "
                 f"{timing}")

@@ -1,6 +1,9 @@
 """The controller's loop on a fake method: loop sizes, checkpoints, evaluations,
 learning rates and the order of its actions, resumed or not."""
 
+import dataclasses
+import io
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -32,9 +35,11 @@ class _FakeRunner:
         self.step = step
         self.calls = []
 
-    def run(self, iterator, num_steps, phase):
+    def run(self, iterator, num_steps, phase, on_step=None):
         first = int(self.step.numpy())
         self.calls.append((first, num_steps, phase))
+        for done in range(1, num_steps + 1):
+            on_step(done)
         return {"loss": np.arange(first + 1, first + num_steps + 1, dtype=np.float32)}
 
 
@@ -115,3 +120,26 @@ def test_nan_guard_stops_before_the_step_counts(tmp_path):
                                                r"just run.*ckpt-5\) is kept"):
         controller.run()
     assert int(controller.step.numpy()) == 5
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_bar_moves_inside_a_loop_as_long_as_the_epoch_and_shows_the_runs_eta(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    controller, _ = _controller(tmp_path, epochs=2, steps_per_epoch=4)
+    controller.settings = dataclasses.replace(controller.settings, steps_per_loop=4,
+                                              checkpoint_every=100)
+    controller.stream = _Terminal()
+    controller.run()
+    assert controller.runner.calls == [(0, 4, "warmup"), (4, 4, "main")]
+    draws = controller.stream.getvalue().split("\r")[1:]
+    # Steps 1-3 of each loop while it runs, step 4 with the loop's metrics.
+    assert [draw.split("] ")[1].split(" ")[0] for draw in draws] == ["1/4", "2/4", "3/4",
+                                                                       "4/4"] * 2
+    assert "loss" not in draws[0] and "loss 2.5" in draws[3]  # mean of steps 1-4
+    assert "run ETA" in draws[2] and "run ETA" in draws[4]
+    assert "run ETA" not in draws[7]  # the run's end

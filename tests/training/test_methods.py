@@ -279,3 +279,13 @@ def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow():
     for variable, value in zip(scaled.model.trainable_variables, held):
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.path)
     assert float(scaled.optimizer.dynamic_scale.numpy()) == 2.0 ** 99
+
+
+def test_the_runner_reports_each_step_of_a_loop_on_the_host_while_it_runs():
+    method = _setup(tf.distribute.get_strategy())
+    iterator = _iterator(method.strategy, _data())
+    done = []
+    metrics = StepRunner(method).run(iterator, 3, "warmup", on_step=done.append)
+    assert done == [1, 2, 3] and metrics["loss"].shape == (3,)
+    # Without a callback the same traced loop runs, reporting to no one.
+    assert StepRunner(method).run(iterator, 2, "warmup")["loss"].shape == (2,)

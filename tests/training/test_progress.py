@@ -1,6 +1,6 @@
 import io
 
-from llp_tf.training.progress import EpochProgress
+from llp_tf.training.progress import EpochProgress, RunClock
 
 
 class _Terminal(io.StringIO):
@@ -34,3 +34,19 @@ def test_ci_gets_plain_lines_even_on_a_terminal(monkeypatch):
     stream = _Terminal()
     EpochProgress("e", 2, 8, stream=stream).update(2, {})
     assert not stream.getvalue().startswith("\r")
+
+
+def test_the_run_clock_estimates_the_rest_of_the_run_at_its_pace_so_far():
+    clock = RunClock(start_step=10, total_steps=110)
+    start = clock._start
+    assert clock.remaining(10, start + 5.0) is None  # no step yet
+    assert clock.remaining(30, start + 10.0) == 80 * 0.5  # 20 steps in 10 s
+    assert clock.remaining(110, start + 60.0) == 0.0
+
+
+def test_a_mid_loop_update_keeps_the_last_metrics():
+    stream = io.StringIO()
+    progress = EpochProgress("e", 4, 8, stream=stream, log_every_seconds=0)
+    progress.update(2, {"loss": 1.5})
+    progress.update(3)
+    assert stream.getvalue().splitlines()[1].startswith("e [###############.....] 3/4 loss 1.5 ")

@@ -199,9 +199,15 @@ class StepRunner:
     def __init__(self, method: Method) -> None:
         self.method = method
         self._loops = {}
+        self._on_step: Optional[Callable[[int], None]] = None
 
-    def run(self, iterator: Iterator, num_steps: int, phase: str) -> Dict[str, np.ndarray]:
+    def run(self, iterator: Iterator, num_steps: int, phase: str,
+            on_step: Optional[Callable[[int], None]] = None) -> Dict[str, np.ndarray]:
         """Runs ``num_steps`` steps of ``phase`` from a distributed iterator.
+
+        Args:
+          on_step: called on the host with the number of the loop's steps done
+            after each one (for progress), while the loop runs.
 
         Returns:
           dict of metric name -> float32 numpy [num_steps], each the mean over
@@ -212,8 +218,17 @@ class StepRunner:
                              f"not {phase!r}.")
         if phase not in self._loops:
             self._loops[phase] = tf.function(lambda it, n: self._loop(it, n, phase))
-        results = self._loops[phase](iterator, tf.constant(num_steps, tf.int32))
+        self._on_step = on_step
+        try:
+            results = self._loops[phase](iterator, tf.constant(num_steps, tf.int32))
+        finally:
+            self._on_step = None
         return {name: value.numpy() for name, value in results.items()}
+
+    def _step_done(self, steps_done: np.ndarray) -> np.ndarray:
+        if self._on_step is not None:
+            self._on_step(int(steps_done))
+        return steps_done
 
     def _loop(self, iterator, num_steps, phase):
         strategy = self.method.strategy
@@ -227,6 +242,9 @@ class StepRunner:
                 record.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM,
                                                 per_replica[name], axis=None))
                 for record, name in zip(records, names))
+            # A host call, ordered after the step's updates (on a GPU once they
+            # are queued: it reads no device result, so it adds no wait).
+            tf.numpy_function(self._step_done, [i + 1], tf.int32, stateful=True)
             return (i + 1,) + records
 
         records = tuple(tf.TensorArray(tf.float32, size=num_steps) for _ in names)
