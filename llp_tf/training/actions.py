@@ -64,7 +64,7 @@ class EvaluationLog:
 
     Args:
       run_directory: `RunDirectory`.
-      writer: `tf.summary` writer.
+      writer: `tf.summary` writer of the validation run (`summaries.VALIDATION_RUN`).
       stream: where the one-line summary goes.
     """
 
@@ -78,7 +78,10 @@ class EvaluationLog:
         row, evaluated = output.row, output.evaluated
         with self.writer.as_default(step=row["step"]):
             for name, value in evaluated.items():
-                tf.summary.scalar(f"eval/{name}", value)
+                tf.summary.scalar(name, value)
+        # On disk before the epoch's checkpoint, as the training summaries: a
+        # resume drops those past its checkpoint.
+        self.writer.flush()
         self.run_directory.append_metrics(row)
         log_line(self.stream, f"epoch {row['epoch']}: " + " ".join(
             f"{name} {value:.4f}" for name, value in evaluated.items() if name != "examples"))

@@ -101,7 +101,7 @@ class Controller:
       make_iterator: (epoch, start_step) -> distributed iterator of the
         epoch's remaining global batches.
       evaluate: () -> dict of evaluation metrics.
-      writer: `tf.summary` writer.
+      writer: `tf.summary` writer of the training metrics (`summaries.TRAIN_RUN`).
       train_actions: `Action`s called with each loop's `LoopOutput`, before
         its steps count (the NaN guard).
       eval_actions: `Action`s called with each evaluation's `EvalOutput`.
@@ -200,8 +200,8 @@ class Controller:
         self.totals.add(metrics)
         with self.writer.as_default(step=global_step):
             for name, value in means.items():
-                tf.summary.scalar(f"train/{name}", value)
-            tf.summary.scalar("train/learning_rate", learning_rate)
+                tf.summary.scalar(name, value)
+            tf.summary.scalar("learning_rate", learning_rate)
         progress.update(start + steps, means)
         if start + steps < settings.steps_per_epoch:  # epoch ends: see _epoch
             if global_step % settings.checkpoint_every == 0:

@@ -1,6 +1,8 @@
 """Evaluation of a run: validation accuracy and the memory bank's state.
 
-- softmax top-1 / top-5 of the category head on the validation split;
+- softmax top-1 / top-5 of the category head on the validation split, and
+  its cross-entropy with the validation labels (``categorisation``, the
+  training term's counterpart, without confidence weights);
 - nearest neighbour (NN) top-1: the true training label of the bank row
   closest to the validation image's embedding (as in the paper's ablations);
 - pseudo-label accuracy, coverage and mean confidence on the unlabelled
@@ -63,7 +65,7 @@ class Evaluator:
         counts = {name: float(value.numpy()) for name, value in counts.items()}
         total = max(counts.pop("examples"), 1.0)
         metrics = {"top1": counts["top1"] / total, "top5": counts["top5"] / total,
-                   "examples": total}
+                   "categorisation": counts["categorisation"] / total, "examples": total}
         if self.bank is not None:
             metrics["nn_top1"] = counts["nn_top1"] / total
             metrics.update(self.bank_metrics())
@@ -92,7 +94,8 @@ class Evaluator:
         return metrics
 
     def _loop(self, iterator, num_steps):
-        names = ("examples", "top1", "top5") + (("nn_top1",) if self.bank is not None else ())
+        names = ("examples", "top1", "top5", "categorisation") + (
+            ("nn_top1",) if self.bank is not None else ())
 
         def body(i, *totals):
             per_replica = self.strategy.run(self._replica_step, args=(next(iterator),))
@@ -114,6 +117,7 @@ class Evaluator:
             "examples": tf.reduce_sum(tf.cast(mask, tf.float32)),
             "top1": metrics_lib.top_k_count(logits, labels, mask, 1),
             "top5": metrics_lib.top_k_count(logits, labels, mask, 5),
+            "categorisation": metrics_lib.cross_entropy_sum(logits, labels, mask),
         }
         if self.bank is not None:
             counts["nn_top1"] = metrics_lib.nearest_neighbour_count(

@@ -2,8 +2,9 @@
 
 The number of real (unmasked) examples whose label is the softmax top-1 or
 among the top-k classes (`top_k_count`), or the true class of the nearest
-bank row (`nearest_neighbour_count`); evaluation sums them over the split
-and divides by the number of real examples. The statistics of the bank's
+bank row (`nearest_neighbour_count`), and the sum of their cross-entropies
+(`cross_entropy_sum`); evaluation sums them over the split and divides by
+the number of real examples. The statistics of the bank's
 state are `llp_tf.core.bank_statistics`.
 """
 
@@ -41,6 +42,19 @@ def top_k_count(logits: FloatTensor, labels: IntTensor, mask: BoolTensor | Float
         # needs no cap: every example is a hit.
         hits = tf.math.in_top_k(labels, logits, int(k))
     return _masked_sum(hits, mask)
+
+
+def cross_entropy_sum(logits: FloatTensor, labels: IntTensor,
+                      mask: BoolTensor | FloatTensor) -> FloatTensor:
+    """float32 []: the sum over real examples of -log softmax(logits)[label].
+
+    Args: as `top_k_count`'s (logits of any float dtype, taken in float32).
+    """
+    mask = tf.cast(mask, tf.bool)
+    # A padding row's label may be anything: it is read as class 0, then masked.
+    labels = tf.where(mask, tf.cast(labels, tf.int64), tf.zeros_like(labels, tf.int64))
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, tf.cast(logits, tf.float32))
+    return _masked_sum(losses, mask)
 
 
 def nearest_neighbour_count(embeddings: FloatTensor, bank: FloatTensor,

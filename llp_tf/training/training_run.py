@@ -35,7 +35,7 @@ from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods import StepRunner, method_class
 from llp_tf.training import cluster as cluster_lib
-from llp_tf.training import run_record
+from llp_tf.training import run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory, start_afresh
@@ -237,9 +237,8 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                 stop_requested):
     run_directory = RunDirectory(config.run_dir)
     optimization, run, method = config.optimization, config.run, state.method
-    writer = (tf.summary.create_file_writer(run_directory.tensorboard_dir) if chief
-              else tf.summary.create_noop_writer())
-    logs = [actions.EvaluationLog(run_directory, writer, stream)] if chief else []
+    writer, validation_writer = summaries.make_writers(run_directory.tensorboard_dir, chief)
+    logs = [actions.EvaluationLog(run_directory, validation_writer, stream)] if chief else []
     checkpoints = state.checkpoints
     return Controller(
         method=method, runner=StepRunner(method), step=state.step, totals=state.totals,
@@ -342,6 +341,10 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     start = int(state.step.numpy())
     if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
         return {}
+    if chief and not resumed:
+        summaries.write_hparams(RunDirectory(config.run_dir).tensorboard_dir, {
+            name: value for name, value in config.settings().items()
+            if name not in run_record.NOT_COMPARED})
     _log(stream, f"{info.name}: {counted(len(split.used_index), 'training example')} used, "
                  f"{len(split.labelled_index)} labelled, {counted(info.num_classes, 'class')}; "
                  f"{counted(strategy.num_replicas_in_sync, 'replica')}; "

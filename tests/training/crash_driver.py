@@ -44,11 +44,11 @@ def _install(point):
     if kind == "step":
         run = StepRunner.run
 
-        def blocking_run(self, iterator, num_steps, phase):
+        def blocking_run(self, iterator, num_steps, phase, on_step=None):
             # The optimizer has taken one step per global step (no warm start here).
             if int(self.method.optimizer.iterations.numpy()) == number:
                 _block(point)
-            return run(self, iterator, num_steps, phase)
+            return run(self, iterator, num_steps, phase, on_step)
 
         StepRunner.run = blocking_run
         return

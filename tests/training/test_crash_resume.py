@@ -88,14 +88,17 @@ def _write_config(tmp_path, stripes):
 
 
 def _summary_steps(run_dir):
-    """dict tag -> list of steps over all of a run's TensorBoard event files."""
+    """dict "run/tag" (e.g. "validation/top1") -> list of steps over all of a
+    run's TensorBoard event files."""
     steps = {}
-    for folder, _, names in os.walk(RunDirectory(run_dir).tensorboard_dir):
+    root = RunDirectory(run_dir).tensorboard_dir
+    for folder, _, names in os.walk(root):
         for name in sorted(names):
             for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
                 event = tf.compat.v1.Event.FromString(record.numpy())
                 for value in event.summary.value:
-                    steps.setdefault(value.tag, []).append(event.step)
+                    key = os.path.join(os.path.relpath(folder, root), value.tag)
+                    steps.setdefault(os.path.normpath(key), []).append(event.step)
     return steps
 
 
@@ -133,7 +136,7 @@ def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, unin
             assert row[name] == pytest.approx(want[name], rel=1e-4, abs=1e-5), \
                 (row["epoch"], name)
     steps = _summary_steps(config.run_dir)
-    assert steps["eval/top1"] == [5, 10, 15, 20]
+    assert steps["validation/top1"] == [5, 10, 15, 20]
     assert sorted(steps["train/loss"]) == [2, 3, 5, 6, 8, 9, 10, 12, 14, 15, 17, 18, 20]
     assert not any(name.endswith("_temp") for name in os.listdir(run.checkpoint_dir))
 

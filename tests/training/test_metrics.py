@@ -103,3 +103,17 @@ def test_nearest_neighbour_count():
     assert got.dtype == tf.float32 and got.shape == ()
     assert float(got) == want
     assert 0 < want < 25
+
+
+def test_cross_entropy_sum_against_float64_and_padding_rows_out_of_range():
+    rng = np.random.default_rng(3)
+    logits = (rng.normal(size=(6, 5)) * 30).astype(np.float32)  # exp overflows float32 at 89
+    labels = rng.integers(0, 5, 6)
+    mask = np.array([True, True, True, True, False, False])
+    labels[4:] = -1  # what a padding row may carry
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    want = -sum(log_softmax[i, labels[i]] for i in range(4))
+    got = metrics.cross_entropy_sum(tf.constant(logits),
+                                    tf.constant(labels), tf.constant(mask))
+    assert float(got) == pytest.approx(want, rel=1e-5)

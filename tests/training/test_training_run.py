@@ -48,7 +48,7 @@ def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tin
     real_train = StepRunner.run
     calls = []
 
-    def crash_in_the_second_llp_epoch(self, iterator, num_steps, phase):
+    def crash_in_the_second_llp_epoch(self, iterator, num_steps, phase, on_step=None):
         calls.append(num_steps)
         if sum(calls) > 12:  # step 12 is a checkpoint in the middle of epoch 3 (steps 10-15)
             raise RuntimeError("simulated crash")
@@ -71,8 +71,8 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, str
     real_train = StepRunner.run
     calls = []
 
-    def diverge(self, iterator, num_steps, phase):
-        metrics = real_train(self, iterator, num_steps, phase)
+    def diverge(self, iterator, num_steps, phase, on_step=None):
+        metrics = real_train(self, iterator, num_steps, phase, on_step)
         calls.append(num_steps)
         if sum(calls) > 7:
             metrics["loss"][-1] = np.nan
