@@ -30,10 +30,6 @@ import os
 import re
 import sys
 
-# TensorFlow's C++ warnings hidden (errors still show): an image that fails to
-# decode logs "Local rendezvous is aborting ..." before the tool's own line.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
