@@ -132,7 +132,10 @@ def test_a_resume_of_the_demo_prints_no_tensorflow_warning(tmp_path, caplog):
         resumed = _run(*DEMO_SMALL, run_dir, "--epochs=2")
     assert resumed.returncode == 0, resumed.stderr
     assert "Resumed from" in resumed.stdout and "trained 2 of 2 epochs" in resumed.stdout
-    assert [record.getMessage() for record in caplog.records] == []
+    # (TensorFlow's retracing notice counts the calls of every Evaluator this
+    # test process has made; a process that trains once never sees it.)
+    assert [record.getMessage() for record in caplog.records
+            if "retracing" not in record.getMessage()] == []
     # A rerun of the finished run, as users run it: TensorFlow's warnings would
     # reach the process's stderr.
     rerun = _run_script(*DEMO_SMALL, run_dir, "--epochs=2")

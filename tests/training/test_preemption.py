@@ -20,11 +20,11 @@ def test_sigterm_stops_after_the_loop_with_a_checkpoint_and_the_rerun_resumes(
     config = tiny_config(tmp_path, stripes)  # the shared run's settings
     real_run = StepRunner.run
 
-    def sigterm_at_step_6(self, iterator, num_steps, phase):
+    def sigterm_at_step_6(self, iterator, num_steps, phase, on_step=None):
         # The optimizer has taken one step per global step (no warm start here).
         if int(self.method.optimizer.iterations.numpy()) == 6:
             os.kill(os.getpid(), signal.SIGTERM)
-        return real_run(self, iterator, num_steps, phase)
+        return real_run(self, iterator, num_steps, phase, on_step)
 
     monkeypatch.setattr(StepRunner, "run", sigterm_at_step_6)
     handler = signal.getsignal(signal.SIGTERM)
