@@ -13,7 +13,7 @@ import pytest
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
 from tests.runs import assert_same_state, tiny_config
-from tests.tools.tool_main import ROOT, tool_path
+from tests.tools.tool_main import ROOT, load_tool, tool_path
 
 LAUNCH_TIMEOUT_SECONDS = 240
 SETTINGS = dict(warmup_epochs=1, epochs=2, eval_every=1)
@@ -50,6 +50,25 @@ def one_process_two_replicas(tmp_path_factory, stripes):
     return config.run_dir
 
 
+def _wait_until(condition):
+    """Returns once ``condition()`` holds (or the launch timeout passed)."""
+    deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _assert_the_relaunch_resumes(config, step, reference_dir):
+    """Relaunches both workers: they resume from the checkpoint at ``step`` and end
+    as the one process with two replicas did."""
+    run = RunDirectory(config.run_dir)
+    relaunch = _launch(config)
+    out, _ = relaunch.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert relaunch.returncode == 0, out
+    assert f"Resumed from {run.checkpoint_dir}/ckpt-{step}" in out
+    _assert_close_states(config.run_dir, reference_dir)
+    assert [row["epoch"] for row in run.read_metrics()] == [1, 2]
+
+
 def _assert_close_states(run_dir, reference_dir):
     """Same variables; integers equal, floats equal up to rounding (measured:
     bit-equal here, where a two-replica sum has one order; longer runs with
@@ -81,9 +100,8 @@ def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_res
     run = RunDirectory(config.run_dir)
     launcher = _launch(config, start_new_session=True)
     try:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
-        while not os.path.exists(run.metrics_path) and time.monotonic() < deadline:
-            time.sleep(0.2)  # the first epoch's evaluation: the second epoch runs
+        # The first epoch is evaluated: the second one runs.
+        _wait_until(lambda: os.path.exists(run.metrics_path))
         children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
                                   text=True).stdout.split()
         assert len(children) == 2
@@ -98,19 +116,12 @@ def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_res
     assert "[worker 1] Stopped by SIGTERM at step" in out
     stopped = int(out.split("[worker 0] Stopped by SIGTERM at step ")[1].split(",")[0])
     assert 5 <= stopped < 10
-
-    relaunch = _launch(config)
-    out, _ = relaunch.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
-    assert relaunch.returncode == 0, out
-    assert f"Resumed from {run.checkpoint_dir}/ckpt-{stopped}" in out
-    _assert_close_states(config.run_dir, one_process_two_replicas)
-    assert [row["epoch"] for row in run.read_metrics()] == [1, 2]
+    _assert_the_relaunch_resumes(config, stopped, one_process_two_replicas)
 
 
 def _worker(config, ports, index):
     """tools/train.py as worker ``index`` of a cluster on ``ports`` (as on two hosts,
     without the launcher that stops the others when one dies)."""
-    from tests.tools.tool_main import load_tool
     env = dict(os.environ, TF_CONFIG=load_tool("launch_local.py").tf_config(ports, index))
     return subprocess.Popen([sys.executable, tool_path("train.py"), *_flags(config)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -119,16 +130,13 @@ def _worker(config, ports, index):
 @pytest.mark.slow
 def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
         tmp_path, stripes, one_process_two_replicas):
-    from tests.tools.tool_main import load_tool
     config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
                          checkpoint_every=100, **SETTINGS)
     run = RunDirectory(config.run_dir)
     ports = load_tool("tool_cli.py").free_ports(2)
     workers = [_worker(config, ports, index) for index in (0, 1)]
     try:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
-        while not os.path.exists(run.metrics_path) and time.monotonic() < deadline:
-            time.sleep(0.2)  # the first epoch's evaluation: the second epoch runs
+        _wait_until(run.latest_checkpoint)  # the first epoch's, at step 5
         workers[1].kill()
         out, err = workers[0].communicate(timeout=LAUNCH_TIMEOUT_SECONDS)
     finally:
@@ -141,10 +149,4 @@ def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
         "error: Lost worker 1 of the cluster (killed, out of memory or its node lost), so "
         "worker 0 stopped too. Relaunch every worker with the same command: the run resumes "
         f"from its checkpoint at step 5 ({run.checkpoint_dir}/ckpt-5).\n")
-
-    relaunch = _launch(config)
-    out, _ = relaunch.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
-    assert relaunch.returncode == 0, out
-    assert f"Resumed from {run.checkpoint_dir}/ckpt-5" in out
-    _assert_close_states(config.run_dir, one_process_two_replicas)
-    assert [row["epoch"] for row in run.read_metrics()] == [1, 2]
+    _assert_the_relaunch_resumes(config, 5, one_process_two_replicas)
