@@ -160,7 +160,8 @@ def _train_rates(source, batch, rounds, batches_per_round=6):
     def runner(fused):
         dataset = pipeline.make_train_input_fn(
             source, batch, 224, seed=0, epoch=0, steps=batches_per_round,
-            fused_crop=fused)(None).with_options(_one_core())
+            fused_crop=fused,
+            labelled_index=range(source.info.num_train))(None).with_options(_one_core())
 
         def run():
             with data_errors():
@@ -236,7 +237,8 @@ def _throughput_results(values, scratch):
     for label, source, size in cases:
         batch = min(values.batch_size, source.info.num_train)
         train = _measure(lambda epoch, s=source, b=batch, z=size: pipeline.make_train_input_fn(
-            s, b, z, seed=0, epoch=epoch)(None), values.seconds)
+            s, b, z, seed=0, epoch=epoch,
+            labelled_index=range(s.info.num_train))(None), values.seconds)
         results.append({"set": label, "pipeline": "train", "image_size": size,
                         "images_per_second": round(train, 1)})
         split = "validation" if source.info.num_validation else "train"

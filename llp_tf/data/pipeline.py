@@ -15,7 +15,9 @@ or where the epoch was resumed. Of a JPEG only the crop's window is decoded
 (`llp_tf.data.crop_decode`); with ``input_service`` tf.data service workers
 build the batches (`llp_tf.data.data_service`). Elements: {"image": float32
 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}, ``index`` the bank
-row: the original index, or its position in ``used_index``.
+row: the original index, or its position in ``used_index``; ``label`` the
+class of a labelled example and `UNLABELLED` (-1) for any other, so no
+training computation can read an unlabelled example's ground truth.
 
 Evaluation: every example of the split exactly once, in a fixed order,
 padded with copies of its first example to whole global batches. Elements
@@ -40,6 +42,9 @@ from llp_tf.data.source import TRAIN, VALIDATION, Source
 from llp_tf.data.splits import check_index_set
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array
+
+#: The training label of an example outside the run's labelled set.
+UNLABELLED = -1
 
 #: ``input_fn(input_context or None) -> tf.data.Dataset`` of one worker.
 InputFn = Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
@@ -138,10 +143,25 @@ def _example_seed(augment_seed, record):
     return tf.random.experimental.stateless_fold_in(pass_seed, record["index"])
 
 
+def _labelled_mask(labelled_index, num_examples):
+    """bool [N]: whether each training example is labelled.
+
+    Raises:
+      ValueError: an index outside [0, N).
+    """
+    labelled_index = np.asarray(labelled_index, np.int64)
+    if labelled_index.size and (labelled_index.min() < 0 or labelled_index.max() >= num_examples):
+        raise ValueError(f"labelled_index must lie in [0, {num_examples}).")
+    mask = np.zeros(num_examples, bool)
+    mask[labelled_index] = True
+    return mask
+
+
 def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_area,
-                       fused_crop):
+                       fused_crop, labelled_index):
     """Dataset of records -> Dataset of training elements {"image", "label",
-    "index"}, one per record, in order.
+    "index"}, one per record, in order; "label" is -1 for an example not in
+    ``labelled_index``.
 
     Each record's random-resized-crop window (`augment.crop_window` with
     ``augment.crop_seed`` of the example's seed) is decoded, only the window
@@ -149,6 +169,7 @@ def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_
     (`augment.train_augment_crop`).
     """
     area_range = (float(min_crop_area), 1.0)
+    labelled = tf.constant(_labelled_mask(labelled_index, source.info.num_train))
 
     def load_crop(record):
         seed = augment.crop_seed(_example_seed(augment_seed, record))
@@ -156,9 +177,11 @@ def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_
             record, lambda shape: augment.crop_window(shape, seed, area_range), fused_crop)
 
     def train_element(record, crop):
+        label = tf.where(tf.gather(labelled, record["index"]), record["label"],
+                         tf.constant(UNLABELLED, record["label"].dtype))
         return {"image": augment.train_augment_crop(
                     crop, _example_seed(augment_seed, record), image_size, augmentation),
-                "label": record["label"], "index": record["dense_index"]}
+                "label": label, "index": record["dense_index"]}
 
     return lambda records: source.decode(records, TRAIN, load_crop).map(
         train_element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -182,7 +205,8 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
                         shuffle_block: int | None = None, batches_cross_passes: bool = False,
                         augmentation: str = PAPER, cache_passes: bool = False,
                         min_crop_area: float = MIN_CROP_AREA,
-                        fused_crop: bool = True, input_service: str = "") -> InputFn:
+                        fused_crop: bool = True, input_service: str = "", *,
+                        labelled_index: Array) -> InputFn:
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -215,17 +239,22 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
         the same pixels, less work); False decodes every image whole.
       input_service: address of a tf.data service dispatcher whose workers
         build the batches (`llp_tf.data.data_service`); "": built here.
+      labelled_index: int64 [L], the dataset indices of the labelled examples:
+        the only ones whose label the batches carry.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
       {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}
-      with ``steps - start_step`` elements per replica.
+      with ``steps - start_step`` elements per replica; "label" is
+      `UNLABELLED` (-1) for an example outside ``labelled_index``, so no
+      training computation can read the ground truth of an unlabelled one.
     """
     used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
         batches_cross_passes, augmentation, min_crop_area, input_service)
     train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch),
-                                        image_size, augmentation, min_crop_area, fused_crop)
+                                        image_size, augmentation, min_crop_area, fused_crop,
+                                        labelled_index)
 
     def input_fn(input_context=None):
         records = epoch_order.epoch_records(

@@ -149,7 +149,7 @@ def _input_maker(config, source, strategy, method, split, steps_per_epoch):
             epoch, start_step=start_step, used_index=spec.index, steps=steps_per_epoch,
             batches_cross_passes=spec.batches_cross_passes, augmentation=d.augmentation,
             min_crop_area=d.min_crop_area, cache_passes=spec.cache_passes,
-            input_service=d.input_service)
+            input_service=d.input_service, labelled_index=split.labelled_index)
         return iter(strategy.distribute_datasets_from_function(input_fn))
 
     return make_iterator

@@ -103,3 +103,9 @@ def make_tfrecord_set(folder, num_train=24, num_validation=7, num_classes=3, num
         with open(os.path.join(folder, "dataset_info.json"), "w") as f:
             json.dump({"class_names": [f"class{c}" for c in range(num_classes)]}, f)
     return truth
+
+
+def all_labelled(source):
+    """int64 [N]: every training example of ``source``, as a training input's
+    ``labelled_index`` where every label may be read."""
+    return np.arange(source.info.num_train, dtype=np.int64)

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from llp_tf.data import augment, crop_decode, data_errors, decode, load_source, pipeline
 from llp_tf.errors import DataError
-from tests.data.helpers import example_bytes, random_image, write_shards
+from tests.data.helpers import all_labelled, example_bytes, random_image, write_shards
 
 SEEDS = 60
 
@@ -137,7 +137,8 @@ def jpeg_records(tmp_path_factory):
 
 def _elements(source, fused):
     dataset = pipeline.make_train_input_fn(source, 4, 32, seed=3, epoch=1,
-                                           fused_crop=fused)(None)
+                                           fused_crop=fused,
+                                           labelled_index=all_labelled(source))(None)
     with data_errors():
         return [{k: v.numpy() for k, v in batch.items()} for batch in dataset]
 

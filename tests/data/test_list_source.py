@@ -11,7 +11,7 @@ from llp_tf.data import data_errors, load_source, pipeline
 from llp_tf.data.list_source import ListSource, derive_class_names, parse_list_file
 from llp_tf.data.tfrecord_builder import build_tfrecords_from_source
 from llp_tf.errors import DataError
-from tests.data.helpers import decoded
+from tests.data.helpers import all_labelled, decoded
 from tests.data.places205_fake import DEEP, write_images as _write_images
 from tests.data.places205_fake import write_places as _write_places
 from tests.tools.tool_main import load_tool, run_main
@@ -296,7 +296,8 @@ def test_places205_feeds_the_training_pipeline(tmp_path):
     _write_places(str(tmp_path))
     source = load_source(f"places205:{tmp_path}")
     with data_errors():
-        batches = list(pipeline.make_train_input_fn(source, 4, 8, seed=0, epoch=0)(None)
+        batches = list(pipeline.make_train_input_fn(source, 4, 8, seed=0, epoch=0,
+                                                    labelled_index=all_labelled(source))(None)
                        .as_numpy_iterator())
     assert len(batches) == 3
     index = np.concatenate([b["index"] for b in batches])

@@ -8,7 +8,7 @@ import tensorflow as tf
 from llp_tf.data import augment
 from llp_tf.data import data_errors, load_source, pipeline
 from llp_tf.errors import ConfigError, DataError
-from tests.data.helpers import write_image_folder
+from tests.data.helpers import all_labelled, write_image_folder
 
 SIZE = 8
 
@@ -22,8 +22,22 @@ def _collect(dataset):
 def _epoch(source, batch, **kwargs):
     kwargs.setdefault("seed", 3)
     kwargs.setdefault("epoch", 0)
+    kwargs.setdefault("labelled_index", all_labelled(source))
     with data_errors():
         return _collect(pipeline.make_train_input_fn(source, batch, SIZE, **kwargs)(None))
+
+
+def test_only_labelled_examples_carry_their_label(source):
+    n = source.info.num_train
+    labelled = np.arange(0, n, 3)
+    used = np.arange(1, n)  # the bank's rows: "index" is the position in used_index
+    out = _epoch(source, 6, labelled_index=labelled, used_index=used)
+    original = used[out["index"]]
+    is_labelled = np.isin(original, labelled)
+    assert 0 < is_labelled.sum() < len(original)
+    np.testing.assert_array_equal(
+        out["label"], np.where(is_labelled, source.train_labels()[original], -1))
+    assert pipeline.UNLABELLED == -1
 
 
 def test_one_epoch_of_distinct_examples(source):
@@ -56,7 +70,8 @@ def test_order_depends_on_seed_and_epoch(tfrecord_source):
 
 def test_two_replicas_see_the_single_replica_global_batches(source, two_replica_strategy):
     single = _epoch(source, 6)
-    input_fn = pipeline.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0)
+    input_fn = pipeline.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0,
+                                            labelled_index=all_labelled(source))
     distributed = two_replica_strategy.distribute_datasets_from_function(input_fn)
     steps = []
     with data_errors():
@@ -78,7 +93,8 @@ def test_two_workers_split_each_global_batch(tfrecord_source):
     for worker in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker,
                                              num_replicas_in_sync=4)
-        fn = pipeline.make_train_input_fn(tfrecord_source, 8, SIZE, seed=3, epoch=0)
+        fn = pipeline.make_train_input_fn(tfrecord_source, 8, SIZE, seed=3, epoch=0,
+                                          labelled_index=all_labelled(tfrecord_source))
         parts.append([b["index"] for b in fn(context).as_numpy_iterator()])
     # Each worker's replicas get two batches of 2 per step: worker 0 then worker 1.
     steps = len(single["index"]) // 8
@@ -144,21 +160,26 @@ def test_eval_images_are_the_eval_transform_of_the_raw_images(folder_source):
 
 
 def test_batch_must_split_over_replicas(folder_source, two_replica_strategy):
-    input_fn = pipeline.make_train_input_fn(folder_source, 5, SIZE, seed=0, epoch=0)
+    input_fn = pipeline.make_train_input_fn(folder_source, 5, SIZE, seed=0, epoch=0,
+                                            labelled_index=all_labelled(folder_source))
     with pytest.raises(ConfigError, match="does not split evenly over 2 replicas"):
         two_replica_strategy.distribute_datasets_from_function(input_fn)
 
 
 def test_bad_settings(folder_source):
     with pytest.raises(ConfigError, match="larger than the 27 training examples"):
-        pipeline.make_train_input_fn(folder_source, 28, SIZE, seed=0, epoch=0)
+        pipeline.make_train_input_fn(folder_source, 28, SIZE, seed=0, epoch=0,
+                                     labelled_index=all_labelled(folder_source))
     with pytest.raises(ConfigError, match=r"start_step must lie in \[0, 6\]"):
-        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=0, epoch=0, start_step=7)
+        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=0, epoch=0, start_step=7,
+                                     labelled_index=all_labelled(folder_source))
     with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
-        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=-1, epoch=0)
+        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=-1, epoch=0,
+                                     labelled_index=all_labelled(folder_source))
     with pytest.raises(DataError, match="used_index must be sorted"):
         pipeline.make_train_input_fn(folder_source, 2, SIZE, seed=0, epoch=0,
-                                     used_index=np.array([3, 1, 2]))(None)
+                                     used_index=np.array([3, 1, 2]),
+                                     labelled_index=all_labelled(folder_source))(None)
 
 
 def test_corrupt_image_during_training_names_the_file(tmp_path):
@@ -213,7 +234,8 @@ def test_steps_beyond_one_pass_start_new_passes(folder_source, two_replica_strat
                                   out["image"][30:])
     np.testing.assert_array_equal(_epoch(folder_source, 6, steps=3)["index"], out["index"][:18])
     input_fn = pipeline.make_train_input_fn(folder_source, 6, SIZE, seed=3, epoch=0, steps=10,
-                                            start_step=10)
+                                            start_step=10,
+                                            labelled_index=all_labelled(folder_source))
     assert len(list(input_fn(None))) == 0
 
 
@@ -298,4 +320,4 @@ def test_min_crop_area_reaches_the_augmentation(folder_source):
         assert min(np.abs(out["image"][k] - band).max() for band in bands) < 1e-5
     with pytest.raises(ConfigError, match="min_crop_area must lie in"):
         pipeline.make_train_input_fn(folder_source, 3, SIZE, seed=0, epoch=0,
-                                     min_crop_area=0.0)
+                                     min_crop_area=0.0, labelled_index=all_labelled(folder_source))

@@ -42,9 +42,11 @@ def online_batches(source: Source, batch_size: int, image_size: int, seed: int, 
       tf.data.Dataset of {"image": float32 [B, S, S, 3], "label": int64 [B],
       "index": int64 [B]}, ``pipeline.steps_per_epoch(N_used, B)`` batches.
     """
+    # The probe trains on labelled data: every example's label is read.
     return pipeline.make_train_input_fn(
         source, batch_size, image_size, seed, epoch - 1, used_index=used_index,
-        augmentation=augmentation, min_crop_area=min_crop_area)(None)
+        augmentation=augmentation, min_crop_area=min_crop_area,
+        labelled_index=np.arange(source.info.num_train))(None)
 
 
 def frozen_features_fn(model: LLPModel, image_size: int) -> FeaturesFn:

@@ -9,6 +9,7 @@ from llp_tf.after_training.probe import feature_cache, linear_probe, online_read
 from llp_tf.after_training.probe.readout import ProbeSettings
 from llp_tf.data import pipeline
 from llp_tf.errors import ConfigError
+from tests.data.helpers import all_labelled
 
 BATCH, USED, LEARNING_RATE, MOMENTUM = 32, 64, 0.5, 0.9
 
@@ -51,7 +52,8 @@ def test_online_steps_are_sgd_momentum_on_the_frozen_trunks_augmented_features(r
     used = features.subsample_index(160, USED, seed=5)
     dataset = pipeline.make_train_input_fn(source, BATCH, 16, 5, 0, used_index=used,
                                            augmentation=config.augmentation,
-                                           min_crop_area=config.min_crop_area)(None)
+                                           min_crop_area=config.min_crop_area,
+                                           labelled_index=all_labelled(source))(None)
     batches = [(run.model(b["image"], training=False)["features"].numpy(), b["label"].numpy())
                for b in dataset]
     assert len(batches) == 2
