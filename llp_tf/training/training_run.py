@@ -33,7 +33,7 @@ from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
-from llp_tf.training.methods import StepRunner, method_class
+from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
@@ -205,8 +205,11 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
                                             model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
+    # The method gets the labels of the labelled examples only.
+    training_split = TrainingSplit(split.labelled_index, split.used_index,
+                                   split.train_labels[split.labelled_index])
     method = method_class(config.method.name).from_config(config, strategy, model, stepping,
-                                                          num_classes, split)
+                                                          num_classes, training_split)
     with strategy.scope():
         totals = EpochTotals(name for phase in method.phases
                              for name in method.metric_names(phase))

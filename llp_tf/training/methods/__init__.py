@@ -18,7 +18,7 @@ METHODS = {
 
 __getattr__ = lazy_getattr(__name__, {
     "InputSpec": "llp_tf.training.methods.base", "Method": "llp_tf.training.methods.base",
-    "StepRunner": "llp_tf.training.methods.base",
+    "StepRunner": "llp_tf.training.methods.base", "TrainingSplit": "llp_tf.training.methods.base",
     **{class_name: module for module, class_name in METHODS.values()}})
 
 

@@ -40,6 +40,23 @@ Finish = Callable[[dict, Tensor], None]
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainingSplit:
+    """What a method may know of the run's split: the labels of the labelled
+    examples, and of no other (their ground truth is for evaluation only).
+
+    Attributes:
+      labelled_index: int64 [L], sorted dataset indices of the labelled examples.
+      used_index: int64 [U], sorted dataset indices of the used examples (bank
+        row j is example ``used_index[j]``).
+      labelled_labels: int64 [L], the class of each labelled example.
+    """
+
+    labelled_index: np.ndarray
+    used_index: np.ndarray
+    labelled_labels: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
 class InputSpec:
     """What a method's training input reads.
 

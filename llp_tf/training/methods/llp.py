@@ -51,8 +51,8 @@ class LLPMethod(Method):
       warmup_epochs: int, epochs of instance recognition.
       warm_start: optional str, run directory or checkpoint of an
         instance-recognition run to start the LLP phase from.
-      used_index, train_labels: the run's used examples and training labels,
-        to check that a warm-start run used the same examples.
+      used_index: int64 [U], the run's used examples, to check that a
+        warm-start run used the same examples.
     """
 
     name = "llp"
@@ -69,7 +69,7 @@ class LLPMethod(Method):
                  weight_by_confidence: bool, use_categorisation: bool,
                  density_chunk_size: int, warmup_epochs: int = 0,
                  warm_start: Optional[str] = None, used_index: Optional[Array] = None,
-                 train_labels: Optional[Array] = None, jit_compile: bool = False) -> None:
+                 jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
@@ -84,7 +84,6 @@ class LLPMethod(Method):
         self.warmup_epochs = int(warmup_epochs)
         self.warm_start = warm_start
         self.used_index = used_index
-        self.train_labels = train_labels
         with strategy.scope():
             self.density_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False,
                                              name="density_epoch")
@@ -92,12 +91,12 @@ class LLPMethod(Method):
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `RunSplit`."""
+        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
         m = config.method
         with strategy.scope():
             bank = MemoryBank(len(split.used_index), config.model.embedding_dim, num_classes,
                               splits.dense_index(split.used_index, split.labelled_index),
-                              split.train_labels[split.labelled_index],
+                              split.labelled_labels,
                               momentum=m.bank_momentum, seed=config.run.seed)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
@@ -107,7 +106,7 @@ class LLPMethod(Method):
                    use_categorisation=m.use_categorisation,
                    density_chunk_size=m.density_chunk_size, warmup_epochs=m.warmup_epochs,
                    warm_start=m.warm_start, used_index=split.used_index,
-                   train_labels=split.train_labels, jit_compile=config.run.jit_compile)
+                   jit_compile=config.run.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
 
@@ -165,8 +164,8 @@ class LLPMethod(Method):
         if path is None:
             raise ConfigError(f"--warm_start {warm_start} holds no checkpoint.")
         split_path = RunDirectory(run_dir).split_path
-        if os.path.exists(split_path) and self.train_labels is not None:
-            _, warm_used = splits.load_splits(split_path, self.train_labels)
+        if os.path.exists(split_path) and self.used_index is not None:
+            _, warm_used = splits.read_split_indices(split_path)
             if not np.array_equal(warm_used, self.used_index):
                 raise ConfigError(
                     f"The warm-start run {run_dir} used another set of training examples "

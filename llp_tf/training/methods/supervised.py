@@ -38,7 +38,7 @@ class SupervisedMethod(Method):
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `RunSplit`."""
+        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
         del split  # The input reads the labelled set (input_spec).
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
