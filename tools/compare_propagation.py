@@ -137,9 +137,10 @@ def embed_split(run, source, split, batch_size, stream):
 def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     """(features, labels, description dict, run config) of a run's bank or split."""
     from llp_tf.after_training import trained_run
+    from llp_tf.training.methods import method_class
 
     config = trained_run.read_config(run_dir)
-    if split is None and config.method.name != "llp":
+    if split is None and not method_class(config.method.name).keeps_bank:
         _fail(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
               "--embed_split=train or --embed_split=validation to embed images with its model.")
     run, source = trained_run.load_run_with_data(

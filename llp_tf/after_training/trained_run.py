@@ -24,6 +24,7 @@ from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training import run_record
+from llp_tf.training.methods import method_class
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,
                                            RunDirectory, checkpoint_step)
@@ -141,7 +142,7 @@ def load_run(run_dir: str, checkpoint: str | None = None,
         num_classes = _checkpoint_num_classes(path, run_dir)
     model = build_model_from_config(config.model, num_classes, config.data.image_size)
     bank = None
-    if config.method.name == "llp":
+    if method_class(config.method.name).keeps_bank:
         # Placeholder labels: the restore overwrites every bank variable.
         bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
                           splits.dense_index(used_index, labelled_index),

@@ -204,9 +204,8 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
                         steps: int | None = None, cycle_length: int = DEFAULT_CYCLE_LENGTH,
                         shuffle_block: int | None = None, batches_cross_passes: bool = False,
                         augmentation: str = PAPER, cache_passes: bool = False,
-                        min_crop_area: float = MIN_CROP_AREA,
-                        fused_crop: bool = True, input_service: str = "", *,
-                        labelled_index: Array) -> InputFn:
+                        min_crop_area: float = MIN_CROP_AREA, fused_crop: bool = True,
+                        input_service: str = "", *, labelled_index: Array) -> InputFn:
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -225,11 +224,9 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
         batches only, so a global batch never holds an example twice.
       cycle_length, shuffle_block: shards read at once; records per shuffle
         block (default the source's).
-      batches_cross_passes: with ``steps``, let passes run into each other
-        (every example of a pass, then the next pass), so a global batch may
-        span two passes and hold an example twice. This lets a set smaller
-        than one batch be trained on (the supervised baseline's labelled
-        set); it is wrong wherever examples index a memory bank.
+      batches_cross_passes: with ``steps``, let passes run into each other, so
+        a global batch may hold an example twice: a set smaller than one batch
+        can be trained on; wrong wherever examples index a memory bank.
       augmentation: the `augment.train_augment` policy, "paper" or "light".
       min_crop_area: float in (0, 1], the smallest random-crop area fraction.
       cache_passes: read the used records once per epoch and hold them in
@@ -239,22 +236,18 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
         the same pixels, less work); False decodes every image whole.
       input_service: address of a tf.data service dispatcher whose workers
         build the batches (`llp_tf.data.data_service`); "": built here.
-      labelled_index: int64 [L], the dataset indices of the labelled examples:
-        the only ones whose label the batches carry.
+      labelled_index: int64 [L], the only examples whose label the batches carry.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
       {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}
-      with ``steps - start_step`` elements per replica; "label" is
-      `UNLABELLED` (-1) for an example outside ``labelled_index``, so no
-      training computation can read the ground truth of an unlabelled one.
+      with ``steps - start_step`` elements per replica.
     """
     used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
         batches_cross_passes, augmentation, min_crop_area, input_service)
-    train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch),
-                                        image_size, augmentation, min_crop_area, fused_crop,
-                                        labelled_index)
+    train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch), image_size,
+                                        augmentation, min_crop_area, fused_crop, labelled_index)
 
     def input_fn(input_context=None):
         records = epoch_order.epoch_records(

@@ -28,6 +28,7 @@ from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
 from llp_tf.counted_nouns import counted
 from llp_tf.data import pipeline, splits
 from llp_tf.errors import ConfigError
+from llp_tf.training.methods import method_class
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.types import Array
 
@@ -182,10 +183,11 @@ def _run_data(run_dir, report):
     """(config, dataset info, used_index, true class of each bank row) of an LLP run,
     checking that the dataset still is the one the run trained on."""
     config = trained_run.read_config(run_dir)
-    if config.method.name != "llp":
+    if not method_class(config.method.name).keeps_bank:
         raise ConfigError(
             f"{run_dir} is a {config.method.name} run, which keeps no memory bank: the embedding "
-            "analysis reads an LLP run's bank. Give the --run_dir of an LLP run.")
+            "analysis reads the bank of a run that keeps one (LLP). Give the --run_dir of such a "
+            "run.")
     report(f"Opening the dataset {config.data.dataset}.")
     source = trained_run.open_dataset(config)
     train_labels = source.train_labels()

@@ -91,6 +91,10 @@ class Method(abc.ABC):
     name: ClassVar[str]
     #: Metric names by phase.
     METRICS: ClassVar[Dict[str, Tuple[str, ...]]]
+    #: Whether the method keeps a memory bank of the used examples' embeddings
+    #: (`bank`, in its checkpoint items): what export's knn signature, the
+    #: embedding analysis and the propagation comparison read.
+    keeps_bank: ClassVar[bool] = False
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,

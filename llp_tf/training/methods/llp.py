@@ -56,6 +56,7 @@ class LLPMethod(Method):
     """
 
     name = "llp"
+    keeps_bank = True
     METRICS = {
         "warmup": ("loss", "aggregation", "weight_decay"),
         "llp": ("loss", "aggregation", "categorisation", "weight_decay", "confidence",
