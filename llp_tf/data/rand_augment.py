@@ -20,31 +20,30 @@ and clipped at the border. Geometric ops map about the image centre with
 nearest-neighbour sampling (PIL's default, as in FixMatch's code); the area
 they uncover and the Cutout square are grey 0.5 (FixMatch's 128).
 
-``"paper"`` ranges (FixMatch's appendix table of RandAugment ops, Table 12):
+Magnitude ranges. "paper": FixMatch's appendix table of the RandAugment
+ops (Table 12) and its Cutout side, L in [0, 0.5] of the image; "light":
+for the 28 px digit demos (README, "Strong augmentation"):
 
-| op            | magnitude                              | range         |
-|---------------|----------------------------------------|---------------|
-| auto_contrast | (none)                                 |               |
-| brightness    | blend factor with black, 1 = original  | [0.05, 0.95]  |
-| color         | blend factor with the luma image       | [0.05, 0.95]  |
-| contrast      | blend factor with the mean luma        | [0.05, 0.95]  |
-| equalize      | (none)                                 |               |
-| identity      | (none)                                 |               |
-| posterize     | bits kept of 8                         | {4, ..., 8}   |
-| rotate        | degrees, counter-clockwise             | [-30, 30]     |
-| sharpness     | blend factor with PIL's SMOOTH filter  | [0.05, 0.95]  |
-| shear_x/y     | rate R: x += R * (y - centre)          | [-0.3, 0.3]   |
-| solarize      | threshold T: invert 255 x >= 256 T     | [0, 1]        |
-| translate_x/y | fraction of the width / height         | [-0.3, 0.3]   |
-| cutout        | side L of min(H, W)                    | [0, 0.5]      |
+| op            | magnitude                             | paper        | light           |
+|---------------|---------------------------------------|--------------|-----------------|
+| auto_contrast | (none)                                | yes          | yes             |
+| brightness    | blend factor with black, 1 = original | [0.05, 0.95] | [0.05, 0.95]    |
+| color         | blend factor with the luma image      | [0.05, 0.95] | left out        |
+| contrast      | blend factor with the mean luma       | [0.05, 0.95] | [0.05, 0.95]    |
+| equalize      | (none)                                | yes          | yes             |
+| identity      | (none)                                | yes          | yes             |
+| posterize     | bits kept of 8                        | {4, ..., 8}  | {4, ..., 8}     |
+| rotate        | degrees, counter-clockwise            | [-30, 30]    | [-15, 15]       |
+| sharpness     | blend factor with PIL's SMOOTH filter | [0.05, 0.95] | [0.05, 0.95]    |
+| shear_x/y     | rate R: x += R * (y - centre)         | [-0.3, 0.3]  | [-0.15, 0.15]   |
+| solarize      | T: invert where 255 x >= 256 T        | [0, 1]       | left out        |
+| translate_x/y | fraction of the width / height        | [-0.3, 0.3]  | [-0.125, 0.125] |
+| cutout        | side L of min(H, W)                   | [0, 0.5]     | [0, 0.25]       |
 
-Cutout's range is the paper's (L in [0, 0.5]; its RandAugment code cuts a
-fixed 16 px square of a 32 px image). Where FixMatch's code departs from the
-table (each op applied with p = 0.5, magnitudes on 10 levels, enhancement
-factors 0.1 + 1.8 * level, shears about the top-left corner) this module
-follows the table. ``"light"``, for the digit demos, is the README's table
-("Strong augmentation"): the shape-preserving ops with smaller rotations,
-shears and shifts, no colour or solarize, and Cutout of at most 0.25.
+Where FixMatch's code departs from that table (its CIFAR RandAugment
+applies each op with p = 0.5, on 10 magnitude levels, with enhancement
+factors 0.1 + 1.8 * level, shears about the top-left corner and a fixed
+half-side Cutout) this module follows the table.
 """
 
 import math
