@@ -152,7 +152,8 @@ _SMOOTH_KERNEL = ((1.0, 1.0, 1.0), (1.0, 5.0, 1.0), (1.0, 1.0, 1.0))
 def sharpness(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
     """PIL's sharpness: blends the image with its 3x3 SMOOTH filtering
     (weights 1, centre 5, over 13; the border pixels are kept), ``factor``
-    1 = the image, 0 = the smoothed one. float32 [H, W, 3] in [0, 1] -> same."""
+    1 = the image, 0 = the smoothed one. float32 [H, W, 3] in [0, 1], H and
+    W at least 3 -> same."""
     kernel = tf.constant(_SMOOTH_KERNEL) / 13.0
     kernel = tf.tile(kernel[:, :, None, None], [1, 1, 3, 1])
     smooth = tf.nn.depthwise_conv2d(image[None], kernel, [1, 1, 1, 1], "VALID")[0]
@@ -258,7 +259,9 @@ def sample_ops(seed: IntTensor, policy: str = PAPER) -> tuple[IntTensor, FloatTe
     low = tf.gather(tf.constant([op.low for op in ops], tf.float32), indices)
     span = tf.gather(tf.constant([op.high - op.low for op in ops], tf.float32), indices)
     integer = tf.gather(tf.constant([op.integer for op in ops]), indices)
-    magnitudes = tf.where(integer, tf.floor(low + draws * (span + 1.0)), low + draws * span)
+    # The minimum: float32 rounding could lift low + draw * (span + 1) to high + 1.
+    whole = tf.minimum(tf.floor(low + draws * (span + 1.0)), low + span)
+    magnitudes = tf.where(integer, whole, low + draws * span)
     return indices, magnitudes
 
 

@@ -295,6 +295,9 @@ def test_strong_augment_shape_range_and_determinism(policy):
     assert first.min() >= 0.0 and first.max() <= 1.0
     np.testing.assert_array_equal(
         first, rand_augment.strong_augment(_float(levels), _seed(1), policy).numpy())
+    # The pipeline's example seeds are int32: the same values, the same image.
+    np.testing.assert_array_equal(first, rand_augment.strong_augment(
+        tf.constant(levels), tf.constant([5, 1], tf.int32), policy).numpy())
     others = [rand_augment.strong_augment(tf.constant(levels), _seed(k), policy).numpy()
               for k in range(2, 6)]
     assert all(not np.array_equal(first, other) for other in others)
