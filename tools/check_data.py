@@ -59,6 +59,7 @@ def _check_split(source, split, stdout):
 
 def check(values, stdout):
     """Checks the dataset; returns the tool's exit code."""
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data import SPLITS, exclusions, load_source  # noqa: PLC0415
 
     start = time.monotonic()
@@ -83,7 +84,7 @@ def check(values, stdout):
             ((b.split, b.index, b.where) for b in bad), source.info.name)
         with open(values.write_exclude_list, "w", encoding="utf-8") as f:
             f.write(text)
-        stdout.write(f"Wrote {len(bad)} example(s) to the exclude list "
+        stdout.write(f"Wrote {counted(len(bad), 'example')} to the exclude list "
                      f"{values.write_exclude_list}; a new run given "
                      f"--exclude_list={values.write_exclude_list} leaves them out.\n")
     return tool_cli.ExitCode(BAD_EXIT_CODE) if bad else None

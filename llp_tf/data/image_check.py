@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data import decode, exclusions
 from llp_tf.data.source import Source
 from llp_tf.errors import DataError
@@ -79,7 +80,7 @@ def require_decodable(source: Source, split: str, skip: Array | None = None) -> 
     if bad:
         shown = "; ".join(f"{b.where} ({split} example {b.index})" for b in bad[:_SHOWN])
         raise DataError(
-            f"{len(bad)} {split} image(s) of {source.info.name} cannot be read or decoded "
+            f"{counted(len(bad), split + ' image')} of {source.info.name} cannot be read or decoded "
             f"(first: {shown}). {source.repair}; or leave them out: tools/check_data.py "
             f"--dataset={source.info.name} --write_exclude_list=FILE finds every bad image, "
             "and --exclude_list=FILE leaves them out.")

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.counted_nouns import counted
 from llp_tf.data import crop_decode, decode
 from llp_tf.errors import DataError
 from llp_tf.types import Array, IntTensor, StringTensor, Tensor
@@ -145,7 +146,7 @@ def check_inferred_classes(labels: Array, what: str, where: Callable[[int], str]
     raise DataError(
         f"{what}: the classes are counted from the largest label, {top} at {where(largest)}, "
         f"which makes {top + 1} classes; {missing.size} of them have no training example "
-        f"(classes {shown}), and {int(np.sum(labels > gap))} record(s) have labels beyond "
+        f"(classes {shown}), and {counted(int(np.sum(labels > gap)), 'record')} with labels beyond "
         "the first of them. A stray or mistyped label is the likely cause: fix it; or, if the "
         f"classes really are 0..{top}, {declare}.")
 

@@ -58,7 +58,7 @@ def test_a_bad_validation_image_is_refused_with_what_to_do(damaged_folder):
     with pytest.raises(DataError) as error:
         image_check.require_decodable(source, "validation")
     assert str(error.value) == (
-        f"1 validation image(s) of folder:{root} cannot be read or decoded (first: file {path} "
+        f"1 validation image of folder:{root} cannot be read or decoded (first: file {path} "
         "(validation example 3)). Replace the file with a valid image under the same name "
         "(deleting it would renumber the examples, so that the run could not resume); or leave "
         f"them out: tools/check_data.py --dataset=folder:{root} --write_exclude_list=FILE finds "

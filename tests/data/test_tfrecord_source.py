@@ -121,7 +121,7 @@ def test_a_stray_label_is_named_with_its_record(tmp_path):
     assert str(error.value) == (
         f"TFRecord train split of {tmp_path}: the classes are counted from the largest label, "
         f"999 at shard {paths[1]}, record 3, which makes 1000 classes; 995 of them have no "
-        "training example (classes 4, 5, 6, 7, 8, ...), and 1 record(s) have labels beyond "
+        "training example (classes 4, 5, 6, 7, 8, ...), and 1 record with labels beyond "
         "the first of them. "
         "A stray or mistyped label is the likely cause: fix it; or, if the classes really are "
         f"0..999, name them in {tmp_path / 'dataset_info.json'} "

@@ -43,7 +43,7 @@ def test_the_command_line_names_every_bad_image_and_writes_an_exclude_list(damag
                for line in lines)
     assert lines[-2].startswith(f"folder:{root}: checked 10 training and 4 validation images in ")
     assert lines[-2].endswith("images/s); 3 cannot be read or decoded.")
-    assert lines[-1] == (f"Wrote 3 example(s) to the exclude list {listed}; a new run given "
+    assert lines[-1] == (f"Wrote 3 examples to the exclude list {listed}; a new run given "
                          f"--exclude_list={listed} leaves them out.")
     excluded = exclusions.read_exclude_list(str(listed), load_source(f"folder:{root}"))
     assert (excluded.train.tolist(), excluded.validation.tolist()) == ([1, 8], [2])
