@@ -247,7 +247,7 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
     config = _config(tmp_path, dataset, global_batch_size=8, warmup_epochs=0, epochs=1,
                      label_percent=20.0)
     # A bad validation image stops a new run before it writes anything.
-    with pytest.raises(DataError, match=rf"^1 validation image\(s\) of {dataset} cannot be "
+    with pytest.raises(DataError, match=rf"^1 validation image of {dataset} cannot be "
                                         rf"read or decoded \(first: file {bad_validation} "
                                         r"\(validation example 1\)\)\."):
         training_run.run_training(config, stream=io.StringIO())
