@@ -63,8 +63,8 @@ def run(argv, stdout, stderr, values, usage, body, full_sizes=None):
 def paper_llp_settings():
     """`LLPMethod`'s keyword arguments at the config's defaults (the paper's K,
     T, tau, locally weighted propagation, confidence weights, categorisation)."""
-    from llp_tf.training.methods.config import MethodConfig  # noqa: PLC0415 -- no TensorFlow
-    method = MethodConfig()
+    from llp_tf.training.methods.llp import LLPSettings  # noqa: PLC0415 -- loads TensorFlow
+    method = LLPSettings()
     return dict(temperature=method.temperature, k=method.k, t=method.t,
                 propagation_method=method.propagation,
                 weight_by_confidence=method.weight_by_confidence,

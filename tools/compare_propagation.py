@@ -258,12 +258,13 @@ def run_comparison(options, stream=sys.stdout):
     protocol_lib.check_protocol(labels, num_classes, images, labelled, draws)
     # Imported once the input is known to be usable: it loads TensorFlow.
     from llp_tf.after_training.transduction import methods
+    from llp_tf.training.methods import method_class
 
-    # Unset propagation flags take the run's own settings, else the paper's.
+    # Unset propagation flags take a bank run's own settings, else the paper's.
     defaults = {"k": hyperparameters.K, "t": hyperparameters.T,
                 "temperature": hyperparameters.TEMPERATURE}
-    if config is not None:
-        method = config.method
+    if config is not None and method_class(config.method.name).keeps_bank:
+        method = config.method_settings
         defaults = {"k": method.k, "t": method.t, "temperature": method.temperature}
     k, t, temperature = (options[name].value if options[name].value is not None else defaults[name]
                          for name in ("k", "t", "temperature"))

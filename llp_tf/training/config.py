@@ -2,33 +2,37 @@
 
 `TrainConfig` holds five sections, each owned by its package:
 `llp_tf.data.config.DataConfig`, `llp_tf.models.config.ModelConfig`,
-`OptimizationConfig` and `RunConfig` (here) and
-`llp_tf.training.methods.config.MethodConfig`. Each field is made by
+`OptimizationConfig`, `MethodConfig` (which method) and `RunConfig` (here),
+and one section per registered method (`llp_tf.training.methods.METHODS`),
+the method's own ``Settings`` dataclass, in ``methods`` by method name;
+``method_settings`` is the chosen method's. Each field is made by
 `llp_tf.config_fields.setting`: it carries its help text, choices, flag name
-(the field's name, unique over all sections; `MethodConfig.name` is
-``--method``) and whether it shapes the run's saved state. The flags of
-tools/train.py are generated from these fields (`tools/config_flags.py`),
-and choices are validated from them, so every default, choice and help text
-is written once. Library code takes the sections or fields it needs.
-Importing this module does not import TensorFlow.
+(the field's name unless given, unique over all sections;
+`MethodConfig.name` is ``--method``) and whether it shapes the run's saved
+state. The flags of tools/train.py are generated from these fields
+(`tools/config_flags.py`), and choices are validated from them, so every
+default, choice and help text is written once. Library code takes the
+sections or fields it needs. Reading the method sections imports the
+methods, and with them TensorFlow.
 
 A run records its config as JSON (nested by section, `TrainConfig.to_json`)
 in ``config.json``, and its changes on resume beside it (`run_record`).
-``config.json`` files of earlier versions, flat ``{flag name: value}``
-objects, are read as well.
+``config.json`` files of earlier versions are read as well: flat
+``{flag name: value}`` objects, and nested ones whose "method" section held
+LLP's settings.
 """
 
 import dataclasses
 import json
 import typing
-from typing import Any, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 from llp_tf.config_fields import choice_problems, flag_name, setting
 from llp_tf.data.config import DataConfig, data_problems
 from llp_tf.errors import ConfigError
 from llp_tf.models.config import (PRECISIONS, ModelConfig, final_feature_map_side,
                                   model_problems)
-from llp_tf.training.methods.config import MethodConfig, method_problems
+from llp_tf.training.methods import METHODS, method_class
 
 #: The paper's global batch; the base learning rate is given at it.
 PAPER_BATCH_SIZE = 128
@@ -59,6 +63,17 @@ class OptimizationConfig:
     lr_drop_factor: float = setting(0.1, "Factor of each learning-rate drop.")
     plateau_patience: int = setting(0, "Also drop the learning rate after this many evaluations "
                                     "without a new best validation top-1 (0: never).")
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodConfig:
+    """Which training method; its settings are the section named after it."""
+
+    name: str = setting(
+        "llp", "The training method: llp (the paper's), or a baseline trained under the same "
+        f"protocol: {', '.join(name for name in METHODS if name != 'llp')} (README, "
+        "'Methods'). Each method's own settings are the flags of its section (--helpfull).",
+        choices=tuple(METHODS), flag="method", state=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,10 +121,33 @@ SECTIONS = {"data": DataConfig, "model": ModelConfig, "optimization": Optimizati
             "method": MethodConfig, "run": RunConfig}
 
 
+def method_sections() -> dict[str, type]:
+    """dict method name -> its ``Settings`` dataclass, over the registry."""
+    return {name: method_class(name).Settings for name in METHODS}
+
+
+def _section_classes() -> dict[str, type]:
+    """dict section name -> dataclass: `SECTIONS`, then the method sections."""
+    return {**SECTIONS, **method_sections()}
+
+
 def settings_fields() -> dict[str, tuple[str, dataclasses.Field]]:
-    """dict flag name -> (section name, `dataclasses.Field`), over all sections."""
-    return {flag_name(field): (section, field) for section, cls in SECTIONS.items()
-            for field in dataclasses.fields(cls)}
+    """dict flag name -> (section name, `dataclasses.Field`), over all sections;
+    a method's section is named after the method.
+
+    Raises:
+      ValueError: two fields with one flag name (a method's settings must name
+        theirs apart, e.g. with the method's name as a prefix).
+    """
+    fields = {}
+    for section, cls in _section_classes().items():
+        for field in dataclasses.fields(cls):
+            name = flag_name(field)
+            if name in fields:
+                raise ValueError(f"The settings {fields[name][0]}.{fields[name][1].name} and "
+                                 f"{section}.{field.name} share the flag name --{name}.")
+            fields[name] = (section, field)
+    return fields
 
 
 def renamed_settings() -> dict[str, str]:
@@ -130,7 +168,7 @@ def _current_names(settings: dict[str, Any]) -> dict[str, Any]:
 
 def field_type(section: str, field: dataclasses.Field) -> Any:
     """The resolved type annotation of a section's field."""
-    return typing.get_type_hints(SECTIONS[section])[field.name]
+    return typing.get_type_hints(_section_classes()[section])[field.name]
 
 
 def state_settings() -> tuple[str, ...]:
@@ -143,18 +181,16 @@ def state_settings() -> tuple[str, ...]:
 def _problems(c: "TrainConfig") -> list[str]:
     """What is wrong with the whole config, one message each; choices first
     (other checks assume valid choices)."""
-    sections = [getattr(c, section) for section in SECTIONS]
+    sections = [getattr(c, section) for section in SECTIONS] + list(c.methods.values())
     choices = [message for section in sections for message in choice_problems(section)]
     if choices:
         return choices
-    data, model, optimization, method, run = c.data, c.model, c.optimization, c.method, c.run
+    data, model, optimization, run = c.data, c.model, c.optimization, c.run
     side = final_feature_map_side(model, data.image_size) if run.jit_compile else None
     checks = [
         (bool(run.run_dir), "run_dir must be given"),
         (optimization.global_batch_size > 0, "global_batch_size must be positive"),
         (optimization.epochs > 0, "epochs must be positive"),
-        (method.name == "supervised" or method.warmup_epochs <= optimization.epochs,
-         "warmup_epochs cannot exceed epochs (equal: an instance-recognition run only)"),
         (all(0 < e for e in optimization.lr_drop_epochs), "lr_drop_epochs must be positive"),
         (0 < optimization.lr_drop_factor <= 1, "lr_drop_factor must lie in (0, 1]"),
         (run.steps_per_loop > 0, "steps_per_loop must be positive"),
@@ -169,7 +205,7 @@ def _problems(c: "TrainConfig") -> list[str]:
          f"jit_compile needs a last feature map of at least 4x4 (XLA miscomputes gradients "
          f"below), not {side}x{side}: use larger images or train without jit_compile"),
     ]
-    return (data_problems(data) + model_problems(model) + method_problems(method)
+    return (data_problems(data) + model_problems(model) + c.method_settings.problems(c)
             + [message for ok, message in checks if not ok])
 
 
@@ -182,20 +218,53 @@ def _as_field_value(section, field, value):
     return value
 
 
+def _default_method_settings() -> dict[str, Any]:
+    return {name: settings() for name, settings in method_sections().items()}
+
+
+def _nested_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings, by flag name, of `TrainConfig.to_json`'s nested form, or of
+    an earlier nested form whose "method" section also held LLP's settings: a
+    name a static section does not know is read as the flag name it was.
+    Settings no section knows (any more) are left out."""
+    fields = settings_fields()
+    known = {*fields, *renamed_settings()}
+    by_field = {(section, name): flag for flag, (section, field) in fields.items()
+                for name in (field.name, *field.metadata["aliases"])}
+    entries = [(section, values[section]) for section in SECTIONS]
+    entries += [(name, section) for name, section in values.get("methods", {}).items()]
+    settings = {}
+    for section, section_values in entries:
+        for name, value in section_values.items():
+            flag = by_field.get((section, name))
+            if flag is None and section in SECTIONS and name in known:
+                flag = name
+            if flag is not None:
+                settings[flag] = value
+    return settings
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Every setting of a training run, by concern (see tools/train.py --helpfull)."""
+    """Every setting of a training run, by concern (see tools/train.py --helpfull);
+    ``methods``: dict method name -> its settings (every registered method's)."""
 
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     optimization: OptimizationConfig = dataclasses.field(default_factory=OptimizationConfig)
     method: MethodConfig = dataclasses.field(default_factory=MethodConfig)
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
+    methods: Mapping[str, Any] = dataclasses.field(default_factory=_default_method_settings)
 
     def __post_init__(self):
         problems = _problems(self)
         if problems:
             raise ConfigError("Invalid training settings: " + "; ".join(problems) + ".")
+
+    @property
+    def method_settings(self) -> Any:
+        """The chosen method's settings (its ``Settings`` dataclass)."""
+        return self.methods[self.method.name]
 
     @classmethod
     def from_settings(cls, **settings: Any) -> "TrainConfig":
@@ -205,16 +274,18 @@ class TrainConfig:
         unknown = sorted(set(settings) - set(fields))
         if unknown:
             raise ConfigError(f"Unknown training setting(s): {', '.join(unknown)}.")
-        by_section = {section: {} for section in SECTIONS}
+        classes = _section_classes()
+        by_section = {section: {} for section in classes}
         for name, value in settings.items():
             section, field = fields[name]
             by_section[section][field.name] = _as_field_value(section, field, value)
-        return cls(**{section: SECTIONS[section](**values)
-                      for section, values in by_section.items()})
+        built = {section: classes[section](**values) for section, values in by_section.items()}
+        return cls(**{section: built.pop(section) for section in SECTIONS}, methods=built)
 
     def settings(self) -> dict[str, Any]:
         """dict flag name -> value of every setting."""
-        return {name: getattr(getattr(self, section), field.name)
+        sections = {**{section: getattr(self, section) for section in SECTIONS}, **self.methods}
+        return {name: getattr(sections[section], field.name)
                 for name, (section, field) in settings_fields().items()}
 
     def replace(self, **settings: Any) -> "TrainConfig":
@@ -236,16 +307,10 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "TrainConfig":
-        """Reads `to_json`'s nested form, or an earlier version's flat one."""
+        """Reads `to_json`'s nested form, or an earlier version's (see the module
+        docstring)."""
         values = json.loads(text)
         if not all(isinstance(values.get(section), dict) for section in SECTIONS):
             known = {*settings_fields(), *renamed_settings()}
             return cls.from_settings(**{k: v for k, v in values.items() if k in known})
-        sections = {}
-        for section, section_cls in SECTIONS.items():
-            fields = {name: field for field in dataclasses.fields(section_cls)
-                      for name in (field.name, *field.metadata["aliases"])}
-            sections[section] = section_cls(**{
-                fields[name].name: _as_field_value(section, fields[name], value)
-                for name, value in values[section].items() if name in fields})
-        return cls(**sections)
+        return cls.from_settings(**_nested_settings(values))

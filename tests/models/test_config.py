@@ -11,8 +11,8 @@ def test_defaults_are_the_papers_and_the_releases():
     model = TrainConfig.from_settings(run_dir="r")
     assert (model.model.embedding_dim, model.model.batch_norm_momentum) == (128, 0.997)
     assert config.EMBEDDING_DIM == 128 and config.BATCH_NORM_MOMENTUM == 0.997
-    assert (model.method.k, model.method.t, model.method.temperature,
-            model.method.bank_momentum) == (10, 25, 0.07, 0.5)
+    assert (model.method_settings.k, model.method_settings.t, model.method_settings.temperature,
+            model.method_settings.bank_momentum) == (10, 25, 0.07, 0.5)
     assert (hyperparameters.K, hyperparameters.T, hyperparameters.TEMPERATURE) == (10, 25, 0.07)
 
 

@@ -107,7 +107,7 @@ def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
     values(tool.expand_regime(["train", "--epochs=3", "--regime=demo", "--warmup_epochs=1"],
                               sys.stderr))
     config = tool.config_from_flags(values)
-    assert (config.optimization.epochs, config.method.warmup_epochs) == (3, 1)
+    assert (config.optimization.epochs, config.method_settings.warmup_epochs) == (3, 1)
     assert config.optimization.base_learning_rate == 0.03  # the regime's
     assert config.run.run_dir == "runs/demo"
 

@@ -24,11 +24,11 @@ def test_settings_land_in_their_sections(tmp_path):
                      k=3, seed=4)
     assert (config.data.dataset, config.model.width, config.optimization.epochs) == \
         ("digits", 0.5, 7)
-    assert (config.method.name, config.method.k, config.run.seed) == ("supervised", 3, 4)
+    assert (config.method.name, config.methods["llp"].k, config.run.seed) == ("supervised", 3, 4)
     assert config.run_dir == str(tmp_path)
     # Every field is in exactly one section, and flag names are unique.
-    names = [flag_name(f) for cls in SECTIONS.values()
-             for f in dataclasses.fields(cls)]
+    sections = {**SECTIONS, **config_lib.method_sections()}
+    names = [flag_name(f) for cls in sections.values() for f in dataclasses.fields(cls)]
     assert len(names) == len(set(names)) == len(settings_fields())
     with pytest.raises(ConfigError, match="Unknown training setting"):
         _config(tmp_path, nonsense=1)
@@ -43,7 +43,8 @@ def test_json_round_trip_keeps_every_field(tmp_path):
     config = _config(tmp_path, blocks_per_stage=(1, 1), lr_drop_epochs=(3, 5), split_seed=4,
                      label_percent=1.0, min_crop_area=0.3, label_subset="1percent")
     text = config.to_json()
-    assert set(json.loads(text)) == set(SECTIONS)
+    assert set(json.loads(text)) == {*SECTIONS, "methods"}
+    assert set(json.loads(text)["methods"]) == set(METHODS)
     assert TrainConfig.from_json(text) == config
 
 
@@ -57,6 +58,32 @@ def test_config_json_of_earlier_versions_is_read(tmp_path):
     assert config.optimization.lr_drop_epochs == (34,)
     assert config.data.label_percent == 1.0 and isinstance(config.data.label_percent, float)
     assert config.optimization.epochs == 40 and config.method.name == "llp"
+    # A nested one whose method section also held LLP's settings and the cache limit.
+    nested = json.loads(_config(tmp_path, k=7, t=9, cache_labelled_limit=3).to_json())
+    del nested["methods"]
+    nested["method"].update(k=7, t=9, warm_start="w", cache_labelled_limit=3, gone=1)
+    del nested["data"]["cache_labelled_limit"]
+    config = TrainConfig.from_json(json.dumps(nested))
+    assert (config.method_settings.k, config.method_settings.t,
+            config.method_settings.warm_start, config.data.cache_labelled_limit) == (7, 9, "w", 3)
+
+
+def test_a_method_section_is_checked_only_when_the_method_is_chosen(tmp_path):
+    with pytest.raises(ConfigError, match="warmup_epochs cannot exceed epochs"):
+        _config(tmp_path, epochs=3, warmup_epochs=4)
+    assert _config(tmp_path, epochs=3, warmup_epochs=4, method="supervised").method.name == \
+        "supervised"
+
+
+def test_two_settings_with_one_flag_name_are_refused(monkeypatch):
+    @dataclasses.dataclass(frozen=True)
+    class Clashing:
+        k: int = config_lib.setting(1, "another k")
+
+    sections = config_lib.method_sections()
+    monkeypatch.setattr(config_lib, "method_sections", lambda: {**sections, "clash": Clashing})
+    with pytest.raises(ValueError, match="llp.k and clash.k share the flag name --k"):
+        settings_fields()
 
 
 def test_learning_rate_scales_with_global_batch(tmp_path):
@@ -135,7 +162,8 @@ def test_every_flag_reaches_its_config_field():
     for name, (section, field_name, value) in expected.items():
         if name in ("split_file", "jit_compile", "label_percent"):
             continue
-        assert getattr(getattr(config, section), field_name) == value, name
+        values = getattr(config, section) if section in SECTIONS else config.methods[section]
+        assert getattr(values, field_name) == value, name
     flag_values2 = flags.FlagValues()
     config_flags.define_config_flags(flag_values2)
     flag_values2(["train", "--run_dir=/r", "--split_file=/s.npz", "--jit_compile"])
@@ -203,16 +231,16 @@ def test_a_renamed_setting_is_read_by_its_earlier_name(tmp_path):
     # cache_labeled_limit became cache_labelled_limit: flags, config.json
     # (nested and flat) and the settings history still take the old name.
     assert config_lib.renamed_settings() == {"cache_labeled_limit": "cache_labelled_limit"}
-    assert _config(tmp_path, cache_labeled_limit=7).method.cache_labelled_limit == 7
+    assert _config(tmp_path, cache_labeled_limit=7).data.cache_labelled_limit == 7
     with pytest.raises(ConfigError, match="not both"):
         _config(tmp_path, cache_labeled_limit=7, cache_labelled_limit=8)
     nested = json.loads(_config(tmp_path).to_json())
-    nested["method"]["cache_labeled_limit"] = nested["method"].pop("cache_labelled_limit") + 1
-    assert TrainConfig.from_json(json.dumps(nested)).method.cache_labelled_limit == 20001
+    nested["method"]["cache_labeled_limit"] = nested["data"].pop("cache_labelled_limit") + 1
+    assert TrainConfig.from_json(json.dumps(nested)).data.cache_labelled_limit == 20001
     flat = {"run_dir": str(tmp_path), "cache_labeled_limit": 9}
-    assert TrainConfig.from_json(json.dumps(flat)).method.cache_labelled_limit == 9
-    assert _config(tmp_path).replace(cache_labeled_limit=3).method.cache_labelled_limit == 3
+    assert TrainConfig.from_json(json.dumps(flat)).data.cache_labelled_limit == 9
+    assert _config(tmp_path).replace(cache_labeled_limit=3).data.cache_labelled_limit == 3
     flag_values = flags.FlagValues()
     config_flags.define_config_flags(flag_values)
     flag_values(["train", "--run_dir=/r", "--cache_labeled_limit=11"])
-    assert config_flags.config_from_flags(flag_values).method.cache_labelled_limit == 11
+    assert config_flags.config_from_flags(flag_values).data.cache_labelled_limit == 11

@@ -54,10 +54,10 @@ def test_changes_are_recorded_with_their_step_and_config_json_keeps_the_start(tm
         "step 400: epochs: 8 -> 12, lr_drop_epochs: [4] -> [4, 10], k: 10 -> 5",
         "step 500: k: 5 -> 7"]
     with open(tmp_path / "config.json") as f:
-        assert json.load(f)["method"]["k"] == 10
+        assert json.load(f)["methods"]["llp"]["k"] == 10
     assert run_record.started_config(str(tmp_path)) == started
     current = run_record.current_config(str(tmp_path))
-    assert (current.method.k, current.optimization.epochs,
+    assert (current.methods["llp"].k, current.optimization.epochs,
             current.optimization.lr_drop_epochs) == (7, 12, (4, 10))
     # Tools that read the run see the settings it trains with now.
     assert trained_run.read_config(str(tmp_path)) == current

@@ -259,7 +259,7 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
     return RunAnalysis(
         run_dir=run_dir, dataset=info.name, class_names=tuple(info.class_names),
         num_rows=int(len(used_index)), num_labelled=int(is_labelled.sum()),
-        warmup_epochs=int(config.method.warmup_epochs),
+        warmup_epochs=int(config.method_settings.warmup_epochs),
         epochs=int(config.optimization.epochs),
         steps_per_epoch=steps_per_epoch, latest=latest, trajectory=states,
         history=read_metrics_history(run_dir), mds=projection, mds_seed=int(seed))

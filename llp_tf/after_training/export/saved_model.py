@@ -113,17 +113,17 @@ def build_inference_module(run: TrainedRun, class_names: Sequence[str],
         raise ConfigError(
             f"The run {run.run_dir} has {run.num_classes} classes but {len(class_names)} "
             "class names were given; give the class names of the run's dataset.")
-    bank_embeddings = classes = None
-    if include_knn:
-        if run.bank is None:
-            raise ConfigError(
-                f"The run {run.run_dir} is a {run.config.method.name} run and has no memory bank, "
-                "so it cannot export a knn signature; export it without knn.")
-        bank_embeddings = run.bank.embeddings.numpy()
-        classes = bank_classes(run.bank.labels.numpy(), run.num_classes)
+    if not include_knn:
+        return InferenceModule(run.model, run.config.data.image_size, class_names)
+    if run.bank is None:
+        raise ConfigError(
+            f"The run {run.run_dir} is a {run.config.method.name} run and has no memory bank, "
+            "so it cannot export a knn signature; export it without knn.")
+    settings = run.config.method_settings  # a bank's method: its propagation settings
     return InferenceModule(run.model, run.config.data.image_size, class_names,
-                           bank_embeddings=bank_embeddings, bank_classes=classes,
-                           k=run.config.method.k, temperature=run.config.method.temperature)
+                           bank_embeddings=run.bank.embeddings.numpy(),
+                           bank_classes=bank_classes(run.bank.labels.numpy(), run.num_classes),
+                           k=settings.k, temperature=settings.temperature)
 
 
 def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:

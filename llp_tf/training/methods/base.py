@@ -89,6 +89,11 @@ class Method(abc.ABC):
 
     #: The method's name in configs, flags and the registry.
     name: ClassVar[str]
+    #: The frozen dataclass of the method's settings (fields made by
+    #: `llp_tf.config_fields.setting`, flag names unique over the config, and a
+    #: ``problems(config) -> list[str]`` method): the config section named
+    #: after the method, and its flags.
+    Settings: ClassVar[type]
     #: Metric names by phase.
     METRICS: ClassVar[Dict[str, Tuple[str, ...]]]
     #: Whether the method keeps a memory bank of the used examples' embeddings
@@ -107,6 +112,14 @@ class Method(abc.ABC):
         self.global_batch_size = int(global_batch_size)
         self.weight_decay = float(weight_decay)
         self.jit_compile = bool(jit_compile)
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, config, strategy: tf.distribute.Strategy, model: LLPModel,
+                    optimizer: keras.optimizers.Optimizer, num_classes: int,
+                    split: TrainingSplit) -> "Method":
+        """The method of the `TrainConfig` ``config`` (its settings are
+        ``config.method_settings``), for the run's `TrainingSplit`."""
 
     @property
     def phases(self) -> Tuple[str, ...]:

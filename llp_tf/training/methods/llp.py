@@ -16,15 +16,16 @@ labelled densities are current (``density_epoch``). Before each LLP epoch
 the densities are refreshed (eq. 7) if they belong to another epoch.
 """
 
+import dataclasses
 import os
-
 from typing import Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import label_encoding, losses, propagation
+from llp_tf.config_fields import setting
+from llp_tf.core import hyperparameters, label_encoding, losses, propagation
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
@@ -32,6 +33,54 @@ from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.types import Array
+
+
+#: Where LLP's pseudo labels come from: the locally weighted kNN (eq. 7-8),
+#: the plain weighted kNN (eq. 5-6), or the category head's argmax.
+PROPAGATIONS = ("local", "knn", "classifier")
+
+
+@dataclasses.dataclass(frozen=True)
+class LLPSettings:
+    """LLP's settings: config section "llp" (flags without a prefix, as before
+    the methods had sections of their own). Defaults are the paper's
+    (`llp_tf.core.hyperparameters`)."""
+
+    warmup_epochs: int = setting(10, "Epochs of instance-recognition warm start before LLP.")
+    propagation: str = setting(
+        PROPAGATIONS[0], "Pseudo labels from the locally weighted kNN (LLP, eq. 7-8), the plain "
+        "weighted kNN (eq. 5-6), or the category head's argmax with its probability as "
+        "confidence (classifier: the variant the release intended; the release itself stored "
+        "that class without its label offset, so its pseudo labels fell among the instance "
+        "ids, never aggregated with their class and had no categorisation loss, a slip that "
+        "is not reproduced here).", choices=PROPAGATIONS)
+    k: int = setting(hyperparameters.K, "K: labelled neighbours that vote.")
+    t: int = setting(hyperparameters.T, "T: neighbours in the local density estimate (the "
+                     "release used 50).")
+    temperature: float = setting(hyperparameters.TEMPERATURE, "tau of every softmax over the "
+                                 "memory bank.")
+    bank_momentum: float = setting(hyperparameters.BANK_MOMENTUM, "m of the memory-bank row "
+                                   "update.")
+    weight_by_confidence: bool = setting(True, "Weight each example's loss by its confidence "
+                                         "(--noweight_by_confidence: the 'woc' ablation).")
+    use_categorisation: bool = setting(True, "Include the category head's cross-entropy in the "
+                                       "LLP loss.")
+    density_chunk_size: int = setting(hyperparameters.DENSITY_CHUNK_SIZE, "Labelled rows per "
+                                      "chunk of the density refresh; bounds its memory.")
+    warm_start: Optional[str] = setting(None, "Run directory or checkpoint of an instance-"
+                                        "recognition run: start LLP from its model and bank.")
+
+    def problems(self, config) -> list[str]:
+        """What is wrong with these settings in the `TrainConfig` ``config``."""
+        checks = [
+            (0 <= self.warmup_epochs, "warmup_epochs cannot be negative"),
+            (self.warmup_epochs <= config.optimization.epochs,
+             "warmup_epochs cannot exceed epochs (equal: an instance-recognition run only)"),
+            (self.k > 0 and self.t > 0, "k and t must be positive"),
+            (self.temperature > 0, "temperature must be positive"),
+            (0 <= self.bank_momentum < 1, "bank_momentum must lie in [0, 1)"),
+        ]
+        return [message for ok, message in checks if not ok]
 
 
 class LLPMethod(Method):
@@ -42,7 +91,7 @@ class LLPMethod(Method):
       temperature: float, tau.
       k: int, voters per propagation.
       t: int, neighbours of the density estimate.
-      propagation_method: one of `config.PROPAGATIONS`; "classifier" stores the
+      propagation_method: one of `PROPAGATIONS`; "classifier" stores the
         head's class as a real class (the variant the release intended; the
         release stored it without its label offset, among the instance ids).
       weight_by_confidence: bool, False for the "woc" ablation.
@@ -56,6 +105,7 @@ class LLPMethod(Method):
     """
 
     name = "llp"
+    Settings = LLPSettings
     keeps_bank = True
     METRICS = {
         "warmup": ("loss", "aggregation", "weight_decay"),
@@ -92,8 +142,7 @@ class LLPMethod(Method):
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
-        m = config.method
+        m = config.method_settings
         with strategy.scope():
             bank = MemoryBank(len(split.used_index), config.model.embedding_dim, num_classes,
                               splits.dense_index(split.used_index, split.labelled_index),

@@ -7,6 +7,8 @@ one schedule; the labelled set is read in passes that may run into each
 other, and when it is small its records are held in memory.
 """
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -14,6 +16,15 @@ from llp_tf.core import losses
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import Forward, InputSpec, Method
 from llp_tf.types import Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SupervisedSettings:
+    """The supervised baseline has no settings of its own (config section
+    "supervised"): it trains with the run's optimization settings."""
+
+    def problems(self, config) -> list[str]:
+        return []
 
 
 class SupervisedMethod(Method):
@@ -25,6 +36,7 @@ class SupervisedMethod(Method):
     """
 
     name = "supervised"
+    Settings = SupervisedSettings
     METRICS = {"supervised": ("loss", "categorisation", "weight_decay")}
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
@@ -38,12 +50,11 @@ class SupervisedMethod(Method):
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
         del split  # The input reads the labelled set (input_spec).
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   cache_labelled_limit=config.method.cache_labelled_limit,
+                   cache_labelled_limit=config.data.cache_labelled_limit,
                    jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:

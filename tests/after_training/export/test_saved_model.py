@@ -173,11 +173,11 @@ def test_knn_returns_the_nearest_bank_rows_and_their_vote(run, fresh_outputs):
     bank = run.bank.embeddings.numpy().astype(np.float64)
     labels = run.bank.labels.numpy()
     classes = np.where(labels < run.num_classes, labels, -1)
-    k = min(run.config.method.k, len(bank))
+    k = min(run.config.method_settings.k, len(bank))
     for set_name in ("stripes", "resized", "gray"):
         embedding = fresh_outputs[f"{set_name}/embed/embedding"].astype(np.float64)
         nearest, probabilities = _knn_vote(embedding, bank, classes, k,
-                                           run.config.method.temperature, run.num_classes)
+                                           run.config.method_settings.temperature, run.num_classes)
         rows = fresh_outputs[f"{set_name}/knn/neighbor_rows"]
         np.testing.assert_array_equal(rows[:, 0], nearest[:, 0])
         np.testing.assert_array_equal(fresh_outputs[f"{set_name}/knn/neighbor_classes"][:, 0],
@@ -232,7 +232,7 @@ def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
     module = InferenceModule(run.model, run.config.data.image_size, class_names,
                              bank_embeddings=embedding.astype(np.float32),
                              bank_classes=np.full(4, -1, np.int64), k=3,
-                             temperature=run.config.method.temperature)
+                             temperature=run.config.method_settings.temperature)
     outputs = module.knn(tf.constant(images))
     np.testing.assert_array_equal(outputs["knn_class"].numpy(), [-1] * 4)
     np.testing.assert_array_equal(outputs["knn_confidence"].numpy(), [0.0] * 4)
@@ -244,7 +244,7 @@ def test_knn_vote_ignores_rows_without_a_class(run, class_names, image_sets):
     module.bank_classes.assign(classes)
     outputs = module.knn(tf.constant(images))
     nearest, probabilities = _knn_vote(embedding, embedding, classes, 3,
-                                       run.config.method.temperature, 4)
+                                       run.config.method_settings.temperature, 4)
     np.testing.assert_array_equal(outputs["neighbor_rows"].numpy(), nearest)
     np.testing.assert_allclose(outputs["knn_probabilities"].numpy(), probabilities, atol=1e-4)
     np.testing.assert_array_equal(outputs["knn_class"].numpy(), probabilities.argmax(axis=1))
