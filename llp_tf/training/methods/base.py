@@ -20,7 +20,7 @@ backward pass are XLA-compiled (README, "GPU").
 
 import abc
 import dataclasses
-from typing import Callable, ClassVar, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Tuple
 
 import keras
 import numpy as np
@@ -115,7 +115,7 @@ class Method(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, config, strategy: tf.distribute.Strategy, model: LLPModel,
+    def from_config(cls, config: Any, strategy: tf.distribute.Strategy, model: LLPModel,
                     optimizer: keras.optimizers.Optimizer, num_classes: int,
                     split: TrainingSplit) -> "Method":
         """The method of the `TrainConfig` ``config`` (its settings are

@@ -18,7 +18,7 @@ the densities are refreshed (eq. 7) if they belong to another epoch.
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import keras
 import numpy as np
@@ -70,7 +70,7 @@ class LLPSettings:
     warm_start: Optional[str] = setting(None, "Run directory or checkpoint of an instance-"
                                         "recognition run: start LLP from its model and bank.")
 
-    def problems(self, config) -> list[str]:
+    def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the `TrainConfig` ``config``."""
         checks = [
             (0 <= self.warmup_epochs, "warmup_epochs cannot be negative"),

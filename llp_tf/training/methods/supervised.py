@@ -8,6 +8,7 @@ other, and when it is small its records are held in memory.
 """
 
 import dataclasses
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -23,7 +24,7 @@ class SupervisedSettings:
     """The supervised baseline has no settings of its own (config section
     "supervised"): it trains with the run's optimization settings."""
 
-    def problems(self, config) -> list[str]:
+    def problems(self, config: Any) -> list[str]:
         return []
 
 
