@@ -1,8 +1,8 @@
 """absl flags generated from the training config's fields.
 
 Every field of `llp_tf.training.config.TrainConfig`'s sections becomes one
-flag with the field's flag name, default, help text and choices, so they are
-written once, in the config. `define_config_flags` defines them;
+flag with the field's flag name, default, help text (a method's settings
+prefixed with the method they belong to) and choices, so they are written once, in the config. `define_config_flags` defines them;
 `config_from_flags` reads them back into a `TrainConfig`.
 """
 
@@ -11,7 +11,7 @@ import typing
 from absl import flags
 
 import tool_cli
-from llp_tf.training import config  # imports no TensorFlow
+from llp_tf.training import config
 
 
 def _base_type(annotation):
@@ -21,9 +21,11 @@ def _base_type(annotation):
         else annotation
 
 
-def _define(name, field, annotation, flag_values):
+def _define(name, field, annotation, flag_values, method=None):
     kind = _base_type(annotation)
     default, help_text = field.default, field.metadata["help"]
+    if method is not None:
+        help_text = f"[--method={method}] {help_text}"
     choices = field.metadata.get("choices")
     if choices:
         flags.DEFINE_enum(name, default, list(choices), help_text, flag_values=flag_values)
@@ -38,8 +40,10 @@ def _define(name, field, annotation, flag_values):
 
 def define_config_flags(flag_values=flags.FLAGS):
     """Defines one flag per training setting on ``flag_values``."""
+    methods = config.method_sections()
     for name, (section, field) in config.settings_fields().items():
-        _define(name, field, config.field_type(section, field), flag_values)
+        _define(name, field, config.field_type(section, field), flag_values,
+                method=section if section in methods else None)
     for old, name in config.renamed_settings().items():
         tool_cli.define_deprecated_alias(flag_values, old, name)
 

@@ -72,7 +72,7 @@ class MethodConfig:
     name: str = setting(
         "llp", "The training method: llp (the paper's), or a baseline trained under the same "
         f"protocol: {', '.join(name for name in METHODS if name != 'llp')} (README, "
-        "'Methods'). Each method's own settings are the flags of its section (--helpfull).",
+        "'Methods'). A flag that belongs to one method says so first in its help.",
         choices=tuple(METHODS), flag="method", state=True)
 
 
