@@ -32,7 +32,7 @@ from llp_tf.data.config import DataConfig, data_problems
 from llp_tf.errors import ConfigError
 from llp_tf.models.config import (PRECISIONS, ModelConfig, final_feature_map_side,
                                   model_problems)
-from llp_tf.training.methods import METHODS, method_class
+from llp_tf.training.methods import DEFAULT_METHOD, METHODS, method_class
 
 #: The paper's global batch; the base learning rate is given at it.
 PAPER_BATCH_SIZE = 128
@@ -70,8 +70,9 @@ class MethodConfig:
     """Which training method; its settings are the section named after it."""
 
     name: str = setting(
-        "llp", "The training method: llp (the paper's), or a baseline trained under the same "
-        f"protocol: {', '.join(name for name in METHODS if name != 'llp')} (README, "
+        DEFAULT_METHOD, f"The training method: {DEFAULT_METHOD} (the paper's), or a baseline "
+        "trained under the same protocol: "
+        f"{', '.join(name for name in METHODS if name != DEFAULT_METHOD)} (README, "
         "'Methods'). A flag that belongs to one method says so first in its help.",
         choices=tuple(METHODS), flag="method", state=True)
 

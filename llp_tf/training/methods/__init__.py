@@ -2,8 +2,9 @@
 
 `METHODS` is the one table of methods: name -> (defining module, class name).
 The config's and the flags' choices of ``--method`` come from it, and
-`method_class` imports a method's class. A new method subclasses
-`base.Method` in a module of its own and adds one line here. Names are
+`method_class` imports a method's class; the first entry is the default
+``--method``. A new method subclasses `base.Method` in a module of its own
+(with its settings beside it) and adds one line here. Names are
 imported on first use, so the config reads the table without TensorFlow.
 """
 
@@ -15,6 +16,8 @@ METHODS = {
     "llp": ("llp_tf.training.methods.llp", "LLPMethod"),
     "supervised": ("llp_tf.training.methods.supervised", "SupervisedMethod"),
 }
+#: The default ``--method``: the paper's.
+DEFAULT_METHOD = next(iter(METHODS))
 
 __getattr__ = lazy_getattr(__name__, {
     "InputSpec": "llp_tf.training.methods.base", "Method": "llp_tf.training.methods.base",
