@@ -17,7 +17,10 @@ build the batches (`llp_tf.data.data_service`). Elements: {"image": float32
 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}, ``index`` the bank
 row: the original index, or its position in ``used_index``; ``label`` the
 class of a labelled example and `UNLABELLED` (-1) for any other, so no
-training computation can read an unlabelled example's ground truth.
+training computation can read an unlabelled example's ground truth. With
+``views``, an element holds several augmented images of the example, one
+per view key, from one decode (`llp_tf.data.views`; the first view is the
+"image" above). A method's input of several such streams: `llp_tf.data.streams`.
 
 Evaluation: every example of the split exactly once, in a fixed order,
 padded with copies of its first example to whole global batches. Elements
