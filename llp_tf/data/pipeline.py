@@ -233,28 +233,25 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
         can be trained on; wrong wherever examples index a memory bank.
       augmentation: the `augment.train_augment` policy, "paper" or "light".
       min_crop_area: float in (0, 1], the smallest random-crop area fraction.
-      cache_passes: read the used records once per epoch and hold them in
-        memory (`epoch_order.cached_passes`): for a small set trained for many
-        passes (the supervised baseline's); memory grows with its records.
-      fused_crop: decode only the crop window of JPEGs (`llp_tf.data.crop_decode`:
-        the same pixels, less work); False decodes every image whole.
+      cache_passes: read the used records once per epoch and hold them in memory
+        (`epoch_order.cached_passes`), for a small set read in many passes.
+      fused_crop: decode only the crop windows of JPEGs (`llp_tf.data.crop_decode`).
       input_service: address of a tf.data service dispatcher whose workers
         build the batches (`llp_tf.data.data_service`); "": built here.
       labelled_index: int64 [L], the only examples whose label the batches carry.
-      views: element key -> view policy, "weak" or "strong" (`llp_tf.data.views`);
-        default one weak view, "image".
+      views: element key -> "weak" or "strong" (`llp_tf.data.views`).
 
     Returns:
-      input_fn(input_context or None) -> tf.data.Dataset of
-      {"image" (each view's key): float32 [b, S, S, 3], "label": int64 [b],
-      "index": int64 [b]} with ``steps - start_step`` elements per replica.
+      input_fn(input_context or None) -> tf.data.Dataset of {"image" (each
+      view's key): float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}
+      with ``steps - start_step`` elements per replica.
     """
     used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
         batches_cross_passes, augmentation, min_crop_area, input_service)
-    train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch), image_size,
-                                        augmentation, min_crop_area, fused_crop, labelled_index,
-                                        views_lib.check_views(views))
+    train_examples = _train_examples_fn(
+        source, epoch_order.augment_seed(seed, epoch), image_size, augmentation, min_crop_area,
+        fused_crop, labelled_index, views_lib.check_views(views))
 
     def input_fn(input_context=None):
         records = epoch_order.epoch_records(
