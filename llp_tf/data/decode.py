@@ -56,7 +56,8 @@ def fail(message: StringTensor | str, like: Any = None) -> Any:
     like = tf.TensorSpec([None, None, 3], tf.uint8) if like is None else like
     with tf.control_dependencies([check]):
         return tf.nest.map_structure(
-            lambda spec: tf.zeros([size or 1 for size in spec.shape], spec.dtype), like)
+            lambda spec: tf.zeros([1 if size is None else size for size in spec.shape],
+                                  spec.dtype), like)
 
 
 def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Callable

@@ -93,7 +93,7 @@ def load_views(source: Source, record: Record, seeds: list[IntTensor],
       (box: uint8 [h, w, 3], the union box of the views' windows; windows:
       int32 [V, 4], each view's window (top, left, height, width) inside it).
     """
-    drawn = {}
+    drawn = {}  # load_crop calls the window function once, in this graph (crop_decode)
 
     def union_window(shape):
         drawn["windows"] = view_windows(shape, seeds, area_range)
