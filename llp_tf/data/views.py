@@ -22,6 +22,7 @@ same pixels as a full decode), and each view cuts its window from it. Every
 view leaves as float32 [S, S, 3], normalised.
 """
 
+import types
 from collections.abc import Mapping
 
 import tensorflow as tf
@@ -34,7 +35,7 @@ from llp_tf.types import FloatTensor, IntTensor
 WEAK, STRONG = "weak", "strong"
 VIEW_POLICIES = (WEAK, STRONG)
 #: The views of an element with one image, today's training element.
-ONE_VIEW = {"image": WEAK}
+ONE_VIEW = types.MappingProxyType({"image": WEAK})
 #: Element keys a view cannot take.
 RESERVED_KEYS = ("index", "label")
 
