@@ -281,6 +281,15 @@ def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
     Returns:
       float32 [S, S, 3], normalised.
     """
+    image = normalize(train_augment_crop_unnormalised(crop, seed, size, policy))
+    image.set_shape([size, size, 3])
+    return image
+
+
+def train_augment_crop_unnormalised(crop: IntTensor, seed: IntTensor, size: int,
+                                    policy: str = PAPER) -> FloatTensor:
+    """`train_augment_crop` before its `normalize`: float32 [S, S, 3] in [0, 1]
+    (what `llp_tf.data.rand_augment.strong_augment` takes)."""
     check_policy(policy, CROP_AREA_RANGE[0])
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
     image = resize_crop(crop, size)
@@ -288,7 +297,6 @@ def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
         image = random_grayscale(image, seeds[_SEED_GRAY])
         image = color_jitter(image, seeds[_SEED_JITTER])
         image = random_flip(image, seeds[_SEED_FLIP])
-    image = normalize(image)
     image.set_shape([size, size, 3])
     return image
 

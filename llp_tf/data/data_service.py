@@ -31,16 +31,16 @@ def served_steps(records: tf.data.Dataset,
     Args:
       records: this pipeline's records of the epoch (`epoch_order`), a whole
         number of steps of ``replicas * per_replica`` records.
-      make_examples: records -> training elements {"image": float32 [S, S,
-        3], "label": int64 [], "index": int64 []}, one per record in order;
-        it runs on the service workers.
+      make_examples: records -> training elements {"image" (each view's
+        key): float32 [S, S, 3], "label": int64 [], "index": int64 []}, one
+        per record in order; it runs on the service workers.
       per_replica: int b, examples per replica batch.
       replicas: int R, replicas this pipeline feeds.
       address: the dispatcher, ``host:port`` or ``grpc://host:port``.
 
     Returns:
-      tf.data.Dataset of {"image": float32 [b, S, S, 3], "label": int64 [b],
-      "index": int64 [b]}: the local pipeline's per-replica batches, in its
+      tf.data.Dataset of {"image" (each view's key): float32 [b, S, S, 3],
+      "label": int64 [b], "index": int64 [b]}: the local pipeline's per-replica batches, in its
       order with one service worker, whole steps in a varying order with
       several (see the module docstring).
 

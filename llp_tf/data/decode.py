@@ -16,6 +16,7 @@ they were written (TFDS) can use `decode_image` directly.
 import contextlib
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -42,26 +43,33 @@ def decode_image(encoded: StringTensor) -> IntTensor:
     return image
 
 
-def fail(message: StringTensor | str) -> IntTensor:
+def fail(message: StringTensor | str, like: Any = None) -> Any:
     """Raises, inside a tf.data function, an error that `data_errors` turns
     into `DataError(message)`. ``message`` is a string tensor or str.
 
-    Returns a uint8 [1, 1, 3] placeholder image so that both branches of a
-    decode have the same structure; it is never produced.
+    Returns a placeholder, never produced, so that both branches of a decode
+    have the same structure: zeros of the nest of `tf.TensorSpec` ``like``
+    (unknown sizes 1), by default a uint8 [1, 1, 3] image.
     """
     text = tf.strings.join([_MARK_OPEN, message, _MARK_CLOSE])
     check = tf.debugging.Assert(False, [text], summarize=1)
+    like = tf.TensorSpec([None, None, 3], tf.uint8) if like is None else like
     with tf.control_dependencies([check]):
-        return tf.zeros([1, 1, 3], tf.uint8)
+        return tf.nest.map_structure(
+            lambda spec: tf.zeros([1 if size is None else size for size in spec.shape],
+                                  spec.dtype), like)
 
 
 def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Callable
                       ) -> tf.data.Dataset:
-    """Maps each record by ``attempt``, or by ``otherwise`` where ``attempt``
-    fails (both give the same structure), in the order of ``records``."""
+    """Maps each record by ``attempt``, or by ``otherwise(record, spec)`` where
+    ``attempt`` fails (``spec``: the element spec of ``attempt``'s results,
+    the structure ``otherwise`` gives too), in the order of ``records``."""
     def one(record):
         single = tf.data.Dataset.from_tensors(record)
-        return single.map(attempt).ignore_errors().concatenate(single.map(otherwise)).take(1)
+        attempted = single.map(attempt)
+        fallback = single.map(lambda r: otherwise(r, attempted.element_spec))
+        return attempted.ignore_errors().concatenate(fallback).take(1)
 
     # Each inner dataset yields exactly one element, so a deterministic
     # interleave keeps the input order while decoding in parallel.
@@ -77,7 +85,8 @@ def decode_checked(records: tf.data.Dataset,
 
     Args:
       records: tf.data.Dataset of dicts (one example's record each).
-      load_fn: record -> uint8 [H, W, 3]; may read a file and decode.
+      load_fn: record -> uint8 [H, W, 3], or a nest of tensors holding the
+        decoded image (e.g. a crop and where it lies); may read a file and decode.
       describe_fn: record -> string [], names the example for the message,
         e.g. "file /data/cat/1.jpg" or "shard /data/train-00003-of-00016,
         record 17".
@@ -86,11 +95,11 @@ def decode_checked(records: tf.data.Dataset,
     Returns:
       Dataset of (record, image) in the order of ``records``.
     """
-    def failure(record):
+    def failure(record, spec):
         return record, fail(tf.strings.join([
             "Cannot read or decode the image of ", describe_fn(record),
             ": it is missing, empty, truncated, or not a JPEG, PNG, GIF or BMP image. ",
-            advice]))
+            advice]), like=spec[1])
 
     return _first_that_works(records, lambda r: (r, load_fn(r)), failure)
 
@@ -100,7 +109,7 @@ def decodable(records: tf.data.Dataset,
     """Dataset of (record, bool []): whether ``load_fn`` reads and decodes the
     record's image, in the order of ``records``, never failing."""
     return _first_that_works(records, lambda r: (r, tf.size(load_fn(r)) > 0),
-                             lambda r: (r, tf.constant(False)))
+                             lambda r, _: (r, tf.constant(False)))
 
 
 def decode_unchecked(records: tf.data.Dataset,

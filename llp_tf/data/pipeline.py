@@ -17,7 +17,10 @@ build the batches (`llp_tf.data.data_service`). Elements: {"image": float32
 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}, ``index`` the bank
 row: the original index, or its position in ``used_index``; ``label`` the
 class of a labelled example and `UNLABELLED` (-1) for any other, so no
-training computation can read an unlabelled example's ground truth.
+training computation can read an unlabelled example's ground truth. With
+``views``, an element holds several augmented images of the example, one
+per view key, from one decode (`llp_tf.data.views`; the first view is the
+"image" above). A method's input of several such streams: `llp_tf.data.streams`.
 
 Evaluation: every example of the split exactly once, in a fixed order,
 padded with copies of its first example to whole global batches. Elements
@@ -27,7 +30,7 @@ Iterate inside `llp_tf.data.data_errors()` to get a `DataError` naming the
 file, or shard and record, of an image that cannot be decoded.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +40,7 @@ from llp_tf.data import augment
 from llp_tf.data import data_service
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
 from llp_tf.data import epoch_order, exclusions, service_address
+from llp_tf.data import views as views_lib
 from llp_tf.data.epoch_order import DEFAULT_CYCLE_LENGTH
 from llp_tf.data.source import TRAIN, VALIDATION, Source
 from llp_tf.data.splits import check_index_set
@@ -158,32 +162,31 @@ def _labelled_mask(labelled_index, num_examples):
 
 
 def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_area,
-                       fused_crop, labelled_index):
-    """Dataset of records -> Dataset of training elements {"image", "label",
-    "index"}, one per record, in order; "label" is -1 for an example not in
-    ``labelled_index``.
+                       fused_crop, labelled_index, views):
+    """Dataset of records -> Dataset of training elements {view key: image,
+    "label", "index"}, one per record, in order; "label" is -1 for an example
+    not in ``labelled_index``.
 
-    Each record's random-resized-crop window (`augment.crop_window` with
-    ``augment.crop_seed`` of the example's seed) is decoded, only the window
-    of JPEG bytes if ``fused_crop`` (`Source.load_crop`), and augmented
-    (`augment.train_augment_crop`).
+    The union of the views' random-resized-crop windows (`views.load_views`,
+    seeded by the example's seed) is decoded, only that box of JPEG bytes if
+    ``fused_crop``, and each view is augmented (`views.make_views`).
     """
     area_range = (float(min_crop_area), 1.0)
     labelled = tf.constant(_labelled_mask(labelled_index, source.info.num_train))
 
-    def load_crop(record):
-        seed = augment.crop_seed(_example_seed(augment_seed, record))
-        return source.load_crop(
-            record, lambda shape: augment.crop_window(shape, seed, area_range), fused_crop)
+    def seeds(record):
+        return views_lib.view_seeds(_example_seed(augment_seed, record), len(views))
 
-    def train_element(record, crop):
+    def load_views(record):
+        return views_lib.load_views(source, record, seeds(record), area_range, fused_crop)
+
+    def train_element(record, loaded):
         label = tf.where(tf.gather(labelled, record["index"]), record["label"],
                          tf.constant(UNLABELLED, record["label"].dtype))
-        return {"image": augment.train_augment_crop(
-                    crop, _example_seed(augment_seed, record), image_size, augmentation),
-                "label": label, "index": record["dense_index"]}
+        images = views_lib.make_views(*loaded, seeds(record), image_size, augmentation, views)
+        return {**images, "label": label, "index": record["dense_index"]}
 
-    return lambda records: source.decode(records, TRAIN, load_crop).map(
+    return lambda records: source.decode(records, TRAIN, load_views).map(
         train_element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
@@ -205,7 +208,8 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
                         shuffle_block: int | None = None, batches_cross_passes: bool = False,
                         augmentation: str = PAPER, cache_passes: bool = False,
                         min_crop_area: float = MIN_CROP_AREA, fused_crop: bool = True,
-                        input_service: str = "", *, labelled_index: Array) -> InputFn:
+                        input_service: str = "", *, labelled_index: Array,
+                        views: Mapping[str, str] = views_lib.ONE_VIEW) -> InputFn:
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
@@ -229,25 +233,25 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
         can be trained on; wrong wherever examples index a memory bank.
       augmentation: the `augment.train_augment` policy, "paper" or "light".
       min_crop_area: float in (0, 1], the smallest random-crop area fraction.
-      cache_passes: read the used records once per epoch and hold them in
-        memory (`epoch_order.cached_passes`): for a small set trained for many
-        passes (the supervised baseline's); memory grows with its records.
-      fused_crop: decode only the crop window of JPEGs (`llp_tf.data.crop_decode`:
-        the same pixels, less work); False decodes every image whole.
+      cache_passes: read the used records once per epoch and hold them in memory
+        (`epoch_order.cached_passes`), for a small set read in many passes.
+      fused_crop: decode only the crop windows of JPEGs (`llp_tf.data.crop_decode`).
       input_service: address of a tf.data service dispatcher whose workers
         build the batches (`llp_tf.data.data_service`); "": built here.
       labelled_index: int64 [L], the only examples whose label the batches carry.
+      views: element key -> "weak" or "strong" (`llp_tf.data.views`).
 
     Returns:
-      input_fn(input_context or None) -> tf.data.Dataset of
-      {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}
+      input_fn(input_context or None) -> tf.data.Dataset of {"image" (each
+      view's key): float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}
       with ``steps - start_step`` elements per replica.
     """
     used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
         batches_cross_passes, augmentation, min_crop_area, input_service)
-    train_examples = _train_examples_fn(source, epoch_order.augment_seed(seed, epoch), image_size,
-                                        augmentation, min_crop_area, fused_crop, labelled_index)
+    train_examples = _train_examples_fn(
+        source, epoch_order.augment_seed(seed, epoch), image_size, augmentation, min_crop_area,
+        fused_crop, labelled_index, views_lib.check_views(views))
 
     def input_fn(input_context=None):
         records = epoch_order.epoch_records(

@@ -261,9 +261,9 @@ class Source(abc.ABC):
                load_fn: Callable[[Record], IntTensor] | None = None) -> tf.data.Dataset:
         """Dataset of (record, uint8 [H, W, 3] image); see `decode.decode_checked`.
 
-        ``load_fn`` (record -> uint8 [h, w, 3]) replaces `load_image`, e.g. a
-        `load_crop` that decodes only a training crop; a failure names the
-        record all the same.
+        ``load_fn`` (record -> uint8 [h, w, 3], or a nest holding it) replaces
+        `load_image`, e.g. a `load_crop` that decodes only a training crop; a
+        failure names the record all the same.
         """
         load_fn = load_fn or self.load_image
         if self.trusted_bytes:

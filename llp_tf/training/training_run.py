@@ -24,6 +24,7 @@ from llp_tf import data
 from llp_tf.counted_nouns import counted, numbered_range
 from llp_tf.training import schedule
 from llp_tf.data import exclusions, image_check, label_subsets, pipeline, splits
+from llp_tf.data import streams as input_streams
 from llp_tf.training.distribution import make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
@@ -139,17 +140,33 @@ def _prepare_run_directory(config, source, stream, chief, afresh):
     return RunSplit(labelled_index, used_index, train_labels, excluded.validation)
 
 
+def _training_split(split):
+    """The `TrainingSplit` a method sees of the `RunSplit`: labels of the
+    labelled examples only."""
+    return TrainingSplit(split.labelled_index, split.used_index,
+                         split.train_labels[split.labelled_index])
+
+
 def _input_maker(config, source, strategy, method, split, steps_per_epoch):
-    spec = method.input_spec(split.labelled_index, split.used_index)
+    """make_iterator(epoch, start_step): the distributed iterator of the
+    method's input streams (`Method.input_spec`) from a step of an epoch.
+
+    A repeating stream of at most ``cache_labelled_limit`` examples holds its
+    records in memory (`input_streams.make_streams_input_fn`'s ``cached``).
+    """
+    spec = method.input_spec(_training_split(split))
+    input_streams.check_batch_split(spec.streams, strategy.num_replicas_in_sync)
     d = config.data
+    cache_limit = config.data.cache_labelled_limit
+    cached = [name for name, stream in spec.streams.items()
+              if stream.repeats and len(stream.index) <= cache_limit]
 
     def make_iterator(epoch, start_step):
-        input_fn = pipeline.make_train_input_fn(
-            source, config.optimization.global_batch_size, d.image_size, config.run.seed,
-            epoch, start_step=start_step, used_index=spec.index, steps=steps_per_epoch,
-            batches_cross_passes=spec.batches_cross_passes, augmentation=d.augmentation,
-            min_crop_area=d.min_crop_area, cache_passes=spec.cache_passes,
-            input_service=d.input_service, labelled_index=split.labelled_index)
+        input_fn = input_streams.make_streams_input_fn(
+            source, spec.streams, d.image_size, config.run.seed, epoch, start_step,
+            steps_per_epoch, labelled_index=split.labelled_index,
+            augmentation=d.augmentation, min_crop_area=d.min_crop_area, cached=cached,
+            input_service=d.input_service)
         return iter(strategy.distribute_datasets_from_function(input_fn))
 
     return make_iterator
@@ -205,11 +222,8 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
                                             model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
-    # The method gets the labels of the labelled examples only.
-    training_split = TrainingSplit(split.labelled_index, split.used_index,
-                                   split.train_labels[split.labelled_index])
     method = method_class(config.method.name).from_config(config, strategy, model, stepping,
-                                                          num_classes, training_split)
+                                                          num_classes, _training_split(split))
     with strategy.scope():
         totals = EpochTotals(name for phase in method.phases
                              for name in method.metric_names(phase))

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import data_errors, data_service, pipeline
+from llp_tf.data import data_errors, data_service, pipeline, streams
+from llp_tf.data.streams import Stream
 from llp_tf.errors import ConfigError
 from tests.tools.tool_main import load_tool
 from tests.data.helpers import all_labelled
@@ -123,3 +124,21 @@ def test_the_pipeline_refuses_a_bad_address(tfrecord_source, address):
         pipeline.make_train_input_fn(tfrecord_source, 4, SIZE, seed=0, epoch=0,
                                      input_service=address,
                                      labelled_index=all_labelled(tfrecord_source))
+
+
+def test_one_worker_serves_each_stream_of_a_two_stream_input(tfrecord_source, one_worker):
+    labelled = np.array([1, 4, 9], np.int64)
+    spec = {"labelled": Stream(labelled, 2, repeats=True),
+            "unlabelled": Stream(np.arange(20, dtype=np.int64), 4,
+                                 views={"weak": "weak", "other": "weak"})}
+
+    def elements(**kwargs):
+        input_fn = streams.make_streams_input_fn(tfrecord_source, spec, SIZE, 3, 1, 1, 5,
+                                                 labelled_index=labelled, **kwargs)
+        with data_errors():
+            return list(input_fn(None).as_numpy_iterator())
+
+    local, served = elements(), elements(input_service=one_worker)
+    assert len(local) == 4 and set(served[0]) == set(spec)
+    for stream in spec:
+        _assert_same_elements([s[stream] for s in served], [e[stream] for e in local])

@@ -12,7 +12,7 @@ from llp_tf.core import losses
 from llp_tf.data import splits
 from llp_tf.training import training_run
 from llp_tf.training.methods import METHODS, SupervisedMethod, method_class
-from llp_tf.training.methods.base import InputSpec
+from llp_tf.training.methods.base import InputSpec, Stream
 from tests.runs import PATTERNS, checkpoint_state, tiny_config
 
 SETTINGS = dict(warmup_epochs=1, epochs=2, label_percent=10.0, checkpoint_every=100)
@@ -75,13 +75,13 @@ class _EveryLabelRead(SupervisedMethod):
     """A careless method: cross-entropy on every example of the used set whose
     batch label is a class. Only the input's -1 keeps it off unlabelled ones."""
 
-    def input_spec(self, labelled_index, used_index):
-        return InputSpec(index=used_index)
+    def input_spec(self, split):
+        return InputSpec({"labelled": Stream(split.used_index, self.global_batch_size)})
 
     def _supervised_forward(self, batch):
-        labels = tf.cast(batch["label"], tf.int64)
+        labels = tf.cast(batch["labelled"]["label"], tf.int64)
         known = labels >= 0
-        outputs = self.model(batch["image"], training=True)
+        outputs = self.model(batch["labelled"]["image"], training=True)
         cross_entropy = losses.categorisation_loss(outputs["logits"],
                                                    tf.where(known, labels, 0))
         data_loss = tf.reduce_sum(tf.where(known, cross_entropy, 0.0)) / self.global_batch_size

@@ -7,7 +7,7 @@ from llp_tf import MemoryBank
 from llp_tf.core import label_encoding
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model
-from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod
+from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod, TrainingSplit
 
 N, C, D, B, SIZE = 32, 4, 16, 16, 8
 LABELLED = np.arange(8)
@@ -50,11 +50,13 @@ def _supervised(method):
 def _iterator(strategy, data):
     dataset = tf.data.Dataset.from_tensor_slices(data)
     replicas = strategy.num_replicas_in_sync
-    # Consecutive per-replica batches make up one global batch, as in the pipeline.
+    # Consecutive per-replica batches make up one global batch, as in the pipeline;
+    # the same batch in the stream of each method (LLP's "used", supervised's "labelled").
     # Batches stay on the host: deleting the per-device prefetcher (a
     # MultiDeviceIterator) of an idle iterator can block for tens of seconds.
     return iter(strategy.distribute_datasets_from_function(
-        lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True),
+        lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True).map(
+            lambda batch: {"used": batch, "labelled": batch}),
         tf.distribute.InputOptions(experimental_fetch_to_device=False)))
 
 
@@ -171,11 +173,14 @@ def test_llp_method_phases_state_and_input():
     assert [llp.phase(e) for e in range(3)] == ["warmup", "llp", "llp"]
     assert not llp.tracks_plateau("warmup") and llp.tracks_plateau("llp")
     assert set(llp.checkpoint_items()) == {"bank", "density_epoch"}
-    labelled, used = np.arange(4), np.arange(10)
-    assert llp.input_spec(labelled, used).index is used
-    supervised = _supervised(llp)
-    spec = supervised.input_spec(labelled, used)
-    assert spec.index is labelled and spec.batches_cross_passes and not spec.cache_passes
+    split = TrainingSplit(np.arange(4), np.arange(10), np.arange(4) % C)
+    (name, used), = llp.input_spec(split).streams.items()
+    assert name == "used" and used.index is split.used_index and used.batch_size == B
+    assert dict(used.views) == {"image": "weak"} and not used.repeats
+    (name, labelled), = _supervised(llp).input_spec(split).streams.items()
+    assert name == "labelled" and labelled.index is split.labelled_index
+    assert labelled.batch_size == B and dict(labelled.views) == {"image": "weak"}
+    assert labelled.repeats
     # The density refresh runs once per LLP epoch, never in warm-up.
     calls = []
     llp.refresh_density = lambda: calls.append(1)

@@ -20,7 +20,7 @@ backward pass are XLA-compiled (README, "GPU").
 
 import abc
 import dataclasses
-from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Tuple
 
 import keras
 import numpy as np
@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.data.streams import Stream
 from llp_tf.models import batch_norm, precision
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import FloatTensor, Tensor
@@ -58,19 +59,16 @@ class TrainingSplit:
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
-    """What a method's training input reads.
+    """What a method's training input reads: named `Stream`s, in order
+    (`llp_tf.data.streams`). A step's batch is ``{stream name: {"index",
+    "label", view key, ...}}``, each stream's part of the global batch split
+    over the replicas; "label" is -1 for an example not labelled.
 
     Attributes:
-      index: int64 [U], the dataset indices of the examples read.
-      batches_cross_passes: let passes over ``index`` run into each other (a
-        set smaller than one batch can be trained on; wrong where examples
-        index a memory bank).
-      cache_passes: hold the examples' records in memory across passes.
+      streams: stream name -> `Stream`.
     """
 
-    index: np.ndarray
-    batches_cross_passes: bool = False
-    cache_passes: bool = False
+    streams: Mapping[str, Stream]
 
 
 class Method(abc.ABC):
@@ -142,8 +140,8 @@ class Method(abc.ABC):
         return self.replica_step_from(*self.step_parts(phase))
 
     @abc.abstractmethod
-    def input_spec(self, labelled_index: np.ndarray, used_index: np.ndarray) -> InputSpec:
-        """The examples the training input reads, given the run's split."""
+    def input_spec(self, split: TrainingSplit) -> InputSpec:
+        """The streams the training input reads, given the run's split."""
 
     def checkpoint_items(self) -> Dict[str, tf.Module]:
         """State the method adds to the run's checkpoint, by item name."""

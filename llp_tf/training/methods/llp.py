@@ -29,7 +29,8 @@ from llp_tf.core import hyperparameters, label_encoding, losses, propagation
 from llp_tf.data import splits
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method
+from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
+                                          TrainingSplit)
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.types import Array
@@ -172,8 +173,9 @@ class LLPMethod(Method):
             return self._warmup_forward, self._warmup_finish
         return self._llp_forward, self._llp_finish
 
-    def input_spec(self, labelled_index: Array, used_index: Array) -> InputSpec:
-        return InputSpec(index=used_index)
+    def input_spec(self, split: TrainingSplit) -> InputSpec:
+        # "index" is the bank row: the position in the used set.
+        return InputSpec({"used": Stream(split.used_index, self.global_batch_size)})
 
     def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
         return {"bank": self._bank, "density_epoch": self.density_epoch}
@@ -229,11 +231,11 @@ class LLPMethod(Method):
 
     def _warmup_forward(self, batch):
         bank = self._bank
-        index = tf.cast(batch["index"], tf.int64)
+        index = tf.cast(batch["used"]["index"], tf.int64)
         labels = label_encoding.instance_labels(index, self.num_classes)
         bank_labels = label_encoding.instance_labels(
             tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
-        outputs = self.model(batch["image"], training=True)
+        outputs = self.model(batch["used"]["image"], training=True)
         aggregation = losses.aggregation_loss(
             outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
         data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
@@ -243,14 +245,14 @@ class LLPMethod(Method):
         return loss, metrics, tf.stop_gradient(outputs["embedding"])
 
     def _warmup_finish(self, batch, embedding):
-        self._bank.update(tf.cast(batch["index"], tf.int64), embedding)
+        self._bank.update(tf.cast(batch["used"]["index"], tf.int64), embedding)
 
     def _llp_forward(self, batch):
         bank = self._bank
-        index = tf.cast(batch["index"], tf.int64)
+        index = tf.cast(batch["used"]["index"], tf.int64)
         # The loss uses the state as read at the start of the step.
         labels, confidence = bank.read(index)
-        outputs = self.model(batch["image"], training=True)
+        outputs = self.model(batch["used"]["image"], training=True)
         aggregation = losses.aggregation_loss(
             outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
         categorisation = losses.categorisation_loss(outputs["logits"], labels)
@@ -276,7 +278,7 @@ class LLPMethod(Method):
         return loss, metrics, (embedding, classes, new_confidence)
 
     def _llp_finish(self, batch, update):
-        self._bank.update(tf.cast(batch["index"], tf.int64), *update)
+        self._bank.update(tf.cast(batch["used"]["index"], tf.int64), *update)
 
     def _propagate(self, embedding, logits):
         """Pseudo classes int64 [B] and confidences float32 [B] for a batch."""

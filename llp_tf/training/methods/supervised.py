@@ -4,7 +4,8 @@ The baseline of the paper's tables: the same model, schedule and
 augmentation as LLP, trained on the labelled set alone (no memory bank). An
 epoch has as many steps as an epoch of the used set, so both methods share
 one schedule; the labelled set is read in passes that may run into each
-other, and when it is small its records are held in memory.
+other (a stream that repeats), and when it is small its records are held in
+memory (the training input decides: `llp_tf.training.training_run`).
 """
 
 import dataclasses
@@ -15,8 +16,7 @@ import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.models.llp_model import LLPModel
-from llp_tf.training.methods.base import Forward, InputSpec, Method
-from llp_tf.types import Array
+from llp_tf.training.methods.base import Forward, InputSpec, Method, Stream, TrainingSplit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,12 +29,7 @@ class SupervisedSettings:
 
 
 class SupervisedMethod(Method):
-    """Cross-entropy on labelled examples (see the module docstring).
-
-    Args (besides `Method`'s):
-      cache_labelled_limit: int, hold the labelled records in memory when there
-        are at most this many (0: never).
-    """
+    """Cross-entropy on labelled examples (see the module docstring)."""
 
     name = "supervised"
     Settings = SupervisedSettings
@@ -42,12 +37,11 @@ class SupervisedMethod(Method):
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, cache_labelled_limit: int = 0,
+                 global_batch_size: int, weight_decay: float,
                  jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
-        self.cache_labelled_limit = int(cache_labelled_limit)
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
@@ -55,7 +49,6 @@ class SupervisedMethod(Method):
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   cache_labelled_limit=config.data.cache_labelled_limit,
                    jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
@@ -64,13 +57,14 @@ class SupervisedMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, None]:
         return self._supervised_forward, None
 
-    def input_spec(self, labelled_index: Array, used_index: Array) -> InputSpec:
-        return InputSpec(index=labelled_index, batches_cross_passes=True,
-                         cache_passes=len(labelled_index) <= self.cache_labelled_limit)
+    def input_spec(self, split: TrainingSplit) -> InputSpec:
+        return InputSpec({"labelled": Stream(split.labelled_index, self.global_batch_size,
+                                             repeats=True)})
 
     def _supervised_forward(self, batch):
-        labels = tf.cast(batch["label"], tf.int64)
-        outputs = self.model(batch["image"], training=True)
+        labelled = batch["labelled"]
+        labels = tf.cast(labelled["label"], tf.int64)
+        outputs = self.model(labelled["image"], training=True)
         cross_entropy = losses.categorisation_loss(outputs["logits"], labels)
         data_loss = tf.reduce_sum(cross_entropy) / self.global_batch_size
         decay = self.weight_decay_share()

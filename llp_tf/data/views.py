@@ -1,0 +1,131 @@
+"""The views of a training example: several augmented images of one decode.
+
+A stream of the training input (`llp_tf.data.streams`) names the views of
+its elements, element key -> policy:
+
+- ``"weak"``: the run's augmentation, "paper" or "light"
+  (`augment.train_augment_crop`).
+- ``"strong"``: the weak view before its normalisation
+  (`augment.train_augment_crop_unnormalised`: the same crop, and for "paper"
+  the same grayscale, jitter and flip), then
+  `rand_augment.strong_augment` with the policy of the run's augmentation
+  ("paper": FixMatch's RandAugment; "light": the digit demos'), then
+  `augment.normalize`.
+
+View v of an example has its own seed (`view_seeds`): view 0 the example's
+seed, so a one-view element is exactly the pipeline's image of that seed;
+view v > 0 the example's seed with v folded in. Each view draws its own crop
+window (`augment.crop_window` with `augment.crop_seed` of its seed). The
+example is decoded once (`load_views`): the union box of the views' windows,
+only that box of a JPEG with the fused crop (`llp_tf.data.crop_decode`: the
+same pixels as a full decode), and each view cuts its window from it. Every
+view leaves as float32 [S, S, 3], normalised.
+"""
+
+import types
+from collections.abc import Mapping
+
+import tensorflow as tf
+
+from llp_tf.data import augment, rand_augment
+from llp_tf.data.source import Record, Source
+from llp_tf.errors import ConfigError
+from llp_tf.types import FloatTensor, IntTensor
+
+WEAK, STRONG = "weak", "strong"
+VIEW_POLICIES = (WEAK, STRONG)
+#: The views of an element with one image, today's training element.
+ONE_VIEW = types.MappingProxyType({"image": WEAK})
+#: Element keys a view cannot take.
+RESERVED_KEYS = ("index", "label")
+
+
+def check_views(views: Mapping[str, str]) -> dict[str, str]:
+    """The views as a dict, in their order; ConfigError unless they are one or
+    more element keys (str, not in `RESERVED_KEYS`), each with a policy of
+    `VIEW_POLICIES`."""
+    if not isinstance(views, Mapping) or not views:
+        raise ConfigError(f"views must map element keys to policies {VIEW_POLICIES}; got "
+                          f"{views!r}.")
+    for key, policy in views.items():
+        if not isinstance(key, str) or key in RESERVED_KEYS:
+            raise ConfigError(f"A view cannot be named {key!r}: an element's key other than "
+                              f"{RESERVED_KEYS}.")
+        if policy not in VIEW_POLICIES:
+            raise ConfigError(f"Unknown view policy {policy!r} of view {key!r}; choose one of "
+                              f"{VIEW_POLICIES}.")
+    return dict(views)
+
+
+def view_seeds(example_seed: IntTensor, count: int) -> list[IntTensor]:
+    """The seeds, int [2] each, of an example's ``count`` views: view 0 the
+    example's ``example_seed`` (int [2]), view v > 0 with v folded in."""
+    return [example_seed] + [tf.random.experimental.stateless_fold_in(example_seed, view)
+                             for view in range(1, count)]
+
+
+def view_windows(image_shape: IntTensor, seeds: list[IntTensor],
+                 area_range: tuple[float, float]) -> IntTensor:
+    """int32 [V, 4]: the crop window (top, left, height, width) of each view
+    in an image of ``image_shape`` (int [3], height and width first)."""
+    return tf.stack([tf.stack(augment.crop_window(image_shape, augment.crop_seed(seed),
+                                                  area_range)) for seed in seeds])
+
+
+def _union(windows):
+    """(top, left, height, width), int32 []: the smallest box holding all ``windows``."""
+    top, left = tf.reduce_min(windows[:, 0]), tf.reduce_min(windows[:, 1])
+    bottom = tf.reduce_max(windows[:, 0] + windows[:, 2])
+    right = tf.reduce_max(windows[:, 1] + windows[:, 3])
+    return top, left, bottom - top, right - left
+
+
+def load_views(source: Source, record: Record, seeds: list[IntTensor],
+               area_range: tuple[float, float], fused: bool) -> tuple[IntTensor, IntTensor]:
+    """Decodes the union of the views' windows of a record's image once.
+
+    Args:
+      source: the record's `Source` (`Source.load_crop`).
+      seeds: the views' seeds (`view_seeds`).
+      area_range: (low, high), the crop area fractions.
+      fused: decode only the box of a JPEG.
+
+    Returns:
+      (box: uint8 [h, w, 3], the union box of the views' windows; windows:
+      int32 [V, 4], each view's window (top, left, height, width) inside it).
+    """
+    drawn = {}  # load_crop calls the window function once, in this graph (crop_decode)
+
+    def union_window(shape):
+        drawn["windows"] = view_windows(shape, seeds, area_range)
+        return _union(drawn["windows"])
+
+    box = source.load_crop(record, union_window, fused)
+    windows = drawn["windows"]
+    offset = tf.stack([tf.reduce_min(windows[:, 0]), tf.reduce_min(windows[:, 1]), 0, 0])
+    return box, windows - offset
+
+
+def augment_view(crop: IntTensor, seed: IntTensor, size: int, augmentation: str,
+                 policy: str) -> FloatTensor:
+    """uint8 [h, w, 3] crop window -> float32 [S, S, 3], normalised: the view of
+    ``policy`` (see the module docstring) with the run's ``augmentation``."""
+    if policy == WEAK:
+        return augment.train_augment_crop(crop, seed, size, augmentation)
+    weak = augment.train_augment_crop_unnormalised(crop, seed, size, augmentation)
+    image = augment.normalize(rand_augment.strong_augment(weak, seed, augmentation))
+    image.set_shape([size, size, 3])
+    return image
+
+
+def make_views(box: IntTensor, windows: IntTensor, seeds: list[IntTensor], size: int,
+               augmentation: str, views: Mapping[str, str]) -> dict[str, FloatTensor]:
+    """The views of one example, key -> float32 [S, S, 3], from `load_views`'
+    ``box`` and ``windows`` and the views' ``seeds`` (in the order of ``views``)."""
+    images = {}
+    for (key, policy), window, seed in zip(views.items(), tf.unstack(windows, len(seeds)),
+                                           seeds):
+        top, left, height, width = tf.unstack(window)
+        crop = box[top:top + height, left:left + width]
+        images[key] = augment_view(crop, seed, size, augmentation, policy)
+    return images

@@ -1,0 +1,91 @@
+"""Views of a training example: one decode, own crops and seeds, view 0 the
+one-view image, the strong view RandAugment of the un-normalised weak one."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.data import augment, data_errors, epoch_order, pipeline, rand_augment, views
+from llp_tf.data.config import LIGHT, PAPER
+from llp_tf.errors import ConfigError
+from tests.data.helpers import all_labelled
+
+SIZE = 8
+SEED, EPOCH = 3, 1
+THREE_VIEWS = {"image": "weak", "other": "weak", "strong": "strong"}
+
+
+def _epoch(source, augmentation=PAPER, **kwargs):
+    """One epoch of 1-example batches, every field concatenated."""
+    input_fn = pipeline.make_train_input_fn(
+        source, 1, SIZE, SEED, EPOCH, augmentation=augmentation,
+        labelled_index=all_labelled(source), **kwargs)
+    with data_errors():
+        batches = list(input_fn(None).as_numpy_iterator())
+    return {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
+
+
+def _raw_images(source):
+    with data_errors():
+        return {int(e["index"]): e["image"] for e in source.raw_dataset("train").as_numpy_iterator()}
+
+
+def test_views_of_one_decode_have_their_shapes_and_differ(folder_source):
+    out = _epoch(folder_source, views=THREE_VIEWS)
+    n = folder_source.info.num_train
+    assert set(out) == {"image", "other", "strong", "label", "index"}
+    for key in THREE_VIEWS:
+        assert out[key].shape == (n, SIZE, SIZE, 3) and out[key].dtype == np.float32
+    assert out["index"].dtype == np.int64 and out["label"].dtype == np.int64
+    for k in range(n):
+        assert not np.array_equal(out["image"][k], out["other"][k])
+        assert not np.array_equal(out["image"][k], out["strong"][k])
+    # View 0 is the one-view pipeline's image, to the bit.
+    one_view = _epoch(folder_source)
+    np.testing.assert_array_equal(out["index"], one_view["index"])
+    np.testing.assert_array_equal(out["image"], one_view["image"])
+
+
+def _example_seed(index):
+    """The seed of training example ``index`` in pass 0 of epoch EPOCH (folded
+    in as int64, as the pipeline's records hold them)."""
+    fold = tf.random.experimental.stateless_fold_in
+    return fold(fold(epoch_order.augment_seed(SEED, EPOCH), tf.constant(0, tf.int64)),
+                tf.constant(index, tf.int64))
+
+
+@pytest.mark.parametrize("augmentation", [PAPER, LIGHT])
+def test_views_are_their_policies_of_their_own_crops(folder_source, augmentation):
+    """Each view from the whole decoded image: weak = the run's augmentation of
+    its crop; strong = normalize(strong_augment(the un-normalised weak view))."""
+    out = _epoch(folder_source, augmentation, views={"weak": "weak", "strong": "strong"})
+    raw = _raw_images(folder_source)
+    for k, index in enumerate(out["index"][:8]):
+        image = tf.constant(raw[int(index)])
+        weak_seed, strong_seed = views.view_seeds(_example_seed(index), 2)
+        np.testing.assert_array_equal(
+            out["weak"][k], augment.train_augment(image, weak_seed, SIZE, augmentation).numpy())
+        crop = augment.crop_window(tf.shape(image), augment.crop_seed(strong_seed))
+        unnormalised = augment.train_augment_crop_unnormalised(
+            tf.image.crop_to_bounding_box(image, *crop), strong_seed, SIZE, augmentation)
+        strong = augment.normalize(rand_augment.strong_augment(unnormalised, strong_seed,
+                                                               augmentation))
+        np.testing.assert_allclose(out["strong"][k], strong.numpy(), atol=1e-6)
+
+
+def test_views_cut_from_the_decoded_union_equal_those_of_a_full_decode(folder_source):
+    two_views = {"image": "weak", "other": "weak"}
+    fused = _epoch(folder_source, LIGHT, views=two_views)
+    whole = _epoch(folder_source, LIGHT, views=two_views, fused_crop=False)
+    for key in two_views:
+        np.testing.assert_array_equal(fused[key], whole[key])
+
+
+def test_view_settings_are_checked():
+    assert views.check_views({"a": "strong", "b": "weak"}) == {"a": "strong", "b": "weak"}
+    with pytest.raises(ConfigError, match="Unknown view policy 'mild' of view 'a'"):
+        views.check_views({"a": "mild"})
+    with pytest.raises(ConfigError, match="cannot be named 'label'"):
+        views.check_views({"label": "weak"})
+    with pytest.raises(ConfigError, match="views must map element keys"):
+        views.check_views({})
