@@ -19,7 +19,7 @@ DATA ?= digits
 MODEL ?= $(RUN)/export
 IMAGES ?=
 
-.PHONY: setup train test test-all bench clean help export predict probe compare analyze \
+.PHONY: setup train test test-all bench clean help export predict probe compare compare-methods analyze \
 	check-data
 
 help:
@@ -28,6 +28,7 @@ help:
 	@echo "make predict  top-5 classes of IMAGES (files, folders, globs) with the SavedModel MODEL"
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
 	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
+	@echo "make compare-methods  train every method on REGIME (demo) for seeds 0,1,2; table of top-1"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
 	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"
 	@echo "make test     run the test suite but for the tests marked slow (CPU, a few minutes)"
@@ -63,6 +64,9 @@ probe: setup
 
 compare: setup
 	$(PY) tools/compare_propagation.py --run_dir=$(RUN) $(ARGS)
+
+compare-methods: setup
+	$(PY) tools/compare_methods.py --regime=$(REGIME) $(ARGS)
 
 analyze: setup
 	$(PY) tools/analyze.py --run_dir=$(RUN) $(ARGS)

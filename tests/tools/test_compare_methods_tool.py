@@ -1,0 +1,60 @@
+"""tools/compare_methods.py: the table of methods x seeds, from real runs of tools/train.py."""
+
+import json
+
+from tests.tools.tool_main import load_tool, run_main
+
+SMALL = ("--", "--data_percent=10", "--width=0.25", "--global_batch_size=50",
+         "--warmup_epochs=1", "--lr_drop_epochs=1", "--steps_per_loop=4", "--epochs=1")
+
+
+def test_the_table_has_each_runs_last_top1_their_mean_and_spread(tmp_path):
+    tool = load_tool("compare_methods.py")
+    results = {"llp": {"0": 0.8, "1": 0.9}, "supervised": {"0": 0.7, "1": 0.6}}
+    assert tool.table(results, ["0", "1"]).splitlines() == [
+        "| method | seed 0 | seed 1 | mean | spread |",
+        "| --- | --- | --- | --- | --- |",
+        "| llp | 0.800 | 0.900 | 0.850 | 0.100 |",
+        "| supervised | 0.700 | 0.600 | 0.650 | 0.100 |"]
+    # The last evaluation row counts; a torn last line (a run killed mid-write) does not.
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"epoch": 1, "top1": 0.5}\n{"epoch": 2, "nan": 1}\n{"epoch": 2, "top1": 0.75}\n{"epo')
+    assert tool.last_evaluation(str(tmp_path)) == {"epoch": 2, "top1": 0.75}
+    assert tool.last_evaluation(str(tmp_path / "absent")) is None
+
+
+def test_runs_every_method_and_seed_and_a_finished_run_is_not_trained_again(tmp_path):
+    tool = load_tool("compare_methods.py")
+    args = (f"--runs_dir={tmp_path}", "--methods=supervised", "--seeds=0,1", *SMALL)
+    code, out, err = run_main(tool, *args)
+    assert code == 0, err
+    table = json.loads((tmp_path / "methods_table.json").read_text())
+    for seed in ("0", "1"):
+        rows = [json.loads(line) for line in
+                (tmp_path / f"supervised_seed{seed}" / "metrics.jsonl").read_text().splitlines()]
+        assert table["top1"]["supervised"][seed] == rows[-1]["top1"]
+        config = json.loads((tmp_path / f"supervised_seed{seed}" / "config.json").read_text())
+        assert (config["method"]["name"], config["run"]["seed"]) == ("supervised", int(seed))
+    assert table["top1"]["supervised"]["0"] != table["top1"]["supervised"]["1"]
+    assert out.splitlines()[2].startswith("| supervised | ")
+    run = tmp_path / "supervised_seed0"
+
+    def checkpoints():
+        return {p.name: p.stat().st_mtime_ns for p in run.glob("checkpoints/*")}
+
+    before = checkpoints()
+    code, again, err = run_main(tool, *args)
+    assert code == 0 and again == out
+    assert checkpoints() == before  # nothing was written again
+
+
+def test_unknown_method_and_a_failed_run_are_one_error_line(tmp_path):
+    tool = load_tool("compare_methods.py")
+    code, _, err = run_main(tool, f"--runs_dir={tmp_path}", "--methods=nope")
+    assert code == 1 and err == "error: unknown method 'nope'; known: " + ", ".join(
+        load_tool("compare_methods.py").make_flags()["methods"].default) + ".\n"
+    code, _, err = run_main(tool, f"--runs_dir={tmp_path}", "--methods=llp", "--seeds=0",
+                            "--", "--epochs=0")
+    assert code == 1
+    assert err.splitlines()[-1] == (f"error: llp, seed 0: tools/train.py exited 1 and left no "
+                                    f"evaluation (run directory {tmp_path}/llp_seed0).")

@@ -1,0 +1,143 @@
+"""Trains several methods on one regime over several seeds and tabulates top-1.
+
+  tools/compare_methods.py                      # the README's table: every method, the demo
+  tools/compare_methods.py --methods=llp,fixmatch --seeds=0 -- --epochs=10
+
+Each (method, seed) is one run of tools/train.py, one after the other, in
+--runs_dir/METHOD_seedS with `--regime=REGIME --method=METHOD --seed=S` and
+the arguments after `--`, which override the regime's flags for every run.
+A finished run is not trained again (rerunning the command resumes the
+unfinished ones), so the table can be rebuilt at any time. The table (one
+row per method: softmax top-1 of the last evaluation per seed, their mean
+and spread, max - min) is printed as Markdown and written as JSON to
+--output. Imports no TensorFlow.
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from absl import flags
+
+import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
+
+TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
+#: What the table reports of a run: the last evaluation's softmax top-1 of
+#: the run's exported model (metrics.jsonl, llp_tf.training.run_directory).
+METRIC = "top1"
+METRICS_FILE = "metrics.jsonl"
+
+
+class ComparisonError(Exception):
+    """A run that failed or left no evaluation."""
+
+
+def make_flags():
+    """The tool's `flags.FlagValues`."""
+    from llp_tf.training.methods import METHODS  # noqa: PLC0415 -- imports no TensorFlow
+
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_string("regime", "demo", "Name of a flagfile in flags/ every run starts from.",
+                        flag_values=values)
+    flags.DEFINE_list("methods", list(METHODS), "Methods to train, in the table's order.",
+                      flag_values=values)
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (--seed of each run; one column each).",
+                      flag_values=values)
+    flags.DEFINE_string("runs_dir", "runs/methods", "Directory of the runs, one subdirectory "
+                        "METHOD_seedS each.", flag_values=values)
+    flags.DEFINE_string("output", None, "JSON file of the table (default: "
+                        "--runs_dir/methods_table.json).", flag_values=values)
+    return values
+
+
+def run_dir(runs_dir, method, seed):
+    return os.path.join(runs_dir, f"{method}_seed{seed}")
+
+
+def last_evaluation(directory):
+    """The last evaluation row of a run's metrics.jsonl (a torn last line is
+    skipped), or None."""
+    path = os.path.join(directory, METRICS_FILE)
+    if not os.path.exists(path):
+        return None
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    rows = [row for row in rows if METRIC in row]
+    return rows[-1] if rows else None
+
+
+def train(method, seed, values, extra_args, stderr):
+    """Runs tools/train.py for one (method, seed) and returns its last evaluation."""
+    directory = run_dir(values.runs_dir, method, seed)
+    command = [sys.executable, os.path.join(TOOLS_DIR, "train.py"), f"--regime={values.regime}",
+               f"--method={method}", f"--seed={seed}", f"--run_dir={directory}", *extra_args]
+    stderr.write(f"[{method}, seed {seed}] {shlex.join(command[1:])}\n")
+    stderr.flush()
+    code = subprocess.run(command, check=False).returncode
+    row = last_evaluation(directory)
+    if code != 0 or row is None:
+        raise ComparisonError(f"{method}, seed {seed}: tools/train.py exited {code}"
+                              + ("" if row else " and left no evaluation")
+                              + f" (run directory {directory}).")
+    return row
+
+
+def table(results, seeds):
+    """The Markdown table of ``results`` {method: {seed: top-1}}."""
+    lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
+             "| --- |" + " --- |" * (len(seeds) + 2)]
+    for method, by_seed in results.items():
+        scores = [by_seed[s] for s in seeds]
+        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in scores)
+                     + f" | {sum(scores) / len(scores):.3f} | {max(scores) - min(scores):.3f} |")
+    return "\n".join(lines)
+
+
+def compare(values, extra_args, stdout, stderr):
+    """Trains every (method, seed) and writes the table; returns the exit code."""
+    from llp_tf.training.methods import METHODS  # noqa: PLC0415
+
+    unknown = [m for m in values.methods if m not in METHODS]
+    if unknown:
+        stderr.write(f"error: unknown method {unknown[0]!r}; known: {', '.join(METHODS)}.\n")
+        return 1
+    results = {method: {} for method in values.methods}
+    for method in values.methods:
+        for seed in values.seeds:
+            try:
+                results[method][seed] = float(train(method, seed, values, extra_args,
+                                                    stderr)[METRIC])
+            except ComparisonError as error:
+                stderr.write(f"error: {error}\n")
+                return 1
+    output = values.output or os.path.join(values.runs_dir, "methods_table.json")
+    tool_cli.write_json_atomically(output, {
+        "regime": values.regime, "train_args": extra_args, "metric": METRIC,
+        "seeds": values.seeds, "top1": results})
+    stdout.write(table(results, values.seeds) + "\n")
+    stdout.write(f"Written to {output}.\n")
+    return 0
+
+
+def main(argv, stdout=None, stderr=None):
+    """Runs the tool; argv[0] is the program name. Returns the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    argv = list(argv)
+    extra_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    values = make_flags()
+    _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    return compare(values, extra_args, stdout, stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
