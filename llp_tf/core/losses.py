@@ -1,6 +1,7 @@
 """The LLP objective: aggregation loss, categorisation loss, their weighted
 total (paper eq. 2-4 and 9) and the weight-decay penalty (as the release
-trained it: lambda/2 * sum ||w||^2, see `l2_penalty`).
+trained it: lambda/2 * sum ||w||^2, see `l2_penalty`); and the baselines'
+masked cross-entropy with hard pseudo labels (`pseudo_label_cross_entropy`).
 
 Per-example losses are float32 [B]; the reductions divide by the *global*
 batch size so that, under `tf.distribute`, summing the replicas' losses gives
@@ -161,6 +162,33 @@ def categorisation_loss(logits: FloatTensor, labels: IntTensor) -> FloatTensor:
     safe_labels = tf.where(has_class, labels, tf.zeros_like(labels))
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(safe_labels, logits)
     return tf.where(has_class, cross_entropy, tf.zeros_like(cross_entropy))
+
+
+def pseudo_label_cross_entropy(target_logits: FloatTensor, logits: FloatTensor,
+                               threshold: float = 0.0) -> tuple[FloatTensor, FloatTensor]:
+    """Cross-entropy of ``logits`` with the hard pseudo labels of ``target_logits``.
+
+    The pseudo label of an example is the argmax of ``softmax(target_logits)``
+    (a constant: no gradient reaches ``target_logits`` through it); the mask
+    keeps the examples whose max probability is at least ``threshold`` (0:
+    every example, Lee 2013; FixMatch's tau, Sohn et al. 2020). The two may be
+    the same tensor (pseudo-label) or two views' logits (FixMatch: the weak
+    view's targets for the strong view).
+
+    Args:
+      target_logits: float [B, C], the logits the pseudo labels come from.
+      logits: float [B, C], the logits trained on them.
+      threshold: float, the confidence a pseudo label needs.
+
+    Returns:
+      (mask * cross-entropy float32 [B], mask float32 [B] of 0/1).
+    """
+    probabilities = tf.nn.softmax(tf.stop_gradient(tf.cast(target_logits, tf.float32)))
+    pseudo_labels = tf.argmax(probabilities, axis=1)
+    mask = tf.cast(tf.reduce_max(probabilities, axis=1) >= threshold, tf.float32)
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        pseudo_labels, tf.cast(logits, tf.float32))
+    return mask * cross_entropy, mask
 
 
 def llp_loss(aggregation: FloatTensor, categorisation: FloatTensor | None,

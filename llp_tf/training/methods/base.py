@@ -174,6 +174,14 @@ class Method(abc.ABC):
         return losses.l2_penalty(self.model.weight_decay_variables(),
                                  self.weight_decay) / replicas
 
+    def joint_logits(self, images: list[FloatTensor]) -> list[FloatTensor]:
+        """The model's training-mode logits of several image batches in one
+        forward pass over their concatenation (one set of batch-norm moments
+        for all, as FixMatch's code does), split back: float32 [b_i, C] each."""
+        sizes = [tf.shape(batch)[0] for batch in images]
+        logits = self.model(tf.concat(images, axis=0), training=True)["logits"]
+        return tf.split(tf.cast(logits, tf.float32), tf.stack(sizes), axis=0)
+
     def replica_step_from(self, forward: Forward, finish: Optional[Finish] = None
                           ) -> Callable[[dict], Dict[str, FloatTensor]]:
         """The replica step that runs ``forward`` under a gradient tape (with
@@ -222,6 +230,14 @@ class Method(abc.ABC):
         self.optimizer.apply_gradients([
             (gradient, variable) for gradient, variable
             in zip(gradients, self.model.trainable_variables) if gradient is not None])
+
+
+def split_batch(global_batch_size: int, unlabelled_ratio: int) -> tuple[int, int]:
+    """(labelled, unlabelled) global batch sizes of a step that reads a labelled
+    and an unlabelled stream, ``unlabelled_ratio`` (FixMatch's mu) unlabelled
+    examples per labelled one: B = G // (1 + ratio) and G - B."""
+    labelled = global_batch_size // (1 + unlabelled_ratio)
+    return labelled, global_batch_size - labelled
 
 
 class StepRunner:

@@ -1,0 +1,159 @@
+"""Pseudo-label (Lee 2013): the current network's argmax as the label of unlabelled examples.
+
+Each step reads a labelled batch (B examples, their true labels) and an
+unlabelled batch (U examples of the used set, labelled ones too; their batch
+labels are never read) in one forward pass. The unlabelled examples' targets
+are the argmax classes of that same forward pass (no gradient through the
+choice); a confidence threshold optionally keeps only the examples whose max
+probability reaches it (0: none dropped, Lee's original):
+
+    loss = sum_l CE(l) / B + alpha(t) * sum_u mask_u * CE(u, argmax_u) / U + decay
+
+alpha(t) is Lee's schedule over the epoch t (0-based): 0 before T1, linear
+from 0 at T1 to alpha_f at T2, alpha_f from T2 on; it is constant within an
+epoch and set before each (`before_epoch`), so a resumed run sees the same
+values. Lee's T1 = 100 and T2 = 600 are epochs of his MNIST fine-tuning,
+which our runs (40 demo epochs) never reach; the settings give T1 and T2 as
+fractions of the run's epochs instead (`PseudoLabelSettings`).
+"""
+
+import dataclasses
+
+import keras
+import tensorflow as tf
+
+from llp_tf.config_fields import setting
+from llp_tf.core import losses
+from llp_tf.models.llp_model import LLPModel
+from llp_tf.training.methods.base import Forward, Method, split_batch
+
+
+@dataclasses.dataclass(frozen=True)
+class PseudoLabelSettings:
+    """Pseudo-label (Lee 2013): config section "pseudo_label"."""
+
+    final_weight: float = setting(
+        3.0, "alpha_f: the weight of the unlabelled cross-entropy after the ramp (Lee 2013, "
+        "section 3: alpha_f = 3).", flag="pseudo_label_final_weight")
+    ramp_start: float = setting(
+        0.0, "T1 as a fraction of the run's epochs: the unlabelled weight is 0 before it. Lee "
+        "2013 uses T1 = 100 epochs of runs far longer than ours; the default starts the ramp "
+        "at once, as the pseudo-label baseline of the FixMatch code (google-research/fixmatch "
+        "pseudo_label.py) does.", flag="pseudo_label_ramp_start")
+    ramp_end: float = setting(
+        0.4, "T2 as a fraction of the run's epochs: the weight reaches alpha_f there (Lee 2013: "
+        "T2 = 600 epochs). Default: the FixMatch code's pseudo-label baseline, whose ramp ends "
+        "at 0.4 of training (its warmup_pos).", flag="pseudo_label_ramp_end")
+    threshold: float = setting(
+        0.0, "The max probability an unlabelled example's pseudo label needs to count; 0 keeps "
+        "all (Lee 2013). 0.95 is the later thresholded variant (FixMatch code's pseudo-label "
+        "baseline).", flag="pseudo_label_threshold")
+    unlabelled_ratio: int = setting(
+        1, "Unlabelled examples per labelled one in a step: the labelled batch is "
+        "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: equal batches, as "
+        "the FixMatch code's pseudo-label baseline.", flag="pseudo_label_unlabelled_ratio")
+
+    def problems(self, config) -> list[str]:
+        """What is wrong with these settings in the whole `TrainConfig`."""
+        del config
+        checks = [
+            (self.final_weight >= 0, "pseudo_label_final_weight cannot be negative"),
+            (0 <= self.ramp_start <= self.ramp_end,
+             "pseudo_label_ramp_start and _ramp_end must satisfy 0 <= start <= end"),
+            (0 <= self.threshold <= 1, "pseudo_label_threshold must lie in [0, 1]"),
+            (self.unlabelled_ratio >= 1, "pseudo_label_unlabelled_ratio must be at least 1"),
+        ]
+        return [message for ok, message in checks if not ok]
+
+
+def ramp_weight(epoch: int, start: float, end: float, final: float) -> float:
+    """Lee's alpha(t) at 0-based ``epoch``: 0 before ``start``, ``final`` from
+    ``end`` on, linear between (``start == end``: a step at ``start``)."""
+    if epoch < start:
+        return 0.0
+    if epoch >= end:
+        return float(final)
+    return float(final) * (epoch - start) / (end - start)
+
+
+class PseudoLabelMethod(Method):
+    """Pseudo-label training (see the module docstring).
+
+    Args (besides `Method`'s):
+      final_weight: float, alpha_f.
+      ramp_start_epoch, ramp_end_epoch: float, T1 and T2 in epochs.
+      threshold: float, the confidence a pseudo label needs (0: all count).
+      unlabelled_ratio: int, unlabelled examples per labelled one in a step.
+    """
+
+    name = "pseudo_label"
+    Settings = PseudoLabelSettings
+    METRICS = {"pseudo_label": ("loss", "labelled", "unlabelled", "unlabelled_weight",
+                                "mask", "weight_decay")}
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+                 optimizer: keras.optimizers.Optimizer, *, num_classes: int,
+                 global_batch_size: int, weight_decay: float, final_weight: float = 3.0,
+                 ramp_start_epoch: float = 100.0, ramp_end_epoch: float = 600.0,
+                 threshold: float = 0.0, unlabelled_ratio: int = 1,
+                 jit_compile: bool = False) -> None:
+        super().__init__(strategy, model, optimizer, num_classes=num_classes,
+                         global_batch_size=global_batch_size, weight_decay=weight_decay,
+                         jit_compile=jit_compile)
+        self.final_weight = float(final_weight)
+        self.ramp_start_epoch = float(ramp_start_epoch)
+        self.ramp_end_epoch = float(ramp_end_epoch)
+        self.threshold = float(threshold)
+        self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
+            self.global_batch_size, int(unlabelled_ratio))
+        with strategy.scope():
+            # alpha(t) of the current epoch, set by before_epoch (not checkpointed:
+            # a resumed run sets it again before its first step).
+            self.unlabelled_weight = tf.Variable(0.0, trainable=False,
+                                                 name="unlabelled_weight")
+
+    @classmethod
+    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
+        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
+        del split  # The input reads the split (input_spec).
+        settings, epochs = config.method_settings, config.optimization.epochs
+        return cls(strategy, model, optimizer, num_classes=num_classes,
+                   global_batch_size=config.optimization.global_batch_size,
+                   weight_decay=config.optimization.weight_decay,
+                   final_weight=settings.final_weight,
+                   ramp_start_epoch=settings.ramp_start * epochs,
+                   ramp_end_epoch=settings.ramp_end * epochs, threshold=settings.threshold,
+                   unlabelled_ratio=settings.unlabelled_ratio,
+                   jit_compile=config.run.jit_compile)
+
+    def phase(self, epoch: int) -> str:
+        return "pseudo_label"
+
+    def step_parts(self, phase: str) -> tuple[Forward, None]:
+        return self._forward, None
+
+    def input_spec(self, labelled_index, used_index):
+        raise NotImplementedError("Waits for the input streams (interface23.md, section 2).")
+
+    def before_epoch(self, epoch: int, phase: str) -> None:
+        self.unlabelled_weight.assign(ramp_weight(
+            epoch, self.ramp_start_epoch, self.ramp_end_epoch, self.final_weight))
+
+    def _forward(self, batch):
+        labelled, unlabelled = batch["labelled"], batch["unlabelled"]
+        labelled_logits, unlabelled_logits = self.joint_logits(
+            [labelled["image"], unlabelled["image"]])
+        cross_entropy = losses.categorisation_loss(
+            labelled_logits, tf.cast(labelled["label"], tf.int64))
+        pseudo, mask = losses.pseudo_label_cross_entropy(
+            unlabelled_logits, unlabelled_logits, self.threshold)
+        labelled_term = tf.reduce_sum(cross_entropy) / self.labelled_batch_size
+        unlabelled_term = tf.reduce_sum(pseudo) / self.unlabelled_batch_size
+        weight = tf.convert_to_tensor(self.unlabelled_weight)
+        decay = self.weight_decay_share()
+        loss = labelled_term + weight * unlabelled_term + decay
+        replicas = self.strategy.num_replicas_in_sync
+        return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
+                      "unlabelled_weight": weight / replicas,
+                      "mask": tf.reduce_sum(mask) / self.unlabelled_batch_size,
+                      "weight_decay": decay}, ()

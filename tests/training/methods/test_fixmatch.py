@@ -1,0 +1,140 @@
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.training.methods import StepRunner
+from llp_tf.training.methods.fixmatch import FixMatchMethod, FixMatchSettings
+from tests.training.methods.two_streams import (
+    C, first_batch, iterator, log_softmax, permute_unlabelled_labels, streams, tiny_model,
+    weights)
+
+G, MU = 32, 7  # B = 4 labelled and U = 28 unlabelled examples a step
+VIEWS = ("weak", "strong")
+
+
+def _method(strategy, threshold=0.95, weight_decay=1e-4, mixed_precision="float32",
+            unlabelled_weight=1.0, jit_compile=False):
+    model, optimizer = tiny_model(strategy, mixed_precision)
+    return FixMatchMethod(strategy, model, optimizer, num_classes=C, global_batch_size=G,
+                          weight_decay=weight_decay, threshold=threshold, unlabelled_ratio=MU,
+                          unlabelled_weight=unlabelled_weight, jit_compile=jit_compile)
+
+
+def _run(method, data, steps=3):
+    return StepRunner(method).run(iterator(method, data), steps, "fixmatch")
+
+
+def test_batch_sizes_phase_and_settings():
+    method = _method(tf.distribute.get_strategy())
+    assert (method.labelled_batch_size, method.unlabelled_batch_size) == (4, 28)
+    assert method.phase(0) == method.phase(9) == "fixmatch"
+    assert method.bank is None and method.checkpoint_items() == {}
+    settings = FixMatchSettings()
+    assert (settings.threshold, settings.unlabelled_ratio, settings.unlabelled_weight) == (
+        0.95, 7, 1.0)
+    flags = {field.metadata["flag"] for field in dataclasses.fields(settings)}
+    assert flags == {"fixmatch_threshold", "fixmatch_mu", "fixmatch_lambda_u"}
+
+    class Optimization:
+        global_batch_size = 7
+
+    class Config:
+        optimization = Optimization
+
+    assert settings.problems(Config) == [
+        "global_batch_size must be at least 1 + fixmatch_mu (one labelled example a step)"]
+    Optimization.global_batch_size = 8
+    assert settings.problems(Config) == []
+    bad = FixMatchSettings(threshold=1.5, unlabelled_ratio=0, unlabelled_weight=-1.0)
+    assert len(bad.problems(Config)) == 3
+
+
+def test_first_step_loss_is_the_papers_equation_in_float64():
+    """Labelled CE / B + lambda_u * sum(mask * CE(strong, argmax weak)) / (mu B), with tau
+    the median confidence of the weak views, so that half of them count."""
+    strategy = tf.distribute.get_strategy()
+    method = _method(strategy, weight_decay=1e-3, unlabelled_weight=2.0)
+    data = streams(VIEWS)
+    batch = first_batch(data, method)
+    images = np.concatenate([batch["labelled"]["image"], batch["unlabelled"]["weak"],
+                             batch["unlabelled"]["strong"]])
+    logits = method.model(images, training=True)["logits"].numpy().astype(np.float64)
+    labelled, weak, strong = np.split(logits, [4, 32])
+    weak_probabilities = np.exp(log_softmax(weak))
+    confidence = weak_probabilities.max(axis=1)
+    method.threshold = float(np.median(confidence))
+    mask = confidence >= method.threshold
+    assert 0 < mask.sum() < len(mask)
+
+    metrics = _run(method, data, steps=1)
+    labelled_ce = -log_softmax(labelled)[np.arange(4), batch["labelled"]["label"]]
+    pseudo = weak_probabilities.argmax(axis=1)
+    strong_ce = -log_softmax(strong)[np.arange(28), pseudo]
+    want = {"labelled": labelled_ce.sum() / 4, "unlabelled": (mask * strong_ce).sum() / 28,
+            "mask": mask.mean()}
+    for name, value in want.items():
+        np.testing.assert_allclose(metrics[name][0], value, rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(
+        metrics["loss"][0] - metrics["weight_decay"][0],
+        want["labelled"] + 2.0 * want["unlabelled"], rtol=1e-5)
+    assert metrics["weight_decay"][0] > 0
+
+
+def test_a_threshold_above_every_confidence_leaves_the_supervised_step():
+    """tau = 1: no weak view is that sure, so only the labelled term trains."""
+    strategy = tf.distribute.get_strategy()
+    data = streams(VIEWS)
+    metrics = _run(_method(strategy, threshold=1.0), data, steps=2)
+    np.testing.assert_array_equal(metrics["mask"], 0.0)
+    np.testing.assert_array_equal(metrics["unlabelled"], 0.0)
+    open_metrics = _run(_method(strategy, threshold=0.0), data, steps=1)
+    np.testing.assert_array_equal(open_metrics["mask"], 1.0)
+
+
+def test_permuting_the_unlabelled_streams_labels_changes_nothing():
+    strategy = tf.distribute.get_strategy()
+    data = streams(VIEWS)
+    honest, cheated = _method(strategy, threshold=0.3), _method(strategy, threshold=0.3)
+    want = _run(honest, data)
+    got = _run(cheated, permute_unlabelled_labels(data))
+    assert np.all(want["mask"] > 0)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    for a, b in zip(weights(honest), weights(cheated)):
+        np.testing.assert_array_equal(b, a)
+
+
+def test_two_replicas_match_one_replica(two_replica_strategy):
+    data = streams(VIEWS)
+    single = _method(tf.distribute.get_strategy(), threshold=0.3)
+    mirrored = _method(two_replica_strategy, threshold=0.3)
+    want, got = _run(single, data), _run(mirrored, data)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-5, err_msg=name)
+    for a, b in zip(weights(single), weights(mirrored)):
+        np.testing.assert_allclose(b, a, rtol=1e-3, atol=3e-4)
+
+
+@pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
+def test_mixed_precision_trains_with_float32_losses(mixed_precision):
+    strategy = tf.distribute.get_strategy()
+    data = streams(VIEWS)
+    method = _method(strategy, threshold=0.3, mixed_precision=mixed_precision)
+    before = weights(method)
+    metrics = _run(method, data)
+    plain = _run(_method(strategy, threshold=0.3), data)
+    for name in metrics:
+        assert metrics[name].dtype == np.float32 and np.all(np.isfinite(metrics[name]))
+    np.testing.assert_allclose(metrics["labelled"][0], plain["labelled"][0], rtol=0.05)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, weights(method)))
+
+
+def test_an_xla_compiled_step_gives_the_same_results():
+    strategy = tf.distribute.get_strategy()
+    data = streams(VIEWS)
+    want = _run(_method(strategy, threshold=0.3), data, steps=1)
+    got = _run(_method(strategy, threshold=0.3, jit_compile=True), data, steps=1)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
