@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf import aggregation_loss, categorisation_loss, l2_penalty, llp_loss
+from llp_tf.core import losses
 from tests import reference
 
 TAU = 0.07
@@ -183,3 +184,23 @@ def test_aggregation_loss_rejects_a_bad_block_size():
     embeddings, bank, bank_labels, labels = _problem(11, 2, 10, 4, 2)
     with pytest.raises(ValueError, match="block_rows must be positive"):
         aggregation_loss(embeddings, bank, bank_labels, labels, TAU, block_rows=0)
+
+
+def test_pseudo_label_cross_entropy_masks_at_the_threshold_and_stops_the_target_gradient():
+    # Confidences: 0.5 (a tie, argmax the first class), e/(e+1) ~ 0.731, ~1.
+    target = tf.constant([[0.0, 0.0], [1.0, 0.0], [0.0, 30.0]])
+    logits = tf.constant([[2.0, -1.0], [0.5, 0.25], [-3.0, 1.0]])
+    want_ce = np.log(np.exp(logits.numpy().astype(np.float64)).sum(1)) - np.array(
+        [2.0, 0.5, 1.0])
+    for threshold, want_mask in ((0.0, [1, 1, 1]), (0.5, [1, 1, 1]), (0.5000001, [0, 1, 1]),
+                                 (np.e / (np.e + 1) + 1e-6, [0, 0, 1]), (1.0, [0, 0, 1])):
+        loss, mask = losses.pseudo_label_cross_entropy(target, logits, threshold)
+        np.testing.assert_array_equal(mask.numpy(), want_mask, err_msg=str(threshold))
+        np.testing.assert_allclose(loss.numpy(), np.array(want_mask) * want_ce, rtol=1e-5)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        total = tf.reduce_sum(losses.pseudo_label_cross_entropy(logits, logits)[0])
+    gradient = tape.gradient(total, logits).numpy()
+    # d CE / d logits = softmax - onehot(argmax): the target side adds nothing.
+    probabilities = tf.nn.softmax(logits).numpy()
+    np.testing.assert_allclose(gradient, probabilities - np.eye(2)[[0, 0, 1]], rtol=1e-6)
