@@ -18,6 +18,7 @@ evaluated and exported (FixMatch evaluates an EMA of them).
 """
 
 import dataclasses
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -44,7 +45,7 @@ class FixMatchSettings:
         1.0, "lambda_u: the weight of the masked cross-entropy of the strong views (Sohn et "
         "al. 2020, section 4; fixmatch.py's --wu default).", flag="fixmatch_lambda_u")
 
-    def problems(self, config) -> list[str]:
+    def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
         checks = [
             (0 <= self.threshold <= 1, "fixmatch_threshold must lie in [0, 1]"),
@@ -101,7 +102,7 @@ class FixMatchMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, None]:
         return self._forward, None
 
-    def input_spec(self, labelled_index, used_index):
+    def input_spec(self, labelled_index: Any, used_index: Any) -> Any:
         raise NotImplementedError("Waits for the input streams (interface23.md, section 2).")
 
     def _forward(self, batch):

@@ -18,6 +18,7 @@ fractions of the run's epochs instead (`PseudoLabelSettings`).
 """
 
 import dataclasses
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -53,7 +54,7 @@ class PseudoLabelSettings:
         "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: equal batches, as "
         "the FixMatch code's pseudo-label baseline.", flag="pseudo_label_unlabelled_ratio")
 
-    def problems(self, config) -> list[str]:
+    def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
         del config
         checks = [
@@ -132,7 +133,7 @@ class PseudoLabelMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, None]:
         return self._forward, None
 
-    def input_spec(self, labelled_index, used_index):
+    def input_spec(self, labelled_index: Any, used_index: Any) -> Any:
         raise NotImplementedError("Waits for the input streams (interface23.md, section 2).")
 
     def before_epoch(self, epoch: int, phase: str) -> None:
