@@ -1,7 +1,8 @@
 """The LLP objective: aggregation loss, categorisation loss, their weighted
 total (paper eq. 2-4 and 9) and the weight-decay penalty (as the release
 trained it: lambda/2 * sum ||w||^2, see `l2_penalty`); and the baselines'
-masked cross-entropy with hard pseudo labels (`pseudo_label_cross_entropy`).
+masked cross-entropy with hard pseudo labels (`pseudo_label_cross_entropy`,
+`pseudo_label_terms`).
 
 Per-example losses are float32 [B]; the reductions divide by the *global*
 batch size so that, under `tf.distribute`, summing the replicas' losses gives
@@ -189,6 +190,30 @@ def pseudo_label_cross_entropy(target_logits: FloatTensor, logits: FloatTensor,
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
         pseudo_labels, tf.cast(logits, tf.float32))
     return mask * cross_entropy, mask
+
+
+def pseudo_label_terms(labelled_logits: FloatTensor, labels: IntTensor,
+                       target_logits: FloatTensor, logits: FloatTensor, threshold: float,
+                       labelled_batch_size: int, unlabelled_batch_size: int
+                       ) -> tuple[FloatTensor, FloatTensor, FloatTensor]:
+    """The terms of a step on a labelled and an unlabelled batch (pseudo-label,
+    FixMatch): labelled cross-entropy sum / B, the `pseudo_label_cross_entropy`
+    sum / U and the mask's sum / U (the share of pseudo labels that count).
+
+    Args:
+      labelled_logits: float [b, C]; labels: int64 [b], their classes.
+      target_logits, logits, threshold: as `pseudo_label_cross_entropy`, [u, C].
+      labelled_batch_size, unlabelled_batch_size: B and U, the divisors (the
+        global batch sizes under `tf.distribute`, so replica terms sum to means).
+
+    Returns:
+      (labelled term, unlabelled term, mask share), float32 [] each.
+    """
+    labelled = categorisation_loss(labelled_logits, labels)
+    unlabelled, mask = pseudo_label_cross_entropy(target_logits, logits, threshold)
+    return (tf.reduce_sum(labelled) / labelled_batch_size,
+            tf.reduce_sum(unlabelled) / unlabelled_batch_size,
+            tf.reduce_sum(mask) / unlabelled_batch_size)
 
 
 def llp_loss(aggregation: FloatTensor, categorisation: FloatTensor | None,

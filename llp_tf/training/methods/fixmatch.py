@@ -109,14 +109,11 @@ class FixMatchMethod(Method):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
         labelled_logits, weak_logits, strong_logits = self.joint_logits(
             [labelled["image"], unlabelled["weak"], unlabelled["strong"]])
-        cross_entropy = losses.categorisation_loss(
-            labelled_logits, tf.cast(labelled["label"], tf.int64))
-        pseudo, mask = losses.pseudo_label_cross_entropy(
-            weak_logits, strong_logits, self.threshold)
-        labelled_term = tf.reduce_sum(cross_entropy) / self.labelled_batch_size
-        unlabelled_term = tf.reduce_sum(pseudo) / self.unlabelled_batch_size
+        labelled_term, unlabelled_term, mask_share = losses.pseudo_label_terms(
+            labelled_logits, tf.cast(labelled["label"], tf.int64), weak_logits, strong_logits,
+            self.threshold, self.labelled_batch_size, self.unlabelled_batch_size)
         decay = self.weight_decay_share()
         loss = labelled_term + self.unlabelled_weight * unlabelled_term + decay
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
-                      "mask": tf.reduce_sum(mask) / self.unlabelled_batch_size,
+                      "mask": mask_share,
                       "weight_decay": decay}, ()

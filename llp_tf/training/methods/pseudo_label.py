@@ -144,17 +144,15 @@ class PseudoLabelMethod(Method):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
         labelled_logits, unlabelled_logits = self.joint_logits(
             [labelled["image"], unlabelled["image"]])
-        cross_entropy = losses.categorisation_loss(
-            labelled_logits, tf.cast(labelled["label"], tf.int64))
-        pseudo, mask = losses.pseudo_label_cross_entropy(
-            unlabelled_logits, unlabelled_logits, self.threshold)
-        labelled_term = tf.reduce_sum(cross_entropy) / self.labelled_batch_size
-        unlabelled_term = tf.reduce_sum(pseudo) / self.unlabelled_batch_size
+        labelled_term, unlabelled_term, mask_share = losses.pseudo_label_terms(
+            labelled_logits, tf.cast(labelled["label"], tf.int64), unlabelled_logits,
+            unlabelled_logits, self.threshold, self.labelled_batch_size,
+            self.unlabelled_batch_size)
         weight = tf.convert_to_tensor(self.unlabelled_weight)
         decay = self.weight_decay_share()
         loss = labelled_term + weight * unlabelled_term + decay
         replicas = self.strategy.num_replicas_in_sync
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
                       "unlabelled_weight": weight / replicas,
-                      "mask": tf.reduce_sum(mask) / self.unlabelled_batch_size,
+                      "mask": mask_share,
                       "weight_decay": decay}, ()

@@ -8,8 +8,8 @@ from llp_tf.training.methods import StepRunner
 from llp_tf.training.methods.pseudo_label import (
     PseudoLabelMethod, PseudoLabelSettings, ramp_weight)
 from tests.training.methods.two_streams import (
-    C, first_batch, iterator, log_softmax, permute_unlabelled_labels, streams, tiny_model,
-    weights)
+    C, assert_mixed_precision_trains, assert_runs_agree, first_batch, iterator, log_softmax,
+    permute_unlabelled_labels, streams, tiny_model, weights)
 
 G = 16  # B = 8 labelled and U = 8 unlabelled examples a step
 
@@ -100,10 +100,7 @@ def test_permuting_the_unlabelled_streams_labels_changes_nothing():
     honest, cheated = _method(strategy), _method(strategy)
     want = _run(honest, data)
     got = _run(cheated, permute_unlabelled_labels(data))
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    for a, b in zip(weights(honest), weights(cheated)):
-        np.testing.assert_array_equal(b, a)
+    assert_runs_agree(want, got, honest, cheated, exact=True)
 
 
 def test_two_replicas_match_one_replica(two_replica_strategy):
@@ -111,10 +108,7 @@ def test_two_replicas_match_one_replica(two_replica_strategy):
     single, mirrored = _method(tf.distribute.get_strategy()), _method(two_replica_strategy)
     want, got = _run(single, data), _run(mirrored, data)
     np.testing.assert_array_equal(got["unlabelled_weight"], 1.5)
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-5, err_msg=name)
-    for a, b in zip(weights(single), weights(mirrored)):
-        np.testing.assert_allclose(b, a, rtol=1e-3, atol=3e-4)
+    assert_runs_agree(want, got, single, mirrored)
 
 
 @pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
@@ -125,10 +119,7 @@ def test_mixed_precision_trains_with_float32_losses(mixed_precision):
     before = weights(method)
     metrics = _run(method, data)
     plain = _run(_method(strategy), data)
-    for name in metrics:
-        assert metrics[name].dtype == np.float32 and np.all(np.isfinite(metrics[name]))
-    np.testing.assert_allclose(metrics["labelled"][0], plain["labelled"][0], rtol=0.05)
-    assert any(not np.array_equal(a, b) for a, b in zip(before, weights(method)))
+    assert_mixed_precision_trains(metrics, plain, before, method)
 
 
 def test_an_xla_compiled_step_gives_the_same_results():

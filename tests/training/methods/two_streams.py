@@ -95,3 +95,29 @@ def log_softmax(logits):
     logits = np.asarray(logits, np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def assert_runs_agree(want, got, want_method, got_method, exact=False):
+    """Two runs' metrics and final weights are equal: bit for bit (``exact``), or
+    to the tolerances of one replica against two (their sums' order differs)."""
+    for name in want:
+        if exact:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-5,
+                                       err_msg=name)
+    for a, b in zip(weights(want_method), weights(got_method)):
+        if exact:
+            np.testing.assert_array_equal(b, a)
+        else:
+            np.testing.assert_allclose(b, a, rtol=1e-3, atol=3e-4)
+
+
+def assert_mixed_precision_trains(metrics, plain, before, method):
+    """A mixed-precision run's ``metrics`` are float32 and finite, its first
+    labelled term near the float32 run's (``plain``), and it moved weights
+    from ``before``."""
+    for name in metrics:
+        assert metrics[name].dtype == np.float32 and np.all(np.isfinite(metrics[name]))
+    np.testing.assert_allclose(metrics["labelled"][0], plain["labelled"][0], rtol=0.05)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, weights(method)))
