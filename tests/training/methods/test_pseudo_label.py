@@ -43,13 +43,23 @@ def test_alpha_is_zero_before_t1_linear_to_alpha_f_at_t2_then_constant():
 def test_settings_and_their_problems():
     settings = PseudoLabelSettings()
     assert (settings.final_weight, settings.threshold, settings.unlabelled_ratio) == (3.0, 0.0, 1)
-    assert all(dataclasses.fields(settings))
     assert {field.metadata["flag"] for field in dataclasses.fields(settings)} == {
         f"pseudo_label_{field.name}" for field in dataclasses.fields(settings)}
-    assert settings.problems(None) == []
+
+    class Optimization:
+        global_batch_size = 1
+
+    class Config:
+        optimization = Optimization
+
+    assert settings.problems(Config) == [
+        "global_batch_size must be at least 1 + pseudo_label_unlabelled_ratio (one labelled "
+        "example a step)"]
+    Optimization.global_batch_size = 2
+    assert settings.problems(Config) == []
     bad = PseudoLabelSettings(final_weight=-1, ramp_start=0.5, ramp_end=0.2, threshold=2,
                               unlabelled_ratio=0)
-    assert len(bad.problems(None)) == 4
+    assert len(bad.problems(Config)) == 4
 
 
 @pytest.mark.parametrize("threshold_at", [None, "median"])
