@@ -122,6 +122,7 @@ def test_mixed_precision_trains_with_float32_losses(mixed_precision):
     assert_mixed_precision_trains(metrics, plain, before, method)
 
 
+@pytest.mark.slow
 def test_an_xla_compiled_step_gives_the_same_results():
     strategy = tf.distribute.get_strategy()
     data = streams(VIEWS)
