@@ -36,7 +36,8 @@ def test_settings_land_in_their_sections(tmp_path):
 
 def test_method_choices_come_from_the_registry():
     _, field = settings_fields()["method"]
-    assert field.metadata["choices"] == tuple(METHODS) == ("llp", "supervised")
+    assert field.metadata["choices"] == tuple(METHODS) == (
+        "llp", "supervised", "pseudo_label", "fixmatch")
 
 
 def test_json_round_trip_keeps_every_field(tmp_path):

@@ -15,6 +15,8 @@ from llp_tf.lazy_attributes import lazy_getattr
 METHODS = {
     "llp": ("llp_tf.training.methods.llp", "LLPMethod"),
     "supervised": ("llp_tf.training.methods.supervised", "SupervisedMethod"),
+    "pseudo_label": ("llp_tf.training.methods.pseudo_label", "PseudoLabelMethod"),
+    "fixmatch": ("llp_tf.training.methods.fixmatch", "FixMatchMethod"),
 }
 #: The default ``--method``: the paper's.
 DEFAULT_METHOD = next(iter(METHODS))

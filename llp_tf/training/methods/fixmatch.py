@@ -25,8 +25,10 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
+from llp_tf.data.views import STRONG, WEAK
 from llp_tf.models.llp_model import LLPModel
-from llp_tf.training.methods.base import Forward, Method, split_batch
+from llp_tf.training.methods.base import (
+    Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,15 +37,15 @@ class FixMatchSettings:
 
     threshold: float = setting(
         0.95, "tau: the max probability of the weak view a pseudo label needs (Sohn et al. "
-        "2020, section 4, the value of all their CIFAR/SVHN/STL runs; fixmatch.py's "
+        "2020, the value of their CIFAR-10/100, SVHN and STL-10 runs; fixmatch.py's "
         "--confidence default).", flag="fixmatch_threshold")
     unlabelled_ratio: int = setting(
         7, "mu: unlabelled examples per labelled one in a step; the labelled batch is "
         "global_batch_size // (1 + mu), the unlabelled one the rest (Sohn et al. 2020, "
-        "section 4; fixmatch.py's --uratio default).", flag="fixmatch_mu")
+        "the same runs; fixmatch.py's --uratio default).", flag="fixmatch_mu")
     unlabelled_weight: float = setting(
         1.0, "lambda_u: the weight of the masked cross-entropy of the strong views (Sohn et "
-        "al. 2020, section 4; fixmatch.py's --wu default).", flag="fixmatch_lambda_u")
+        "al. 2020, the same runs; fixmatch.py's --wu default).", flag="fixmatch_lambda_u")
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
@@ -102,8 +104,11 @@ class FixMatchMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, None]:
         return self._forward, None
 
-    def input_spec(self, labelled_index: Any, used_index: Any) -> Any:
-        raise NotImplementedError("Waits for the input streams (interface23.md, section 2).")
+    def input_spec(self, split: TrainingSplit) -> InputSpec:
+        return InputSpec({
+            "labelled": Stream(split.labelled_index, self.labelled_batch_size, repeats=True),
+            "unlabelled": Stream(split.used_index, self.unlabelled_batch_size,
+                                 views={"weak": WEAK, "strong": STRONG})})
 
     def _forward(self, batch):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]

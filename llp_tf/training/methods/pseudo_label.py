@@ -26,7 +26,8 @@ import tensorflow as tf
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
 from llp_tf.models.llp_model import LLPModel
-from llp_tf.training.methods.base import Forward, Method, split_batch
+from llp_tf.training.methods.base import (
+    Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +35,12 @@ class PseudoLabelSettings:
     """Pseudo-label (Lee 2013): config section "pseudo_label"."""
 
     final_weight: float = setting(
-        3.0, "alpha_f: the weight of the unlabelled cross-entropy after the ramp (Lee 2013, "
-        "section 3: alpha_f = 3).", flag="pseudo_label_final_weight")
+        3.0, "alpha_f: the weight of the unlabelled cross-entropy after the ramp (Lee 2013: "
+        "alpha_f = 3).", flag="pseudo_label_final_weight")
     ramp_start: float = setting(
         0.0, "T1 as a fraction of the run's epochs: the unlabelled weight is 0 before it. Lee "
-        "2013 uses T1 = 100 epochs of runs far longer than ours; the default starts the ramp "
-        "at once, as the pseudo-label baseline of the FixMatch code (google-research/fixmatch "
+        "2013: T1 = 100 epochs of his MNIST runs, beyond our runs (the demo has 40); the "
+        "default starts the ramp at once, as the pseudo-label baseline of the FixMatch code (google-research/fixmatch "
         "pseudo_label.py) does.", flag="pseudo_label_ramp_start")
     ramp_end: float = setting(
         0.4, "T2 as a fraction of the run's epochs: the weight reaches alpha_f there (Lee 2013: "
@@ -135,8 +136,10 @@ class PseudoLabelMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, None]:
         return self._forward, None
 
-    def input_spec(self, labelled_index: Any, used_index: Any) -> Any:
-        raise NotImplementedError("Waits for the input streams (interface23.md, section 2).")
+    def input_spec(self, split: TrainingSplit) -> InputSpec:
+        return InputSpec({
+            "labelled": Stream(split.labelled_index, self.labelled_batch_size, repeats=True),
+            "unlabelled": Stream(split.used_index, self.unlabelled_batch_size)})
 
     def before_epoch(self, epoch: int, phase: str) -> None:
         self.unlabelled_weight.assign(ramp_weight(
