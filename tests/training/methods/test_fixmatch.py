@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.training.methods import StepRunner
+from llp_tf.training.config import TrainConfig
+from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods.fixmatch import FixMatchMethod, FixMatchSettings
 from tests.training.methods.two_streams import (
     C, assert_mixed_precision_trains, assert_runs_agree, first_batch, iterator, log_softmax,
@@ -130,3 +131,24 @@ def test_an_xla_compiled_step_gives_the_same_results():
     got = _run(_method(strategy, threshold=0.3, jit_compile=True), data, steps=1)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+
+
+def test_from_config_and_the_streams_it_reads(tmp_path):
+    config = TrainConfig.from_settings(
+        run_dir=str(tmp_path), dataset="digits", method="fixmatch", global_batch_size=128,
+        fixmatch_threshold=0.8, fixmatch_lambda_u=0.5)
+    strategy = tf.distribute.get_strategy()
+    model, optimizer = tiny_model(strategy)
+    method = method_class("fixmatch").from_config(config, strategy, model, optimizer, C, None)
+    assert isinstance(method, FixMatchMethod)
+    assert (method.threshold, method.unlabelled_weight) == (0.8, 0.5)
+    assert (method.labelled_batch_size, method.unlabelled_batch_size) == (16, 112)
+    split = TrainingSplit(np.array([1, 5]), np.arange(12), np.array([0, 1]))
+    streams_read = method.input_spec(split).streams
+    labelled, unlabelled = streams_read["labelled"], streams_read["unlabelled"]
+    assert labelled.repeats and not unlabelled.repeats
+    assert (labelled.batch_size, unlabelled.batch_size) == (16, 112)
+    np.testing.assert_array_equal(labelled.index, [1, 5])
+    np.testing.assert_array_equal(unlabelled.index, np.arange(12))
+    assert dict(labelled.views) == {"image": "weak"}
+    assert dict(unlabelled.views) == {"weak": "weak", "strong": "strong"}

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.training.methods import StepRunner
+from llp_tf.training.config import TrainConfig
+from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods.pseudo_label import (
     PseudoLabelMethod, PseudoLabelSettings, ramp_weight)
 from tests.training.methods.two_streams import (
@@ -140,3 +141,29 @@ def test_an_xla_compiled_step_gives_the_same_results():
     got = _run(_method(strategy, jit_compile=True), data, steps=1)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+
+
+def test_from_config_maps_the_ramp_fractions_onto_the_runs_epochs(tmp_path):
+    config = TrainConfig.from_settings(
+        run_dir=str(tmp_path), dataset="digits", method="pseudo_label", epochs=40,
+        global_batch_size=30, weight_decay=2e-4, pseudo_label_ramp_start=0.1,
+        pseudo_label_ramp_end=0.4, pseudo_label_final_weight=2.0, pseudo_label_threshold=0.9,
+        pseudo_label_unlabelled_ratio=2)
+    strategy = tf.distribute.get_strategy()
+    model, optimizer = tiny_model(strategy)
+    method = method_class("pseudo_label").from_config(config, strategy, model, optimizer, C,
+                                                      None)
+    assert isinstance(method, PseudoLabelMethod)
+    assert (method.ramp_start_epoch, method.ramp_end_epoch, method.final_weight) == (
+        4.0, 16.0, 2.0)
+    assert (method.threshold, method.weight_decay) == (0.9, 2e-4)
+    assert (method.labelled_batch_size, method.unlabelled_batch_size) == (10, 20)
+    split = TrainingSplit(np.array([1, 5]), np.arange(12), np.array([0, 1]))
+    streams_read = method.input_spec(split).streams
+    assert list(streams_read) == ["labelled", "unlabelled"]
+    labelled, unlabelled = streams_read["labelled"], streams_read["unlabelled"]
+    assert labelled.repeats and not unlabelled.repeats
+    assert (labelled.batch_size, unlabelled.batch_size) == (10, 20)
+    np.testing.assert_array_equal(labelled.index, [1, 5])
+    np.testing.assert_array_equal(unlabelled.index, np.arange(12))
+    assert dict(labelled.views) == dict(unlabelled.views) == {"image": "weak"}
