@@ -1,0 +1,73 @@
+"""Pseudo-label and FixMatch runs end to end: killed with SIGKILL and resumed,
+they end as an uninterrupted run; tools/export.py writes a classify signature
+that works."""
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.training import run_training
+from llp_tf.training.run_directory import RunDirectory
+from tests.runs import checkpoint_state, tiny_config
+from tests.tools.tool_main import load_tool, run_main
+from tests.training.test_crash_resume import _Driver
+
+METHODS = ("pseudo_label", "fixmatch")
+# 160 stripes, 32 a step: 5 steps an epoch; checkpoints at steps 3, 5, 6, 9, 10; loops of
+# steps start at 0, 2, 3, 5, 6, 8, 9.
+SETTINGS = dict(warmup_epochs=0, epochs=2, eval_every=1, checkpoint_every=3)
+
+
+def _config(tmp_path, stripes, method):
+    config = tiny_config(tmp_path, stripes, method=method, **SETTINGS)
+    path = str(tmp_path / "config-to-train.json")
+    with open(path, "w") as f:
+        f.write(config.to_json())
+    return config, path
+
+
+@pytest.fixture(scope="module", params=METHODS)
+def uninterrupted(request, tmp_path_factory, stripes):
+    config = tiny_config(tmp_path_factory.mktemp(request.param), stripes,
+                         method=request.param, **SETTINGS)
+    run_training(config, stream=io.StringIO())
+    return config
+
+
+@pytest.mark.slow
+def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterrupted):
+    config, config_path = _config(tmp_path, stripes, uninterrupted.method.name)
+    run = RunDirectory(config.run_dir)
+    for point, last_checkpoint in (("after_save:3", 3),    # epoch 1, right after a checkpoint
+                                   ("step:8", 6)):         # epoch 2, between checkpoints
+        driver = _Driver(config_path, point)
+        driver.wait_until_blocked()
+        driver.kill()
+        assert run.latest_checkpoint().endswith(f"ckpt-{last_checkpoint}"), point
+    run_training(config, stream=io.StringIO())
+    want, got = checkpoint_state(uninterrupted.run_dir), checkpoint_state(config.run_dir)
+    assert set(got) == set(want) and not any("bank" in name for name in want)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    rows, reference = run.read_metrics(), RunDirectory(uninterrupted.run_dir).read_metrics()
+    assert [row["epoch"] for row in rows] == [1, 2]
+    for row, wanted in zip(rows, reference):
+        for name in ("top1", "train_loss", "train_labelled", "train_unlabelled", "train_mask"):
+            assert row[name] == pytest.approx(wanted[name], rel=1e-4, abs=1e-5), name
+
+
+def test_the_export_tool_writes_a_classify_signature_that_works(tmp_path, uninterrupted):
+    export_dir = str(tmp_path / "export")
+    code, stdout, stderr = run_main(load_tool("export.py"), f"--run_dir={uninterrupted.run_dir}",
+                                    f"--output_dir={export_dir}")
+    assert code == 0, stderr
+    classify = tf.saved_model.load(export_dir).signatures["classify"]
+    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3)).astype(np.uint8)
+    result = classify(images=tf.constant(images))
+    probabilities = result["probabilities"].numpy()
+    assert probabilities.shape == (3, 4)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(result["top5_classes"].numpy()[:, 0],
+                                  probabilities.argmax(axis=1))
