@@ -120,5 +120,4 @@ class FixMatchMethod(Method):
         decay = self.weight_decay_share()
         loss = labelled_term + self.unlabelled_weight * unlabelled_term + decay
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
-                      "mask": mask_share,
-                      "weight_decay": decay}, ()
+                      "mask": mask_share, "weight_decay": decay}, ()

@@ -40,8 +40,8 @@ class PseudoLabelSettings:
     ramp_start: float = setting(
         0.0, "T1 as a fraction of the run's epochs: the unlabelled weight is 0 before it. Lee "
         "2013: T1 = 100 epochs of his MNIST runs, beyond our runs (the demo has 40); the "
-        "default starts the ramp at once, as the pseudo-label baseline of the FixMatch code (google-research/fixmatch "
-        "pseudo_label.py) does.", flag="pseudo_label_ramp_start")
+        "default starts the ramp at once, as the pseudo-label baseline of the FixMatch code "
+        "(google-research/fixmatch pseudo_label.py) does.", flag="pseudo_label_ramp_start")
     ramp_end: float = setting(
         0.4, "T2 as a fraction of the run's epochs: the weight reaches alpha_f there (Lee 2013: "
         "T2 = 600 epochs). Default: the FixMatch code's pseudo-label baseline, whose ramp ends "
@@ -158,6 +158,5 @@ class PseudoLabelMethod(Method):
         loss = labelled_term + weight * unlabelled_term + decay
         replicas = self.strategy.num_replicas_in_sync
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
-                      "unlabelled_weight": weight / replicas,
-                      "mask": mask_share,
+                      "unlabelled_weight": weight / replicas, "mask": mask_share,
                       "weight_decay": decay}, ()
