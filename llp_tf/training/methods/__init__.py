@@ -15,6 +15,7 @@ from llp_tf.lazy_attributes import lazy_getattr
 METHODS = {
     "llp": ("llp_tf.training.methods.llp", "LLPMethod"),
     "supervised": ("llp_tf.training.methods.supervised", "SupervisedMethod"),
+    "mean_teacher": ("llp_tf.training.methods.mean_teacher", "MeanTeacherMethod"),
 }
 #: The default ``--method``: the paper's.
 DEFAULT_METHOD = next(iter(METHODS))
