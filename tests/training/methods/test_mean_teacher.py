@@ -1,0 +1,275 @@
+"""Mean Teacher's step: its loss against the equations in float64, the teacher's
+EMA and its ramp, the consistency ramp-up, replicas, precision."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.models import precision
+from llp_tf.models.factory import build_model
+from llp_tf.training.methods import StepRunner
+from llp_tf.training.methods.mean_teacher import (MeanTeacherMethod, MeanTeacherSettings,
+                                                  consistency_cost, labelled_batch_size,
+                                                  sigmoid_rampup)
+
+C, SIZE = 4, 8
+LABELLED, UNLABELLED = 4, 12  # a global batch of 16
+
+
+def _model(strategy, mixed_precision="float32", sync_batch_norm=False, size=SIZE):
+    with strategy.scope():
+        return build_model("resnet10", C, embedding_dim=8, width=0.125, small_inputs=True,
+                           sync_batch_norm=sync_batch_norm,
+                           precision=mixed_precision).create_weights(size)
+
+
+def _method(strategy, ema_decay=0.999, consistency_weight=10.0, consistency_type="mse",
+            rampup_steps=4, mixed_precision="float32", sync_batch_norm=False,
+            weight_decay=1e-4, jit_compile=False, size=SIZE):
+    keras.utils.set_random_seed(1)
+    model = _model(strategy, mixed_precision, sync_batch_norm, size)
+    teacher = _model(strategy, mixed_precision, sync_batch_norm, size)
+    with strategy.scope():
+        optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
+        optimizer.build(model.trainable_variables)
+        optimizer = precision.wrap_optimizer(optimizer, mixed_precision,
+                                             model.trainable_variables)
+    return MeanTeacherMethod(
+        strategy, model, optimizer, teacher, num_classes=C,
+        global_batch_size=LABELLED + UNLABELLED, weight_decay=weight_decay,
+        labelled_batch_size=LABELLED, ema_decay=ema_decay,
+        consistency_weight=consistency_weight, consistency_type=consistency_type,
+        consistency_rampup_steps=rampup_steps, jit_compile=jit_compile)
+
+
+def _stream(rng, count, steps, labelled, same_views=False, size=SIZE):
+    student = rng.normal(size=(count * steps, size, size, 3)).astype(np.float32)
+    teacher = student if same_views else (
+        student + rng.normal(scale=0.3, size=student.shape).astype(np.float32))
+    return {"index": np.arange(count * steps, dtype=np.int64),
+            "label": (np.arange(count * steps) % C if labelled
+                      else np.full(count * steps, -1)).astype(np.int64),
+            "student": student, "teacher": teacher}
+
+
+def _data(steps=4, seed=0, same_views=False, size=SIZE):
+    """The step's nested batches, ``steps`` global batches of each stream."""
+    rng = np.random.default_rng(seed)
+    return {"labelled": _stream(rng, LABELLED, steps, True, same_views, size),
+            "unlabelled": _stream(rng, UNLABELLED, steps, False, same_views, size)}
+
+
+def _global_batch(data, step):
+    """The ``step``-th global batch of ``data``, as numpy."""
+    return {name: {key: value[step * count:(step + 1) * count]
+                   for key, value in data[name].items()}
+            for name, count in (("labelled", LABELLED), ("unlabelled", UNLABELLED))}
+
+
+def _iterator(strategy, data):
+    """Each replica's share of each stream's global batch, as the pipeline splits it."""
+    replicas = strategy.num_replicas_in_sync
+
+    def dataset_fn(context):
+        streams = {name: tf.data.Dataset.from_tensor_slices(data[name]).batch(
+            count // replicas, drop_remainder=True)
+            for name, count in (("labelled", LABELLED), ("unlabelled", UNLABELLED))}
+        # Consecutive per-replica batches make up one global batch.
+        return tf.data.Dataset.zip(streams)
+
+    return iter(strategy.distribute_datasets_from_function(
+        dataset_fn, tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+
+
+def _values(variable):
+    """The per-replica copies of a (Keras or TF) variable, as numpy."""
+    values = getattr(getattr(variable, "_value", variable), "values", None)
+    return [v.numpy() for v in values] if values else [variable.numpy()]
+
+
+def _softmax(logits):
+    shifted = logits - logits.max(1, keepdims=True)
+    return np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("consistency_type", ["mse", "kl"])
+def test_the_loss_terms_are_the_equations_in_float64(consistency_type):
+    strategy = tf.distribute.get_strategy()
+    data = _data()
+    batch = _global_batch(data, 0)
+    method = _method(strategy, consistency_type=consistency_type, rampup_steps=0)
+    # The logits the step sees: both models in training mode over the step's images.
+    logits = method.model(np.concatenate([batch["labelled"]["student"],
+                                          batch["unlabelled"]["student"]]),
+                          training=True)["logits"].numpy().astype(np.float64)
+    teacher = method.teacher(np.concatenate([batch["labelled"]["teacher"],
+                                             batch["unlabelled"]["teacher"]]),
+                             training=True)["logits"].numpy().astype(np.float64)
+    method = _method(strategy, consistency_type=consistency_type, rampup_steps=0)
+    metrics = StepRunner(method).run(_iterator(strategy, data), 1, "mean_teacher")
+    total = LABELLED + UNLABELLED
+    labels = batch["labelled"]["label"]
+    log_p = np.log(_softmax(logits))
+    cross_entropy = -log_p[np.arange(LABELLED), labels].sum() / total
+    p_student, p_teacher = _softmax(logits), _softmax(teacher)
+    if consistency_type == "mse":
+        consistency = ((p_student - p_teacher) ** 2).sum() / C / total
+    else:
+        consistency = (p_teacher * (np.log(p_teacher) - log_p)).sum() / total
+    np.testing.assert_allclose(metrics["categorisation"][0], cross_entropy, rtol=1e-5)
+    np.testing.assert_allclose(metrics["consistency"][0], consistency, rtol=1e-4)
+    assert consistency > 1e-4  # different views: the teacher disagrees
+    np.testing.assert_allclose(metrics["consistency_weight"][0], 10.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        metrics["loss"][0] - metrics["weight_decay"][0],
+        cross_entropy + 10.0 * consistency, rtol=1e-5)
+
+
+def test_no_gradient_reaches_the_teacher_and_the_consistency_is_zero_for_equal_outputs():
+    logits = tf.constant(np.random.default_rng(0).normal(size=(5, C)), tf.float32)
+    teacher = tf.Variable(logits + 1.0)  # a constant shift: the same softmax
+    with tf.GradientTape(persistent=True) as tape:
+        cost = tf.reduce_sum(consistency_cost(logits * 1.0, teacher * 1.0, "mse"))
+    assert tape.gradient(cost, teacher) is None
+    np.testing.assert_allclose(cost.numpy(), 0.0, atol=1e-12)
+
+
+def test_the_teacher_is_the_ema_of_the_student_with_its_ramp_exactly():
+    """alpha_t = min(1 - 1/(t+1), decay): 1/2, 2/3, then the decay 0.7."""
+    strategy = tf.distribute.get_strategy()
+    method = _method(strategy, ema_decay=0.7)
+    for teacher, student in zip(method.teacher.weights, method.model.weights):
+        np.testing.assert_array_equal(teacher.numpy(), student.numpy())
+    iterator, runner = _iterator(strategy, _data()), StepRunner(method)
+    for t, alpha in enumerate((1 / 2, 2 / 3, 0.7, 0.7), start=1):
+        before = [v.numpy() for v in method.teacher.trainable_variables]
+        metrics = runner.run(iterator, 1, "mean_teacher")
+        assert metrics["ema_decay"][0] == np.float32(alpha)
+        assert int(method.teacher_updates.numpy()) == t
+        alpha = np.float32(alpha)
+        for teacher, old, student in zip(method.teacher.trainable_variables, before,
+                                         method.model.trainable_variables):
+            np.testing.assert_allclose(
+                teacher.numpy(), alpha * old + (np.float32(1) - alpha) * student.numpy(),
+                rtol=1e-6, atol=1e-7, err_msg=teacher.path)
+        assert not np.allclose(method.teacher.trainable_variables[0].numpy(),
+                               method.model.trainable_variables[0].numpy())
+
+
+def test_the_teacher_keeps_its_own_batch_norm_statistics():
+    """With equal views and weights, the first step's teacher forward gives the
+    student's moments: its moving statistics equal the student's (an EMA of the
+    student's would be half the old ones); with other views they differ."""
+    strategy = tf.distribute.get_strategy()
+    method = _method(strategy)
+    layers = method.model.batch_norm_layers(), method.teacher.batch_norm_layers()
+    initial = [layer.moving_mean.numpy() for layer in layers[0]]
+    StepRunner(method).run(_iterator(strategy, _data(same_views=True)), 1, "mean_teacher")
+    for student, teacher, start in zip(*layers, initial):
+        np.testing.assert_allclose(teacher.moving_mean.numpy(), student.moving_mean.numpy(),
+                                   rtol=1e-6, atol=1e-7, err_msg=teacher.name)
+        np.testing.assert_allclose(teacher.moving_variance.numpy(),
+                                   student.moving_variance.numpy(), rtol=1e-6, atol=1e-7)
+    assert not np.allclose(layers[0][0].moving_mean.numpy(), initial[0])
+    method = _method(strategy)
+    StepRunner(method).run(_iterator(strategy, _data()), 1, "mean_teacher")
+    assert not np.allclose(layers[0][0].moving_mean.numpy(),
+                           method.teacher.batch_norm_layers()[0].moving_mean.numpy())
+
+
+def test_the_consistency_weight_ramps_up_as_a_sigmoid_per_step():
+    rampup = 4
+    want = [np.exp(-5.0 * (1.0 - min(t, rampup) / rampup) ** 2) for t in range(7)]
+    got = [float(sigmoid_rampup(t, rampup).numpy()) for t in range(7)]
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    assert float(sigmoid_rampup(0, 0).numpy()) == 1.0
+    strategy = tf.distribute.get_strategy()
+    method = _method(strategy, consistency_weight=10.0, rampup_steps=rampup)
+    metrics = StepRunner(method).run(_iterator(strategy, _data(steps=6)), 6, "mean_teacher")
+    np.testing.assert_allclose(metrics["consistency_weight"], 10.0 * np.array(want[:6]),
+                               rtol=1e-6)
+
+
+def test_two_replicas_take_the_step_of_one(two_replica_strategy):
+    data = _data()
+    single = _method(tf.distribute.get_strategy(), sync_batch_norm=True)
+    mirrored = _method(two_replica_strategy, sync_batch_norm=True)
+    want = StepRunner(single).run(_iterator(single.strategy, data), 3, "mean_teacher")
+    got = StepRunner(mirrored).run(_iterator(two_replica_strategy, data), 3, "mean_teacher")
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-6, err_msg=name)
+    for model in ("model", "teacher"):
+        for a, b in zip(getattr(single, model).weights, getattr(mirrored, model).weights):
+            copies = _values(b)
+            np.testing.assert_array_equal(copies[0], copies[1], err_msg=b.path)
+            np.testing.assert_allclose(copies[0], a.numpy(), rtol=1e-3, atol=1e-4,
+                                       err_msg=a.path)
+    assert _values(mirrored.teacher_updates) == [3, 3]
+
+
+@pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
+def test_mixed_precision_steps_keep_a_float32_teacher_near_the_float32_one(mixed_precision):
+    strategy = tf.distribute.get_strategy()
+    data = _data()
+    plain = _method(strategy)
+    mixed = _method(strategy, mixed_precision=mixed_precision)
+    assert isinstance(mixed.optimizer, keras.optimizers.LossScaleOptimizer) == (
+        mixed_precision == "float16")
+    start = [v.numpy() for v in plain.teacher.trainable_variables]
+    want = StepRunner(plain).run(_iterator(strategy, data), 2, "mean_teacher")
+    got = StepRunner(mixed).run(_iterator(strategy, data), 2, "mean_teacher")
+    assert all(v.dtype == "float32" for v in mixed.teacher.weights)
+    for name in want:
+        assert np.all(np.isfinite(got[name])), name
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=0.05)
+    moved = np.concatenate([(v.numpy() - s).ravel() for v, s in
+                            zip(plain.teacher.trainable_variables, start)])
+    moved_mixed = np.concatenate([(v.numpy() - s).ravel() for v, s in
+                                  zip(mixed.teacher.trainable_variables, start)])
+    cosine = moved @ moved_mixed / (np.linalg.norm(moved) * np.linalg.norm(moved_mixed))
+    assert cosine > 0.95
+
+
+def test_an_xla_compiled_step_gives_the_same_step():
+    """32 px images: XLA needs a last feature map of at least 4x4."""
+    strategy = tf.distribute.get_strategy()
+    data = _data(size=32)
+    plain, compiled = _method(strategy, size=32), _method(strategy, size=32, jit_compile=True)
+    want = StepRunner(plain).run(_iterator(strategy, data), 2, "mean_teacher")
+    got = StepRunner(compiled).run(_iterator(strategy, data), 2, "mean_teacher")
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    for a, b in zip(plain.teacher.weights, compiled.teacher.weights):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-6, err_msg=a.path)
+
+
+def test_the_method_declares_its_state_evaluation_and_export():
+    method = _method(tf.distribute.get_strategy())
+    assert set(method.checkpoint_items()) == {"teacher", "teacher_updates"}
+    assert method.checkpoint_items()[MeanTeacherMethod.exported_item] is method.teacher
+    assert method.evaluated_models() == {"": method.teacher, "student": method.model}
+    assert not method.keeps_bank and method.bank is None
+    assert method.phase(0) == method.phase(9) == "mean_teacher"
+
+
+class _Config:
+    """The parts of a `TrainConfig` the settings' problems read."""
+
+    class optimization:  # noqa: N801
+        global_batch_size = 128
+
+
+def test_settings_defaults_and_their_problems():
+    settings = MeanTeacherSettings()
+    assert (settings.ema_decay, settings.consistency_weight, settings.consistency_type,
+            settings.consistency_rampup_epochs, settings.labelled_fraction) == (
+        0.999, 100.0, "mse", 5.0, 0.5)
+    assert settings.problems(_Config) == []
+    assert labelled_batch_size(0.5, 128) == 64 and labelled_batch_size(31 / 128, 128) == 31
+    bad = MeanTeacherSettings(ema_decay=1.0, consistency_weight=-1.0,
+                              consistency_rampup_epochs=-1.0, labelled_fraction=0.001)
+    problems = bad.problems(_Config)
+    assert len(problems) == 4
+    assert "gives 0 labelled images per step" in problems[3]
+    assert MeanTeacherSettings(labelled_fraction=1.0).problems(_Config)
