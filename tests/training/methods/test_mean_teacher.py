@@ -1,6 +1,8 @@
 """Mean Teacher's step: its loss against the equations in float64, the teacher's
 EMA and its ramp, the consistency ramp-up, replicas, precision."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -273,3 +275,34 @@ def test_settings_defaults_and_their_problems():
     assert len(problems) == 4
     assert "gives 0 labelled images per step" in problems[3]
     assert MeanTeacherSettings(labelled_fraction=1.0).problems(_Config)
+
+
+@pytest.mark.parametrize("method_name, item", [("mean_teacher", "teacher"),
+                                               ("supervised", "model")])
+def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_name, item):
+    """trained_run (what export, predict, the probe and the analysis load) restores
+    the method's exported item: Mean Teacher's teacher, not its student."""
+    from llp_tf.after_training import trained_run
+    from llp_tf.data import splits
+    from llp_tf.training import run_record
+    from llp_tf.training.run_directory import RunDirectory
+    from tests.runs import tiny_config
+
+    config = tiny_config(tmp_path, "digits", method=method_name, embedding_dim=8,
+                         image_size=SIZE)
+    os.makedirs(config.run_dir)
+    run_record.save_config(config)
+    labels = np.arange(40) % C
+    splits.save_splits(RunDirectory(config.run_dir).split_path, np.arange(8), np.arange(40),
+                       labels)
+    method = _method(tf.distribute.get_strategy())
+    StepRunner(method).run(_iterator(method.strategy, _data()), 2, "mean_teacher")
+    models = {"model": method.model, "teacher": method.teacher}
+    tf.train.Checkpoint(**models).save(os.path.join(config.run_dir, "checkpoints", "ckpt"))
+    run = trained_run.load_run(config.run_dir)
+    assert run.num_classes == C and run.step == 1
+    for restored, want in zip(run.model.weights, models[item].weights, strict=True):
+        np.testing.assert_array_equal(restored.numpy(), want.numpy(), err_msg=want.path)
+    other = models["model" if item == "teacher" else "teacher"]
+    assert not np.array_equal(run.model.trainable_variables[0].numpy(),
+                              other.trainable_variables[0].numpy())
