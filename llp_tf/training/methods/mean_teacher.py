@@ -38,6 +38,7 @@ and the analysis read the teacher (`exported_item`).
 """
 
 import dataclasses
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -46,7 +47,7 @@ from llp_tf.config_fields import setting
 from llp_tf.core import losses
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
-from llp_tf.training.methods.base import Finish, Forward, Method
+from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit
 from llp_tf.types import FloatTensor
 
 #: How the student's softmax is compared with the teacher's.
@@ -82,8 +83,8 @@ class MeanTeacherSettings:
         "CIFAR-10 run used 31 of 128). Rounded to a whole number of images.",
         flag="mean_teacher_labelled_fraction")
 
-    def problems(self, config) -> list[str]:
-        """What is wrong with these settings in the whole `TrainConfig`."""
+    def problems(self, config: Any) -> list[str]:
+        """What is wrong with these settings in the whole `TrainConfig` ``config``."""
         batch = config.optimization.global_batch_size
         labelled = labelled_batch_size(self.labelled_fraction, batch)
         checks = [
@@ -201,7 +202,7 @@ class MeanTeacherMethod(Method):
     def step_parts(self, phase: str) -> tuple[Forward, Finish]:
         return self._forward, self._finish
 
-    def input_spec(self, split):
+    def input_spec(self, split: TrainingSplit) -> InputSpec:
         raise NotImplementedError("Mean Teacher reads the two streams of the new InputSpec.")
 
     def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
