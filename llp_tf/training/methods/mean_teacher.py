@@ -45,6 +45,7 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
+from llp_tf.data import pipeline
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit
@@ -179,7 +180,7 @@ class MeanTeacherMethod(Method):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
         settings = config.method_settings
         batch = config.optimization.global_batch_size
-        steps_per_epoch = len(split.used_index) // batch
+        steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
         with strategy.scope():
             teacher = build_model_from_config(config.model, num_classes,
                                               config.data.image_size,
