@@ -174,8 +174,8 @@ def _input_maker(config, source, strategy, method, split, steps_per_epoch):
 
 def _evaluate_fn(config, source, strategy, method, split):
     """() -> the metrics of every model of `Method.evaluated_models`, those of the
-    extra ones prefixed (``student_top1``); the bank's metrics go with the
-    unprefixed model."""
+    extra ones prefixed (``student_top1``); the bank's metrics and the count of
+    ``examples`` go with the unprefixed model."""
     bank_labels = split.train_labels[split.used_index]
     evaluators = {prefix: Evaluator(strategy, model, None if prefix else method.bank,
                                     bank_labels, source.info.num_classes)
@@ -187,7 +187,8 @@ def _evaluate_fn(config, source, strategy, method, split):
                                 batch)
     return lambda: {f"{prefix}_{name}" if prefix else name: value
                     for prefix, evaluator in evaluators.items()
-                    for name, value in evaluator.evaluate(dataset, steps).items()}
+                    for name, value in evaluator.evaluate(dataset, steps).items()
+                    if not (prefix and name == "examples")}
 
 
 def format_table(metrics: Mapping[str, Any]) -> str:
