@@ -66,7 +66,9 @@ class MeanTeacherSettings:
         flag="mean_teacher_ema_decay")
     consistency_weight: float = setting(
         100.0, "w_max, the consistency cost's weight after its ramp-up: 100 with mse is the MT "
-        "releases' CIFAR-10/SVHN value (the PyTorch ImageNet run used 10 with kl).",
+        "PyTorch release's CIFAR-10 value and the TF release's default (its semi-supervised "
+        "CIFAR-10 runs use 100 x labels / 50,000, SVHN 1; the PyTorch ImageNet run 10 with "
+        "kl).",
         flag="mean_teacher_consistency")
     consistency_type: str = setting(
         "mse", "The consistency cost between the student's and the teacher's softmax: mse "
