@@ -233,6 +233,7 @@ def test_mixed_precision_steps_keep_a_float32_teacher_near_the_float32_one(mixed
     assert cosine > 0.95
 
 
+@pytest.mark.slow
 def test_an_xla_compiled_step_gives_the_same_step():
     """32 px images: XLA needs a last feature map of at least 4x4."""
     strategy = tf.distribute.get_strategy()
