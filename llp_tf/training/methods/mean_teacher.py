@@ -45,7 +45,8 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
-from llp_tf.data import pipeline
+from llp_tf.data import pipeline, views
+from llp_tf.data.streams import Stream
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit
@@ -53,6 +54,8 @@ from llp_tf.types import FloatTensor
 
 #: How the student's softmax is compared with the teacher's.
 CONSISTENCY_TYPES = ("mse", "kl")
+#: The views of every example: one for each model, both the run's augmentation.
+VIEWS = {"student": views.WEAK, "teacher": views.WEAK}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +209,11 @@ class MeanTeacherMethod(Method):
         return self._forward, self._finish
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
-        raise NotImplementedError("Mean Teacher reads the two streams of the new InputSpec.")
+        return InputSpec({
+            "labelled": Stream(split.labelled_index, self.labelled_batch_size, VIEWS,
+                               repeats=True),
+            "unlabelled": Stream(split.used_index,
+                                 self.global_batch_size - self.labelled_batch_size, VIEWS)})
 
     def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
         return {"teacher": self.teacher, "teacher_updates": self.teacher_updates}
