@@ -307,3 +307,98 @@ def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_nam
     other = models["model" if item == "teacher" else "teacher"]
     assert not np.array_equal(run.model.trainable_variables[0].numpy(),
                               other.trainable_variables[0].numpy())
+
+
+# ---- whole runs: training, resume after SIGKILL, export -------------------------
+
+RUN_SETTINGS = dict(method="mean_teacher", epochs=3, checkpoint_every=3, eval_every=1)
+
+
+def _run_state(run_dir):
+    """The newest checkpoint's variables, by key, without the optimizer's
+    iteration-free bookkeeping (`tests.runs.checkpoint_state`)."""
+    from tests.runs import checkpoint_state
+    return checkpoint_state(run_dir)
+
+
+@pytest.fixture(scope="module")
+def mean_teacher_run(tmp_path_factory, stripes):
+    """(config, final metrics) of an uninterrupted 3-epoch Mean Teacher run of 5
+    steps per epoch, checkpointed at steps 3, 5, 6, 9, 10, 12 and 15."""
+    import io
+
+    from llp_tf.training import run_training
+    from tests.runs import tiny_config
+    config = tiny_config(tmp_path_factory.mktemp("mean_teacher"), stripes, **RUN_SETTINGS)
+    return config, run_training(config, stream=io.StringIO())
+
+
+def test_a_run_reports_teacher_and_student_and_keeps_both(mean_teacher_run):
+    from llp_tf.training.run_directory import RunDirectory
+    config, final = mean_teacher_run
+    rows = RunDirectory(config.run_dir).read_metrics()
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    for name in ("top1", "top5", "categorisation", "student_top1", "student_top5",
+                 "student_categorisation", "train_consistency", "train_consistency_weight"):
+        assert all(np.isfinite(row[name]) for row in rows), name
+    assert "nn_top1" not in final and "student_nn_top1" not in final
+    state = _run_state(config.run_dir)
+    assert state["teacher_updates/.ATTRIBUTES/VARIABLE_VALUE"] == 15
+    for variable in ("category_head/_kernel", "category_head/bias"):
+        key = f"{variable}/.ATTRIBUTES/VARIABLE_VALUE"
+        assert not np.allclose(state[f"teacher/{key}"], state[f"model/{key}"]), variable
+
+
+def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teacher_run):
+    import io
+
+    from llp_tf.training import run_training
+    from llp_tf.training.run_directory import RunDirectory
+    from tests.runs import tiny_config
+    from tests.training.test_crash_resume import _Driver
+    config = tiny_config(tmp_path, stripes, **RUN_SETTINGS)
+    path = str(tmp_path / "config-to-train.json")
+    with open(path, "w") as f:
+        f.write(config.to_json())
+    run = RunDirectory(config.run_dir)
+    for point, last_checkpoint in (("step:8", 6), ("after_save:10", 10)):
+        driver = _Driver(path, point)
+        driver.wait_until_blocked()
+        driver.kill()
+        assert run.latest_checkpoint().endswith(f"ckpt-{last_checkpoint}"), point
+    run_training(config, stream=io.StringIO())
+    want, got = _run_state(mean_teacher_run[0].run_dir), _run_state(config.run_dir)
+    assert set(got) == set(want) and any(k.startswith("teacher/") for k in want)
+    for name in want:
+        if want[name].dtype.kind in "iub":
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
+    rows = run.read_metrics()
+    reference = RunDirectory(mean_teacher_run[0].run_dir).read_metrics()
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    for row, expected in zip(rows, reference):
+        for name in ("top1", "student_top1", "train_loss", "train_ema_decay"):
+            assert row[name] == pytest.approx(expected[name], rel=1e-4, abs=1e-5), name
+
+
+def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
+    from llp_tf.after_training import trained_run
+    from llp_tf.data import augment
+    from tests.tools.tool_main import load_tool, run_main
+    config = mean_teacher_run[0]
+    output_dir = str(tmp_path / "model")
+    code, stdout, stderr = run_main(load_tool("export.py"), f"--run_dir={config.run_dir}",
+                                    f"--output_dir={output_dir}")
+    assert code == 0, stderr
+    assert "mean_teacher" in stdout
+    images = np.random.default_rng(0).integers(0, 256, (3, SIZE * 2, SIZE * 2, 3), np.uint8)
+    probabilities = tf.saved_model.load(output_dir).signatures["classify"](
+        images=tf.constant(images))["probabilities"].numpy()
+    run = trained_run.load_run(config.run_dir)
+    inputs = tf.stack([augment.eval_preprocess(tf.constant(image), config.data.image_size)
+                       for image in images])
+    logits = run.model(inputs, training=False)["logits"]
+    np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), rtol=1e-4,
+                               atol=1e-6)
