@@ -342,6 +342,7 @@ def test_a_run_reports_teacher_and_student_and_keeps_both(mean_teacher_run):
                  "student_categorisation", "train_consistency", "train_consistency_weight"):
         assert all(np.isfinite(row[name]) for row in rows), name
     assert "nn_top1" not in final and "student_nn_top1" not in final
+    assert "examples" in final and "student_examples" not in final
     state = _run_state(config.run_dir)
     assert state["teacher_updates/.ATTRIBUTES/VARIABLE_VALUE"] == 15
     for variable in ("category_head/_kernel", "category_head/bias"):
