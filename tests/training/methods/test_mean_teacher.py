@@ -350,6 +350,7 @@ def test_a_run_reports_teacher_and_student_and_keeps_both(mean_teacher_run):
         assert not np.allclose(state[f"teacher/{key}"], state[f"model/{key}"]), variable
 
 
+@pytest.mark.slow
 def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teacher_run):
     import io
 
