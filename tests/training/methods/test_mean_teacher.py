@@ -1,5 +1,7 @@
-"""Mean Teacher's step: its loss against the equations in float64, the teacher's
-EMA and its ramp, the consistency ramp-up, replicas, precision."""
+"""Mean Teacher: its step (the loss against the equations in float64, the
+teacher's EMA and its ramp, the consistency ramp-up, replicas, precision, XLA)
+and its runs (both models evaluated, resume after SIGKILL, the teacher read
+back and exported)."""
 
 import os
 
@@ -14,6 +16,7 @@ from llp_tf.training.methods import StepRunner
 from llp_tf.training.methods.mean_teacher import (MeanTeacherMethod, MeanTeacherSettings,
                                                   consistency_cost, labelled_batch_size,
                                                   sigmoid_rampup)
+from tests.runs import checkpoint_state
 
 C, SIZE = 4, 8
 LABELLED, UNLABELLED = 4, 12  # a global batch of 16
@@ -314,13 +317,6 @@ def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_nam
 RUN_SETTINGS = dict(method="mean_teacher", epochs=3, checkpoint_every=3, eval_every=1)
 
 
-def _run_state(run_dir):
-    """The newest checkpoint's variables, by key, without the optimizer's
-    iteration-free bookkeeping (`tests.runs.checkpoint_state`)."""
-    from tests.runs import checkpoint_state
-    return checkpoint_state(run_dir)
-
-
 @pytest.fixture(scope="module")
 def mean_teacher_run(tmp_path_factory, stripes):
     """(config, final metrics) of an uninterrupted 3-epoch Mean Teacher run of 5
@@ -343,7 +339,7 @@ def test_a_run_reports_teacher_and_student_and_keeps_both(mean_teacher_run):
         assert all(np.isfinite(row[name]) for row in rows), name
     assert "nn_top1" not in final and "student_nn_top1" not in final
     assert "examples" in final and "student_examples" not in final
-    state = _run_state(config.run_dir)
+    state = checkpoint_state(config.run_dir)
     assert state["teacher_updates/.ATTRIBUTES/VARIABLE_VALUE"] == 15
     for variable in ("category_head/_kernel", "category_head/bias"):
         key = f"{variable}/.ATTRIBUTES/VARIABLE_VALUE"
@@ -369,7 +365,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
         driver.kill()
         assert run.latest_checkpoint().endswith(f"ckpt-{last_checkpoint}"), point
     run_training(config, stream=io.StringIO())
-    want, got = _run_state(mean_teacher_run[0].run_dir), _run_state(config.run_dir)
+    want, got = checkpoint_state(mean_teacher_run[0].run_dir), checkpoint_state(config.run_dir)
     assert set(got) == set(want) and any(k.startswith("teacher/") for k in want)
     for name in want:
         if want[name].dtype.kind in "iub":
