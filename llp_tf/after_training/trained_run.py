@@ -9,7 +9,9 @@ comparison, embedding analysis) all start from a run directory written by
 - ``checkpoints/`` holds the model weights and the memory bank.
 
 `load_run` rebuilds the model (and the bank of an LLP run) and restores a
-checkpoint into them for inference; optimizer state is not read.
+checkpoint into them for inference: the model is the checkpoint item its
+method exports (`Method.exported_item`: Mean Teacher's teacher); optimizer
+state is not read.
 """
 
 import dataclasses
@@ -60,7 +62,7 @@ class TrainedRun:
       config: `TrainConfig`.
       checkpoint: str, the restored checkpoint's path.
       step: int, its global step.
-      model: `LLPModel` with the checkpoint's weights.
+      model: `LLPModel` with the weights of the checkpoint's exported item.
       bank: `MemoryBank` with the checkpoint's rows, labels, confidences and
         densities; None for the supervised baseline.
       labelled_index: int64 [M], dataset indices of the labelled examples.
@@ -81,13 +83,18 @@ class TrainedRun:
 
     def restore(self, checkpoint: str) -> None:
         """Restores another checkpoint of the same run into the model and bank."""
-        _restore(self.model, self.bank, checkpoint)
+        _restore(self.model, self.bank, checkpoint, _exported_item(self.config))
         self.checkpoint = checkpoint
         self.step = checkpoint_step(checkpoint)
 
 
-def _restore(model, bank, path):
-    tracked = {"model": model}
+def _exported_item(config):
+    """The checkpoint item holding the model a run exports."""
+    return method_class(config.method.name).exported_item
+
+
+def _restore(model, bank, path, item):
+    tracked = {item: model}
     if bank is not None:
         tracked["bank"] = bank
     try:
@@ -100,18 +107,19 @@ def _restore(model, bank, path):
             f"{error}") from None
 
 
-_CATEGORY_BIAS_KEY = "model/category_head/bias/.ATTRIBUTES/VARIABLE_VALUE"
+_CATEGORY_BIAS_KEY = "{item}/category_head/bias/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def _checkpoint_num_classes(path, run_dir):
-    """C of a checkpoint: the length of its category head's bias (None if absent)."""
+def _checkpoint_num_classes(path, run_dir, item):
+    """C of a checkpoint: the length of the category head's bias of its model
+    ``item`` (None if absent)."""
     try:
         shapes = dict(tf.train.list_variables(path))
     except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
         raise ConfigError(f"Cannot read the checkpoint {path}: {error}. Give one of the run's "
                           f"checkpoints (see {run_dir}/{CHECKPOINT_DIR}), or none for the "
                           "latest.") from None
-    return shapes.get(_CATEGORY_BIAS_KEY, [None])[0]
+    return shapes.get(_CATEGORY_BIAS_KEY.format(item=item), [None])[0]
 
 
 def load_run(run_dir: str, checkpoint: str | None = None,
@@ -138,8 +146,9 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     if path is None:
         raise ConfigError(f"The run {run_dir} has no checkpoint yet; train it first.")
     labelled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
+    item = _exported_item(config)
     if num_classes is None:
-        num_classes = _checkpoint_num_classes(path, run_dir)
+        num_classes = _checkpoint_num_classes(path, run_dir, item)
     model = build_model_from_config(config.model, num_classes, config.data.image_size)
     bank = None
     if method_class(config.method.name).keeps_bank:
@@ -147,7 +156,7 @@ def load_run(run_dir: str, checkpoint: str | None = None,
         bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
                           splits.dense_index(used_index, labelled_index),
                           np.zeros(len(labelled_index), np.int64))
-    _restore(model, bank, path)
+    _restore(model, bank, path, item)
     return TrainedRun(run_dir=run_dir, config=config, checkpoint=path,
                       step=checkpoint_step(path), model=model, bank=bank,
                       labelled_index=labelled_index, used_index=used_index,

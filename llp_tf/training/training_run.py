@@ -172,15 +172,23 @@ def _input_maker(config, source, strategy, method, split, steps_per_epoch):
     return make_iterator
 
 
-def _evaluate_fn(config, source, strategy, model, method, split):
-    evaluator = Evaluator(strategy, model, method.bank, split.train_labels[split.used_index],
-                          source.info.num_classes)
+def _evaluate_fn(config, source, strategy, method, split):
+    """() -> the metrics of every model of `Method.evaluated_models`, those of the
+    extra ones prefixed (``student_top1``); the bank's metrics and the count of
+    ``examples`` go with the unprefixed model."""
+    bank_labels = split.train_labels[split.used_index]
+    evaluators = {prefix: Evaluator(strategy, model, None if prefix else method.bank,
+                                    bank_labels, source.info.num_classes)
+                  for prefix, model in method.evaluated_models().items()}
     batch = config.optimization.global_batch_size
     dataset = strategy.distribute_datasets_from_function(pipeline.make_eval_input_fn(
         source, batch, config.data.image_size, excluded_index=split.excluded_validation))
     steps = pipeline.eval_steps(source.info.num_validation - split.excluded_validation.size,
                                 batch)
-    return lambda: evaluator.evaluate(dataset, steps)
+    return lambda: {f"{prefix}_{name}" if prefix else name: value
+                    for prefix, evaluator in evaluators.items()
+                    for name, value in evaluator.evaluate(dataset, steps).items()
+                    if not (prefix and name == "examples")}
 
 
 def format_table(metrics: Mapping[str, Any]) -> str:
@@ -268,7 +276,7 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
             epoch, config.learning_rate, optimization.lr_drop_epochs,
             optimization.lr_drop_factor, int(state.plateau.drops.numpy())),
         make_iterator=_input_maker(config, source, strategy, method, split, steps_per_epoch),
-        evaluate=_evaluate_fn(config, source, strategy, state.model, method, split),
+        evaluate=_evaluate_fn(config, source, strategy, method, split),
         train_actions=[actions.NanGuard(config.run_dir, lambda: checkpoints.latest)],
         eval_actions=logs + [actions.PlateauRule(state.plateau, method.tracks_plateau,
                                                  optimization.lr_drop_factor, stream)],

@@ -37,7 +37,7 @@ def test_settings_land_in_their_sections(tmp_path):
 def test_method_choices_come_from_the_registry():
     _, field = settings_fields()["method"]
     assert field.metadata["choices"] == tuple(METHODS) == (
-        "llp", "supervised", "pseudo_label", "fixmatch")
+        "llp", "supervised", "pseudo_label", "mean_teacher", "fixmatch")
 
 
 def test_json_round_trip_keeps_every_field(tmp_path):
@@ -213,7 +213,7 @@ def test_choices_are_checked_from_the_fields_metadata(tmp_path):
     fields = {name: field for name, (_, field) in settings_fields().items()
               if field.metadata["choices"]}
     assert set(fields) == {"augmentation", "architecture", "method", "propagation", "cluster",
-                           "mixed_precision"}
+                           "mixed_precision", "mean_teacher_consistency_type"}
     with pytest.raises(ConfigError) as error:
         _config(tmp_path, **{name: "nonsense" for name in fields})
     for name, field in fields.items():

@@ -16,6 +16,7 @@ METHODS = {
     "llp": ("llp_tf.training.methods.llp", "LLPMethod"),
     "supervised": ("llp_tf.training.methods.supervised", "SupervisedMethod"),
     "pseudo_label": ("llp_tf.training.methods.pseudo_label", "PseudoLabelMethod"),
+    "mean_teacher": ("llp_tf.training.methods.mean_teacher", "MeanTeacherMethod"),
     "fixmatch": ("llp_tf.training.methods.fixmatch", "FixMatchMethod"),
 }
 #: The default ``--method``: the paper's.

@@ -6,8 +6,9 @@ between methods; the controller (`llp_tf.training.controller`) and the
 (`checkpoint_items`), its phase at an epoch (`phase`) and, per phase, its
 replica step (`replica_step`) and metric names (`metric_names`), what it
 needs before an epoch (`before_epoch`) and from the input (`input_spec`),
-how it starts (`initialise`) and which phases feed the plateau rule
-(`tracks_plateau`).
+how it starts (`initialise`), which phases feed the plateau rule
+(`tracks_plateau`), which models evaluation reports (`evaluated_models`) and
+which checkpoint item export and analysis read (`exported_item`).
 
 A replica step returns, for each metric name, its share of the global-batch
 mean (a sum divided by the global batch size), so the runner sums replicas.
@@ -98,6 +99,9 @@ class Method(abc.ABC):
     #: (`bank`, in its checkpoint items): what export's knn signature, the
     #: embedding analysis and the propagation comparison read.
     keeps_bank: ClassVar[bool] = False
+    #: The checkpoint item holding the model that export, predict, the linear
+    #: probe and the analysis read (`checkpoint_items`' names, or "model").
+    exported_item: ClassVar[str] = "model"
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
@@ -163,6 +167,17 @@ class Method(abc.ABC):
         """The `MemoryBank` evaluation reads, or None."""
         return None
 
+    def evaluated_models(self) -> Dict[str, LLPModel]:
+        """The models evaluation reports, by metric-name prefix: "" for the
+        model whose metrics keep their plain names (and feed the plateau rule),
+        which is the one the exported item holds."""
+        return {"": self.model}
+
+    def batch_norm_layers(self) -> list[keras.layers.Layer]:
+        """The batch norms a step runs in training mode and whose moving
+        statistics it updates after the forward pass: the model's."""
+        return self.model.batch_norm_layers()
+
     # ---- shared by the replica steps ----------------------------------------
 
     def weight_decay_share(self) -> FloatTensor:
@@ -189,7 +204,7 @@ class Method(abc.ABC):
         step on its loss, the deferred updates, then ``finish(batch,
         update)``; it returns ``forward``'s metrics. See the module docstring.
         """
-        layers = self.model.batch_norm_layers()
+        layers = self.batch_norm_layers()
         compute = self.forward_backward(forward)
         compiled = tf.function(compute, jit_compile=True) if self.jit_compile else compute
 
@@ -207,7 +222,7 @@ class Method(abc.ABC):
         """The part of a step that ``jit_compile`` compiles: batch -> (gradients
         in `trainable_variables` order (None where the loss does not reach),
         metrics, update, batch-norm moments); it writes no variable."""
-        layers = self.model.batch_norm_layers()
+        layers = self.batch_norm_layers()
 
         def compute(batch):
             with batch_norm.DeferredMovingStatistics(layers) as deferred, \
