@@ -46,7 +46,7 @@ def _runs_the_readme_trains():
 
 def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
     tools = _tools()
-    assert tools == ["analyze.py", "build_tfrecords.py", "check_data.py",
+    assert tools == ["analyze.py", "build_tfrecords.py", "check_data.py", "compare_methods.py",
                      "compare_propagation.py", "export.py", "input_service.py", "launch_local.py",
                      "linear_probe.py", "make_splits.py", "predict.py", "train.py"]
     for name in tools:

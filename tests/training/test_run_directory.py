@@ -49,8 +49,14 @@ def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):
 
 def _event_steps(folder):
     """(tag, step) of every summary in the event files under ``folder``, file by file."""
+    def creation_order(name):
+        # events.out.tfevents.SECONDS.HOST.PID.COUNTER.v2 (HOST may hold dots): the
+        # counter of this process's writers orders files of one second.
+        parts = name.split(".")
+        return int(parts[3]), int(parts[-2])
+
     found = []
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(os.listdir(folder), key=creation_order):
         for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
             event = tf.compat.v1.Event.FromString(record.numpy())
             found += [(value.tag, event.step) for value in event.summary.value]
