@@ -203,9 +203,9 @@ def adjust_brightness(image: FloatTensor, factor: float | FloatTensor) -> FloatT
 
 
 def adjust_contrast(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
-    """float32 [H, W, 3] in [0, 1] -> same, blended with the mean luma of the image
-    (torchvision's contrast)."""
-    mean = mean_luma(image)
+    """float32 [..., H, W, 3] in [0, 1] -> same, each image blended with its mean
+    luma (torchvision's contrast); ``factor`` a scalar, or [..., 1, 1, 1]."""
+    mean = mean_luma(image)[..., None, None, None]
     return tf.clip_by_value(mean + factor * (image - mean), 0.0, 1.0)
 
 

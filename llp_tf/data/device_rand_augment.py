@@ -22,19 +22,6 @@ from llp_tf.data.config import PAPER
 from llp_tf.types import FloatTensor, Tensor
 
 
-def _adjust_contrast(images, factor):
-    """`augment.adjust_contrast` of each image of float32 [B, H, W, 3], with
-    ``factor`` float32 [B, 1, 1, 1]."""
-    mean = augment.mean_luma(images)[:, None, None, None]
-    return tf.clip_by_value(mean + factor * (images - mean), 0.0, 1.0)
-
-
-def _batch_op(name):
-    """Photometric op ``name`` as a function of (images float32 [n, H, W, 3],
-    magnitudes float32 [n, 1, 1, 1])."""
-    return _adjust_contrast if name == "contrast" else rand_augment.OP_FUNCTIONS[name]
-
-
 def _on_picked(function, images, arguments, picked):
     """``function(images[picked], arguments[picked])`` (float32 [n, H, W, 3])
     for the examples ``picked`` (int32 [n]), run only if n > 0."""
@@ -61,7 +48,7 @@ def _apply_step(images, indices, magnitudes, policy):
             geometric |= chosen
         else:
             positions.append(tf.cast(tf.where(chosen)[:, 0], tf.int32))
-            results.append(_on_picked(_batch_op(op.name), images,
+            results.append(_on_picked(rand_augment.OP_FUNCTIONS[op.name], images,
                                       magnitudes[:, None, None, None], positions[-1]))
     positions.append(tf.cast(tf.where(geometric)[:, 0], tf.int32))
     transforms = rand_augment.projective_transform(coefficients, height, width)
