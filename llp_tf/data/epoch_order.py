@@ -97,10 +97,7 @@ def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, den
     num_shards = source.num_shards(TRAIN)
     shard_order = np.random.default_rng(
         [int(seed), int(epoch), int(pass_index)]).permutation(num_shards)
-    records = tf.data.Dataset.from_tensor_slices(shard_order.astype(np.int64)).interleave(
-        lambda shard: source.read_shard(TRAIN, shard),
-        cycle_length=max(1, min(cycle_length, num_shards)), block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    records = source.read_shards(TRAIN, shard_order, max(1, min(cycle_length, num_shards)))
     pass_tensor = tf.constant(int(pass_index), tf.int64)
     if dense is None:
         records = records.map(lambda r: dict(r, dense_index=r["index"], **{"pass": pass_tensor}))
