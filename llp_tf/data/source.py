@@ -247,22 +247,15 @@ class Source(abc.ABC):
                 f"{split} split (for image folders a '{split}' sub-folder, for TFRecords "
                 f"'{split}-*' shards).")
 
-    def read_shards(self, split: str, shard_order: Array, cycle_length: int) -> tf.data.Dataset:
-        """Records of the shards ``shard_order`` (int64 [K]), read ``cycle_length``
-        at a time and interleaved record by record, deterministically: the
-        records of `read_shard` in the order of ``Dataset.interleave`` with
-        ``block_length=1``. Sources may override it to read more cheaply."""
-        return tf.data.Dataset.from_tensor_slices(np.asarray(shard_order, np.int64)).interleave(
-            lambda shard: self.read_shard(split, shard), cycle_length=cycle_length,
-            block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-
     def records(self, split: str, cycle_length: int = 16) -> tf.data.Dataset:
         """Dataset of all records of ``split``, shards read in order and interleaved
         deterministically (so the order is fixed, though not index order)."""
         self.require_split(split)
-        num_shards = self.num_shards(split)
-        return self.read_shards(split, np.arange(num_shards), max(1, min(cycle_length,
-                                                                         num_shards)))
+        shards = tf.data.Dataset.range(self.num_shards(split))
+        cycle = max(1, min(cycle_length, self.num_shards(split)))
+        return shards.interleave(lambda s: self.read_shard(split, s), cycle_length=cycle,
+                                 block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=True)
 
     def decode(self, records: tf.data.Dataset, split: str,
                load_fn: Callable[[Record], IntTensor] | None = None) -> tf.data.Dataset:

@@ -30,7 +30,7 @@ from llp_tf.data import shards
 from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
                                 check_inferred_classes, validate_labels)
 from llp_tf.errors import DataError
-from llp_tf.types import Array, IntTensor
+from llp_tf.types import IntTensor
 
 IMAGE_FEATURE = "images"
 LABEL_FEATURE = "labels"
@@ -180,15 +180,6 @@ class TFRecordSource(ShardFileSource):
 
     def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
         return _parsed(self._serialized(split, tf.cast(shard, tf.int64)))
-
-    def read_shards(self, split: str, shard_order: Array, cycle_length: int) -> tf.data.Dataset:
-        # Interleaves the serialized records and parses them in batches after:
-        # one parse per batch, not one function call per record and shard.
-        serialized = tf.data.Dataset.from_tensor_slices(
-            np.asarray(shard_order, np.int64)).interleave(
-            lambda shard: self._serialized(split, shard), cycle_length=cycle_length,
-            block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return _parsed(serialized)
 
 
 #: Records parsed at once by `_parsed`.
