@@ -60,11 +60,27 @@ def fail(message: StringTensor | str, like: Any = None) -> Any:
                                   spec.dtype), like)
 
 
+#: Records a group of `_groups_that_work` attempts at once.
+GROUP_SIZE = 16
+
+
 def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Callable
                       ) -> tf.data.Dataset:
     """Maps each record by ``attempt``, or by ``otherwise(record, spec)`` where
     ``attempt`` fails (``spec``: the element spec of ``attempt``'s results,
-    the structure ``otherwise`` gives too), in the order of ``records``."""
+    the structure ``otherwise`` gives too), in the order of ``records``.
+
+    Where ``attempt``'s results have static shapes, records are attempted in
+    groups (`_groups_that_work`); otherwise one at a time.
+    """
+    spec = records.map(attempt).element_spec
+    if all(leaf.shape.is_fully_defined() for leaf in tf.nest.flatten(spec)):
+        return _groups_that_work(records, attempt, otherwise, GROUP_SIZE)
+    return _each_that_works(records, attempt, otherwise)
+
+
+def _each_that_works(records, attempt, otherwise):
+    """`_first_that_works`, one tiny dataset per record (about 0.4 ms of CPU)."""
     def one(record):
         single = tf.data.Dataset.from_tensors(record)
         attempted = single.map(attempt)
@@ -75,6 +91,25 @@ def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Ca
     # interleave keeps the input order while decoding in parallel.
     return records.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _groups_that_work(records, attempt, otherwise, size):
+    """`_first_that_works` for results of static shapes, ``size`` consecutive
+    records at a time: a group whose every record ``attempt`` maps is kept
+    whole; a group with a failure is mapped again record by record
+    (`_each_that_works`), so ``otherwise`` sees the record that failed."""
+    def group(batch):
+        members = tf.data.Dataset.from_tensor_slices(batch)
+        count = tf.shape(tf.nest.flatten(batch)[0])[0]
+        whole = members.map(attempt).ignore_errors().batch(size).filter(
+            lambda *results: tf.shape(tf.nest.flatten(results)[0])[0] == count)
+        each = _each_that_works(members, attempt, otherwise).batch(size)
+        return whole.concatenate(each).take(1)
+
+    # One element per group, as in `_each_that_works`.
+    return records.batch(size).interleave(
+        group, cycle_length=tf.data.AUTOTUNE, block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
 def decode_checked(records: tf.data.Dataset,
