@@ -18,8 +18,9 @@ view v > 0 the example's seed with v folded in. Each view draws its own crop
 window (`augment.crop_window` with `augment.crop_seed` of its seed). The
 example is decoded once (`load_views`): the union box of the views' windows,
 only that box of a JPEG with the fused crop (`llp_tf.data.crop_decode`: the
-same pixels as a full decode), and each view cuts its window from it. Every
-view leaves as float32 [S, S, 3], normalised.
+same pixels as a full decode), and each view cuts its window from it and
+resizes it to uint8 [S, S, 3] (`resize_views`, `augment.resize_crop`).
+Every view leaves as float32 [S, S, 3], normalised.
 
 With ``augment_on="device"`` a view leaves as its resized crop, uint8 [S,
 S, 3] (`augment.resize_crop`), and the element adds ``"augment"``: view key
