@@ -63,7 +63,7 @@ def fail(message: StringTensor | str, like: Any = None) -> Any:
                                   spec.dtype), like)
 
 
-#: Records a group of `_groups_that_work` attempts at once.
+#: Records per group of the grouped check (`_groups_that_work`).
 GROUP_SIZE = 8
 
 
