@@ -9,15 +9,21 @@ Measures the training and evaluation pipelines of llp_tf.data.pipeline on
     ...), like ImageNet,
 each for about --seconds after a warm-up, on all CPU cores; then, on one
 core (a private tf.data thread pool of one thread, one thread per op), in
---rounds rounds with the contenders interleaved:
+--rounds rounds with the contenders interleaved, each in steady state: per
+round, a fresh iterator over its dataset (built once) first reads 2 uncounted
+batches of 64 (start-up, buffers filling), then --per_core_images images are
+counted, the wall and CPU clocks taken around these only, and the iterator is
+dropped while it still works ahead (as much as when counting began). Set-up
+that ImageNet would spread over an epoch is thus left out. The contenders:
   - the random crop's decoding, fused (`llp_tf.data.crop_decode`, only the
-    window of a JPEG decoded) against the full decode then the crop, on
-    --num_crop_decode JPEGs of ImageNet-like sizes (sides 330-450 px,
+    window of a JPEG decoded) against the full decode then the crop, cycling
+    over --num_crop_decode JPEGs of ImageNet-like sizes (sides 330-450 px,
     quality 90, 4:2:0) of two kinds: cut from real photographs
     (scikit-learn's sample images) and smooth images plus pixel noise, whose
     entropy decoding weighs more; and
   - the whole training input (read, decode, crop, augment at 224 px, batch)
-    on the photographs, with fused and with full decoding, and with
+    on the photographs (repeated into one pass of TFRecord shards long enough
+    for a round), with fused and with full decoding, and with
     ``augment_on="device"`` (fused; the host reads, decodes the crop window,
     resizes it to uint8, draws the random choices and batches; the pixel
     work is left to the replica step): a GPU that takes G images/s needs
@@ -51,7 +57,12 @@ quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 from absl import flags, logging  # noqa: E402
 
 #: The sizes of the README's figures, for --full.
-FULL_SIZES = {"seconds": 8.0, "num_generated": 512, "num_crop_decode": 256, "rounds": 5}
+FULL_SIZES = {"seconds": 8.0, "num_generated": 512, "num_crop_decode": 256, "rounds": 5,
+              "per_core_images": 1024}
+#: Images per batch of the one-core figures; batches per round left uncounted
+#: at the start (start-up, buffers filling) and left unread at the end (work
+#: ahead, as much as when counting began).
+PER_CORE_BATCH, WARMUP_BATCHES, AHEAD_BATCHES = 64, 2, 2
 
 
 def make_flags():
@@ -69,6 +80,9 @@ def make_flags():
                          "the one-core figures (--full: 256).", flag_values=values)
     flags.DEFINE_integer("rounds", 3, "Measured rounds of the one-core figures, contenders "
                          "interleaved (--full: 5).", flag_values=values)
+    flags.DEFINE_integer("per_core_images", 512, "Images counted per contender and round of "
+                         "the one-core figures, after a warm-up (--full: 1024).",
+                         flag_values=values)
     flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.",
                         flag_values=values)
     return values
@@ -107,34 +121,53 @@ def _one_core():
     return options
 
 
-def _interleaved_rates(runs, rounds):
-    """{name: (images per wall second, images per CPU second)} of
-    ``runs[name]() -> images``, each called once per round, round-robin, after
-    one unmeasured warm-up call. CPU time is the whole process's (all threads),
-    so it counts the core really used even when other processes share it."""
+def _steady_rates(contenders, rounds, counted):
+    """{name: (images per wall second, images per CPU second)} in steady state.
+    ``contenders[name]()`` is a fresh iterator of image counts, one per batch
+    of `PER_CORE_BATCH`, at least ``WARMUP_BATCHES + counted + AHEAD_BATCHES``
+    long. In each round, round-robin, each contender's fresh iterator yields
+    `WARMUP_BATCHES` uncounted batches (start-up, buffers filling), then
+    ``counted`` batches with the clocks (wall, and CPU of the whole process,
+    all threads: the core really used even when others share it) around these
+    only; it is dropped while still working ahead, as much as when counting
+    began, and before the next contender starts."""
     import resource  # noqa: PLC0415
 
     def cpu():
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
-    totals = {name: [0, 0.0, 0.0] for name in runs}
-    for name, run in runs.items():
-        run()
+    totals = {name: [0, 0.0, 0.0] for name in contenders}
     for _ in range(rounds):
-        for name, run in runs.items():
+        for name, contender in contenders.items():
+            sizes = contender()
+            for _ in range(WARMUP_BATCHES):
+                next(sizes)
             wall, used = time.perf_counter(), cpu()
-            images = run()
-            totals[name][0] += images
+            images = sum(next(sizes) for _ in range(counted))
             totals[name][1] += time.perf_counter() - wall
             totals[name][2] += cpu() - used
+            totals[name][0] += images
+            sizes.close()
+            del sizes
     return {name: (n / wall, n / used) for name, (n, wall, used) in totals.items()}
 
 
+def _batch_sizes(dataset, key=None):
+    """A generator of the images in each batch of ``dataset`` (of ``batch[key]``
+    when given); closing it drops the dataset's iterator."""
+    from llp_tf.data import data_errors  # noqa: PLC0415
+
+    with data_errors():
+        for batch in dataset:
+            yield int((batch if key is None else batch[key]).shape[0])
+
+
 def _crop_decode_runs(jpegs):
-    """{"fused"|"full": run() -> images}: on one core, decoding each image's
-    random crop window (`augment.crop_window`) twice: `crop_decode.decode_window`
-    against `decode.decode_image` then the crop, as the pipeline did before."""
+    """{"fused"|"full": a `_steady_rates` contender}: on one core, decoding the
+    random crop window (`augment.crop_window`) of each of ``jpegs`` in turn,
+    endlessly, batched by `PER_CORE_BATCH`: `crop_decode.decode_window` against
+    `decode.decode_image` then the crop, as the pipeline did before."""
     import tensorflow as tf  # noqa: PLC0415
 
     from llp_tf.data import augment, crop_decode, decode  # noqa: PLC0415
@@ -146,38 +179,32 @@ def _crop_decode_runs(jpegs):
         "fused": lambda e, i: crop_decode.decode_window(e, window_fn(i)),
         "full": lambda e, i: crop_decode.crop_image(decode.decode_image(e), window_fn(i)),
     }
-    base = tf.data.Dataset.from_tensor_slices((jpegs, tf.range(len(jpegs)))).repeat(2)
+    base = tf.data.Dataset.from_tensor_slices((jpegs, tf.range(len(jpegs)))).repeat()
     runs = {}
     for name, load in loads.items():
-        # A reduce inside one function call: no Python step per image.
-        dataset = base.map(lambda e, i, f=load: tf.cast(f(e, i)[0, 0, 0], tf.int64)).with_options(
-            _one_core())
-        reduce = tf.function(lambda d=dataset: d.reduce(tf.constant(0, tf.int64), tf.add))
-        runs[name] = lambda r=reduce: (r(), 2 * len(jpegs))[1]
+        # One pixel per image kept: batches of scalars, one Python step per batch.
+        dataset = base.map(lambda e, i, f=load: f(e, i)[0, 0, 0]).batch(
+            PER_CORE_BATCH).with_options(_one_core())
+        runs[name] = lambda d=dataset: _batch_sizes(d)
     return runs
 
 
-def _train_runs(source, batch, batches_per_round=6):
-    """{"fused"|"full"|"device": run() -> images}: on one core, the whole
-    training input (`pipeline.make_train_input_fn` at 224 px, "paper"
-    augmentation): read, decode, random resized crop, grayscale, colour
+def _train_runs(source, batches):
+    """{"fused"|"full"|"device": a `_steady_rates` contender}: on one core, the
+    whole training input (`pipeline.make_train_input_fn` at 224 px, "paper"
+    augmentation, batches of `PER_CORE_BATCH`, ``batches`` of them in one pass
+    over ``source``): read, decode, random resized crop, grayscale, colour
     jitter, flip, normalise, batch; "device": with ``augment_on="device"``,
-    read, decode, resized crop as uint8, the random choices, batch. Per call, a
-    fresh iterator over the same ``batches_per_round`` batches, start-up
-    included (tracing is not: the dataset is built once). Only one iterator
-    lives at a time: a live one keeps prefetching in the background."""
-    from llp_tf.data import data_errors, pipeline  # noqa: PLC0415
+    read, decode, resized crop as uint8, the random choices, batch. The dataset
+    is built (traced) once; each contender call iterates it afresh."""
+    from llp_tf.data import pipeline  # noqa: PLC0415
 
     def runner(fused, augment_on="host"):
         dataset = pipeline.make_train_input_fn(
-            source, batch, 224, seed=0, epoch=0, steps=batches_per_round,
+            source, PER_CORE_BATCH, 224, seed=0, epoch=0, steps=batches,
             fused_crop=fused, augment_on=augment_on,
             labelled_index=range(source.info.num_train))(None).with_options(_one_core())
-
-        def run():
-            with data_errors():
-                return sum(int(b["image"].shape[0]) for b in dataset)
-        return run
+        return lambda: _batch_sizes(dataset, "image")
 
     return {"fused": runner(True), "full": runner(False), "device": runner(True, "device")}
 
@@ -190,14 +217,18 @@ def _per_core_results(values, scratch, results):
     import jpeg_sets  # noqa: PLC0415 -- imports TF; benchmarks/ is on the path
     from llp_tf.data import load_source  # noqa: PLC0415
 
+    counted = -(-values.per_core_images // PER_CORE_BATCH)
     photos = jpeg_sets.photo_jpegs(values.num_crop_decode)
     noisy = jpeg_sets.noisy_jpegs(values.num_crop_decode)
-    cases = [("photo", photos, _interleaved_rates(_crop_decode_runs(photos), values.rounds)),
-             ("noisy", noisy, _interleaved_rates(_crop_decode_runs(noisy), values.rounds))]
+    cases = [(name, jpegs, _steady_rates(_crop_decode_runs(jpegs), values.rounds, counted))
+             for name, jpegs in (("photo", photos), ("noisy", noisy))]
+    # One pass over records enough for a round: the photographs repeated.
+    batches = WARMUP_BATCHES + counted + AHEAD_BATCHES
     folder = os.path.join(scratch, "photo")
-    jpeg_sets.write_jpeg_records(folder, photos, shards=4)
-    train = _interleaved_rates({**_train_runs(load_source(f"tfrecord:{folder}"), 64),
-                                "decode": _crop_decode_runs(photos)["fused"]}, values.rounds)
+    jpeg_sets.write_jpeg_records(
+        folder, photos * -(-batches * PER_CORE_BATCH // len(photos)), shards=8)
+    train = _steady_rates({**_train_runs(load_source(f"tfrecord:{folder}"), batches),
+                           "decode": _crop_decode_runs(photos)["fused"]}, values.rounds, counted)
     decode = train.pop("decode")[1]
     cases.append(("photo", photos, train))
     ratios = {}

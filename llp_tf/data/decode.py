@@ -2,15 +2,18 @@
 
 A decode op that fails inside tf.data raises TensorFlow's own error, which
 says "Invalid JPEG data" but not which of a million images it was.
-`decode_checked` runs each decode in a one-element dataset whose error is
-caught (`ignore_errors`); when nothing comes out, a second branch raises an
-assertion whose text names the example (file path, or shard and record) and
-is marked so that `data_errors` can turn it into a one-paragraph
-`DataError`. `decodable` runs the same test but yields whether each image
-decodes, for a check of a whole dataset (`llp_tf.data.image_check`). The
-cost is a tiny dataset per image (about 0.1 ms of CPU), negligible beside
-decoding a real JPEG; sources whose bytes were already decoded once when
-they were written (TFDS) can use `decode_image` directly.
+`decode_checked` runs the decodes in tiny datasets whose errors are caught
+(`ignore_errors`): where the decoded results have static shapes (the
+training input's resized crops), one per group of `GROUP_SIZE` records,
+kept if the whole group came out; otherwise, and for a group with a
+failure, one per record. When nothing comes out of a record's, a second
+branch raises an assertion whose text names the example (file path, or
+shard and record) and is marked so that `data_errors` can turn it into a
+one-paragraph `DataError`. `decodable` runs the same test but yields
+whether each image decodes, for a check of a whole dataset
+(`llp_tf.data.image_check`). A tiny dataset costs about 0.2-0.4 ms of CPU;
+sources whose bytes were already decoded once when they were written (TFDS)
+can use `decode_image` directly.
 """
 
 import contextlib
@@ -60,11 +63,27 @@ def fail(message: StringTensor | str, like: Any = None) -> Any:
                                   spec.dtype), like)
 
 
+#: Records per group of the grouped check (`_groups_that_work`).
+GROUP_SIZE = 8
+
+
 def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Callable
                       ) -> tf.data.Dataset:
     """Maps each record by ``attempt``, or by ``otherwise(record, spec)`` where
     ``attempt`` fails (``spec``: the element spec of ``attempt``'s results,
-    the structure ``otherwise`` gives too), in the order of ``records``."""
+    the structure ``otherwise`` gives too), in the order of ``records``.
+
+    Where ``attempt``'s results have static shapes, records are attempted in
+    groups (`_groups_that_work`); otherwise one at a time.
+    """
+    spec = records.map(attempt).element_spec
+    if all(leaf.shape.is_fully_defined() for leaf in tf.nest.flatten(spec)):
+        return _groups_that_work(records, attempt, otherwise, GROUP_SIZE)
+    return _each_that_works(records, attempt, otherwise)
+
+
+def _each_that_works(records, attempt, otherwise):
+    """`_first_that_works`, one tiny dataset per record (about 0.4 ms of CPU)."""
     def one(record):
         single = tf.data.Dataset.from_tensors(record)
         attempted = single.map(attempt)
@@ -75,6 +94,25 @@ def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Ca
     # interleave keeps the input order while decoding in parallel.
     return records.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _groups_that_work(records, attempt, otherwise, size):
+    """`_first_that_works` for results of static shapes, ``size`` consecutive
+    records at a time: a group whose every record ``attempt`` maps is kept
+    whole; a group with a failure is mapped again record by record
+    (`_each_that_works`), so ``otherwise`` sees the record that failed."""
+    def group(batch):
+        members = tf.data.Dataset.from_tensor_slices(batch)
+        count = tf.shape(tf.nest.flatten(batch)[0])[0]
+        whole = members.map(attempt).ignore_errors().batch(size).filter(
+            lambda *results: tf.shape(tf.nest.flatten(results)[0])[0] == count)
+        each = _each_that_works(members, attempt, otherwise).batch(size)
+        return whole.concatenate(each).take(1)
+
+    # One element per group, as in `_each_that_works`.
+    return records.batch(size).interleave(
+        group, cycle_length=tf.data.AUTOTUNE, block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
 def decode_checked(records: tf.data.Dataset,

@@ -53,12 +53,16 @@ def check_seed_epoch(seed: int, epoch: int) -> None:
             raise ConfigError(f"{name} must be an integer >= 0; got {value!r}.")
 
 
-def _block_shuffle(records, block, seed):
-    """Permutes each block of ``block`` consecutive records (stateless, seeded)."""
+def _block_shuffle(records, block, seed, pass_index):
+    """Permutes each block of ``block`` consecutive records (stateless, seeded);
+    sets ``pass`` to ``pass_index`` (int64 []) and, where records have none,
+    ``dense_index`` to ``index`` (per block: no function call per record)."""
     def permute(block_id, block_records):
         size = tf.shape(block_records["index"])[0]
         block_seed = tf.random.experimental.stateless_fold_in(seed, block_id)
         order = tf.argsort(tf.random.stateless_uniform([size], block_seed))
+        block_records = dict(block_records, **{"pass": tf.fill([size], pass_index)})
+        block_records.setdefault("dense_index", block_records["index"])
         return tf.nest.map_structure(lambda t: tf.gather(t, order), block_records)
 
     # prefetch(1): the next block is read while this one is consumed.
@@ -87,8 +91,8 @@ def _shared_dense_table(source, used_index):
 def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, dense_table):
     """Records of the used examples in the pass's shard order, before the block shuffle.
 
-    Each record gains ``dense_index`` (int64 []) and ``pass`` (int64 [],
-    ``pass_index``). Returns (dataset, number of used examples).
+    With ``used_index`` each record gains ``dense_index`` (int64 []); without,
+    `_block_shuffle` adds it. Returns (dataset, number of used examples).
     """
     check_seed_epoch(seed, epoch)
     source.require_split(TRAIN)
@@ -101,14 +105,10 @@ def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, den
         lambda shard: source.read_shard(TRAIN, shard),
         cycle_length=max(1, min(cycle_length, num_shards)), block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    pass_tensor = tf.constant(int(pass_index), tf.int64)
-    if dense is None:
-        records = records.map(lambda r: dict(r, dense_index=r["index"], **{"pass": pass_tensor}))
-    else:
+    if dense is not None:
         if dense_table is None:
             dense_table = tf.constant(dense)
-        records = records.map(lambda r: dict(r, dense_index=tf.gather(dense_table, r["index"]),
-                                             **{"pass": pass_tensor}))
+        records = records.map(lambda r: dict(r, dense_index=tf.gather(dense_table, r["index"])))
         records = records.filter(lambda r: r["dense_index"] >= 0)
     return records, num_used
 
@@ -135,7 +135,8 @@ def train_order(source: Source, seed: int, epoch: int, used_index: Array | None 
                                       pass_index, dense_table)
     block = shuffle_block or source.shuffle_block or num_used
     return _block_shuffle(records, max(1, min(block, num_used)),
-                          _pass_shuffle_seed(seed, epoch, pass_index))
+                          _pass_shuffle_seed(seed, epoch, pass_index),
+                          tf.constant(int(pass_index), tf.int64))
 
 
 def cached_passes(cached_records: tf.data.Dataset, num_used: int, seed: int, epoch: int,
@@ -151,8 +152,8 @@ def cached_passes(cached_records: tf.data.Dataset, num_used: int, seed: int, epo
     construction cost grows with the number of passes).
     """
     def one_pass(pass_index):
-        records = cached_records.map(lambda r: dict(r, **{"pass": pass_index}))
-        return _block_shuffle(records, num_used, _pass_shuffle_seed(seed, epoch, pass_index))
+        return _block_shuffle(cached_records, num_used,
+                              _pass_shuffle_seed(seed, epoch, pass_index), pass_index)
 
     return tf.data.Dataset.range(first_pass, last_pass + 1).flat_map(one_pass)
 

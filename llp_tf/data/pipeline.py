@@ -173,7 +173,9 @@ def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_
 
     The union of the views' random-resized-crop windows (`views.load_views`,
     seeded by the example's seed) is decoded, only that box of JPEG bytes if
-    ``fused_crop``, and each view is augmented (`views.make_views`).
+    ``fused_crop``, each view's window resized (`views.resize_views`: of
+    static shape, so that the checked decode checks records in groups), and
+    each view is augmented (`views.make_views`).
     """
     area_range = (float(min_crop_area), 1.0)
     labelled = tf.constant(_labelled_mask(labelled_index, source.info.num_train))
@@ -182,12 +184,13 @@ def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_
         return views_lib.view_seeds(_example_seed(augment_seed, record), len(views))
 
     def load_views(record):
-        return views_lib.load_views(source, record, seeds(record), area_range, fused_crop)
+        loaded = views_lib.load_views(source, record, seeds(record), area_range, fused_crop)
+        return views_lib.resize_views(*loaded, image_size)
 
-    def train_element(record, loaded):
+    def train_element(record, resized):
         label = tf.where(tf.gather(labelled, record["index"]), record["label"],
                          tf.constant(UNLABELLED, record["label"].dtype))
-        images = views_lib.make_views(*loaded, seeds(record), image_size, augmentation, views,
+        images = views_lib.make_views(resized, seeds(record), image_size, augmentation, views,
                                       augment_on)
         return {**images, "label": label, "index": record["dense_index"]}
 

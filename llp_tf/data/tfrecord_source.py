@@ -172,12 +172,26 @@ class TFRecordSource(ShardFileSource):
     def _where(self, split, index):
         return self._where_flat(split, int(self._positions[split][index]))
 
-    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
+    def _serialized(self, split, shard):
+        """(shard, position, serialized record) of one shard, no function per record."""
         files = tf.constant(self._files[split] or [""], tf.string)
+        return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(shard).repeat(),
+                                    tf.data.TFRecordDataset(tf.gather(files, shard)).enumerate()))
 
-        def parse(position, serialized):
-            parsed = tf.io.parse_single_example(serialized, _ALL_FIELDS)
-            return {"data": parsed[IMAGE_FEATURE], "label": parsed[LABEL_FEATURE],
-                    "index": parsed[INDEX_FEATURE], "shard": shard, "position": position}
+    def read_shard(self, split: str, shard: IntTensor) -> tf.data.Dataset:
+        return _parsed(self._serialized(split, tf.cast(shard, tf.int64)))
 
-        return tf.data.TFRecordDataset(tf.gather(files, shard)).enumerate().map(parse)
+
+#: Records parsed at once by `_parsed`.
+_PARSE_BATCH = 64
+
+
+def _parsed(serialized):
+    """Records of a dataset of (shard, (position, serialized record)), in its order."""
+    def parse(shard, numbered):
+        position, records = numbered
+        parsed = tf.io.parse_example(records, _ALL_FIELDS)
+        return {"data": parsed[IMAGE_FEATURE], "label": parsed[LABEL_FEATURE],
+                "index": parsed[INDEX_FEATURE], "shard": shard, "position": position}
+
+    return serialized.batch(_PARSE_BATCH).map(parse).unbatch()

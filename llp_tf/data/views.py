@@ -18,8 +18,9 @@ view v > 0 the example's seed with v folded in. Each view draws its own crop
 window (`augment.crop_window` with `augment.crop_seed` of its seed). The
 example is decoded once (`load_views`): the union box of the views' windows,
 only that box of a JPEG with the fused crop (`llp_tf.data.crop_decode`: the
-same pixels as a full decode), and each view cuts its window from it. Every
-view leaves as float32 [S, S, 3], normalised.
+same pixels as a full decode), and each view cuts its window from it and
+resizes it to uint8 [S, S, 3] (`resize_views`, `augment.resize_crop`).
+Every view leaves as float32 [S, S, 3], normalised.
 
 With ``augment_on="device"`` a view leaves as its resized crop, uint8 [S,
 S, 3] (`augment.resize_crop`), and the element adds ``"augment"``: view key
@@ -113,15 +114,30 @@ def load_views(source: Source, record: Record, seeds: list[IntTensor],
     return box, windows - offset
 
 
-def augment_view(crop: IntTensor, seed: IntTensor, size: int, augmentation: str,
+def resize_views(box: IntTensor, windows: IntTensor, size: int) -> IntTensor:
+    """uint8 [V, S, S, 3]: each view's window (`load_views`' ``windows``, int32
+    [V, 4]) cut from ``box`` (uint8 [h, w, 3]) and resized (`augment.resize_crop`)."""
+    def resized(window):
+        top, left, height, width = tf.unstack(window)
+        image = augment.resize_crop(box[top:top + height, left:left + width], size)
+        image.set_shape([size, size, 3])
+        return image
+
+    return tf.stack([resized(window) for window in tf.unstack(windows, windows.shape[0])])
+
+
+def augment_view(resized: IntTensor, seed: IntTensor, augmentation: str,
                  policy: str) -> FloatTensor:
-    """uint8 [h, w, 3] crop window -> float32 [S, S, 3], normalised: the view of
-    ``policy`` (see the module docstring) with the run's ``augmentation``."""
-    if policy == WEAK:
-        return augment.train_augment_crop(crop, seed, size, augmentation)
-    weak = augment.train_augment_crop_unnormalised(crop, seed, size, augmentation)
-    image = augment.normalize(rand_augment.strong_augment(weak, seed, augmentation))
-    image.set_shape([size, size, 3])
+    """uint8 [S, S, 3] resized crop window -> float32 [S, S, 3], normalised: the
+    view of ``policy`` (see the module docstring) with the run's ``augmentation``
+    (`augment.train_augment_crop` after its resize)."""
+    augment.check_policy(augmentation, augment.CROP_AREA_RANGE[0])
+    weak = augment.apply_pixel_params(augment.to_unit(resized),
+                                      augment.draw_pixel_params(seed), augmentation)
+    if policy == STRONG:
+        weak = rand_augment.strong_augment(weak, seed, augmentation)
+    image = augment.normalize(weak)
+    image.set_shape(resized.shape)
     return image
 
 
@@ -139,23 +155,20 @@ def view_params(seed: IntTensor, size: int, augmentation: str, policy: str) -> d
     return params
 
 
-def make_views(box: IntTensor, windows: IntTensor, seeds: list[IntTensor], size: int,
-               augmentation: str, views: Mapping[str, str], augment_on: str = HOST) -> dict:
-    """The views of one example from `load_views`' ``box`` and ``windows`` and
-    the views' ``seeds`` (in the order of ``views``): key -> float32 [S, S, 3],
-    or with ``augment_on="device"`` key -> uint8 [S, S, 3] and ``"augment"``
-    (see the module docstring)."""
+def make_views(resized: IntTensor, seeds: list[IntTensor], size: int, augmentation: str,
+               views: Mapping[str, str], augment_on: str = HOST) -> dict:
+    """The views of one example from their ``resized`` crops (`resize_views`,
+    uint8 [V, S, S, 3]) and ``seeds`` (in the order of ``views``): key ->
+    float32 [S, S, 3], or with ``augment_on="device"`` key -> the uint8 [S,
+    S, 3] resized crop and ``"augment"`` (see the module docstring)."""
     images, params = {}, {}
-    for (key, policy), window, seed in zip(views.items(), tf.unstack(windows, len(seeds)),
-                                           seeds):
-        top, left, height, width = tf.unstack(window)
-        crop = box[top:top + height, left:left + width]
+    for (key, policy), image, seed in zip(views.items(), tf.unstack(resized, len(seeds)),
+                                          seeds):
         if augment_on == DEVICE:
-            images[key] = augment.resize_crop(crop, size)
-            images[key].set_shape([size, size, 3])
+            images[key] = image
             params[key] = view_params(seed, size, augmentation, policy)
         else:
-            images[key] = augment_view(crop, seed, size, augmentation, policy)
+            images[key] = augment_view(image, seed, augmentation, policy)
     return {**images, "augment": params} if augment_on == DEVICE else images
 
 
