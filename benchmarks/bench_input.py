@@ -35,6 +35,11 @@ that ImageNet would spread over an epoch is thus left out. The contenders:
     is the device-side input's images per CPU second over the crop-decode's
     (1.0: the input costs no more than its decode), the host-side input's
     beside it.
+Every op runs on one thread: the process's intra-op thread pool has
+--intra_op_threads threads (1). tf.data's ``max_intra_op_parallelism = 1``
+alone leaves some kernels (ScaleAndTranslate, transposes) spreading over
+that pool, whose idle threads then spin: on this 2-core machine, 2 threads
+made the resize cost about 1.6x the CPU time of 1 (README, "Performance").
 One-core figures are given per wall second and per CPU second of the
 process; the latter still counts one core when other processes share it.
 Mean KiB per image is given for each set. Temporary data goes to a fresh
@@ -82,6 +87,9 @@ def make_flags():
                          "interleaved (--full: 5).", flag_values=values)
     flags.DEFINE_integer("per_core_images", 512, "Images counted per contender and round of "
                          "the one-core figures, after a warm-up (--full: 1024).",
+                         flag_values=values)
+    flags.DEFINE_integer("intra_op_threads", 1, "Threads of the process's intra-op pool, on "
+                         "which ops spread their work; 0: TensorFlow's default, one per core.",
                          flag_values=values)
     flags.DEFINE_string("output_json", None, "Optional file to write the results to as JSON.",
                         flag_values=values)
@@ -320,6 +328,10 @@ def _print_report(values, results, per_core, out):
 def benchmark(values, out, err):
     """Runs the benchmark in a temporary folder, removed at the end."""
     del err
+    import tensorflow as tf  # noqa: PLC0415
+
+    if values.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(values.intra_op_threads)
     scratch = tempfile.mkdtemp(prefix="llp_bench_input_")
     try:
         results = _throughput_results(values, scratch)

@@ -130,14 +130,18 @@ def crop_window(image_shape: IntTensor, seed: IntTensor,
             tf.cast(crop_h, tf.int32), tf.cast(crop_w, tf.int32))
 
 
-def _resample_rows(image, size):
-    """float32 [1, n, 1, m] (or uint8) -> float32 [1, size, 1, m]: axis 1
-    resampled by TensorFlow's antialiased bilinear (triangle) kernel, each
-    output row a weighted sum of whole input rows (vectorised over m)."""
-    scale = tf.stack([tf.cast(size, tf.float32) / tf.cast(tf.shape(image)[1], tf.float32), 1.0])
-    return tf.raw_ops.ScaleAndTranslate(images=image, size=tf.stack([size, 1]), scale=scale,
-                                        translation=tf.zeros([2]), kernel_type="triangle",
-                                        antialias=True)
+def _resample_outer(image: Tensor, size: int) -> FloatTensor:
+    """uint8 or float32 [n, m] -> float32 [size, m]: axis 0 resampled by
+    TensorFlow's antialiased bilinear (triangle) kernel, each output row a
+    weighted sum of whole input rows."""
+    n, m = tf.shape(image)[0], tf.shape(image)[1]
+    # As [1, 1, n, m]: ScaleAndTranslate's column pass, with m channels, is
+    # its fast one (its row pass copies the one row).
+    scale = tf.stack([1.0, tf.cast(size, tf.float32) / tf.cast(n, tf.float32)])
+    resampled = tf.raw_ops.ScaleAndTranslate(
+        images=tf.reshape(image, [1, 1, n, m]), size=tf.stack([1, size]), scale=scale,
+        translation=tf.zeros([2]), kernel_type="triangle", antialias=True)
+    return tf.reshape(resampled, [size, m])
 
 
 def resize_crop(crop: IntTensor, size: int) -> IntTensor:
@@ -149,14 +153,14 @@ def resize_crop(crop: IntTensor, size: int) -> IntTensor:
     ``tf.image.resize(crop, [size, size], "bilinear", antialias=True)``:
     both resample the rows, then the columns, with the same weights and
     sums. That op sums its column pass pixel by pixel, three channels at a
-    time; here each pass resamples whole rows (the columns as the rows of
-    the transposed image), which is faster (README, "Performance").
-    """
-    height, width = tf.shape(crop)[0], tf.shape(crop)[1]
-    rows = _resample_rows(tf.reshape(crop, [1, height, 1, width * 3]), size)
-    columns = tf.transpose(tf.reshape(rows, [size, width, 3]), [1, 0, 2])
-    resized = _resample_rows(tf.reshape(columns, [1, width, 1, size * 3]), size)
-    resized = tf.transpose(tf.reshape(resized, [size, size, 3]), [1, 0, 2])
+    time; here each pass resamples the outer axis of a matrix: the rows of
+    [h, (w, 3)], then, after a 2-D transpose, those of [w, (3, size)]; a
+    last 2-D transpose puts the axes back. That is faster (README,
+    "Performance")."""
+    width = tf.shape(crop)[1]
+    rows = _resample_outer(tf.reshape(crop, [-1, width * 3]), size)  # [size, (w, 3)]
+    columns = _resample_outer(tf.reshape(tf.transpose(rows), [width, 3 * size]), size)
+    resized = tf.reshape(tf.transpose(tf.reshape(columns, [size * 3, size])), [size, size, 3])
     # Weights >= 0 summing to 1: the levels stay in [0, 255], no clip needed.
     return tf.cast(tf.round(resized), tf.uint8)
 
