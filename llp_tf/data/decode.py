@@ -146,8 +146,15 @@ def decodable(records: tf.data.Dataset,
               load_fn: Callable[[dict[str, Tensor]], IntTensor]) -> tf.data.Dataset:
     """Dataset of (record, bool []): whether ``load_fn`` reads and decodes the
     record's image, in the order of ``records``, never failing."""
-    return _first_that_works(records, lambda r: (r, tf.size(load_fn(r)) > 0),
-                             lambda r, _: (r, tf.constant(False)))
+    def attempt(record):
+        image = tf.reshape(load_fn(record), [-1])
+        # Of an image of static shape, tf.size alone is a constant, and
+        # TensorFlow would prune the decode (even past a control dependency);
+        # a value read from the image keeps it.
+        read = tf.reduce_sum(tf.cast(image[:1], tf.int32)) >= 0
+        return record, (tf.size(image) > 0) & read
+
+    return _first_that_works(records, attempt, lambda r, _: (r, tf.constant(False)))
 
 
 def decode_unchecked(records: tf.data.Dataset,

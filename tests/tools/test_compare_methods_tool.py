@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from tests.tools.tool_main import load_tool, run_main
 
 SMALL = ("--", "--data_percent=10", "--width=0.25", "--global_batch_size=50",
@@ -23,6 +25,7 @@ def test_the_table_has_each_runs_last_top1_their_mean_and_spread(tmp_path):
     assert tool.last_evaluation(str(tmp_path / "absent")) is None
 
 
+@pytest.mark.slow  # 35 s: four tiny runs
 def test_runs_every_method_and_seed_and_a_finished_run_is_not_trained_again(tmp_path):
     tool = load_tool("compare_methods.py")
     args = (f"--runs_dir={tmp_path}", "--methods=supervised", "--seeds=0,1", *SMALL)

@@ -207,6 +207,7 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
     assert run_record.describe_history(config.run_dir) == ["step 9: epochs: 2 -> 3, k: 3 -> 5"]
 
 
+@pytest.mark.slow  # 20-35 s: three runs, one XLA-compiled
 def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
     """float32 for 2 epochs, then bfloat16 with XLA, then float16 with loss
     scaling: the checkpoint (float32 weights, the SGD's slots) restores into each."""
