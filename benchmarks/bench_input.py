@@ -38,8 +38,9 @@ that ImageNet would spread over an epoch is thus left out. The contenders:
 Every op runs on one thread: the process's intra-op thread pool has
 --intra_op_threads threads (1). tf.data's ``max_intra_op_parallelism = 1``
 alone leaves some kernels (ScaleAndTranslate, transposes) spreading over
-that pool, whose idle threads then spin: on this 2-core machine, 2 threads
-made the resize cost about 1.6x the CPU time of 1 (README, "Performance").
+that pool, whose idle threads then spin: on this 2-core machine, with 2
+threads the device-side input took 1.25x the CPU time per image that it
+takes with 1 (README, "Performance").
 One-core figures are given per wall second and per CPU second of the
 process; the latter still counts one core when other processes share it.
 Mean KiB per image is given for each set. Temporary data goes to a fresh
