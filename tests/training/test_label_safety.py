@@ -65,7 +65,12 @@ def _assert_bit_identical(want, got):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+# The two-stream and teacher methods' cases (16-18 s each) are slow.
+_SLOW = ("fixmatch", "mean_teacher", "pseudo_label")
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=[pytest.mark.slow] if m in _SLOW else [])
+                                    for m in sorted(METHODS)])
 def test_permuting_unlabelled_ground_truth_changes_no_training_state(tmp_path, datasets, method):
     _assert_bit_identical(_final_state(tmp_path, datasets, "true", method),
                           _final_state(tmp_path, datasets, "permuted", method))
