@@ -102,6 +102,7 @@ def _summary_steps(run_dir):
     return steps
 
 
+@pytest.mark.slow  # 60 s and 16 s of set-up: five processes and an uninterrupted run
 def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterrupted):
     config, config_path = _write_config(tmp_path, stripes)
     run = RunDirectory(config.run_dir)
