@@ -155,8 +155,9 @@ def resize_crop(crop: IntTensor, size: int) -> IntTensor:
     sums. That op sums its column pass pixel by pixel, three channels at a
     time; here each pass resamples the outer axis of a matrix: the rows of
     [h, (w, 3)], then, after a 2-D transpose, those of [w, (3, size)]; a
-    last 2-D transpose puts the axes back. That is faster (README,
-    "Performance")."""
+    last 2-D transpose puts the axes back. Where ops share TensorFlow's
+    intra-op pool that costs less CPU; on one thread, the same (README,
+    "Where the augmentation runs")."""
     width = tf.shape(crop)[1]
     rows = _resample_outer(tf.reshape(crop, [-1, width * 3]), size)  # [size, (w, 3)]
     columns = _resample_outer(tf.reshape(tf.transpose(rows), [width, 3 * size]), size)
