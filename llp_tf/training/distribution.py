@@ -26,6 +26,15 @@ def mirrored_strategy(devices: Optional[Sequence[str]] = None
     return _MIRRORED[key]
 
 
+def first_device(strategy: tf.distribute.Strategy) -> str:
+    """The name of the first device ``strategy`` computes on in this process;
+    "" (TensorFlow's default placement) for the default strategy."""
+    if isinstance(strategy, (tf.distribute.MirroredStrategy,
+                             tf.distribute.MultiWorkerMirroredStrategy)):
+        return strategy.extended.worker_devices[0]
+    return ""
+
+
 def make_strategy(cpu_replicas: int = 0, cluster: str = "none",
                   cluster_timeout: float = 300.0) -> tf.distribute.Strategy:
     """The distribution strategy of a run.

@@ -26,7 +26,7 @@ from llp_tf.training import schedule
 from llp_tf.data import exclusions, image_check, label_subsets, pipeline, splits
 from llp_tf.data import streams as input_streams
 from llp_tf.data.config import HOST
-from llp_tf.training.distribution import make_strategy
+from llp_tf.training.distribution import first_device, make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
 from llp_tf.models import precision
@@ -334,13 +334,16 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
 
     Raises:
       LLPError (DataError, ConfigError, RunDirectoryBusy, CheckpointDamaged,
-      CheckpointWriteFailed, TrainingDiverged) for bad input, a busy or
+      CheckpointWriteFailed, TrainingDiverged) for bad input (a
+      ``mixed_precision`` the device cannot compute in among them), a busy or
       damaged run directory or a diverged run; the message says what to do.
       TrainingStopped: SIGTERM stopped the run after a checkpoint.
     """
     stream = stream or sys.stdout
     run = config.run
     strategy = make_strategy(run.cpu_replicas, run.cluster, run.cluster_timeout)
+    # Before the run directory is touched: a low precision this device cannot run.
+    precision.require_supported(run.mixed_precision, first_device(strategy))
     worker = cluster_lib.describe_worker(strategy)
     if not cluster_lib.is_chief(strategy):
         _log(stream, f"This is {worker}: it trains, the chief writes {config.run_dir}.")

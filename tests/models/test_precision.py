@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from llp_tf.errors import ConfigError
 from llp_tf.models import precision
-from tests.models.helpers import tiny_model
+from tests.models.helpers import skip_unless_computable, tiny_model
 
 
 def test_policy_names_and_unknown_precision():
@@ -27,7 +27,17 @@ def test_dtype_policy_is_restored_even_after_an_error():
 
 
 @pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_low_precision_layers_compute_low_and_keep_float32_variables(low):
+    """Built without a forward pass, so it runs where `low` cannot compute."""
+    model = tiny_model(precision=low)
+    assert model.trunk.stem_conv.compute_dtype == low
+    assert model.trunk.stem_conv.variable_dtype == "float32"
+    assert model.embedding_head.compute_dtype == model.category_head.compute_dtype == "float32"
+
+
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
 def test_low_precision_trunk_float32_weights_heads_and_outputs(images, low):
+    skip_unless_computable(low)
     reference = tiny_model().create_weights(16)
     model = tiny_model(precision=low).create_weights(16)
     model.set_weights(reference.get_weights())
@@ -60,3 +70,28 @@ def test_only_float16_wraps_the_optimizer_in_loss_scaling():
     assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)
     assert scaled.inner_optimizer is sgd and scaled.built
     assert float(precision.loss_scale(scaled)) == 2.0 ** 15
+
+
+def test_float32_is_never_probed_and_a_refusal_is_one_sentence(monkeypatch):
+    assert precision.unsupported("float32") is None
+    precision.require_supported("float32")
+    monkeypatch.setattr(precision, "unsupported", lambda name, device="": "no kernel")
+    with pytest.raises(ConfigError) as refused:
+        precision.require_supported("bfloat16", "/device:CPU:0")
+    message = str(refused.value)
+    assert message.startswith("--mixed_precision=bfloat16 cannot run on this machine")
+    assert "(no kernel)" in message and "/device:CPU:0" in message
+    assert "--mixed_precision=float32" in message and message.count(". ") == 0
+
+
+@pytest.mark.slow
+def test_the_probe_finds_no_onednn_bfloat16_kernel_on_an_avx2_cpu(monkeypatch):
+    """oneDNN limited to AVX2 has no bfloat16 convolution or matmul (it aborts
+    the process in the child); without oneDNN, TensorFlow's own kernels run it."""
+    probe = precision.unsupported.__wrapped__
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    reason = probe("bfloat16")
+    assert reason and "\n" not in reason and "Traceback" not in reason
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert probe("bfloat16") is None

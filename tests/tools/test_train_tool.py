@@ -156,3 +156,17 @@ def test_a_corrupt_image_is_one_error_line_without_tensorflows_echoes(tmp_path, 
     assert result.returncode == 1
     assert result.stderr.startswith("error: Cannot read or decode the image of file ")
     assert result.stderr.count("\n") == 1 and "005.png" in result.stderr
+
+
+def test_a_precision_the_machine_cannot_compute_is_refused_before_the_run_starts(
+        tmp_path, monkeypatch):
+    from llp_tf.models import precision
+    monkeypatch.setattr(precision, "unsupported",
+                        lambda name, device="": f"no {name} convolution")
+    run_dir = tmp_path / "run"
+    result = _run("--regime=demo", f"--run_dir={run_dir}", "--mixed_precision=bfloat16")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: --mixed_precision=bfloat16 cannot run on this "
+                                    "machine"), result.stderr
+    assert "(no bfloat16 convolution)" in result.stderr and "Traceback" not in result.stderr
+    assert not run_dir.exists()

@@ -8,6 +8,7 @@ from llp_tf.training.config import TrainConfig
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods.pseudo_label import (
     PseudoLabelMethod, PseudoLabelSettings, ramp_weight)
+from tests.models.helpers import skip_unless_computable
 from tests.training.methods.two_streams import (
     C, assert_mixed_precision_trains, assert_runs_agree, first_batch, iterator, log_softmax,
     permute_unlabelled_labels, streams, tiny_model, weights)
@@ -124,6 +125,7 @@ def test_two_replicas_match_one_replica(two_replica_strategy):
 
 @pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
 def test_mixed_precision_trains_with_float32_losses(mixed_precision):
+    skip_unless_computable(mixed_precision)
     strategy = tf.distribute.get_strategy()
     data = streams()
     method = _method(strategy, mixed_precision=mixed_precision)
