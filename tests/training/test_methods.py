@@ -8,6 +8,7 @@ from llp_tf.core import label_encoding
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod, TrainingSplit
+from tests import numerics
 from tests.models.helpers import skip_unless_computable
 
 N, C, D, B, SIZE = 32, 4, 16, 16, 8
@@ -76,29 +77,30 @@ def _values(variable):
 
 
 def test_two_replicas_match_one_replica_on_the_same_global_batches(two_replica_strategy):
+    """Two warm-up steps, the density refresh and four LLP steps: six steps of
+    float32 sums in another order (`tests.numerics`)."""
     data = _data()
     single = _setup(tf.distribute.get_strategy())
     mirrored = _setup(two_replica_strategy)
+    start = [w.numpy() for w in single.model.weights]
+    bank_start = {name: getattr(single.bank, name).numpy() for name in ("embeddings",)}
     single_metrics = _run(single, data)
     mirrored_metrics = _run(mirrored, data)
-    for one, two in zip(single_metrics, mirrored_metrics):
-        for name in one:
-            np.testing.assert_allclose(two[name], one[name], rtol=2e-4, atol=2e-5,
-                                       err_msg=name)
+    for steps, one, two in zip((2, 6), single_metrics, mirrored_metrics):
+        numerics.assert_close_metrics(one, two, steps)
     for name in ("embeddings", "labels", "confidence", "density"):
         copies = _values(getattr(mirrored.bank, name))
         np.testing.assert_array_equal(copies[0], copies[1], err_msg=name)
         reference = getattr(single.bank, name).numpy()
         if name == "labels":
             np.testing.assert_array_equal(copies[0], reference)
+        elif name in bank_start:
+            numerics.assert_same_moves([bank_start[name]], [reference], [copies[0]], 6,
+                                       what=name)
         else:
-            np.testing.assert_allclose(copies[0], reference, rtol=1e-3, atol=1e-4,
-                                       err_msg=name)
-    # Six steps amplify the replicas' different summation order: an isolated
-    # weight can differ by ~1.4e-4 while the bank and metrics agree to 1e-4.
-    for a, b in zip(single.model.weights, mirrored.model.weights):
-        np.testing.assert_allclose(_values(b)[0], a.numpy(), rtol=1e-3, atol=3e-4,
-                                   err_msg=a.path)
+            numerics.assert_close_metrics({name: reference}, {name: copies[0]}, 6)
+    numerics.assert_same_moves(start, [a.numpy() for a in single.model.weights],
+                               [_values(b)[0] for b in mirrored.model.weights], 6)
 
 
 def test_llp_never_reads_the_true_labels_of_unlabelled_examples():
@@ -222,9 +224,8 @@ def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strat
     """A warm-up step, then another, the density refresh and an LLP step, compiled
     with XLA or not, from the same start.
 
-    After the first step the weights differ in the last bits, which later steps
-    amplify (tau = 0.07, batch norm over 8-16 images; pseudo labels are discrete
-    choices), so later figures get the replica test's tolerances. 32 px
+    Tolerances: `tests.numerics`, for the steps taken before each comparison
+    (pseudo labels, discrete choices, must agree exactly). 32 px
     images: with a last feature map below 4x4 XLA's gradients are wrong (the
     config refuses it).
     """
@@ -234,28 +235,27 @@ def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strat
     compiled = _setup(strategy, sync_batch_norm=False, jit_compile=True, size=32)
     iterators = [_iterator(strategy, data) for _ in range(2)]
     runners = [StepRunner(plain), StepRunner(compiled)]
+    start = [_values(w)[0] for w in plain.model.weights]
+    embeddings = _values(plain.bank.embeddings)[0]
     want, got = (runner.run(it, 1, "warmup") for runner, it in zip(runners, iterators))
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
-    for a, b in zip(plain.model.weights, compiled.model.weights):
-        np.testing.assert_allclose(_values(b)[0], _values(a)[0], rtol=1e-4, atol=1e-6,
-                                   err_msg=a.path)
+    numerics.assert_close_metrics(want, got, 1)
+    numerics.assert_same_moves(start, [_values(a)[0] for a in plain.model.weights],
+                               [_values(b)[0] for b in compiled.model.weights], 1)
     for runner, it, method in zip(runners, iterators, (plain, compiled)):
         runner.run(it, 1, "warmup")
         method.before_epoch(1, "llp")
     want, got = (runner.run(it, 1, "llp") for runner, it in zip(runners, iterators))
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-5, err_msg=name)
+    numerics.assert_close_metrics(want, got, 3)
     np.testing.assert_array_equal(_values(compiled.bank.labels)[0],
                                   _values(plain.bank.labels)[0])
-    for name in ("embeddings", "confidence"):
-        np.testing.assert_allclose(_values(getattr(compiled.bank, name))[0],
-                                   _values(getattr(plain.bank, name))[0], rtol=1e-3,
-                                   atol=1e-4, err_msg=name)
+    numerics.assert_same_moves([embeddings], [_values(plain.bank.embeddings)[0]],
+                               [_values(compiled.bank.embeddings)[0]], 3, what="embeddings")
+    numerics.assert_close_metrics({"confidence": _values(plain.bank.confidence)[0]},
+                                  {"confidence": _values(compiled.bank.confidence)[0]}, 3)
     # The supervised step too, on the models as they now are.
     want = StepRunner(_supervised(plain)).run(_iterator(strategy, data), 2, "supervised")
     got = StepRunner(_supervised(compiled)).run(_iterator(strategy, data), 2, "supervised")
-    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-3)
+    numerics.assert_close_metrics({"loss": want["loss"]}, {"loss": got["loss"]}, 5)
 
 
 def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow():
@@ -327,9 +327,6 @@ def test_the_runner_finishes_device_side_batches_in_each_replica(two_replica_str
         metrics = StepRunner(method, prepare).run(_iterator(method.strategy, data), 2, "warmup")
         results.append((metrics, [_values(w)[0] for w in method.model.weights]))
     (want, want_weights), (got, got_weights) = results
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
-    for a, b in zip(want_weights, got_weights):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
-    assert not np.array_equal(want_weights[0], _values(_setup(two_replica_strategy)
-                                                       .model.weights[0])[0])
+    numerics.assert_close_metrics(want, got, 2)
+    start = [_values(w)[0] for w in _setup(two_replica_strategy).model.weights]
+    numerics.assert_same_moves(start, want_weights, got_weights, 2)
