@@ -60,3 +60,14 @@ def assert_close_metrics(want, got, steps):
         scale = max(np.max(np.abs(want[name])), np.finfo(np.float32).tiny)
         np.testing.assert_allclose(got[name], want[name], rtol=0,
                                    atol=steps_rtol(steps) * scale, err_msg=name)
+
+
+def assert_close_values(want, got, steps, what="values"):
+    """Arrays (or scalars) of two such runs after ``steps`` steps agree to
+    `steps_rtol` of ``steps`` in norm, relative to ``want``'s norm: for final
+    states and epoch figures of runs whose start is not at hand."""
+    want, got = np.asarray(want, np.float64), np.asarray(got, np.float64)
+    error, size = np.linalg.norm((got - want).ravel()), np.linalg.norm(want.ravel())
+    assert error <= steps_rtol(steps) * size, (
+        f"{what}: {got.ravel()[:4]} against {want.ravel()[:4]}, apart by {error:.3g} in norm, "
+        f"more than {steps_rtol(steps):g} of {size:.3g} after {steps} steps")
