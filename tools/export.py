@@ -3,6 +3,7 @@
   tools/export.py --run_dir=runs/demo
   tools/export.py --run_dir=runs/demo --knn --output_dir=/models/demo --overwrite
   tools/export.py --run_dir=runs/demo --checkpoint=1829
+  tools/export.py --run_dir=runs/demo --onnx
 
 Writes --output_dir (default RUN_DIR/export): a SavedModel whose signatures
 take raw uint8 images of any size (the evaluation preprocessing of training
@@ -13,7 +14,10 @@ nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
 with plain TensorFlow (no llp_tf needed) and with TensorFlow's C++ loader
 (saved_model_cli run; TF Serving uses the same): see tools/predict.py,
 llp_tf/after_training/export/saved_model.py for the signatures and README,
-"Export and predict", for Keras fine-tuning with TFSMLayer.
+"Export and predict", for Keras fine-tuning with TFSMLayer. With --onnx the
+directory also holds model.onnx, the network for ONNX Runtime: it takes
+images already preprocessed, float32 [B, S, S, 3] (NHWC), and returns
+probabilities and embedding (docs/onnx.md).
 The export is written to a temporary directory and renamed into place.
 """
 
@@ -42,6 +46,11 @@ def make_flags():
     flags.DEFINE_boolean("knn", False, "Also store the memory bank (embeddings and the class "
                          "of each row) and add the knn signature (LLP runs only).",
                          flag_values=values)
+    flags.DEFINE_boolean("onnx", False, "Also write model.onnx into --output_dir: the network "
+                         "(converted with tf2onnx) for ONNX Runtime, taking preprocessed "
+                         "float32 images [B, S, S, 3] (NHWC, S the run's image size) and "
+                         "returning probabilities [B, C] and embedding [B, D]; the caller "
+                         "does the preprocessing (docs/onnx.md).", flag_values=values)
     flags.DEFINE_boolean("overwrite", False, "Replace an existing --output_dir (only once "
                          "the new export is complete).", flag_values=values)
     return values
@@ -65,6 +74,16 @@ def describe_signatures(info):
     return lines
 
 
+def describe_onnx(onnx_info, output_dir):
+    """The line naming the ONNX model of an export info's "onnx" entry."""
+    (name, spec), = onnx_info["input"].items()
+    outputs = ", ".join(f"{output} {output_spec['dtype']} {output_spec['shape']}"
+                        for output, output_spec in onnx_info["outputs"].items())
+    return (f"ONNX model {os.path.join(output_dir, onnx_info['file'])} (opset "
+            f"{onnx_info['opset']}): {name} {spec['dtype']} {spec['shape']} preprocessed "
+            f"(docs/onnx.md) -> {outputs}")
+
+
 def main(argv, stdout=None, stderr=None):
     """Runs the tool; argv[0] is the program name. Returns the exit code."""
     stdout = stdout or sys.stdout
@@ -81,7 +100,7 @@ def main(argv, stdout=None, stderr=None):
         return 1
 
     from llp_tf.after_training import trained_run
-    from llp_tf.after_training.export import saved_model
+    from llp_tf.after_training.export import onnx_model, saved_model
     from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):
@@ -89,6 +108,8 @@ def main(argv, stdout=None, stderr=None):
         stdout.flush()
 
     try:
+        if values.onnx:
+            onnx_model.require_converter()
         config = trained_run.read_config(values.run_dir)
         checkpoint = tool_cli.resolve_checkpoint(values.run_dir, values.checkpoint)
         run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
@@ -99,8 +120,10 @@ def main(argv, stdout=None, stderr=None):
                f"{info.num_classes} classes of {config.data.dataset}, "
                f"{config.data.image_size} px"
                + (", with the memory bank for knn" if values.knn else ""))
-        report("Tracing the signatures and writing the SavedModel ...")
-        written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite)
+        report("Tracing the signatures and writing the SavedModel"
+               + (" and model.onnx ..." if values.onnx else " ..."))
+        written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite,
+                                          include_onnx=values.onnx)
     except LLPError as error:
         stderr.write(f"error: {error}\n")
         return 1
@@ -115,6 +138,8 @@ def main(argv, stdout=None, stderr=None):
     report("Signatures:")
     for line in describe_signatures(written):
         report(line)
+    if values.onnx:
+        report(describe_onnx(written["onnx"], output_dir))
     report(f"Try it: tools/predict.py --model_dir={output_dir} IMAGE.png")
     return 0
 

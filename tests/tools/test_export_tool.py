@@ -1,6 +1,9 @@
 import json
 import os
+import sys
 
+import numpy as np
+import onnxruntime
 import pytest
 
 from llp_tf.after_training import trained_run
@@ -22,10 +25,10 @@ def _info(model_dir):
 
 @pytest.fixture(scope="module")
 def knn_export(tiny_llp_run, tmp_path_factory):
-    """(output dir, exit code, stdout, stderr) of one export with --knn."""
+    """(output dir, exit code, stdout, stderr) of one export with --knn and --onnx."""
     output_dir = str(tmp_path_factory.mktemp("export_tool") / "model")
     return (output_dir,) + _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}",
-                                "--knn")
+                                "--knn", "--onnx")
 
 
 def test_export_writes_the_saved_model_and_prints_its_signatures(knn_export):
@@ -72,7 +75,52 @@ def test_overwrite_replaces_an_export_with_an_older_checkpoint(tiny_llp_run, tmp
     assert info["source"]["step"] == oldest < 15
     assert set(info["signatures"]) == {"embed", "classify"} and "knn" not in info
     assert "knn(" not in stdout
+    assert "onnx" not in info and not (output_dir / "model.onnx").exists()
+    assert "ONNX" not in stdout
     assert os.listdir(tmp_path) == ["model"]  # no temporary or replaced directory left
+
+
+def test_onnx_writes_a_model_onnx_runtime_runs(knn_export):
+    output_dir, code, stdout, stderr = knn_export
+    assert code == 0, stderr
+    path = os.path.join(output_dir, "model.onnx")
+    assert _info(output_dir)["onnx"]["file"] == "model.onnx"
+    assert "Tracing the signatures and writing the SavedModel and model.onnx ...\n" in stdout
+    assert (f"ONNX model {path} (opset 17): images float32 [B, 16, 16, 3] preprocessed "
+            "(docs/onnx.md) -> probabilities float32 [B, 4], embedding float32 [B, 16]\n"
+            in stdout)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    outputs = dict(zip(["probabilities", "embedding"], session.run(
+        ["probabilities", "embedding"], {"images": np.zeros((2, 16, 16, 3), np.float32)})))
+    assert outputs["probabilities"].shape == (2, 4) and outputs["embedding"].shape == (2, 16)
+
+
+def test_onnx_without_tf2onnx_is_a_clear_error(tiny_llp_run, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tf2onnx", None)
+    code, stdout, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={tmp_path / 'm'}",
+                                "--onnx")
+    assert code == 1 and stdout == ""
+    assert stderr.startswith("error: Exporting to ONNX needs the packages tf2onnx and onnx (")
+    assert stderr.endswith("or export without --onnx.\n") and stderr.count("\n") == 1
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_conversion_keeps_the_previous_export(tiny_llp_run, tmp_path, monkeypatch):
+    import tf2onnx
+
+    def fail(*args, **kwargs):
+        raise ValueError("unsupported op Foo")
+
+    monkeypatch.setattr(tf2onnx.convert, "from_function", fail)
+    output_dir = tmp_path / "model"
+    output_dir.mkdir()
+    (output_dir / "old.txt").write_text("previous export")
+    code, _, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}", "--onnx",
+                           "--overwrite")
+    assert code == 1
+    assert stderr == (f"error: tf2onnx {tf2onnx.__version__} could not convert the network to "
+                      "ONNX opset 17 (ValueError: unsupported op Foo); export without --onnx.\n")
+    assert os.listdir(tmp_path) == ["model"] and os.listdir(output_dir) == ["old.txt"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -100,6 +148,6 @@ def test_bad_checkpoint_and_non_run_directory_are_clear_errors(tiny_llp_run, tmp
 def test_help_documents_every_flag():
     code, stdout, _ = _run("--help")
     assert code == 0 and "Export a trained run as a TensorFlow SavedModel" in stdout
-    for flag in ("--run_dir:", "--checkpoint:", "--output_dir:", "--[no]knn:",
+    for flag in ("--run_dir:", "--checkpoint:", "--output_dir:", "--[no]knn:", "--[no]onnx:",
                  "--[no]overwrite:"):
         assert flag in stdout, flag

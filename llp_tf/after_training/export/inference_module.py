@@ -89,8 +89,10 @@ class InferenceModule(tf.Module):
         signature reads (`trace_signatures` tracks the variables they read)."""
         self._model = model
 
-    def _preprocess(self, images):
-        """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3], the evaluation transform."""
+    def preprocess(self, images: IntTensor) -> FloatTensor:
+        """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3]: the evaluation
+        transform every signature applies before the network (the ONNX model's
+        input, `onnx_model.preprocess_for_onnx`)."""
         images = _as_batch(images)
         shape = tf.shape(images)
         channels = shape[3]
@@ -113,7 +115,7 @@ class InferenceModule(tf.Module):
                                               tf.float32))
 
     def _outputs(self, images):
-        return self._model(self._preprocess(images), training=False)
+        return self._model(self.preprocess(images), training=False)
 
     @tf.function(input_signature=[IMAGES_SPEC])
     def embed(self, images: IntTensor) -> dict[str, FloatTensor]:

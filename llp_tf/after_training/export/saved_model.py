@@ -26,7 +26,10 @@ asks for the batch dimension) and returns a dict of:
   [B] (its share).
 
 The module also carries ``class_names`` (string [C]); ``export_info.json``
-(`EXPORT_INFO_FILE`) describes the signatures and the source run. Fine-tuning
+(`EXPORT_INFO_FILE`) describes the signatures and the source run. With
+``include_onnx=True`` the directory also holds ``model.onnx``, the network
+for ONNX Runtime (`onnx_model`; preprocessed images in, ``probabilities`` and
+``embedding`` out), described under "onnx" in export_info.json. Fine-tuning
 in Keras: README, "Export and predict".
 """
 
@@ -40,6 +43,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from llp_tf.after_training.export import onnx_model
 from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN, TOP_CLASSES,
                                                            InferenceModule, bank_classes)
 from llp_tf.after_training.trained_run import TrainedRun
@@ -95,6 +99,14 @@ def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
                                "doc": "the winning class's share of the vote"},
         }
     return docs
+
+
+def _onnx_info(image_size, signatures):
+    """The "onnx" entry of export_info.json: the file and its input and outputs."""
+    return {"file": onnx_model.ONNX_FILE, "opset": onnx_model.OPSET,
+            "input": onnx_model.input_doc(image_size),
+            "outputs": {onnx_model.PROBABILITIES: signatures[CLASSIFY]["probabilities"],
+                        onnx_model.EMBEDDING: signatures[EMBED]["embedding"]}}
 
 
 def build_inference_module(run: TrainedRun, class_names: Sequence[str],
@@ -166,7 +178,8 @@ def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:
 
 
 def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
-               include_knn: bool = False, overwrite: bool = False) -> dict[str, Any]:
+               include_knn: bool = False, overwrite: bool = False,
+               include_onnx: bool = False) -> dict[str, Any]:
     """Writes a run's SavedModel and export_info.json to ``output_dir``, atomically.
 
     `build_inference_module`, then `save_module`.
@@ -177,17 +190,18 @@ def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
       output_dir: str, the SavedModel directory to create.
       include_knn: bool, add the ``knn`` signature and the memory bank.
       overwrite: bool, replace an existing ``output_dir``.
+      include_onnx: bool, also write the ONNX model (see `save_module`).
 
     Returns:
       dict, the export info written (see `export_info`).
 
     Raises:
       ConfigError: ``output_dir`` exists without ``overwrite``, or see
-        `build_inference_module`.
+        `build_inference_module` and `save_module`.
     """
     _check_output_dir(output_dir, overwrite)
     return save_module(run, build_inference_module(run, class_names, include_knn), output_dir,
-                       overwrite)
+                       overwrite, include_onnx)
 
 
 def _check_output_dir(output_dir, overwrite):
@@ -198,7 +212,7 @@ def _check_output_dir(output_dir, overwrite):
 
 
 def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
-                overwrite: bool = False) -> dict[str, Any]:
+                overwrite: bool = False, include_onnx: bool = False) -> dict[str, Any]:
     """Writes an `InferenceModule` of ``run`` as a SavedModel with export_info.json.
 
     The export is written to a temporary sibling directory and renamed into
@@ -211,12 +225,16 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
       module: `InferenceModule`.
       output_dir: str, the SavedModel directory to create.
       overwrite: bool, replace an existing ``output_dir``.
+      include_onnx: bool, also write ``run.model`` as `onnx_model.ONNX_FILE`
+        (`onnx_model.write_onnx_model`) and describe it in export_info.json.
 
     Returns:
       dict, the export info written (see `export_info`).
 
     Raises:
-      ConfigError: ``output_dir`` exists without ``overwrite``.
+      ConfigError: ``output_dir`` exists without ``overwrite``; with
+        ``include_onnx``, tf2onnx is missing or cannot convert the network
+        (nothing is written then).
     """
     _check_output_dir(output_dir, overwrite)
     output_dir = os.path.abspath(output_dir)
@@ -228,6 +246,10 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
     try:
         tf.saved_model.save(module, partial, signatures=module.trace_signatures())
         info = export_info(run, module)
+        if include_onnx:
+            onnx_model.write_onnx_model(run.model, module.image_size, info["class_names"],
+                                        os.path.join(partial, onnx_model.ONNX_FILE))
+            info["onnx"] = _onnx_info(module.image_size, info["signatures"])
         with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
             f.write("\n")

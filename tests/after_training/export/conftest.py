@@ -1,4 +1,4 @@
-"""One export of `tiny_llp_run`, with knn, shared by the export tests."""
+"""One export of `tiny_llp_run`, with knn and ONNX, shared by the export tests."""
 
 import pytest
 
@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_llp_export(tiny_llp_run, tmp_path_factory):
     """(SavedModel directory, export info dict) of `tiny_llp_run` exported with
-    the knn signature; do not write into it."""
+    the knn signature and model.onnx; do not write into it."""
     from llp_tf import data
     from llp_tf.after_training import trained_run
     from llp_tf.after_training.export import saved_model
@@ -14,4 +14,5 @@ def tiny_llp_export(tiny_llp_run, tmp_path_factory):
     class_names = data.load_source(run.config.data.dataset,
                                    run.config.data.data_dir).info.class_names
     model_dir = str(tmp_path_factory.mktemp("export") / "model")
-    return model_dir, saved_model.export_run(run, class_names, model_dir, include_knn=True)
+    return model_dir, saved_model.export_run(run, class_names, model_dir, include_knn=True,
+                                             include_onnx=True)
