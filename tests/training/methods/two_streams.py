@@ -113,6 +113,26 @@ def assert_runs_agree(want, got, want_method, got_method, exact=False):
             np.testing.assert_allclose(b, a, rtol=1e-3, atol=3e-4)
 
 
+def assert_first_step_agrees(want, got, before, want_method, got_method):
+    """One step of two runs from the same weights ``before`` (`weights`) gives
+    the same metrics and weights to float32 rounding: one replica against two
+    sums in another order (the loss over halves, the gradients and
+    synchronised batch-norm moments all-reduced), which changes results by a
+    few ulps (measured: metrics <= 3e-7 relative, weights <= 2 ulps).
+
+    Tolerances: metrics 1e-5 relative (~100 float32 ulps). A weight moves by
+    its step (first SGD step: -lr * gradient; moving statistics: (1 - m) *
+    (moments - old)), so each variable may differ by 1e-4 of its largest step
+    (gradients agreeing to 1e-4 of their largest entry, ~1,000 ulps of
+    reduction error) plus 2 ulps of its largest value (rounding w + step)."""
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+    for old, a, b in zip(before, weights(want_method), weights(got_method), strict=True):
+        step, largest = np.abs(a - old).max(), np.abs(a).max()
+        assert step > 0 or np.array_equal(a, b)
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * step + 2 * np.spacing(largest))
+
+
 def assert_mixed_precision_trains(metrics, plain, before, method):
     """A mixed-precision run's ``metrics`` are float32 and finite, its first
     labelled term near the float32 run's (``plain``), and it moved weights
