@@ -17,10 +17,16 @@ Deferred updates: an XLA-compiled replica step cannot hold that averaging
 training-mode call normalises with the batch moments as usual but records
 them instead of updating the moving statistics; the step returns them from
 the compiled part and applies them after it, with Keras's arithmetic.
+
+Kept statistics: inside `moving_statistics_kept`, a training-mode call
+normalises with the batch moments but neither updates nor records the moving
+statistics, so a step can pass a second batch through the network without
+its moments reaching them (pseudo-label's unlabelled pass).
 """
 
+import contextlib
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import keras
 from keras import ops
@@ -28,8 +34,9 @@ from keras import ops
 from llp_tf.models.config import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
 from llp_tf.types import FloatTensor
 
-# The recorder of the forward pass running in this thread: MirroredStrategy
-# runs each replica's step in its own thread, each with its own recorder.
+# The recorder of the forward pass running in this thread, and whether its
+# moving statistics are kept: MirroredStrategy runs each replica's step in its
+# own thread, each with its own recorder.
 _active = threading.local()
 
 
@@ -51,13 +58,15 @@ class BatchNormalization(keras.layers.BatchNormalization):
     def call(self, inputs: FloatTensor, training: Optional[bool] = None,
              mask: Optional[FloatTensor] = None) -> FloatTensor:
         recorder = getattr(_active, "recorder", None)
-        if recorder is None or not (training and self.trainable) or mask is not None \
-                or self.renorm:
+        kept = getattr(_active, "kept", False)
+        if (recorder is None and not kept) or not (training and self.trainable) \
+                or mask is not None or self.renorm:
             return super().call(inputs, training=training, mask=mask)
         # Keras's training-mode arithmetic, without the moving-statistic update.
         inputs = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
         mean, variance = self._moments(inputs, None)
-        recorder.record(self, mean, variance)
+        if not kept:
+            recorder.record(self, mean, variance)
         outputs = ops.batch_normalization(
             x=inputs, mean=mean, variance=variance, axis=self.axis,
             offset=ops.cast(self.beta, inputs.dtype) if self.center else None,
@@ -82,6 +91,21 @@ def batch_norm(name: str, synchronized: bool = False, momentum: float = BATCH_NO
     """
     return BatchNormalization(momentum=momentum, epsilon=epsilon,
                               synchronized=synchronized, name=name)
+
+
+@contextlib.contextmanager
+def moving_statistics_kept() -> Iterator[None]:
+    """Within it, training-mode calls (in this thread) of `BatchNormalization`
+    layers without renorm or mask, as `batch_norm` makes them, normalise with
+    their batch moments (over all replicas if synchronised) and leave the
+    moving statistics as they are: no update, nothing recorded by an enclosing
+    `DeferredMovingStatistics`."""
+    outer = getattr(_active, "kept", False)
+    _active.kept = True
+    try:
+        yield
+    finally:
+        _active.kept = outer
 
 
 class DeferredMovingStatistics:
@@ -119,7 +143,8 @@ class DeferredMovingStatistics:
         missing = [layer.name for layer in self.layers if id(layer) not in self._moments]
         if missing:
             raise RuntimeError(f"Batch norm(s) {', '.join(missing)} did not run in training "
-                               "mode in the deferred forward pass.")
+                               "mode, their moving statistics not kept, in the deferred "
+                               "forward pass.")
         return [self._moments[id(layer)] for layer in self.layers]
 
 

@@ -11,12 +11,14 @@ After global pooling the trunk's features feed, in parallel,
 The linear probe of the evaluation reads the pooled features before both.
 """
 
+import contextlib
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
+from llp_tf.models import batch_norm
 from llp_tf.models.config import EMBEDDING_DIM
 from llp_tf.types import FloatTensor
 
@@ -30,8 +32,11 @@ class LLPModel(keras.Model):
       num_classes: C, the number of category logits.
       embedding_dim: D, the size of the unit-norm embedding.
 
-    `call(images, training=False)` takes float32 [B, H, W, 3] images,
-    normalised with the ImageNet mean and std, channels last, and returns a
+    `call(images, training=False, update_moving_statistics=True)` takes
+    float32 [B, H, W, 3] images, normalised with the ImageNet mean and std,
+    channels last (``update_moving_statistics=False`` with ``training``: the
+    batch norms normalise with the batch's moments but leave their moving
+    statistics alone, `batch_norm.moving_statistics_kept`), and returns a
     dict of float32 tensors:
 
     - "features": [B, F], the pooled trunk output;
@@ -92,8 +97,11 @@ class LLPModel(keras.Model):
             self(tf.zeros([1, image_size, image_size, 3]), training=False)
         return self
 
-    def call(self, images: FloatTensor, training: bool = False) -> dict[str, FloatTensor]:
-        features = tf.cast(self.trunk(images, training=training), tf.float32)
+    def call(self, images: FloatTensor, training: bool = False,
+             update_moving_statistics: bool = True) -> dict[str, FloatTensor]:
+        with contextlib.nullcontext() if update_moving_statistics \
+                else batch_norm.moving_statistics_kept():
+            features = tf.cast(self.trunk(images, training=training), tf.float32)
         embedding = tf.math.l2_normalize(self.embedding_head(features), axis=-1)
         logits = self.category_head(features)
         return {

@@ -56,3 +56,36 @@ def test_inference_and_missing_layers_inside_the_deferral(images):
     # Outside the block, training calls update the moving statistics as usual.
     model(images, training=True)
     assert not np.all(model.batch_norm_layers()[0].moving_mean.numpy() == 0)
+
+
+def test_kept_calls_normalise_with_the_batch_and_record_nothing(images):
+    """Inside `moving_statistics_kept`, a training call gives Keras's
+    training-mode output but no update, inline or deferred: a deferral around
+    a kept pass and a plain one records the plain pass's moments only."""
+    keras_model, kept = tiny_model().create_weights(16), tiny_model().create_weights(16)
+    kept.set_weights(keras_model.get_weights())
+    layers = kept.batch_norm_layers()
+    other_images = images[::-1] * 2.0 + 1.0
+    want = keras_model(other_images, training=True)
+    with batch_norm.moving_statistics_kept():
+        with batch_norm.moving_statistics_kept():
+            pass  # leaving an inner block keeps the outer one
+        got = kept(other_images, training=True)
+    np.testing.assert_allclose(got["embedding"], want["embedding"], atol=1e-6)
+    assert all(np.all(layer.moving_mean.numpy() == 0) for layer in layers)
+    assert all(np.all(layer.moving_variance.numpy() == 1) for layer in layers)
+
+    with batch_norm.DeferredMovingStatistics(layers) as recorder:
+        with batch_norm.moving_statistics_kept():
+            kept(other_images, training=True)
+        with pytest.raises(RuntimeError, match="did not run in training mode"):
+            recorder.moments()
+        kept(images, training=True)
+        moments = recorder.moments()
+    stem = kept.trunk.stem_conv(images).numpy().astype(np.float64)
+    np.testing.assert_allclose(moments[0][0], stem.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(moments[0][1], stem.var(axis=(0, 1, 2)), rtol=1e-4)
+    assert all(np.all(layer.moving_mean.numpy() == 0) for layer in layers)
+    # After the block, training calls update the moving statistics again.
+    kept(images, training=True)
+    assert not np.all(layers[0].moving_mean.numpy() == 0)

@@ -78,6 +78,19 @@ def test_training_mode_uses_batch_statistics_and_updates_moving_ones(images):
         rtol=1e-4, atol=1e-7)
 
 
+def test_training_without_updates_uses_batch_statistics_and_keeps_moving_ones(images):
+    model, updating = tiny_model().create_weights(16), tiny_model().create_weights(16)
+    updating.set_weights(model.get_weights())
+    inference = model(images, training=False)
+    got = model(images, training=True, update_moving_statistics=False)
+    want = updating(images, training=True)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(inference["features"], got["features"], atol=1e-3)
+    assert all(np.all(mean == 0) for mean in moving_statistics(model))
+    assert all(not np.all(mean == 0) for mean in moving_statistics(updating))
+
+
 def test_tf_function_matches_eager(images):
     model = tiny_model()
     eager = model(images)

@@ -2,10 +2,19 @@
 
 Each step reads a labelled batch (B examples, their true labels) and an
 unlabelled batch (U examples of the used set, labelled ones too; their batch
-labels are never read) in one forward pass. The unlabelled examples' targets
-are the argmax classes of that same forward pass (no gradient through the
-choice); a confidence threshold optionally keeps only the examples whose max
-probability reaches it (0: none dropped, Lee's original):
+labels are never read) and passes them through the network in training mode
+one after the other: each batch is normalised with its own batch-norm
+moments, and the moving statistics follow the labelled pass only, as the
+pseudo-label baseline of the FixMatch code (google-research/fixmatch
+``pseudo_label.py``: batch-norm updates taken from the first classifier
+call) and USB (microsoft/Semi-supervised-learning
+``semilearn/algorithms/pseudolabel/pseudolabel.py``: batch norm frozen for
+the unlabelled call) do. ``batch_norm="joint"`` passes both in one forward
+pass instead (moments and moving statistics of the joint batch). The
+unlabelled examples' targets are the argmax classes of their own forward
+pass (no gradient through the choice); a confidence threshold optionally
+keeps only the examples whose max probability reaches it (0: none dropped,
+Lee's original):
 
     loss = sum_l CE(l) / B + alpha(t) * sum_u mask_u * CE(u, argmax_u) / U + decay
 
@@ -28,6 +37,9 @@ from llp_tf.core import losses
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import (
     Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
+
+#: How a step's labelled and unlabelled batches pass batch norm (module docstring).
+BATCH_NORM_PASSES = ("separate", "joint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +66,14 @@ class PseudoLabelSettings:
         1, "Unlabelled examples per labelled one in a step: the labelled batch is "
         "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: equal batches, as "
         "the FixMatch code's pseudo-label baseline.", flag="pseudo_label_unlabelled_ratio")
+    batch_norm: str = setting(
+        "separate", "How the labelled and unlabelled batches pass batch norm. separate: two "
+        "training-mode passes, each batch normalised with its own moments, the moving "
+        "statistics updated from the labelled pass only, as the FixMatch code's pseudo-label "
+        "baseline (google-research/fixmatch pseudo_label.py) and USB "
+        "(semilearn/algorithms/pseudolabel/pseudolabel.py). joint: one pass over both "
+        "batches, whose moments and moving statistics are those of the joint batch.",
+        choices=BATCH_NORM_PASSES, flag="pseudo_label_batch_norm")
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
@@ -88,6 +108,7 @@ class PseudoLabelMethod(Method):
       ramp_start_epoch, ramp_end_epoch: float, T1 and T2 in epochs.
       threshold: float, the confidence a pseudo label needs (0: all count).
       unlabelled_ratio: int, unlabelled examples per labelled one in a step.
+      batch_norm: one of `BATCH_NORM_PASSES`.
     """
 
     name = "pseudo_label"
@@ -100,7 +121,7 @@ class PseudoLabelMethod(Method):
                  global_batch_size: int, weight_decay: float, final_weight: float = 3.0,
                  ramp_start_epoch: float = 100.0, ramp_end_epoch: float = 600.0,
                  threshold: float = 0.0, unlabelled_ratio: int = 1,
-                 jit_compile: bool = False) -> None:
+                 batch_norm: str = "separate", jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
@@ -108,6 +129,9 @@ class PseudoLabelMethod(Method):
         self.ramp_start_epoch = float(ramp_start_epoch)
         self.ramp_end_epoch = float(ramp_end_epoch)
         self.threshold = float(threshold)
+        if batch_norm not in BATCH_NORM_PASSES:
+            raise ValueError(f"batch_norm must be one of {BATCH_NORM_PASSES}, not {batch_norm!r}")
+        self.batch_norm = batch_norm
         self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
             self.global_batch_size, int(unlabelled_ratio))
         with strategy.scope():
@@ -128,7 +152,7 @@ class PseudoLabelMethod(Method):
                    ramp_start_epoch=settings.ramp_start * epochs,
                    ramp_end_epoch=settings.ramp_end * epochs, threshold=settings.threshold,
                    unlabelled_ratio=settings.unlabelled_ratio,
-                   jit_compile=config.run.jit_compile)
+                   batch_norm=settings.batch_norm, jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "pseudo_label"
@@ -147,8 +171,8 @@ class PseudoLabelMethod(Method):
 
     def _forward(self, batch):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
-        labelled_logits, unlabelled_logits = self.joint_logits(
-            [labelled["image"], unlabelled["image"]])
+        labelled_logits, unlabelled_logits = self._logits(labelled["image"],
+                                                          unlabelled["image"])
         labelled_term, unlabelled_term, mask_share = losses.pseudo_label_terms(
             labelled_logits, tf.cast(labelled["label"], tf.int64), unlabelled_logits,
             unlabelled_logits, self.threshold, self.labelled_batch_size,
@@ -160,3 +184,11 @@ class PseudoLabelMethod(Method):
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
                       "unlabelled_weight": weight / replicas, "mask": mask_share,
                       "weight_decay": decay}, ()
+
+    def _logits(self, labelled_images, unlabelled_images):
+        """Training-mode logits, float32 [B, C] and [U, C] (module docstring)."""
+        if self.batch_norm == "joint":
+            return self.joint_logits([labelled_images, unlabelled_images])
+        return [tf.cast(self.model(images, training=True,
+                                   update_moving_statistics=update)["logits"], tf.float32)
+                for images, update in ((labelled_images, True), (unlabelled_images, False))]

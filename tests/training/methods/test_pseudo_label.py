@@ -7,27 +7,51 @@ import tensorflow as tf
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods.pseudo_label import (
-    PseudoLabelMethod, PseudoLabelSettings, ramp_weight)
+    BATCH_NORM_PASSES, PseudoLabelMethod, PseudoLabelSettings, ramp_weight)
+from tests import numerics
 from tests.models.helpers import skip_unless_computable
 from tests.training.methods.two_streams import (
-    C, assert_mixed_precision_trains, assert_runs_agree, first_batch, iterator, log_softmax,
-    permute_unlabelled_labels, streams, tiny_model, weights)
+    C, assert_mixed_precision_trains, assert_runs_agree, first_batch,
+    iterator, log_softmax, permute_unlabelled_labels, streams, tiny_model, weights)
 
 G = 16  # B = 8 labelled and U = 8 unlabelled examples a step
 
 
 def _method(strategy, threshold=0.0, weight_decay=1e-4, mixed_precision="float32",
-            ramp=(1.0, 3.0), final_weight=3.0, jit_compile=False):
+            ramp=(1.0, 3.0), final_weight=3.0, batch_norm="separate", jit_compile=False):
     model, optimizer = tiny_model(strategy, mixed_precision)
     return PseudoLabelMethod(strategy, model, optimizer, num_classes=C, global_batch_size=G,
                              weight_decay=weight_decay, final_weight=final_weight,
                              ramp_start_epoch=ramp[0], ramp_end_epoch=ramp[1],
-                             threshold=threshold, unlabelled_ratio=1, jit_compile=jit_compile)
+                             threshold=threshold, unlabelled_ratio=1, batch_norm=batch_norm,
+                             jit_compile=jit_compile)
 
 
 def _run(method, data, epoch=2, steps=3):
     method.before_epoch(epoch, method.phase(epoch))
     return StepRunner(method).run(iterator(method, data), steps, "pseudo_label")
+
+
+def _twin():
+    """A model with the weights of a `_method`'s before its first step; plain
+    Keras training-mode calls of it normalise with their batch's moments and
+    update its moving statistics inline."""
+    return tiny_model(tf.distribute.get_strategy())[0]
+
+
+def _logits(model, images):
+    """float64 [b, C] logits of a training-mode call."""
+    return model(images, training=True)["logits"].numpy().astype(np.float64)
+
+
+def _stem_float64(kernel, images):
+    """The CIFAR stem (3x3 conv, stride 1, "same", no bias) in float64:
+    [B, H, W, 3] images, [3, 3, 3, F] kernel -> [B, H, W, F]."""
+    padded = np.pad(np.asarray(images, np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
+    height, width = images.shape[1:3]
+    return sum(np.einsum("bhwc,cf->bhwf", padded[:, i:i + height, j:j + width],
+                         np.asarray(kernel, np.float64)[i, j])
+               for i in range(3) for j in range(3))
 
 
 def test_alpha_is_zero_before_t1_linear_to_alpha_f_at_t2_then_constant():
@@ -44,7 +68,8 @@ def test_alpha_is_zero_before_t1_linear_to_alpha_f_at_t2_then_constant():
 
 def test_settings_and_their_problems():
     settings = PseudoLabelSettings()
-    assert (settings.final_weight, settings.threshold, settings.unlabelled_ratio) == (3.0, 0.0, 1)
+    assert (settings.final_weight, settings.threshold, settings.unlabelled_ratio,
+            settings.batch_norm) == (3.0, 0.0, 1, "separate")
     assert {field.metadata["flag"] for field in dataclasses.fields(settings)} == {
         f"pseudo_label_{field.name}" for field in dataclasses.fields(settings)}
 
@@ -64,17 +89,29 @@ def test_settings_and_their_problems():
     assert len(bad.problems(Config)) == 4
 
 
+def _lees_terms(labelled, labels, unlabelled, threshold):
+    """float64 labelled CE / B, sum(mask * CE(u, argmax u)) / U and the mask
+    rate, from float64 logits [B, C] and [U, C]."""
+    mask = np.exp(log_softmax(unlabelled)).max(axis=1) >= threshold
+    labelled_ce = -log_softmax(labelled)[np.arange(len(labels)), labels]
+    unlabelled_ce = -log_softmax(unlabelled)[np.arange(len(mask)), unlabelled.argmax(axis=1)]
+    return {"labelled": labelled_ce.mean(), "unlabelled": (mask * unlabelled_ce).mean(),
+            "mask": mask.mean()}
+
+
 @pytest.mark.parametrize("threshold_at", [None, "median"])
 def test_first_step_loss_is_lees_equation_in_float64(threshold_at):
     """Labelled CE / B + alpha(t) * sum(mask * CE(u, argmax u)) / U; mask all ones
-    without a threshold, half of the examples at the median confidence."""
+    without a threshold, half of the examples at the median confidence. Each
+    batch's logits are those of a training-mode call on it alone (its own
+    batch-norm moments), not of the joint batch."""
     strategy = tf.distribute.get_strategy()
     method = _method(strategy, weight_decay=1e-3)
     data = streams()
     batch = first_batch(data, method)
-    images = np.concatenate([batch["labelled"]["image"], batch["unlabelled"]["image"]])
-    logits = method.model(images, training=True)["logits"].numpy().astype(np.float64)
-    labelled, unlabelled = np.split(logits, [8])
+    twin, labels = _twin(), batch["labelled"]["label"]
+    labelled = _logits(twin, batch["labelled"]["image"])
+    unlabelled = _logits(twin, batch["unlabelled"]["image"])
     confidence = np.exp(log_softmax(unlabelled)).max(axis=1)
     if threshold_at == "median":
         method.threshold = float(np.median(confidence))
@@ -82,14 +119,61 @@ def test_first_step_loss_is_lees_equation_in_float64(threshold_at):
     assert 0 < mask.sum() < len(mask) if threshold_at else mask.all()
 
     metrics = _run(method, data, epoch=2, steps=1)
-    labelled_ce = -log_softmax(labelled)[np.arange(8), batch["labelled"]["label"]]
-    unlabelled_ce = -log_softmax(unlabelled)[np.arange(8), unlabelled.argmax(axis=1)]
-    want = {"labelled": labelled_ce.sum() / 8, "unlabelled": (mask * unlabelled_ce).sum() / 8,
-            "mask": mask.mean(), "unlabelled_weight": 1.5}
+    want = dict(_lees_terms(labelled, labels, unlabelled, method.threshold),
+                unlabelled_weight=1.5)
     for name, value in want.items():
         np.testing.assert_allclose(metrics[name][0], value, rtol=1e-5, err_msg=name)
     np.testing.assert_allclose(metrics["loss"][0] - metrics["weight_decay"][0],
                                want["labelled"] + 1.5 * want["unlabelled"], rtol=1e-5)
+    # The joint batch's moments would give other terms.
+    joint = np.split(_logits(twin, np.concatenate([batch["labelled"]["image"],
+                                                   batch["unlabelled"]["image"]])), [8])
+    joint_terms = _lees_terms(joint[0], labels, joint[1], method.threshold)
+    for name in ("labelled", "unlabelled"):
+        assert not np.isclose(metrics[name][0], joint_terms[name], rtol=1e-3), name
+
+
+@pytest.mark.parametrize("passes", BATCH_NORM_PASSES)
+def test_moving_statistics_follow_the_labelled_batch_only(passes):
+    """separate (the default): after one step, every batch norm's moving mean
+    and variance are m * old + (1 - m) * the moments of its input over the
+    labelled batch, as Keras's own update after a training call on the labelled
+    images alone; joint: over the labelled and unlabelled batches together."""
+    method = _method(tf.distribute.get_strategy(), batch_norm=passes)
+    data = streams()
+    batch = first_batch(data, method)
+    images = {"separate": batch["labelled"]["image"],
+              "joint": np.concatenate([batch["labelled"]["image"], batch["unlabelled"]["image"]])}
+    twins = {name: _twin() for name in images}
+    for name, twin in twins.items():
+        twin(images[name], training=True)
+    layers = method.model.batch_norm_layers()
+    first, first_kernel = layers[0], method.model.trunk.stem_conv.kernel.numpy()
+    momentum, old_mean, old_variance = (first.momentum, first.moving_mean.numpy(),
+                                        first.moving_variance.numpy())
+
+    _run(method, data, steps=1)
+    # The same float32 ops on the same inputs as the twin's (only where the
+    # update is applied differs): equal to float32 rounding of values ~1.
+    close = dict(rtol=1e-6, atol=1e-7)
+    other = "joint" if passes == "separate" else "separate"
+    for layer, want, unwanted in zip(layers, twins[passes].batch_norm_layers(),
+                                     twins[other].batch_norm_layers(), strict=True):
+        for statistic in ("moving_mean", "moving_variance"):
+            got = getattr(layer, statistic).numpy()
+            np.testing.assert_allclose(got, getattr(want, statistic).numpy(), **close,
+                                       err_msg=f"{layer.name} {statistic}")
+            assert not np.allclose(got, getattr(unwanted, statistic).numpy(), **close)
+    # The first batch norm reads the stem's output: its moments in float64. The
+    # float32 stem is within ~1e-6 of it (values ~1), so (1 - m) * its moments
+    # are within ~3e-9: atol 1e-8 on means ~1e-4, rtol 1e-5 on variances ~1.
+    stem = _stem_float64(first_kernel, images[passes])
+    np.testing.assert_allclose(
+        first.moving_mean, momentum * old_mean + (1 - momentum) * stem.mean(axis=(0, 1, 2)),
+        rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(
+        first.moving_variance,
+        momentum * old_variance + (1 - momentum) * stem.var(axis=(0, 1, 2)), rtol=1e-5)
 
 
 def test_before_t1_the_unlabelled_term_does_not_train():
@@ -116,9 +200,22 @@ def test_permuting_the_unlabelled_streams_labels_changes_nothing():
 
 
 def test_two_replicas_match_one_replica(two_replica_strategy):
+    """Synchronised batch norm: both passes normalise with the moments of the
+    global batch, and the moving statistics follow the labelled one, on both
+    replicas. After one step and after three, to `tests.numerics`' bounds."""
     data = streams()
     single, mirrored = _method(tf.distribute.get_strategy()), _method(two_replica_strategy)
-    want, got = _run(single, data), _run(mirrored, data)
+    before = weights(single)
+    runs = []
+    for method in (single, mirrored):
+        method.before_epoch(2, method.phase(2))
+        runs.append((StepRunner(method), iterator(method, data)))
+    first = [runner.run(batches, 1, "pseudo_label") for runner, batches in runs]
+    numerics.assert_close_metrics(*first, 1)
+    numerics.assert_same_moves(before, weights(single), weights(mirrored), 1)
+    rest = [runner.run(batches, 2, "pseudo_label") for runner, batches in runs]
+    want, got = ({name: np.concatenate([a[name], b[name]]) for name in a}
+                 for a, b in zip(first, rest))
     np.testing.assert_array_equal(got["unlabelled_weight"], 1.5)
     assert_runs_agree(want, got, single, mirrored)
 
@@ -150,7 +247,7 @@ def test_from_config_maps_the_ramp_fractions_onto_the_runs_epochs(tmp_path):
         run_dir=str(tmp_path), dataset="digits", method="pseudo_label", epochs=40,
         global_batch_size=30, weight_decay=2e-4, pseudo_label_ramp_start=0.1,
         pseudo_label_ramp_end=0.4, pseudo_label_final_weight=2.0, pseudo_label_threshold=0.9,
-        pseudo_label_unlabelled_ratio=2)
+        pseudo_label_unlabelled_ratio=2, pseudo_label_batch_norm="joint")
     strategy = tf.distribute.get_strategy()
     model, optimizer = tiny_model(strategy)
     method = method_class("pseudo_label").from_config(config, strategy, model, optimizer, C,
@@ -158,7 +255,7 @@ def test_from_config_maps_the_ramp_fractions_onto_the_runs_epochs(tmp_path):
     assert isinstance(method, PseudoLabelMethod)
     assert (method.ramp_start_epoch, method.ramp_end_epoch, method.final_weight) == (
         4.0, 16.0, 2.0)
-    assert (method.threshold, method.weight_decay) == (0.9, 2e-4)
+    assert (method.threshold, method.weight_decay, method.batch_norm) == (0.9, 2e-4, "joint")
     assert (method.labelled_batch_size, method.unlabelled_batch_size) == (10, 20)
     split = TrainingSplit(np.array([1, 5]), np.arange(12), np.array([0, 1]))
     streams_read = method.input_spec(split).streams
@@ -169,3 +266,9 @@ def test_from_config_maps_the_ramp_fractions_onto_the_runs_epochs(tmp_path):
     np.testing.assert_array_equal(labelled.index, [1, 5])
     np.testing.assert_array_equal(unlabelled.index, np.arange(12))
     assert dict(labelled.views) == dict(unlabelled.views) == {"image": "weak"}
+
+
+def test_an_unknown_batch_norm_pass_is_refused():
+    # The config refuses it too (tests/training/test_config.py, choices).
+    with pytest.raises(ValueError, match="batch_norm must be one of"):
+        _method(tf.distribute.get_strategy(), batch_norm="together")
