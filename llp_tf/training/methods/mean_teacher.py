@@ -31,10 +31,11 @@ before this one and ``T`` the ramp-up steps:
   (``model.py`` ``step_rampup``). The release's moving average
   (``framework.py``, ``tf.train.ExponentialMovingAverage(decay)``) has no
   ``num_updates`` ramp and no zero-debias, and starts from the student's
-  initial values, as ours does. Its update op runs before the optimiser
-  step (a control dependency of the train op), so its teacher averages the
-  weights before each step; ours averages those after it (the PyTorch
-  release's order): the same average, one student step later.
+  initial values, as ours does (the PyTorch release's teacher is a draw of
+  its own). Its update op runs before the optimiser step (a control
+  dependency of the train op), so its teacher averages the weights before
+  each step; ours averages those after it (the PyTorch release's order):
+  the same average, one student step later.
 
 Batch-norm moving statistics are not averaged: the teacher keeps its own,
 updated from its training-mode forward passes on the teacher views with the
@@ -61,7 +62,7 @@ from llp_tf.data.streams import Stream
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit
-from llp_tf.types import FloatTensor
+from llp_tf.types import FloatTensor, IntTensor
 
 #: How the student's softmax is compared with the teacher's.
 CONSISTENCY_TYPES = ("mse", "kl")
@@ -157,7 +158,7 @@ def sigmoid_rampup(steps_done: FloatTensor, rampup_steps: int) -> FloatTensor:
     return tf.cast(tf.exp(-5.0 * phase * phase), tf.float32)
 
 
-def ema_decay_at(steps_done: FloatTensor, rampup_steps: int, during: float,
+def ema_decay_at(steps_done: IntTensor, rampup_steps: int, during: float,
                  after: float) -> FloatTensor:
     """The decay of the teacher update of the step after ``steps_done`` steps:
     ``during`` while steps_done < ``rampup_steps``, ``after`` then; float32 []."""
