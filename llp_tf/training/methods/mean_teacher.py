@@ -2,34 +2,46 @@
 
 Two models of the same architecture: the student, trained by SGD, and the
 teacher, whose trainable weights are an exponential moving average of the
-student's. One phase, ``"mean_teacher"``. A step reads two streams, the
-labelled set (``B`` per step, passes running into each other) and the used
-set (``G - B``), each example in two views, ``"student"`` and ``"teacher"``
-(both the run's weak augmentation, drawn with different seeds):
+student's. One phase, ``"mean_teacher"``. The defaults are the TF release's
+single-head CIFAR-10 runs (CuriousAI/mean-teacher,
+``tensorflow/experiments/cifar10_final_eval.py`` with
+``tensorflow/mean_teacher/model.py``). A step reads one stream of ``G``
+images drawn from all used images, as the release's ``'vary'`` batches
+(``mean_teacher/minibatching.py``): labelled images appear in proportion
+to their share and carry their class, the others -1. Each image comes in
+two views, ``"student"`` and ``"teacher"`` (both the run's weak
+augmentation, drawn with different seeds). With ``t`` the steps done
+before this one and ``T`` the ramp-up steps:
 
-- the student runs in training mode on the student views of all ``G``
-  images (labelled first), the teacher in training mode, without gradient,
-  on their teacher views;
-- loss = sum over the labelled images of the cross-entropy / G
+- the student runs in training mode on the student views, the teacher in
+  training mode, without gradient, on the teacher views;
+- loss = sum over the batch's labelled images of the cross-entropy / G
   + w(t) * sum over all images of the consistency / G + weight decay, where
   the consistency is ``sum_c (p_student - p_teacher)^2 / C`` (``mse``) or
   ``KL(p_teacher || p_student)`` (``kl``), and
-  ``w(t) = w_max * exp(-5 (1 - t / T)^2)`` for the ``t`` steps done before
-  this one and T ramp-up steps (w_max after). Both terms are divided by the
-  whole batch as in both MT releases (PyTorch ``main.py``, TF ``model.py``),
-  not the cross-entropy by the labelled count: the consistency weights
-  they published were tuned with that scale;
-- after the SGD step, with t now counting it, alpha = min(1 - 1/(t + 1),
-  decay) (the PyTorch release's ramp: a true average while it is shorter)
-  and teacher <- alpha * teacher + (1 - alpha) * student, for every
-  trainable variable (float32 whatever the compute precision).
+  ``w(t) = w_max * exp(-5 (1 - t / T)^2)`` while ``t < T``, ``w_max``
+  after (``model.py`` ``sigmoid_rampup``). Both terms are divided by the
+  whole batch, as in both MT releases (TF ``model.py``, PyTorch
+  ``main.py``): their consistency weights were tuned with that scale.
+  ``w_max`` is the setting times the labelled share ``|labelled| / |used|``
+  (cifar10_final_eval: ``100.0 * n_labeled / 50000``) unless told not to;
+- after the SGD step, teacher <- a * teacher + (1 - a) * student for every
+  trainable variable (float32 whatever the compute precision), with the
+  step function ``a = decay_during`` while ``t < T``, ``decay_after`` then
+  (``model.py`` ``step_rampup``). The release's moving average
+  (``framework.py``, ``tf.train.ExponentialMovingAverage(decay)``) has no
+  ``num_updates`` ramp and no zero-debias, and starts from the student's
+  initial values, as ours does (the PyTorch release's teacher is a draw of
+  its own). Its update op runs before the optimiser step (a control
+  dependency of the train op), so its teacher averages the weights before
+  each step; ours averages those after it (the PyTorch release's order):
+  the same average, one student step later.
 
 Batch-norm moving statistics are not averaged: the teacher keeps its own,
 updated from its training-mode forward passes on the teacher views with the
-model's momentum, as in the PyTorch release (where they are buffers, not
-parameters, and the teacher runs in train mode). The teacher starts as a
-copy of the student, as the TF release's moving averages do (the PyTorch
-release starts it from its own random draw).
+model's momentum, as both releases do (the TF release's mean-only batch
+norm keeps an ``eval_mean`` variable per tower outside the average; the
+PyTorch release's statistics are buffers, not parameters).
 
 Checkpoint items: ``teacher`` (the model) and ``teacher_updates`` (t).
 Evaluation reports the teacher under the plain metric names and the
@@ -45,12 +57,12 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
-from llp_tf.data import pipeline, views
+from llp_tf.data import views
 from llp_tf.data.streams import Stream
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit
-from llp_tf.types import FloatTensor
+from llp_tf.types import FloatTensor, IntTensor
 
 #: How the student's softmax is compared with the teacher's.
 CONSISTENCY_TYPES = ("mse", "kl")
@@ -60,55 +72,67 @@ VIEWS = {"student": views.WEAK, "teacher": views.WEAK}
 
 @dataclasses.dataclass(frozen=True)
 class MeanTeacherSettings:
-    """Mean Teacher (Tarvainen & Valpola 2017): config section "mean_teacher"."""
+    """Mean Teacher (Tarvainen & Valpola 2017): config section "mean_teacher".
+    The defaults follow the MT TF release's single-head CIFAR-10 runs
+    (``tensorflow/experiments/cifar10_final_eval.py``)."""
 
-    ema_decay: float = setting(
-        0.999, "Teacher EMA decay after its ramp alpha_t = min(1 - 1/(t+1), decay) (t = SGD "
-        "steps taken): 0.999 is the MT paper's CIFAR-10/SVHN value after ramp-up and the "
-        "default of its PyTorch release (its ImageNet run used 0.9997).",
-        flag="mean_teacher_ema_decay")
     consistency_weight: float = setting(
-        100.0, "w_max, the consistency cost's weight after its ramp-up: 100 with mse is the MT "
-        "PyTorch release's CIFAR-10 value and the TF release's default (its semi-supervised "
-        "CIFAR-10 runs use 100 x labels / 50,000, SVHN 1; the PyTorch ImageNet run 10 with "
-        "kl).",
+        100.0, "The consistency cost's weight after its ramp-up, before the labelled-share "
+        "scale (mean_teacher_scale_consistency_by_labels): 100 is the MT TF release's "
+        "max_consistency_cost (tensorflow/mean_teacher/model.py), which its semi-supervised "
+        "CIFAR-10 runs scale to 100.0 * n_labeled / 50000 "
+        "(tensorflow/experiments/cifar10_final_eval.py; 8 at 4,000 labels).",
         flag="mean_teacher_consistency")
+    scale_consistency_by_labels: bool = setting(
+        True, "Multiply mean_teacher_consistency by the run's labelled share, |labelled| / "
+        "|used|, as the MT TF release's CIFAR-10 runs do (tensorflow/experiments/"
+        "cifar10_final_eval.py: max_consistency_cost = 100.0 * n_labeled / 50000, 50000 "
+        "being all its training images; 100 with every image labelled).",
+        flag="mean_teacher_scale_consistency_by_labels")
     consistency_type: str = setting(
         "mse", "The consistency cost between the student's and the teacher's softmax: mse "
         "(sum of squared differences / C, the MT paper's choice and both releases' default) "
         "or kl (KL(teacher || student), the PyTorch release's ImageNet run).",
         choices=CONSISTENCY_TYPES, flag="mean_teacher_consistency_type")
-    consistency_rampup_epochs: float = setting(
-        5.0, "Epochs of the sigmoid ramp-up exp(-5 (1 - t/T)^2) of the consistency weight, "
-        "stepped per training step: 5 is the PyTorch release's CIFAR-10 and ImageNet value "
-        "(its code default is 30; the paper's TF runs ramp over 40,000 steps). 0: no ramp.",
-        flag="mean_teacher_consistency_rampup")
-    labelled_fraction: float = setting(
-        0.5, "Share of each global batch drawn from the labelled set, the rest from all used "
-        "images: 0.5 is the PyTorch release's ImageNet run (20 labelled of 40 per GPU; its "
-        "CIFAR-10 run used 31 of 128). Rounded to a whole number of images.",
-        flag="mean_teacher_labelled_fraction")
+    consistency_rampup_steps: int = setting(
+        40000, "T, training steps of the sigmoid ramp-up exp(-5 (1 - t/T)^2) of the "
+        "consistency weight; its end also switches the teacher's EMA decay from "
+        "mean_teacher_ema_decay_during_rampup to mean_teacher_ema_decay_after_rampup. "
+        "40000 (of 150000 steps) is the MT TF release's rampup_length "
+        "(tensorflow/mean_teacher/model.py, kept by its cifar10_final_eval.py). 0: no ramp.",
+        flag="mean_teacher_consistency_rampup_steps")
+    ema_decay_during_rampup: float = setting(
+        0.999, "The teacher's EMA decay while the consistency ramps up: 0.999 as the MT TF "
+        "release's CIFAR-10 runs set it (tensorflow/experiments/cifar10_final_eval.py "
+        "ema_decay_during_rampup; its model.py default is 0.99, the MT paper's value during "
+        "ramp-up).",
+        flag="mean_teacher_ema_decay_during_rampup")
+    ema_decay_after_rampup: float = setting(
+        0.999, "The teacher's EMA decay after the ramp-up: 0.999, the MT TF release's "
+        "ema_decay_after_rampup (tensorflow/mean_teacher/model.py, kept by its "
+        "cifar10_final_eval.py) and the MT paper's CIFAR-10/SVHN value after ramp-up.",
+        flag="mean_teacher_ema_decay_after_rampup")
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig` ``config``."""
-        batch = config.optimization.global_batch_size
-        labelled = labelled_batch_size(self.labelled_fraction, batch)
+        del config  # Nothing here depends on the other sections.
         checks = [
-            (0 <= self.ema_decay < 1, "mean_teacher_ema_decay must lie in [0, 1)"),
+            (0 <= self.ema_decay_during_rampup < 1,
+             "mean_teacher_ema_decay_during_rampup must lie in [0, 1)"),
+            (0 <= self.ema_decay_after_rampup < 1,
+             "mean_teacher_ema_decay_after_rampup must lie in [0, 1)"),
             (self.consistency_weight >= 0, "mean_teacher_consistency cannot be negative"),
-            (self.consistency_rampup_epochs >= 0,
-             "mean_teacher_consistency_rampup cannot be negative"),
-            (0 < labelled < batch,
-             f"mean_teacher_labelled_fraction={self.labelled_fraction} of "
-             f"--global_batch_size={batch} gives {labelled} labelled images per step; it must "
-             "leave at least one labelled and one other image"),
+            (self.consistency_rampup_steps >= 0,
+             "mean_teacher_consistency_rampup_steps cannot be negative"),
         ]
         return [message for ok, message in checks if not ok]
 
-
-def labelled_batch_size(labelled_fraction: float, global_batch_size: int) -> int:
-    """B, the labelled images of a global batch of ``global_batch_size``."""
-    return int(round(labelled_fraction * global_batch_size))
+    def max_consistency_weight(self, split: TrainingSplit) -> float:
+        """w_max of a run on ``split``: the setting, times |labelled| / |used|
+        when ``scale_consistency_by_labels``."""
+        if not self.scale_consistency_by_labels:
+            return float(self.consistency_weight)
+        return float(self.consistency_weight) * len(split.labelled_index) / len(split.used_index)
 
 
 def consistency_cost(student_logits: FloatTensor, teacher_logits: FloatTensor,
@@ -134,10 +158,12 @@ def sigmoid_rampup(steps_done: FloatTensor, rampup_steps: int) -> FloatTensor:
     return tf.cast(tf.exp(-5.0 * phase * phase), tf.float32)
 
 
-def ema_decay_at(update: FloatTensor, ema_decay: float) -> FloatTensor:
-    """alpha of the ``update``-th (1-based) teacher update: min(1 - 1/(t+1), decay), float32."""
-    t = tf.cast(update, tf.float64)
-    return tf.cast(tf.minimum(1.0 - 1.0 / (t + 1.0), ema_decay), tf.float32)
+def ema_decay_at(steps_done: IntTensor, rampup_steps: int, during: float,
+                 after: float) -> FloatTensor:
+    """The decay of the teacher update of the step after ``steps_done`` steps:
+    ``during`` while steps_done < ``rampup_steps``, ``after`` then; float32 []."""
+    return tf.where(tf.cast(steps_done, tf.int64) < rampup_steps,
+                    tf.constant(during, tf.float32), tf.constant(after, tf.float32))
 
 
 class MeanTeacherMethod(Method):
@@ -146,11 +172,12 @@ class MeanTeacherMethod(Method):
     Args (besides `Method`'s):
       teacher: `LLPModel` of the student's architecture and precision, built
         in ``strategy.scope()``; its weights are set to the student's here.
-      labelled_batch_size: int, B, labelled images per global batch.
-      ema_decay: float, the teacher's decay after its ramp.
-      consistency_weight: float, w_max.
+      consistency_weight: float, w_max (already scaled by the labelled share).
       consistency_type: one of `CONSISTENCY_TYPES`.
-      consistency_rampup_steps: int, T of the consistency ramp-up, in steps.
+      consistency_rampup_steps: int, T of the consistency ramp-up, in steps;
+        also the step at which the EMA decay switches.
+      ema_decay_during_rampup, ema_decay_after_rampup: floats, the teacher's
+        decay before and from step T.
     """
 
     name = "mean_teacher"
@@ -162,18 +189,18 @@ class MeanTeacherMethod(Method):
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, teacher: LLPModel, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
-                 labelled_batch_size: int, ema_decay: float, consistency_weight: float,
-                 consistency_type: str, consistency_rampup_steps: int,
-                 jit_compile: bool = False) -> None:
+                 consistency_weight: float, consistency_type: str,
+                 consistency_rampup_steps: int, ema_decay_during_rampup: float,
+                 ema_decay_after_rampup: float, jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
         self.teacher = teacher
-        self.labelled_batch_size = int(labelled_batch_size)
-        self.ema_decay = float(ema_decay)
         self.consistency_weight = float(consistency_weight)
         self.consistency_type = consistency_type
         self.consistency_rampup_steps = int(consistency_rampup_steps)
+        self.ema_decay_during_rampup = float(ema_decay_during_rampup)
+        self.ema_decay_after_rampup = float(ema_decay_after_rampup)
         with strategy.scope():
             for teacher_weight, weight in zip(teacher.weights, model.weights, strict=True):
                 teacher_weight.assign(weight)
@@ -182,22 +209,21 @@ class MeanTeacherMethod(Method):
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
+        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`
+        (its labelled share scales the consistency weight)."""
         settings = config.method_settings
-        batch = config.optimization.global_batch_size
-        steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
         with strategy.scope():
             teacher = build_model_from_config(config.model, num_classes,
                                               config.data.image_size,
                                               precision=config.run.mixed_precision)
         return cls(strategy, model, optimizer, teacher, num_classes=num_classes,
-                   global_batch_size=batch, weight_decay=config.optimization.weight_decay,
-                   labelled_batch_size=labelled_batch_size(settings.labelled_fraction, batch),
-                   ema_decay=settings.ema_decay,
-                   consistency_weight=settings.consistency_weight,
+                   global_batch_size=config.optimization.global_batch_size,
+                   weight_decay=config.optimization.weight_decay,
+                   consistency_weight=settings.max_consistency_weight(split),
                    consistency_type=settings.consistency_type,
-                   consistency_rampup_steps=int(round(
-                       settings.consistency_rampup_epochs * steps_per_epoch)),
+                   consistency_rampup_steps=settings.consistency_rampup_steps,
+                   ema_decay_during_rampup=settings.ema_decay_during_rampup,
+                   ema_decay_after_rampup=settings.ema_decay_after_rampup,
                    jit_compile=config.run.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
@@ -209,11 +235,8 @@ class MeanTeacherMethod(Method):
         return self._forward, self._finish
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
-        return InputSpec({
-            "labelled": Stream(split.labelled_index, self.labelled_batch_size, VIEWS,
-                               repeats=True),
-            "unlabelled": Stream(split.used_index,
-                                 self.global_batch_size - self.labelled_batch_size, VIEWS)})
+        # The release's 'vary' batches: all used images, labelled ones in proportion.
+        return InputSpec({"used": Stream(split.used_index, self.global_batch_size, VIEWS)})
 
     def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
         return {"teacher": self.teacher, "teacher_updates": self.teacher_updates}
@@ -227,17 +250,18 @@ class MeanTeacherMethod(Method):
 
     # ---- the step ------------------------------------------------------------
 
+    def _ema_decay(self) -> FloatTensor:
+        """The decay of this step's teacher update (``teacher_updates`` steps done)."""
+        return ema_decay_at(self.teacher_updates, self.consistency_rampup_steps,
+                            self.ema_decay_during_rampup, self.ema_decay_after_rampup)
+
     def _forward(self, batch):
-        labelled, unlabelled = batch["labelled"], batch["unlabelled"]
-        num_labelled = tf.shape(labelled["label"])[0]
-        logits = tf.cast(self.model(tf.concat(
-            [labelled["student"], unlabelled["student"]], 0), training=True)["logits"],
-            tf.float32)
-        teacher_logits = tf.cast(self.teacher(tf.concat(
-            [labelled["teacher"], unlabelled["teacher"]], 0), training=True)["logits"],
-            tf.float32)
-        cross_entropy = losses.categorisation_loss(
-            logits[:num_labelled], tf.cast(labelled["label"], tf.int64))
+        used = batch["used"]
+        logits = tf.cast(self.model(used["student"], training=True)["logits"], tf.float32)
+        teacher_logits = tf.cast(self.teacher(used["teacher"], training=True)["logits"],
+                                 tf.float32)
+        # Zero for the images without a class (label -1).
+        cross_entropy = losses.categorisation_loss(logits, tf.cast(used["label"], tf.int64))
         categorisation = tf.reduce_sum(cross_entropy) / self.global_batch_size
         consistency = tf.reduce_sum(consistency_cost(
             logits, teacher_logits, self.consistency_type)) / self.global_batch_size
@@ -248,15 +272,13 @@ class MeanTeacherMethod(Method):
         replicas = self.strategy.num_replicas_in_sync
         metrics = {"loss": loss, "categorisation": categorisation, "consistency": consistency,
                    "consistency_weight": weight / replicas,
-                   "ema_decay": ema_decay_at(self.teacher_updates + 1, self.ema_decay)
-                   / replicas,
-                   "weight_decay": decay}
+                   "ema_decay": self._ema_decay() / replicas, "weight_decay": decay}
         return loss, metrics, ()
 
     def _finish(self, batch, update):
         del batch, update  # The teacher follows the student's new weights.
-        self.teacher_updates.assign_add(1)
-        alpha = ema_decay_at(self.teacher_updates, self.ema_decay)
+        alpha = self._ema_decay()
         for teacher_weight, weight in zip(self.teacher.trainable_variables,
                                           self.model.trainable_variables, strict=True):
             teacher_weight.assign(alpha * teacher_weight + (1.0 - alpha) * weight)
+        self.teacher_updates.assign_add(1)
