@@ -63,10 +63,12 @@ def assert_close_metrics(want, got, steps):
 
 
 def assert_close_values(want, got, steps, what="values"):
-    """Arrays (or scalars) of two such runs after ``steps`` steps agree to
-    `steps_rtol` of ``steps`` in norm, relative to ``want``'s norm (non-finite
-    entries exactly): for final states and epoch figures of runs whose start
-    is not at hand."""
+    """Arrays (or scalars, or lists of 1-D arrays taken as one) of two such
+    runs after ``steps`` steps agree to `steps_rtol` of ``steps`` in norm,
+    relative to ``want``'s norm (non-finite entries exactly): for final
+    states and epoch figures of runs whose start is not at hand."""
+    if isinstance(want, list):  # a group of arrays, compared as one
+        want, got = np.concatenate(want), np.concatenate(got)
     want, got = np.asarray(want, np.float64).ravel(), np.asarray(got, np.float64).ravel()
     # Infinities (a plateau tracker's best before any evaluation) must match exactly.
     finite = np.isfinite(want)
