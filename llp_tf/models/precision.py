@@ -33,6 +33,7 @@ from llp_tf.errors import ConfigError
 from llp_tf.models.config import PRECISION_POLICIES, PRECISIONS
 from llp_tf.types import FloatTensor
 
+
 def policy_name(precision: str) -> str:
     """The Keras dtype policy of a precision setting ("float32", "bfloat16", "float16")."""
     if precision not in PRECISION_POLICIES:
@@ -68,7 +69,7 @@ def unsupported(precision: str, device: str = "") -> str | None:
     said = [line for line in lines if line.startswith(("what():", "unsupported:"))]
     detail = (said or lines or [f"exit code {child.returncode}"])[-1]
     detail = detail.removeprefix("what():").removeprefix("unsupported:").strip()
-    return f"{detail.split('. ')[0].rstrip('.')[:200]}"
+    return detail.split(". ")[0].rstrip(".")[:200]
 
 
 def probe(precision: str, device: str) -> None:
