@@ -19,7 +19,7 @@ DATA ?= digits
 MODEL ?= $(RUN)/export
 IMAGES ?=
 
-.PHONY: setup train test test-all bench clean help export predict probe compare compare-methods analyze \
+.PHONY: setup train test test-all bench docs clean help export predict probe compare compare-methods analyze \
 	check-data
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"
 	@echo "make test     run the test suite but for the tests marked slow (CPU, a few minutes)"
 	@echo "make test-all run every test, the slow ones too (what CI runs)"
+	@echo "make docs     build the docs/ pages into site/ with mkdocs (a warning fails)"
 	@echo "make bench    run the benchmarks in benchmarks/ at their quick sizes (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
 
@@ -82,6 +83,9 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "" tests
 
+docs: setup
+	$(PY) -m mkdocs build --strict
+
 bench: setup $(VENV)/.bench-installed
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_input.py
@@ -89,4 +93,4 @@ bench: setup $(VENV)/.bench-installed
 	$(PY) benchmarks/bench_probe.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

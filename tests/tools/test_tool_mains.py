@@ -18,10 +18,15 @@ def _tools():
 
 
 def _readme_commands():
-    """The README's lines, with a command continued by a backslash in a code
-    block, or wrapped inside inline code in prose, joined into one line."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        parts = f.read().split("```")
+    """The lines of the README and the docs pages, with a command continued by
+    a backslash in a code block, or wrapped inside inline code in prose,
+    joined into one line."""
+    text = ""
+    for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                                 "*.md"))):
+        with open(path) as f:
+            text += f.read()
+    parts = text.split("```")
     for i, part in enumerate(parts):
         if i % 2:  # a code block
             parts[i] = part.replace("\\\n", " ")
@@ -32,7 +37,7 @@ def _readme_commands():
 
 def _runs_the_readme_trains():
     """The run directories of the regimes' flagfiles (and the commands in their
-    comments) and of the README's train commands."""
+    comments) and of the train commands of the README and the docs pages."""
     lines = _readme_commands()
     for path in glob.glob(os.path.join(ROOT, "flags", "*.flags")):
         with open(path) as f:

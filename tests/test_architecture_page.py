@@ -1,5 +1,6 @@
-"""The README's "Code layout" table matches the tree: every module of llp_tf/
-is named in it, and every path it names exists."""
+"""The architecture page's module table (docs/architecture.md, "Modules")
+matches the tree: every module of llp_tf/ is named in it, and every path it
+names exists."""
 
 import os
 import re
@@ -8,9 +9,9 @@ from tests.tools.tool_main import ROOT
 
 
 def _layout_rows():
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
         text = f.read()
-    section = text[text.index("## Code layout"):]
+    section = text[text.index("## Modules"):]
     section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
     return [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
 
