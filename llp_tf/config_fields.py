@@ -4,11 +4,18 @@ A section of the training config (`llp_tf.training.config`) is a frozen
 dataclass whose fields are made by `setting`; the flags of tools/train.py
 are generated from that metadata, and `choice_problems` validates the
 choices from it, so each default, choice list and help text is written once.
+A message about settings names each as ``{flag name}``; `name_settings`
+writes them as flags with their values and, where an entry point knows it,
+where each value came from (`llp_tf.errors.LLPError`).
 This module imports nothing of TensorFlow or of the rest of llp_tf.
 """
 
 import dataclasses
-from typing import Any, Optional, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+#: A setting named in a message: ``{flag name}``.
+_NAMED = re.compile(r"\{(\w+)\}")
 
 
 def setting(default: Any, help: str, choices: Optional[Sequence[str]] = None,  # noqa: A002
@@ -34,8 +41,38 @@ def flag_name(field: dataclasses.Field) -> str:
 def choice_problems(section: Any) -> list[str]:
     """One message per field of the dataclass ``section`` whose value is not
     among its `setting` choices."""
-    return [f"{flag_name(field)} must be one of {field.metadata['choices']}, not "
-            f"{getattr(section, field.name)!r}"
+    return ["{" + flag_name(field) + "} must be one of " + ", ".join(field.metadata["choices"])
             for field in dataclasses.fields(section)
             if field.metadata.get("choices")
             and getattr(section, field.name) not in field.metadata["choices"]]
+
+
+def as_flag(name: str, value: Any) -> str:
+    """The setting ``name`` set to ``value`` as written on a command line:
+    ``--name=value``; ``--name`` or ``--noname`` for a boolean; a sequence's
+    items joined by commas; ``--name unset`` for None."""
+    if value is None:
+        return f"--{name} unset"
+    if isinstance(value, bool):
+        return f"--{'' if value else 'no'}{name}"
+    if isinstance(value, (tuple, list)):
+        value = ",".join(str(v) for v in value)
+    return f"--{name}={value}"
+
+
+def name_settings(message: str, values: Mapping[str, Any],
+                  origins: Optional[Mapping[str, str]] = None) -> str:
+    """``message`` with each ``{name}`` of a setting in ``values`` (flag name ->
+    value) written `as_flag`, followed by its origin in parentheses where
+    ``origins`` (flag name -> e.g. "command line", "from flags/demo.flags")
+    has it; other text, braces included, stays as it is."""
+    origins = origins or {}
+
+    def named(match):
+        name = match[1]
+        if name not in values:
+            return match[0]
+        origin = f" ({origins[name]})" if name in origins else ""
+        return as_flag(name, values[name]) + origin
+
+    return _NAMED.sub(named, message)

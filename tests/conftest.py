@@ -76,3 +76,25 @@ def class_names(run):
     """The class names of `run`'s dataset."""
     from llp_tf import data
     return data.load_source(run.config.data.dataset, run.config.data.data_dir).info.class_names
+
+
+@pytest.fixture
+def read_only_folder(tmp_path, monkeypatch):
+    """An existing folder this process cannot create files or folders in (mode
+    0o555; for root, which the mode does not stop, os.open and os.makedirs
+    refuse paths inside it as the system refuses other users)."""
+    import errno
+
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK):
+        for name in ("open", "makedirs"):
+            def refuse(path, *args, _call=getattr(os, name), **kwargs):
+                if str(path).startswith(str(folder) + os.sep):
+                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+                return _call(path, *args, **kwargs)
+
+            monkeypatch.setattr(os, name, refuse)
+    yield folder
+    folder.chmod(0o755)

@@ -206,6 +206,7 @@ def run_probe(options, stream):
 
     from llp_tf import data
     settings = probe_settings(options)
+    trained_run.read_config(options.run_dir)  # no run there: said before --output is made
     path = output_path(options.run_dir, options.dataset, options.output)
     source = data.load_source(options.dataset, options.data_dir)
     run = trained_run.load_run(options.run_dir,

@@ -9,8 +9,9 @@ is parsed, and ``TF_CPP_MIN_LOG_LEVEL`` does not reach all of them in
 TensorFlow 2.21. While it runs, TensorFlow's runtime also logs warnings that
 only echo an error the tool then reports itself in one line (an aborted
 rendezvous carrying the input's error, a cancelled shard read on the other
-workers), or that concern its own internals (a generator dataset it builds for
-multi-worker input cannot be optimised).
+workers, libjpeg's words on a truncated JPEG it failed to decode), or that
+concern its own internals (a generator dataset it builds for multi-worker
+input cannot be optimised).
 
 So each tool calls `import_tensorflow(sys.argv)` before it imports anything
 that imports TensorFlow. Unless ``--verbosity`` (``-v``) is 0 or more on the
@@ -67,12 +68,17 @@ def requested_verbosity(argv):
 
 #: Runtime lines hidden without --verbosity, each with the lines that continue
 #: it (`CONTINUATION`): echoes of an error the tool reports itself, and a notice
-#: about a dataset TensorFlow builds for multi-worker input.
-ECHO = re.compile(r"^[WE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] "
+#: about a dataset TensorFlow builds for multi-worker input. A truncated JPEG
+#: fails to decode (TensorFlow does not recover truncated JPEGs) after one of
+#: the last three: TensorFlow's line, or libjpeg's own, printed bare.
+ECHO = re.compile(r"^([WE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] "
                   r"(Local rendezvous is aborting with status: |"
                   r"Input of GeneratorDatasetOp::Dataset will not be optimized |"
                   r"BaseCollectiveExecutor::StartAbort |"
-                  r".*CANCELLED: GetNextFromShard)")
+                  r".*CANCELLED: GetNextFromShard|"
+                  r"Premature end of JPEG data\. )|"
+                  r"Improper call to JPEG library in state \d+$|"
+                  r"Input file read error$)")
 #: Lines of a runtime message after its first: the ops it ran (tab-indented),
 #: and the lost tasks and failed calls of a collective's report.
 CONTINUATION = re.compile(r"^(\t|/job:\w+/|The tasks have crashed\. |"

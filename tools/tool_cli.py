@@ -4,8 +4,10 @@ Every tool (train, export, predict, analyze, linear_probe,
 compare_propagation, make_splits, build_tfrecords, check_data) keeps its
 flags in its own `FlagValues`, so its `main(argv, stdout, stderr)` runs
 several times in one process (tests) without clashing over flag names, with
-the same handling of --help, bad flags and stray arguments. absl's `app.run`
-is not used: the tools that had its --verbosity flag (train,
+the same handling of --help (and absl's --helpfull and --helpshort), bad
+flags and stray arguments. An error about settings names where each value
+came from (`flag_origins`): the command line, a --flagfile, or the default.
+absl's `app.run` is not used: the tools that had its --verbosity flag (train,
 compare_propagation, linear_probe, make_splits, build_tfrecords, check_data)
 define it with `define_verbosity`, and `run` hides absl INFO logs unless it
 is given. This module imports only absl (llp_tf only inside the functions
@@ -146,6 +148,57 @@ def default_at_most(values, name, available, stream, reason):
     return available
 
 
+#: absl's other spellings of --help, which `parse` reads as --help.
+HELP_SPELLINGS = ("--helpfull", "-helpfull", "--helpshort", "-helpshort")
+
+
+def _with_help_spellings(argv):
+    """``argv`` with `HELP_SPELLINGS` before a ``--`` replaced by --help."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    return [("--help" if arg in HELP_SPELLINGS and position < end else arg)
+            for position, arg in enumerate(argv)]
+
+
+def _flag_named(values, arg):
+    """The name of the flag of ``values`` that the argument ``arg`` sets (the
+    current name of a deprecated one), or None (not a flag of ``values``)."""
+    if not arg.startswith("-") or arg in ("-", "--"):
+        return None
+    name = arg.lstrip("-").split("=", 1)[0]
+    if name not in values and name.startswith("no") and name[2:] in values:
+        name = name[2:]
+    if name not in values:
+        return None
+    name = values[name].name
+    return _DEPRECATED.get(values, {}).get(name, (name,))[0]
+
+
+def flag_origins(values, argv, file_names=None):
+    """dict flag name -> where the value of each flag of ``values`` comes from in
+    ``argv`` (argv[0] is the program), as absl reads it (the last setting wins):
+    "command line", "from PATH" (a --flagfile's, nested ones included; PATH as
+    given, or as ``file_names`` (dict path -> name) names it) or "default"."""
+    deprecated = _DEPRECATED.get(values, {})
+    origins = {values[name].name: "default" for name in values if name not in deprecated}
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--":
+            break
+        if arg in ("--flagfile", "-flagfile"):
+            arg = "--flagfile=" + next(args, "")
+        if arg.lstrip("-").startswith("flagfile="):
+            lines = values.read_flags_from_files([arg], force_gnu=False)
+            path = arg.split("=", 1)[1]
+            origin = "from " + (file_names or {}).get(path, path)
+        else:
+            lines, origin = [arg], "command line"
+        for line in lines:
+            name = _flag_named(values, line)
+            if name is not None:
+                origins[name] = origin
+    return origins
+
+
 def quiet_absl_info(values):
     """Sets absl's logging verbosity to --verbosity when given, else to WARNING.
 
@@ -170,12 +223,13 @@ def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code
 
     Returns:
       (arguments, None) to go on, arguments being argv[1:] minus the flags;
-      or (None, exit code) when the tool should stop: 0 after --help (which
-      wins over a required flag left out), 1 after an error message on
-      ``stderr`` (``stray_exit_code`` after unexpected arguments).
+      or (None, exit code) when the tool should stop: 0 after --help or
+      another of `HELP_SPELLINGS` (which wins over a required flag left out),
+      1 after an error message on ``stderr`` (``stray_exit_code`` after
+      unexpected arguments).
     """
     try:
-        rest = values(list(argv))
+        rest = values(_with_help_spellings(list(argv)))
     except flags.Error as error:
         if not values["help"].value:
             stderr.write(f"error: {error}\nRun with --help for the flags.\n")
@@ -192,18 +246,22 @@ def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code
     return rest[1:], None
 
 
-def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_prefix="error: "):
+def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_prefix="error: ",
+        origins=flag_origins):
     """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help, bad
     flags and required flags handled by `parse`), applies --verbosity when
     ``values`` defines it (`quiet_absl_info`), then returns `exit_code_of`
-    ``body(values, stdout, stderr)``. None streams mean sys's."""
+    ``body(values, stdout, stderr)``, whose errors name where the settings
+    they are about came from (``origins(values, argv)``, `flag_origins`).
+    None streams mean sys's."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     _, exit_code = parse(values, argv, usage, stdout, stderr, stray_exit_code=stray_exit_code)
     if exit_code is not None:
         return exit_code
     if "verbosity" in values:
         quiet_absl_info(values)
-    return exit_code_of(lambda: body(values, stdout, stderr), stderr, error_prefix)
+    return exit_code_of(lambda: body(values, stdout, stderr), stderr, error_prefix,
+                        origins=lambda: origins(values, argv))
 
 
 def parse_run_tool(values, argv, usage, what, stdout, stderr):
@@ -215,27 +273,33 @@ def parse_run_tool(values, argv, usage, what, stdout, stderr):
     _, exit_code = parse(values, argv, usage, stdout, stderr)
     if exit_code is not None:
         return exit_code
-    return None if check_run_dir(values.run_dir, what, stderr) else 1
+    origin = flag_origins(values, argv)["run_dir"]
+    return None if check_run_dir(values.run_dir, what, stderr, origin) else 1
 
 
 class ExitCode(int):
     """What a tool's body returns to end with an exit code other than 0."""
 
 
-def exit_code_of(body, stderr, prefix="error: "):
+def exit_code_of(body, stderr, prefix="error: ", origins=None):
     """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one
-    ``error:`` line (``prefix`` and the message) for an `LLPError`."""
+    ``error:`` line (``prefix`` and the message) for an `LLPError`, naming
+    where its settings came from when ``origins()`` (flag name -> origin,
+    `flag_origins`) is given."""
     from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
     try:
         result = body()
     except LLPError as error:
+        if origins is not None:
+            error = error.with_origins(origins())
         stderr.write(f"{prefix}{error}\n")
         return 1
     return int(result) if isinstance(result, ExitCode) else 0
 
 
-def check_run_dir(run_dir, what, stderr):
-    """Whether ``run_dir`` (the --run_dir value) names an existing directory.
+def check_run_dir(run_dir, what, stderr, origin="command line"):
+    """Whether ``run_dir`` (the --run_dir value, from ``origin``) names an
+    existing directory.
 
     Otherwise writes an error naming ``what`` (e.g. "an LLP training run")
     to ``stderr`` and returns False.
@@ -244,7 +308,9 @@ def check_run_dir(run_dir, what, stderr):
         stderr.write(f"error: give --run_dir, the directory of {what}.\n")
         return False
     if not os.path.isdir(run_dir):
-        stderr.write(f"error: the run directory {run_dir} does not exist.\n")
+        problem = "is a file" if os.path.isfile(run_dir) else "does not exist"
+        stderr.write(f"error: --run_dir={run_dir} ({origin}) {problem}; give the directory of "
+                     f"{what}.\n")
         return False
     return True
 

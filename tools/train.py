@@ -58,8 +58,8 @@ def known_regimes():
 def expand_regime(argv, stderr):
     """``argv`` with ``--regime=NAME`` (or ``--regime NAME``) read first, as
     ``--flagfile=flags/NAME.flags`` right after the program name, so every other
-    flag on the command line overrides the regime's wherever it stands; and
-    ``--helpfull`` as ``--help``. None after an error on ``stderr``."""
+    flag on the command line overrides the regime's wherever it stands. None
+    after an error on ``stderr``."""
     program, rest, regimes = argv[:1], [], []
     args = iter(argv[1:])
     for arg in args:
@@ -68,7 +68,7 @@ def expand_regime(argv, stderr):
         if arg.startswith("--regime="):
             regimes.append(arg)
         else:
-            rest.append("--help" if arg == "--helpfull" else arg)
+            rest.append(arg)
     if len(regimes) > 1:
         stderr.write(f"Give --regime once; the command line has {' '.join(regimes)}.\n")
         return None
@@ -92,6 +92,13 @@ def config_from_flags(values):
     return config_flags.config_from_flags(values, run_dir=run_dir)
 
 
+def flag_origins(values, argv):
+    """`tool_cli.flag_origins`, the regime's flagfile named flags/NAME.flags."""
+    regime = values.regime
+    return tool_cli.flag_origins(values, argv, regime and {
+        os.path.join(FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
+
+
 def train(values, stdout):
     config = config_from_flags(values)
     # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
@@ -113,7 +120,8 @@ def main(argv, stdout=None, stderr=None):
     if argv is None:
         return 2
     return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda values, out, err: train(values, out), stray_exit_code=2)
+                        lambda values, out, err: train(values, out), stray_exit_code=2,
+                        origins=flag_origins)
 
 
 if __name__ == "__main__":

@@ -42,9 +42,10 @@ def read_config(run_dir: str) -> TrainConfig:
     """
     config = run_record.current_config(run_dir)
     if config is None:
+        problem = "is a file" if os.path.isfile(run_dir) else f"has no {CONFIG_FILE}"
         raise ConfigError(
-            f"{run_dir} is not a training run directory: it has no {CONFIG_FILE}. "
-            "Give the --run_dir of a run made by tools/train.py.")
+            f"{{run_dir}} is not a training run directory: it {problem}. Give the --run_dir "
+            "of a run made by tools/train.py.", settings={"run_dir": run_dir})
     return config
 
 

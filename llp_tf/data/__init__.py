@@ -9,11 +9,12 @@
 
 from typing import TYPE_CHECKING
 
+from llp_tf.counted_nouns import counted
 from llp_tf.errors import DataError
 from llp_tf.lazy_attributes import lazy_getattr
 
-if TYPE_CHECKING:  # for the annotation only
-    from llp_tf.data.source import Source
+if TYPE_CHECKING:  # for the annotations only
+    from llp_tf.data.source import Source, SourceInfo
 
 EMBEDDED = ("mnist5k", "digits")
 
@@ -47,8 +48,34 @@ def load_source(name: str, data_dir: str | None = None) -> "Source":
       A `Source`.
 
     Raises:
-      DataError: unknown name, missing path, empty or bad dataset.
+      DataError: unknown name, missing path, empty or bad dataset, or one
+        of fewer than two classes (`_check_classes`).
     """
+    source = _open_source(name, data_dir)
+    _check_classes(source.info, name)
+    return source
+
+
+def _check_classes(info: "SourceInfo", name: str) -> None:
+    """Raises DataError when the dataset ``name`` (the --dataset value whose
+    `SourceInfo` is ``info``) has fewer than two classes: with one, every
+    prediction is right (top-1 1.0 whatever the network learns) and labels
+    carry nothing to propagate."""
+    if info.num_classes >= 2:
+        return
+    names = f" ({', '.join(map(repr, info.class_names))})" if info.class_names else ""
+    hints = {"folder": " (folder: one sub-folder per class)",
+             "list": " (list: labels 0 to C-1 in the list files)",
+             "tfrecord": " (tfrecord: labels 0 to C-1 in the shards)"}
+    hint = hints.get(name.partition(":")[0], "")
+    raise DataError(f"{{dataset}} has {counted(info.num_classes, 'class')}{names}: a "
+                    "classification needs at least two (with one, top-1 is 1.0 whatever the "
+                    f"network learns); give a dataset of two or more classes{hint}.",
+                    settings={"dataset": name})
+
+
+def _open_source(name: str, data_dir: str | None) -> "Source":
+    """The `Source` of ``name`` (see `load_source`)."""
     from llp_tf.data.source import NAME_FORMS, resolve_path  # noqa: PLC0415 -- see _DEFINED_IN
     if not isinstance(name, str) or not name:
         raise DataError(f"Dataset name {name!r} is not valid; give one of {NAME_FORMS}.")

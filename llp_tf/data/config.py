@@ -91,21 +91,22 @@ class DataConfig:
 
 
 def data_problems(data: DataConfig) -> list[str]:
-    """What is wrong with the data settings, one message each."""
+    """What is wrong with the data settings, one message each (settings named
+    as ``{flag name}``, `llp_tf.errors`)."""
     service_problem = data.input_service and address_problem(data.input_service)
     checks = [
-        (0 < data.min_crop_area <= 1, "min_crop_area must lie in (0, 1]"),
+        (0 < data.min_crop_area <= 1, "{min_crop_area} must lie in (0, 1]"),
         (not service_problem, service_problem),
         (not (data.split_file and data.label_subset),
-         "give split_file or label_subset, not both (each sets the labelled examples)"),
+         "give {split_file} or {label_subset}, not both (each sets the labelled examples)"),
         (data.label_percent is not None or data.label_subset,
-         "give label_percent or label_subset"),
+         "give --label_percent or --label_subset"),
         (data.label_percent is None or 0 < data.label_percent <= 100,
-         "label_percent must lie in (0, 100]"),
-        (0 < data.data_percent <= 100, "data_percent must lie in (0, 100]"),
+         "{label_percent} must lie in (0, 100]"),
+        (0 < data.data_percent <= 100, "{data_percent} must lie in (0, 100]"),
         (data.label_percent is None or data.label_percent <= data.data_percent,
-         "label_percent cannot exceed data_percent (the used subset holds the labels)"),
-        (data.image_size >= 8, "image_size must be at least 8"),
-        (data.cache_labelled_limit >= 0, "cache_labelled_limit cannot be negative"),
+         "{label_percent} cannot exceed {data_percent} (the used subset holds the labels)"),
+        (data.image_size >= 8, "{image_size} must be at least 8"),
+        (data.cache_labelled_limit >= 0, "{cache_labelled_limit} cannot be negative"),
     ]
     return [message for ok, message in checks if not ok]

@@ -72,9 +72,10 @@ def final_feature_map_side(model: ModelConfig, image_size: int) -> int:
 
 
 def model_problems(model: ModelConfig) -> list[str]:
-    """What is wrong with the model settings, one message each."""
+    """What is wrong with the model settings, one message each (settings named
+    as ``{flag name}``, `llp_tf.errors`)."""
     checks = [
-        (model.width > 0, "width must be positive"),
-        (0 <= model.batch_norm_momentum < 1, "batch_norm_momentum must lie in [0, 1)"),
+        (model.width > 0, "{width} must be positive"),
+        (0 <= model.batch_norm_momentum < 1, "{batch_norm_momentum} must lie in [0, 1)"),
     ]
     return [message for ok, message in checks if not ok]

@@ -180,8 +180,9 @@ def state_settings() -> tuple[str, ...]:
 
 
 def _problems(c: "TrainConfig") -> list[str]:
-    """What is wrong with the whole config, one message each; choices first
-    (other checks assume valid choices)."""
+    """What is wrong with the whole config, one message each, naming settings as
+    ``{flag name}`` (`llp_tf.errors`); choices first (other checks assume valid
+    choices)."""
     sections = [getattr(c, section) for section in SECTIONS] + list(c.methods.values())
     choices = [message for section in sections for message in choice_problems(section)]
     if choices:
@@ -189,22 +190,25 @@ def _problems(c: "TrainConfig") -> list[str]:
     data, model, optimization, run = c.data, c.model, c.optimization, c.run
     side = final_feature_map_side(model, data.image_size) if run.jit_compile else None
     checks = [
-        (bool(run.run_dir), "run_dir must be given"),
-        (optimization.global_batch_size > 0, "global_batch_size must be positive"),
-        (optimization.epochs > 0, "epochs must be positive"),
-        (all(0 < e for e in optimization.lr_drop_epochs), "lr_drop_epochs must be positive"),
-        (0 < optimization.lr_drop_factor <= 1, "lr_drop_factor must lie in (0, 1]"),
-        (run.steps_per_loop > 0, "steps_per_loop must be positive"),
-        (run.checkpoint_every > 0, "checkpoint_every must be positive"),
-        (run.keep_checkpoints > 0, "keep_checkpoints must be positive"),
-        (run.eval_every > 0, "eval_every must be positive"),
-        (run.cpu_replicas >= 0, "cpu_replicas cannot be negative"),
-        (run.cluster_timeout > 0, "cluster_timeout must be positive"),
+        (bool(run.run_dir), "give --run_dir"),
+        (optimization.global_batch_size > 0, "{global_batch_size} must be positive"),
+        (optimization.epochs > 0, "{epochs} must be positive"),
+        (all(0 < e for e in optimization.lr_drop_epochs),
+         "every epoch of {lr_drop_epochs} must be positive"),
+        (0 < optimization.lr_drop_factor <= 1, "{lr_drop_factor} must lie in (0, 1]"),
+        (run.steps_per_loop > 0, "{steps_per_loop} must be positive"),
+        (run.checkpoint_every > 0, "{checkpoint_every} must be positive"),
+        (run.keep_checkpoints > 0, "{keep_checkpoints} must be positive"),
+        (run.eval_every > 0, "{eval_every} must be positive"),
+        (run.cpu_replicas >= 0, "{cpu_replicas} cannot be negative"),
+        (run.cluster_timeout > 0, "{cluster_timeout} must be positive"),
         (not (run.jit_compile and model.sync_batch_norm),
-         "jit_compile cannot compile sync_batch_norm's cross-replica statistics; give one"),
+         "{jit_compile} cannot compile the cross-replica statistics of {sync_batch_norm}; "
+         "drop one of them"),
         (side is None or side >= 4,
-         f"jit_compile needs a last feature map of at least 4x4 (XLA miscomputes gradients "
-         f"below), not {side}x{side}: use larger images or train without jit_compile"),
+         f"{{jit_compile}} needs a last feature map of at least 4x4 (XLA miscomputes "
+         f"gradients below), not {side}x{side} with {{image_size}}: use larger images or "
+         "--nojit_compile"),
     ]
     return (data_problems(data) + model_problems(model) + c.method_settings.problems(c)
             + [message for ok, message in checks if not ok])
@@ -260,7 +264,8 @@ class TrainConfig:
     def __post_init__(self):
         problems = _problems(self)
         if problems:
-            raise ConfigError("Invalid training settings: " + "; ".join(problems) + ".")
+            raise ConfigError("Invalid training settings: " + "; ".join(problems) + ".",
+                              settings=self.settings())
 
     @property
     def method_settings(self) -> Any:

@@ -11,6 +11,9 @@ time written in it for the messages. The file
   file system's locks may not reach across hosts); the message says to
   delete the file once that process is known to be gone.
 
+A run directory that is a file, or that cannot be made or written, is a
+`ConfigError` naming ``--run_dir``.
+
 Under multi-worker training only the chief takes it; tools that only read a
 run do not. README, "Training runs".
 """
@@ -26,7 +29,7 @@ import os
 import socket
 from typing import Optional, TextIO
 
-from llp_tf.errors import LLPError
+from llp_tf.errors import ConfigError, LLPError
 
 LOCK_FILE = "run.lock"
 
@@ -73,12 +76,17 @@ class RunLock:
         Raises:
           RunDirectoryBusy: another live process (or one on another host)
             holds it.
+          ConfigError: the run directory is a file, or cannot be made or written.
         """
+        if os.path.isfile(self.run_dir):
+            raise ConfigError("{run_dir} is a file, not a directory: give a --run_dir that is "
+                              "a directory, or where one can be made.",
+                              settings={"run_dir": self.run_dir})
         if not os.path.isdir(self.run_dir):
-            os.makedirs(self.run_dir)
+            self._open_or_refuse(os.makedirs, self.run_dir)
             self._created_dir = True
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open_or_refuse(os.open, self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 self._lock_fd(fd)
                 # The previous holder may have unlinked the file between our
@@ -98,6 +106,17 @@ class RunLock:
             raise
         self._fd = fd
         return self
+
+    def _open_or_refuse(self, make, path, *args):
+        """``make(path, *args)`` (os.makedirs, os.open); a ConfigError naming
+        --run_dir when the system refuses it."""
+        try:
+            return make(path, *args)
+        except OSError as error:
+            raise ConfigError(
+                "{run_dir} cannot be made or written (" + f"{error.strerror}: {path}); give "
+                "a --run_dir in a folder you can write in.",
+                settings={"run_dir": self.run_dir}) from None
 
     def _lock_fd(self, fd: int) -> None:
         try:

@@ -13,7 +13,8 @@ applied in order (`current_config`); tools that read a finished run use
 them. Settings that shape the saved state (`config.state_settings`: data,
 split, model, method) cannot change on resume: `check_resumable` refuses them.
 Where the run directory lives (``run_dir``) is not a setting of the run and
-is never compared.
+is never compared. Errors about settings read from these files name the file
+each value came from (`llp_tf.errors`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import os
 from typing import Any, Optional
 
+from llp_tf.config_fields import as_flag
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.config import TrainConfig, state_settings
 from llp_tf.training.run_directory import CONFIG_FILE, HISTORY_FILE, RunDirectory
@@ -39,10 +41,23 @@ def _read_json(path: str) -> str:
         return f.read()
 
 
+def _from_files(origins: dict[str, str], make: Any, *args: Any, **kwargs: Any) -> Any:
+    """``make(*args, **kwargs)``, its ConfigError naming where each setting came
+    from: the origin in ``origins`` (flag name -> origin), else ``origins[""]``."""
+    try:
+        return make(*args, **kwargs)
+    except ConfigError as error:
+        default = origins[""]
+        raise error.with_origins({name: origins.get(name, default)
+                                  for name in error.settings}) from None
+
+
 def started_config(run_dir: str) -> Optional[TrainConfig]:
     """The settings the run in ``run_dir`` was started with (None if it has none)."""
     path = os.path.join(str(run_dir), CONFIG_FILE)
-    return TrainConfig.from_json(_read_json(path)) if os.path.isfile(path) else None
+    if not os.path.isfile(path):
+        return None
+    return _from_files({"": f"from {path}"}, TrainConfig.from_json, _read_json(path))
 
 
 def read_history(run_dir: str) -> list[dict]:
@@ -58,8 +73,12 @@ def current_config(run_dir: str) -> Optional[TrainConfig]:
     """The settings the run trains with now: ``config.json`` with the history
     applied (None if the run has no ``config.json``)."""
     config = started_config(run_dir)
+    origins = {"": f"from {RunDirectory(run_dir).file(CONFIG_FILE)}"}
+    history = RunDirectory(run_dir).file(HISTORY_FILE)
     for entry in read_history(run_dir) if config is not None else []:
-        config = config.replace(**{name: new for name, (_, new) in entry["changed"].items()})
+        changed = {name: new for name, (_, new) in entry["changed"].items()}
+        origins.update({name: f"from {history}, step {entry['step']}" for name in changed})
+        config = _from_files(origins, config.replace, **changed)
     return config
 
 
@@ -88,12 +107,12 @@ def check_resumable(config: TrainConfig) -> None:
     changed = {name: values for name, values in changed_settings(saved, config).items()
                if name in state_settings()}
     if changed:
-        listed = "; ".join(f"{name}: saved {old!r}, now {new!r}"
-                           for name, (old, new) in changed.items())
+        listed = "; ".join("{" + name + "}" + f" where its {CONFIG_FILE} has "
+                           f"{as_flag(name, old)}" for name, (old, _) in changed.items())
         raise ConfigError(
-            f"The run directory {config.run_dir} holds a run with different settings ("
-            f"{listed}). Its checkpoints cannot continue with these settings: use a new "
-            "--run_dir, or rerun with the saved settings.")
+            f"The run directory {config.run_dir} holds a run with other settings: {listed}. "
+            "Its checkpoints cannot continue with these settings: use a new --run_dir, or "
+            "rerun with the saved settings.", settings=config.settings())
 
 
 def save_config(config: TrainConfig, data_files: Optional[dict] = None) -> None:

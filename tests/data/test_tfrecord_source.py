@@ -169,8 +169,8 @@ def test_truncated_shard(tmp_path):
 
 def test_corrupt_image_names_shard_and_record(tmp_path):
     rng = np.random.default_rng(0)
-    records = _records([3, 0, 1], [0, 0, 0], rng)
-    records.insert(1, example_bytes(b"\xff\xd8\xff\xe0 broken jpeg", 0, 2))
+    records = _records([3, 0, 1], [0, 1, 0], rng)
+    records.insert(1, example_bytes(b"\xff\xd8\xff\xe0 broken jpeg", 1, 2))
     paths = write_shards(str(tmp_path), "train", records, 1)
     source = load_source(f"tfrecord:{tmp_path}")
     with pytest.raises(DataError, match=f"image of shard {paths[0]}, record 1 \\(train example "

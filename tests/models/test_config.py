@@ -29,4 +29,4 @@ def test_final_feature_map_side(settings, image_size, side):
 def test_model_problems():
     assert config.model_problems(config.ModelConfig()) == []
     assert config.model_problems(config.ModelConfig(width=0, batch_norm_momentum=1.0)) == [
-        "width must be positive", "batch_norm_momentum must lie in [0, 1)"]
+        "{width} must be positive", "{batch_norm_momentum} must lie in [0, 1)"]

@@ -64,3 +64,23 @@ def test_a_dataset_that_cannot_be_opened_is_one_error_line(tmp_path):
     code, out, err = run_main(CHECK_DATA, f"--dataset=folder:{tmp_path / 'missing'}")
     assert code == 1 and out == ""
     assert err.startswith("check_data: Image folder ") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_truncated_jpegs_are_named_without_libjpegs_own_lines(tmp_path):
+    # Cut in the header, in the scan and before the end marker, libjpeg and
+    # TensorFlow print "Improper call to JPEG library", "Premature end of JPEG
+    # data" or "Input file read error" on file descriptor 2 as the decode fails.
+    written = write_image_folder(str(tmp_path / "data"), {"a": 6, "b": 2}, size=(40, 40))
+    jpegs = [(path, content) for path, _, content in written if path.endswith(".jpg")][:3]
+    for (path, content), cut in zip(jpegs, (len(jpegs[0][1]) // 4, len(jpegs[1][1]) // 2, -2)):
+        with open(path, "wb") as f:
+            f.write(content[:cut])
+    result = subprocess.run([sys.executable, tool_path("check_data.py"),
+                             f"--dataset=folder:{tmp_path / 'data'}"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 1
+    assert [line for line in result.stdout.splitlines() if line.startswith("bad: ")] == [
+        f"bad: train example {index}: file {path}"
+        for index, (path, _, _) in enumerate(written) if path in dict(jpegs)]
+    assert result.stderr == ""

@@ -125,10 +125,19 @@ def test_a_failed_conversion_keeps_the_previous_export(tiny_llp_run, tmp_path, m
 
 @pytest.mark.parametrize("args, message", [
     ((), "error: give --run_dir, the directory of a training run.\n"),
-    (("--run_dir=/no/such/run",), "error: the run directory /no/such/run does not exist.\n"),
+    (("--run_dir=/no/such/run",), "error: --run_dir=/no/such/run (command line) does not "
+     "exist; give the directory of a training run.\n"),
 ])
 def test_missing_run_dir_is_a_clear_error(args, message):
     assert _run(*args) == (1, "", message)
+
+
+def test_a_run_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    (tmp_path / "run").write_text("")
+    (tmp_path / "mine.flags").write_text(f"--run_dir={tmp_path / 'run'}\n")
+    assert _run(f"--flagfile={tmp_path / 'mine.flags'}") == (
+        1, "", f"error: --run_dir={tmp_path / 'run'} (from {tmp_path / 'mine.flags'}) is a file; "
+        "give the directory of a training run.\n")
 
 
 def test_bad_checkpoint_and_non_run_directory_are_clear_errors(tiny_llp_run, tmp_path):

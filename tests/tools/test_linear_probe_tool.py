@@ -71,7 +71,17 @@ def test_probe_writes_json_and_prints_both_trunks(tool, tiny_llp_run, stripes, t
 def test_not_a_run_directory_is_a_clear_error(tool, tmp_path, stripes):
     result = _run(tool, f"--run_dir={tmp_path}", f"--dataset={stripes}")
     assert result.returncode == 1
-    assert result.stderr.startswith("error: ") and "not a training run directory" in result.stderr
+    assert result.stderr == (f"error: --run_dir={tmp_path} (command line) is not a training run "
+                             "directory: it has no config.json. Give the --run_dir of a run made "
+                             "by tools/train.py.\n")
+    (tmp_path / "file").write_text("")
+    result = _run(tool, f"--run_dir={tmp_path / 'file'}", f"--dataset={stripes}")
+    assert result.stderr == (f"error: --run_dir={tmp_path / 'file'} (command line) is not a "
+                             "training run directory: it is a file. Give the --run_dir of a run "
+                             "made by tools/train.py.\n")
+    result = _run(tool, f"--run_dir={tmp_path / 'none'}", f"--dataset={stripes}")
+    assert result.returncode == 1 and "it has no config.json" in result.stderr
+    assert not (tmp_path / "none").exists()
 
 
 def test_unknown_dataset_is_a_clear_error_and_writes_nothing(tool, tiny_llp_run, tmp_path):

@@ -41,7 +41,7 @@ KEPT = [
 
 # Runtime lines TensorFlow 2.21 printed on this machine before the tools' own one-line
 # errors: a corrupt training image (1 worker and the 2nd of 2), a multi-worker start,
-# and the other worker killed.
+# the other worker killed, and truncated JPEGs (TensorFlow's line and libjpeg's own).
 ECHOES = [
     "W0000 00:00:1795473306.703401   20732 local_rendezvous.cc:412] Local rendezvous is "
     "aborting with status: INVALID_ARGUMENT: Error in user-defined function passed to "
@@ -69,6 +69,10 @@ ECHOES = [
     "calling /tensorflow.CoordinationService/Heartbeat:\n",
     ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to '
     'all addresses; last error: UNKNOWN: ipv4:127.0.0.1:58077: Connection refused"}\n',
+    "E0000 00:00:1795651587.510400   31722 jpeg_mem.cc:331] Premature end of JPEG data. "
+    "Stopped at line 14/64\n",
+    "Improper call to JPEG library in state 201\n",
+    "Input file read error\n",
 ]
 
 
@@ -84,6 +88,15 @@ def test_runtime_echoes_go_with_their_continuation_lines_and_other_lines_stay():
     kept = [KEPT[0], "\tan indented line of a kept message\n", *KEPT[1:]]
     assert list(quiet_start.filtered_lines([ECHOES[0], *kept])) == kept
     assert list(quiet_start.filtered_lines(ECHOES[:3] + KEPT)) == KEPT
+
+
+def test_libjpeg_lines_go_only_where_the_decode_fails():
+    # The first, printed on this machine by libjpeg for a damaged JPEG that still
+    # decoded, has no error of the tool after it: it stays, as does a line that only
+    # starts like libjpeg's.
+    kept = ["Corrupt JPEG data: 38 extraneous bytes before marker 0xd9\n",
+            "Input file read error: /data/list.txt\n"]
+    assert list(quiet_start.filtered_lines(ECHOES[-3:] + kept)) == kept
 
 
 def test_a_tools_stderr_is_filtered_for_its_whole_run_and_nothing_is_lost_at_exit():

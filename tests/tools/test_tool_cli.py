@@ -99,3 +99,59 @@ def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
         tool_cli.resolve_checkpoint(str(run), "40")
     with pytest.raises(ConfigError, match="is not a checkpoint"):
         tool_cli.resolve_checkpoint(str(run), os.path.join(str(folder), "ckpt-9"))
+
+
+def _origin_flags():
+    values = tool_cli.new_flag_values()
+    flags.DEFINE_integer("epochs", 300, "E.", flag_values=values)
+    flags.DEFINE_integer("warmup_epochs", 10, "W.", flag_values=values)
+    flags.DEFINE_integer("verbosity", -1, "V.", short_name="v", flag_values=values)
+    flags.DEFINE_boolean("small_inputs", False, "S.", flag_values=values)
+    flags.DEFINE_integer("labelled_limit", 0, "L.", flag_values=values)
+    tool_cli.define_deprecated_alias(values, "labeled_limit", "labelled_limit")
+    return values
+
+
+def test_flag_origins_follow_absl_the_last_setting_wins(tmp_path):
+    (tmp_path / "inner.flags").write_text("--verbosity=1\n")
+    (tmp_path / "regime.flags").write_text(
+        "# a comment\n--epochs=40\n--warmup_epochs=10\n--nosmall_inputs\n"
+        f"--flagfile={tmp_path / 'inner.flags'}\n")
+    values = _origin_flags()
+    argv = ["tool", "--epochs=3", f"--flagfile={tmp_path / 'regime.flags'}", "--labeled_limit",
+            "4", "-v", "0", "--", "--warmup_epochs=1"]
+    values(argv)
+    assert (values.epochs, values.verbosity, values.labelled_limit) == (40, 0, 4)
+    assert tool_cli.flag_origins(values, argv) == {
+        "help": "default", "epochs": f"from {tmp_path / 'regime.flags'}",
+        "warmup_epochs": f"from {tmp_path / 'regime.flags'}",
+        "small_inputs": f"from {tmp_path / 'regime.flags'}", "verbosity": "command line",
+        "labelled_limit": "command line"}
+    named = tool_cli.flag_origins(values, ["tool", "--flagfile", str(tmp_path / "inner.flags")],
+                                  {str(tmp_path / "inner.flags"): "flags/inner.flags"})
+    assert named["verbosity"] == "from flags/inner.flags"
+
+
+@pytest.mark.parametrize("spelling", ["--helpfull", "-helpfull", "--helpshort"])
+def test_absls_other_help_spellings_print_the_help(spelling):
+    values, out, err = _origin_flags(), io.StringIO(), io.StringIO()
+    rest, code = tool_cli.parse(values, ["tool", spelling, "--epochs=3"], "usage", out, err)
+    assert (rest, code, err.getvalue()) == (None, 0, "")
+    assert out.getvalue().startswith("usage\nFlags:\n") and "--epochs: E." in out.getvalue()
+    # After "--" it is an argument like any other.
+    values, out = _origin_flags(), io.StringIO()
+    rest, code = tool_cli.parse(values, ["tool", "--", "--helpfull"], "usage", out, err,
+                                positional=True)
+    assert (rest, code, out.getvalue()) == (["--helpfull"], None, "")
+
+
+def test_a_settings_error_of_a_tool_names_where_each_value_came_from():
+    def body(values, stdout, stderr):
+        raise ConfigError("{warmup_epochs} cannot exceed {epochs}.",
+                          settings={"warmup_epochs": 10, "epochs": values.epochs})
+
+    err = io.StringIO()
+    code = tool_cli.run(["tool", "--epochs=3"], io.StringIO(), err, _origin_flags(), "usage",
+                        body)
+    assert code == 1 and err.getvalue() == (
+        "error: --warmup_epochs=10 (default) cannot exceed --epochs=3 (command line).\n")

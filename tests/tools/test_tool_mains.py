@@ -1,5 +1,5 @@
 """Every tool in tools/ (but the shared modules) has a ``main(argv, stdout,
-stderr)`` that runs in this process and answers --help."""
+stderr)`` that runs in this process and answers --help (and absl's --helpfull)."""
 
 import glob
 import inspect
@@ -61,6 +61,14 @@ def test_every_tool_has_main_argv_stdout_stderr_and_answers_help_in_process():
         code, out, err = run_main(module, "--help")
         assert code == 0 and "Flags:" in out and "--[no]help:" in out, (name, err)
         assert err == "", (name, err)
+
+
+def test_every_tool_answers_absls_helpfull_with_its_help():
+    for name in _tools():
+        module = load_tool(name)
+        code, out, err = run_main(module, "--helpfull")
+        assert (code, err) == (0, ""), (name, err)
+        assert out == run_main(module, "--help")[1] and "--[no]help:" in out, name
 
 
 def test_the_runs_named_in_help_examples_are_ones_the_readme_trains():

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import types
 
+import pytest
 from absl import logging
 
 from llp_tf.training.config import settings_fields
@@ -44,8 +45,8 @@ def test_every_regime_flagfile_parses_into_a_valid_config(tmp_path):
     for regime in regimes:
         result = _run(f"--regime={regime}", f"--run_dir={tmp_path}", "--label_percent=0")
         assert result.returncode == 1, (regime, result.stderr)
-        assert "error: Invalid training settings: label_percent must lie in (0, 100]" in \
-            result.stderr, regime
+        assert result.stderr == ("error: Invalid training settings: --label_percent=0.0 "
+                                 "(command line) must lie in (0, 100].\n"), regime
         assert "Traceback" not in result.stderr
 
 
@@ -96,12 +97,16 @@ def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothi
 
 def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
     # demo.flags sets --epochs=40 and --warmup_epochs=10: the settings check
-    # reports the command line's epochs wherever it stands.
+    # reports the command line's epochs wherever it stands, and where each came from.
     for args in (("--epochs=3", "--regime=demo"), ("--regime", "demo", "--epochs=3"),
                  ("--regime=demo", "--epochs=3")):
         result = _run(*args, f"--run_dir={tmp_path}")
         assert result.returncode == 1, (args, result.stderr)
-        assert "warmup_epochs cannot exceed epochs" in result.stderr, args
+        assert result.stderr == (
+            "error: Invalid training settings: --warmup_epochs=10 (from flags/demo.flags) "
+            "cannot exceed --epochs=3 (command line): the run would end inside the warm-up "
+            "(instance recognition), before LLP; give --epochs=11 or more, or "
+            "--warmup_epochs=3 or less (equal: an instance-recognition run only).\n"), args
     tool = load_tool("train.py")
     values = tool.make_flags()
     values(tool.expand_regime(["train", "--epochs=3", "--regime=demo", "--warmup_epochs=1"],
@@ -110,6 +115,79 @@ def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
     assert (config.optimization.epochs, config.method_settings.warmup_epochs) == (3, 1)
     assert config.optimization.base_learning_rate == 0.03  # the regime's
     assert config.run.run_dir == "runs/demo"
+    # The README's example of a flag before the regime.
+    values = tool.make_flags()
+    values(tool.expand_regime(["train", "--epochs=20", "--regime=demo"], sys.stderr))
+    config = tool.config_from_flags(values)
+    assert (config.optimization.epochs, config.method_settings.warmup_epochs) == (20, 10)
+
+
+def test_a_setting_from_a_flagfile_or_the_default_is_named_so(tmp_path):
+    (tmp_path / "mine.flags").write_text("--label_percent=0\n")
+    result = _run("--regime=demo", f"--flagfile={tmp_path / 'mine.flags'}", "--data_percent=0")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: Invalid training settings: --label_percent=0.0 (from {tmp_path / 'mine.flags'}) "
+        "must lie in (0, 100]; --data_percent=0.0 (command line) must lie in (0, 100].\n")
+    result = _run("--run_dir=r", "--epochs=5", "--global_batch_size=0")
+    assert result.stderr.startswith(
+        "error: Invalid training settings: --warmup_epochs=10 (default) cannot exceed "
+        "--epochs=5 (command line): ")
+    assert result.stderr.endswith("; --global_batch_size=0 (command line) must be positive.\n")
+
+
+def test_a_run_dir_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.write_text("not a directory")
+    for args in ((f"--run_dir={run_dir}", "--regime=demo"),
+                 ("--regime=demo", f"--flagfile={_flagfile(tmp_path, run_dir)}")):
+        origin = "command line" if args[0].startswith("--run_dir") else \
+            f"from {tmp_path / 'run_dir.flags'}"
+        result = _run(*args)
+        assert result.returncode == 1
+        assert result.stderr == (f"error: --run_dir={run_dir} ({origin}) is a file, not a "
+                                 "directory: give a --run_dir that is a directory, or where one "
+                                 "can be made.\n")
+    assert run_dir.read_text() == "not a directory"
+    # The run directory of --regime=demo, runs/demo, comes from its flagfile.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "demo").write_text("")
+    assert _run("--regime=demo").stderr == (
+        "error: --run_dir=runs/demo (from flags/demo.flags) is a file, not a directory: give a "
+        "--run_dir that is a directory, or where one can be made.\n")
+
+
+def _flagfile(folder, run_dir):
+    path = folder / "run_dir.flags"
+    path.write_text(f"--run_dir={run_dir}\n")
+    return path
+
+
+def test_a_run_dir_that_cannot_be_made_is_one_error_line(read_only_folder):
+    run_dir = read_only_folder / "run"
+    result = _run("--regime=demo", f"--run_dir={run_dir}")
+    assert result.returncode == 1
+    assert result.stderr == (f"error: --run_dir={run_dir} (command line) cannot be made or "
+                             f"written (Permission denied: {run_dir}); give a --run_dir in a "
+                             "folder you can write in.\n")
+    assert not run_dir.exists()
+
+
+def test_a_dataset_of_one_class_is_one_error_line_and_writes_nothing(tmp_path):
+    from tests.data.helpers import write_image_folder
+    write_image_folder(str(tmp_path / "digits" / "train"), {"seven": 8})
+    write_image_folder(str(tmp_path / "digits" / "validation"), {"seven": 2}, seed=1)
+    run_dir = tmp_path / "run"
+    result = _run(f"--dataset=folder:{tmp_path / 'digits'}", f"--run_dir={run_dir}",
+                  "--image_size=16", "--label_percent=50", "--global_batch_size=4",
+                  "--warmup_epochs=1", "--epochs=1")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: --dataset=folder:{tmp_path / 'digits'} (command line) has 1 class ('seven'): a "
+        "classification needs at least two (with one, top-1 is 1.0 whatever the network "
+        "learns); give a dataset of two or more classes (folder: one sub-folder per class).\n")
+    assert not run_dir.exists()
 
 
 def test_two_regimes_are_refused(tmp_path):
@@ -143,19 +221,30 @@ def test_a_resume_of_the_demo_prints_no_tensorflow_warning(tmp_path, caplog):
     assert rerun.stderr == ""
 
 
-def test_a_corrupt_image_is_one_error_line_without_tensorflows_echoes(tmp_path, stripes):
+@pytest.mark.parametrize("damage", [
+    "garbage", pytest.param("truncated jpeg", marks=pytest.mark.slow)])
+def test_a_corrupt_image_is_one_error_line_without_tensorflows_echoes(tmp_path, stripes, damage):
     import shutil
+
+    import tensorflow as tf
     folder = tmp_path / "stripes"
     shutil.copytree(stripes.split(":", 1)[1], folder)
-    (folder / "train" / "checker" / "005.png").write_bytes(b"garbage")
+    image = folder / "train" / "checker" / "005.png"
+    if damage == "garbage":
+        image.write_bytes(b"garbage")
+    else:  # cut in its header: libjpeg prints its own words on stderr as it fails
+        jpeg = tf.io.encode_jpeg(tf.io.decode_png(image.read_bytes())).numpy()
+        image.unlink()
+        image = image.with_suffix(".jpg")
+        image.write_bytes(jpeg[:len(jpeg) // 4])
     result = _run_script(f"--dataset=folder:{folder}", f"--run_dir={tmp_path / 'run'}",
                          "--image_size=16", "--architecture=resnet10", "--width=0.125",
                          "--small_inputs", "--embedding_dim=16", "--label_percent=10",
                          "--global_batch_size=32", "--warmup_epochs=1", "--epochs=1", "--k=3",
                          "--t=5")
     assert result.returncode == 1
-    assert result.stderr.startswith("error: Cannot read or decode the image of file ")
-    assert result.stderr.count("\n") == 1 and "005.png" in result.stderr
+    assert result.stderr.startswith(f"error: Cannot read or decode the image of file {image} ")
+    assert result.stderr.count("\n") == 1
 
 
 def test_a_precision_the_machine_cannot_compute_is_refused_before_the_run_starts(

@@ -70,7 +70,7 @@ def test_config_json_of_earlier_versions_is_read(tmp_path):
 
 
 def test_a_method_section_is_checked_only_when_the_method_is_chosen(tmp_path):
-    with pytest.raises(ConfigError, match="warmup_epochs cannot exceed epochs"):
+    with pytest.raises(ConfigError, match="--warmup_epochs=4 cannot exceed --epochs=3"):
         _config(tmp_path, epochs=3, warmup_epochs=4)
     assert _config(tmp_path, epochs=3, warmup_epochs=4, method="supervised").method.name == \
         "supervised"
@@ -92,24 +92,68 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     assert _config(tmp_path, global_batch_size=256).learning_rate == pytest.approx(0.06)
 
 
+@pytest.mark.parametrize("changes,problem", [
+    (dict(method="semi"),
+     "--method=semi must be one of llp, supervised, pseudo_label, mean_teacher, fixmatch"),
+    (dict(propagation="lp"), "--propagation=lp must be one of local, knn, classifier"),
+    (dict(label_percent=0), "--label_percent=0.0 must lie in (0, 100]"),
+    (dict(label_percent=20, data_percent=10),
+     "--label_percent=20.0 cannot exceed --data_percent=10.0 (the used subset holds the labels)"),
+    (dict(epochs=5, warmup_epochs=6),
+     "--warmup_epochs=6 cannot exceed --epochs=5: the run would end inside the warm-up "
+     "(instance recognition), before LLP; give --epochs=7 or more, or --warmup_epochs=5 or "
+     "less (equal: an instance-recognition run only)"),
+    (dict(temperature=0), "--temperature=0.0 must be positive"),
+    (dict(bank_momentum=1.0), "--bank_momentum=1.0 must lie in [0, 1)"),
+    (dict(k=0), "--k=0 and --t=25 must be positive"),
+    (dict(min_crop_area=0.0), "--min_crop_area=0.0 must lie in (0, 1]"),
+    (dict(min_crop_area=1.5), "--min_crop_area=1.5 must lie in (0, 1]"),
+    (dict(split_file="s.npz", label_subset="1percent"),
+     "give --split_file=s.npz or --label_subset=1percent, not both (each sets the labelled "
+     "examples)"),
+    (dict(run_dir=None), "give --run_dir"),
+    (dict(lr_drop_epochs=(3, 0)), "every epoch of --lr_drop_epochs=3,0 must be positive"),
+    (dict(width=0), "--width=0.0 must be positive"),
+    (dict(method="fixmatch", global_batch_size=7),
+     "--global_batch_size=7 must be at least 1 + --fixmatch_mu=7 (one labelled example a step)"),
+    (dict(method="pseudo_label", pseudo_label_ramp_start=0.5, pseudo_label_ramp_end=0.2),
+     "--pseudo_label_ramp_start=0.5 and --pseudo_label_ramp_end=0.2 must satisfy "
+     "0 <= start <= end"),
+    (dict(method="mean_teacher", mean_teacher_ema_decay_after_rampup=1.0),
+     "--mean_teacher_ema_decay_after_rampup=1.0 must lie in [0, 1)"),
+    (dict(jit_compile=True, sync_batch_norm=True),
+     "--jit_compile cannot compile the cross-replica statistics of --sync_batch_norm; drop one "
+     "of them"),
+])
+def test_invalid_settings_are_one_error_naming_each_setting_with_its_value(
+        tmp_path, changes, problem):
+    with pytest.raises(ConfigError) as raised:
+        TrainConfig.from_settings(**{"run_dir": str(tmp_path), **changes})
+    assert str(raised.value) == f"Invalid training settings: {problem}."
+
+
 @pytest.mark.parametrize("changes,match", [
-    (dict(method="semi"), "method"),
-    (dict(propagation="lp"), "propagation"),
-    (dict(label_percent=0), "label_percent"),
-    (dict(label_percent=20, data_percent=10), "cannot exceed"),
-    (dict(epochs=5, warmup_epochs=6), "warmup_epochs"),
-    (dict(temperature=0), "temperature"),
-    (dict(bank_momentum=1.0), "bank_momentum"),
-    (dict(min_crop_area=0.0), "min_crop_area"),
-    (dict(min_crop_area=1.5), "min_crop_area"),
-    (dict(split_file="s.npz", label_subset="1percent"), "split_file or label_subset, not both"),
-    (dict(run_dir=None), "run_dir must be given"),
     (dict(input_service="127.0.0.1"), "input_service must be a tf.data service dispatcher"),
     (dict(input_service="grpc://h:99999"), "port of input_service"),
 ])
 def test_invalid_settings_are_one_clear_error(tmp_path, changes, match):
     with pytest.raises(ConfigError, match=match):
         TrainConfig.from_settings(**{"run_dir": str(tmp_path), **changes})
+
+
+def test_the_entry_point_names_where_each_value_of_a_problem_came_from(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        _config(tmp_path, epochs=3, label_percent=0)
+    named = raised.value.with_origins({"epochs": "command line",
+                                       "warmup_epochs": "from flags/demo.flags",
+                                       "label_percent": "default"})
+    assert type(named) is ConfigError
+    assert str(named).startswith(
+        "Invalid training settings: --label_percent=0.0 (default) must lie in (0, 100]; "
+        "--warmup_epochs=10 (from flags/demo.flags) cannot exceed --epochs=3 (command line): ")
+    # Origins an error names already (a config.json's) stay.
+    again = named.with_origins({"epochs": "elsewhere"})
+    assert str(again) == str(named)
 
 
 # ---- flags generated from the fields -------------------------------------------
@@ -204,7 +248,7 @@ def test_jit_compile_refuses_sync_batch_norm_and_feature_maps_below_4x4():
     assert TrainConfig.from_settings(run_dir="/r", jit_compile=True, image_size=32,
                                      small_inputs=True).run.jit_compile
     assert TrainConfig.from_settings(run_dir="/r", image_size=28).data.image_size == 28
-    with pytest.raises(ConfigError, match="mixed_precision must be one of"):
+    with pytest.raises(ConfigError, match="--mixed_precision=half must be one of"):
         TrainConfig.from_settings(run_dir="/r", mixed_precision="half")
 
 
@@ -218,8 +262,8 @@ def test_choices_are_checked_from_the_fields_metadata(tmp_path):
     with pytest.raises(ConfigError) as error:
         _config(tmp_path, **{name: "nonsense" for name in fields})
     for name, field in fields.items():
-        assert f"{name} must be one of {field.metadata['choices']}, not 'nonsense'" in str(
-            error.value)
+        assert f"--{name}=nonsense must be one of {', '.join(field.metadata['choices'])}" in \
+            str(error.value)
 
 
 def test_state_settings_are_the_fields_marked_as_state():

@@ -1,4 +1,5 @@
-"""The run-directory lock: held, busy, released, taken over from a dead holder."""
+"""The run-directory lock: held, busy, released, taken over from a dead holder; a
+run directory that cannot be one refused."""
 
 import io
 import json
@@ -9,6 +10,7 @@ import sys
 
 import pytest
 
+from llp_tf.errors import ConfigError
 from llp_tf.training.run_lock import LOCK_FILE, RunDirectoryBusy, RunLock, read_lock_holder
 
 HOLDER_TIMEOUT_SECONDS = 60
@@ -97,3 +99,24 @@ def test_a_lock_file_of_a_live_process_or_another_host_is_refused(tmp_path):
     with pytest.raises(RunDirectoryBusy, match="still running although its lock is free"):
         RunLock(str(tmp_path)).acquire()
     assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == 1  # left as it was
+
+
+def test_a_run_dir_that_is_a_file_is_a_config_error(tmp_path):
+    (tmp_path / "file").write_text("kept")
+    with pytest.raises(ConfigError) as raised:
+        RunLock(str(tmp_path / "file")).acquire()
+    assert str(raised.value) == (f"--run_dir={tmp_path / 'file'} is a file, not a directory: "
+                                 "give a --run_dir that is a directory, or where one can be made.")
+    assert (tmp_path / "file").read_text() == "kept"
+    with pytest.raises(ConfigError, match=f"--run_dir={tmp_path / 'file' / 'run'} cannot be made "
+                                          r"or written \(Not a directory: "):
+        RunLock(str(tmp_path / "file" / "run")).acquire()
+
+
+def test_a_run_dir_that_cannot_be_written_is_a_config_error(read_only_folder):
+    with pytest.raises(ConfigError) as raised:
+        RunLock(str(read_only_folder)).acquire()
+    assert str(raised.value.with_origins({"run_dir": "command line"})) == (
+        f"--run_dir={read_only_folder} (command line) cannot be made or written (Permission "
+        f"denied: {read_only_folder / LOCK_FILE}); give a --run_dir in a folder you can write in.")
+    assert os.listdir(read_only_folder) == []

@@ -18,12 +18,18 @@ def test_resuming_with_changed_state_settings_is_refused(tmp_path):
     config = _config(tmp_path, label_percent=1.0)
     run_record.save_config(config)
     run_record.check_resumable(config.replace(epochs=500))  # harmless change
-    with pytest.raises(ConfigError, match="label_percent: saved 1.0, now 10.0"):
-        run_record.check_resumable(config.replace(label_percent=10.0))
-    with pytest.raises(ConfigError, match="method: saved 'llp', now 'supervised'"):
-        run_record.check_resumable(config.replace(method="supervised"))
-    with pytest.raises(ConfigError, match="split_file: saved None, now 'other.npz'"):
-        run_record.check_resumable(config.replace(split_file="other.npz"))
+    with pytest.raises(ConfigError) as raised:
+        run_record.check_resumable(config.replace(label_percent=10.0, method="supervised",
+                                                  split_file="other.npz"))
+    assert str(raised.value) == (
+        f"The run directory {tmp_path} holds a run with other settings: --label_percent=10.0 "
+        "where its config.json has --label_percent=1.0; --split_file=other.npz where its "
+        "config.json has --split_file unset; --method=supervised where its config.json has "
+        "--method=llp. Its checkpoints cannot continue with these settings: use a new "
+        "--run_dir, or rerun with the saved settings.")
+    # The entry point names where the new values came from.
+    assert "--method=supervised (command line) where its config.json has --method=llp" in \
+        str(raised.value.with_origins({"method": "command line"}))
     # Where the directory is (it was moved) is not a setting of the run.
     run_record.check_resumable(config.replace(run_dir=str(tmp_path / "moved")))
     # Nor is where the training input is built: changed, it is recorded, not refused.
@@ -69,3 +75,22 @@ def test_a_directory_without_config_has_no_record(tmp_path):
     run_record.check_resumable(_config(tmp_path))
     with pytest.raises(ConfigError, match="not a training run directory"):
         trained_run.read_config(str(tmp_path))
+
+
+def test_invalid_settings_read_from_a_run_name_the_file_each_came_from(tmp_path):
+    run_record.save_config(_config(tmp_path, epochs=8, warmup_epochs=2))
+    started = tmp_path / "config.json"
+    history = tmp_path / "config_history.jsonl"
+    history.write_text(json.dumps({"step": 40, "time": "t", "changed": {"epochs": [8, 1]}}) +
+                       "\n")
+    with pytest.raises(ConfigError) as raised:
+        run_record.current_config(str(tmp_path))
+    assert f"--warmup_epochs=2 (from {started}) cannot exceed --epochs=1 (from {history}, " \
+           "step 40): " in str(raised.value)
+    settings = json.loads(started.read_text())
+    settings["optimization"]["epochs"] = 1
+    started.write_text(json.dumps(settings))
+    with pytest.raises(ConfigError) as raised:
+        trained_run.read_config(str(tmp_path))
+    assert f"--warmup_epochs=2 (from {started}) cannot exceed --epochs=1 (from {started}): " \
+        in str(raised.value)

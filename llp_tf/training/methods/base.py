@@ -90,8 +90,9 @@ class Method(abc.ABC):
     name: ClassVar[str]
     #: The frozen dataclass of the method's settings (fields made by
     #: `llp_tf.config_fields.setting`, flag names unique over the config, and a
-    #: ``problems(config) -> list[str]`` method): the config section named
-    #: after the method, and its flags.
+    #: ``problems(config) -> list[str]`` method, whose messages name settings
+    #: as ``{flag name}``, see `llp_tf.errors`): the config section named after
+    #: the method, and its flags.
     Settings: ClassVar[type]
     #: Metric names by phase.
     METRICS: ClassVar[Dict[str, Tuple[str, ...]]]

@@ -50,11 +50,11 @@ class FixMatchSettings:
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
         checks = [
-            (0 <= self.threshold <= 1, "fixmatch_threshold must lie in [0, 1]"),
-            (self.unlabelled_ratio >= 1, "fixmatch_mu must be at least 1"),
-            (self.unlabelled_weight >= 0, "fixmatch_lambda_u cannot be negative"),
+            (0 <= self.threshold <= 1, "{fixmatch_threshold} must lie in [0, 1]"),
+            (self.unlabelled_ratio >= 1, "{fixmatch_mu} must be at least 1"),
+            (self.unlabelled_weight >= 0, "{fixmatch_lambda_u} cannot be negative"),
             (config.optimization.global_batch_size >= 1 + self.unlabelled_ratio,
-             "global_batch_size must be at least 1 + fixmatch_mu (one labelled example a "
+             "{global_batch_size} must be at least 1 + {fixmatch_mu} (one labelled example a "
              "step)"),
         ]
         return [message for ok, message in checks if not ok]

@@ -73,13 +73,16 @@ class LLPSettings:
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the `TrainConfig` ``config``."""
+        warmup, epochs = self.warmup_epochs, config.optimization.epochs
         checks = [
-            (0 <= self.warmup_epochs, "warmup_epochs cannot be negative"),
-            (self.warmup_epochs <= config.optimization.epochs,
-             "warmup_epochs cannot exceed epochs (equal: an instance-recognition run only)"),
-            (self.k > 0 and self.t > 0, "k and t must be positive"),
-            (self.temperature > 0, "temperature must be positive"),
-            (0 <= self.bank_momentum < 1, "bank_momentum must lie in [0, 1)"),
+            (0 <= warmup, "{warmup_epochs} cannot be negative"),
+            (warmup <= epochs,
+             "{warmup_epochs} cannot exceed {epochs}: the run would end inside the warm-up "
+             f"(instance recognition), before LLP; give --epochs={warmup + 1} or more, or "
+             f"--warmup_epochs={epochs} or less (equal: an instance-recognition run only)"),
+            (self.k > 0 and self.t > 0, "{k} and {t} must be positive"),
+            (self.temperature > 0, "{temperature} must be positive"),
+            (0 <= self.bank_momentum < 1, "{bank_momentum} must lie in [0, 1)"),
         ]
         return [message for ok, message in checks if not ok]
 

@@ -118,12 +118,12 @@ class MeanTeacherSettings:
         del config  # Nothing here depends on the other sections.
         checks = [
             (0 <= self.ema_decay_during_rampup < 1,
-             "mean_teacher_ema_decay_during_rampup must lie in [0, 1)"),
+             "{mean_teacher_ema_decay_during_rampup} must lie in [0, 1)"),
             (0 <= self.ema_decay_after_rampup < 1,
-             "mean_teacher_ema_decay_after_rampup must lie in [0, 1)"),
-            (self.consistency_weight >= 0, "mean_teacher_consistency cannot be negative"),
+             "{mean_teacher_ema_decay_after_rampup} must lie in [0, 1)"),
+            (self.consistency_weight >= 0, "{mean_teacher_consistency} cannot be negative"),
             (self.consistency_rampup_steps >= 0,
-             "mean_teacher_consistency_rampup_steps cannot be negative"),
+             "{mean_teacher_consistency_rampup_steps} cannot be negative"),
         ]
         return [message for ok, message in checks if not ok]
 

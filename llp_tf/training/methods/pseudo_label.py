@@ -78,13 +78,14 @@ class PseudoLabelSettings:
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
         checks = [
-            (self.final_weight >= 0, "pseudo_label_final_weight cannot be negative"),
+            (self.final_weight >= 0, "{pseudo_label_final_weight} cannot be negative"),
             (0 <= self.ramp_start <= self.ramp_end,
-             "pseudo_label_ramp_start and _ramp_end must satisfy 0 <= start <= end"),
-            (0 <= self.threshold <= 1, "pseudo_label_threshold must lie in [0, 1]"),
-            (self.unlabelled_ratio >= 1, "pseudo_label_unlabelled_ratio must be at least 1"),
+             "{pseudo_label_ramp_start} and {pseudo_label_ramp_end} must satisfy "
+             "0 <= start <= end"),
+            (0 <= self.threshold <= 1, "{pseudo_label_threshold} must lie in [0, 1]"),
+            (self.unlabelled_ratio >= 1, "{pseudo_label_unlabelled_ratio} must be at least 1"),
             (config.optimization.global_batch_size >= 1 + self.unlabelled_ratio,
-             "global_batch_size must be at least 1 + pseudo_label_unlabelled_ratio (one "
+             "{global_batch_size} must be at least 1 + {pseudo_label_unlabelled_ratio} (one "
              "labelled example a step)"),
         ]
         return [message for ok, message in checks if not ok]

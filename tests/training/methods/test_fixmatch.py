@@ -46,7 +46,8 @@ def test_batch_sizes_phase_and_settings():
         optimization = Optimization
 
     assert settings.problems(Config) == [
-        "global_batch_size must be at least 1 + fixmatch_mu (one labelled example a step)"]
+        "{global_batch_size} must be at least 1 + {fixmatch_mu} (one labelled example a "
+        "step)"]
     Optimization.global_batch_size = 8
     assert settings.problems(Config) == []
     bad = FixMatchSettings(threshold=1.5, unlabelled_ratio=0, unlabelled_weight=-1.0)

@@ -370,9 +370,9 @@ def test_settings_defaults_and_their_problems():
                               consistency_weight=-1.0, consistency_rampup_steps=-1)
     problems = bad.problems(None)
     assert len(problems) == 4
-    for flag in ("ema_decay_during_rampup", "ema_decay_after_rampup", "consistency ",
+    for flag in ("ema_decay_during_rampup", "ema_decay_after_rampup", "consistency",
                  "consistency_rampup_steps"):
-        assert any(f"mean_teacher_{flag}" in problem for problem in problems), flag
+        assert any(f"{{mean_teacher_{flag}}}" in problem for problem in problems), flag
 
 
 @pytest.mark.parametrize("method_name, item", [("mean_teacher", "teacher"),

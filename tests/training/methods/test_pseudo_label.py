@@ -80,8 +80,8 @@ def test_settings_and_their_problems():
         optimization = Optimization
 
     assert settings.problems(Config) == [
-        "global_batch_size must be at least 1 + pseudo_label_unlabelled_ratio (one labelled "
-        "example a step)"]
+        "{global_batch_size} must be at least 1 + {pseudo_label_unlabelled_ratio} (one "
+        "labelled example a step)"]
     Optimization.global_batch_size = 2
     assert settings.problems(Config) == []
     bad = PseudoLabelSettings(final_weight=-1, ramp_start=0.5, ramp_end=0.2, threshold=2,
