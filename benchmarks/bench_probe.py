@@ -122,7 +122,7 @@ def probe_memory(values, out):
     growth = peak_rss.peak_growth_mib(baseline)
     shutil.rmtree(caches)
     print(json.dumps({"growth_mib": growth, "seconds": time.monotonic() - start,
-                      "top1": result.top1, "feature_dim": model.feature_dim,
+                      "val_top1": result.val_top1, "feature_dim": model.feature_dim,
                       "num_train": source.info.num_train}), file=out)
 
 

@@ -8,12 +8,12 @@ Each (method, seed) is one run of tools/train.py, one after the other, in
 the arguments after `--`, which override the regime's flags for every run.
 A finished run is not trained again (rerunning the command resumes the
 unfinished ones), so the table can be rebuilt at any time. The table (one
-row per method: softmax top-1 of the last evaluation per seed, their mean
-and spread, max - min) is printed as Markdown and written as JSON to
---output. Imports no TensorFlow.
+row per method: val_top1, the validation softmax top-1 as a fraction, of
+the last evaluation per seed, their mean and spread, max - min) is printed
+as Markdown and written as JSON to --output. Runs made before today's metric
+names are read under them. Imports no TensorFlow.
 """
 
-import json
 import os
 import shlex
 import subprocess
@@ -24,10 +24,9 @@ from absl import flags
 import tool_cli  # noqa: E402 -- tools/ is on the path of a script run from it
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
-#: What the table reports of a run: the last evaluation's softmax top-1 of
-#: the run's exported model (metrics.jsonl, llp_tf.training.run_directory).
-METRIC = "top1"
-METRICS_FILE = "metrics.jsonl"
+#: What the table reports of a run: the last evaluation's validation softmax
+#: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
+METRIC = "val_top1"
 
 
 class ComparisonError(Exception):
@@ -57,18 +56,15 @@ def run_dir(runs_dir, method, seed):
 
 
 def last_evaluation(directory):
-    """The last evaluation row of a run's metrics.jsonl (a torn last line is
-    skipped), or None."""
-    path = os.path.join(directory, METRICS_FILE)
-    if not os.path.exists(path):
-        return None
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    """The last evaluation row of a run's metrics.jsonl under today's names (a
+    torn last line is skipped), or None; ComparisonError for a damaged file."""
+    from llp_tf.errors import DataError  # noqa: PLC0415 -- imports no TensorFlow
+    from llp_tf.training.run_directory import RunDirectory  # noqa: PLC0415 -- nor this
+
+    try:
+        rows = RunDirectory(directory).read_metrics(drop_torn_last_line=True)
+    except DataError as error:
+        raise ComparisonError(str(error)) from None
     rows = [row for row in rows if METRIC in row]
     return rows[-1] if rows else None
 
@@ -90,7 +86,7 @@ def train(method, seed, values, extra_args, stderr):
 
 
 def table(results, seeds):
-    """The Markdown table of ``results`` {method: {seed: top-1}}."""
+    """The Markdown table of ``results`` {method: {seed: val_top1}}."""
     lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
              "| --- |" + " --- |" * (len(seeds) + 2)]
     for method, by_seed in results.items():
@@ -120,7 +116,7 @@ def compare(values, extra_args, stdout, stderr):
     output = values.output or os.path.join(values.runs_dir, "methods_table.json")
     tool_cli.write_json_atomically(output, {
         "regime": values.regime, "train_args": extra_args, "metric": METRIC,
-        "seeds": values.seeds, "top1": results})
+        "seeds": values.seeds, METRIC: results})
     stdout.write(table(results, values.seeds) + "\n")
     stdout.write(f"Written to {output}.\n")
     return 0

@@ -10,8 +10,8 @@ images from a fixed set of embeddings, keeps the labels of
 --labelled_per_class images per class, propagates them to the rest with LLP
 (locally weighted kNN), the plain weighted kNN, label spreading, label
 propagation and the DLP diffusion, and prints each method's accuracy on the
-unlabelled drawn images (mean and standard deviation over the draws) next
-to the paper's Table 5. The embeddings are a run's memory bank (scored with
+unlabelled drawn images (a fraction; mean and standard deviation over the
+draws) next to the paper's Table 5. The embeddings are a run's memory bank (scored with
 the dataset's true training labels), a split embedded with the run's model
 (--embed_split), or any features file. Results go to a JSON file.
 """
@@ -166,14 +166,15 @@ def default_output(run_dir, features_path):
 
 
 def format_table(comparison):
-    """str: one line per method: title, mean %, std, the paper's Table 5 row."""
-    header = f"{'method':<32} {'accuracy %':>10} {'std':>6}   paper Table 5"
+    """str: one line per method: title, mean accuracy, std, the paper's Table 5
+    row (fractions, as every accuracy: llp_tf.training.metrics)."""
+    header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"
     lines = [header, "-" * len(header)]
     for method in comparison.methods:
-        paper = (f"{method.paper_accuracy:.1f} ({method.paper_name})"
+        paper = (f"{method.paper_accuracy:.3f} ({method.paper_name})"
                  if method.paper_accuracy is not None else "-")
-        lines.append(f"{method.title:<32} {100 * comparison.mean(method.name):>10.2f} "
-                     f"{100 * comparison.std(method.name):>6.2f}   {paper}")
+        lines.append(f"{method.title:<32} {comparison.mean(method.name):>8.4f} "
+                     f"{comparison.std(method.name):>6.4f}   {paper}")
     return "\n".join(lines)
 
 
@@ -186,11 +187,11 @@ def results_json(comparison, protocol, settings, source):
         "methods": {
             m.name: {
                 "title": m.title,
-                "accuracy_percent_mean": 100 * comparison.mean(m.name),
-                "accuracy_percent_std": 100 * comparison.std(m.name),
-                "accuracy_percent_per_draw": [100 * float(a) for a in comparison.accuracy[m.name]],
+                "accuracy_mean": comparison.mean(m.name),
+                "accuracy_std": comparison.std(m.name),
+                "accuracy_per_draw": [float(a) for a in comparison.accuracy[m.name]],
                 "seconds": comparison.seconds[m.name],
-                "paper_table5": ({"name": m.paper_name, "accuracy_percent": m.paper_accuracy}
+                "paper_table5": ({"name": m.paper_name, "accuracy": m.paper_accuracy}
                                  if m.paper_accuracy is not None else None),
             } for m in comparison.methods},
         "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
@@ -282,7 +283,7 @@ def run_comparison(options, stream=sys.stdout):
     stream.flush()
 
     def on_draw(number, total, accuracy, seconds):
-        scores = " ".join(f"{name} {100 * value:.1f}" for name, value in accuracy.items())
+        scores = " ".join(f"{name} {value:.4f}" for name, value in accuracy.items())
         stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
         stream.flush()
 

@@ -10,12 +10,12 @@ it), once (evaluation preprocessing, one centre crop at the run's image size)
 into a disk cache (--cache_dir: N x F x 4 bytes per split, e.g. 20 GB for
 Places205's 2.45M training images and ResNet-50's F = 2048; memory stays
 flat), and trains a linear softmax readout on them with SGD from
---learning_rate, dropping the rate x0.1 when validation top-1 saturates (at
-most --max_drops times). --protocol=online trains the readout as the paper
+--learning_rate, dropping the rate x0.1 when validation top-1 (val_top1)
+saturates (at most --max_drops times). --protocol=online trains the readout as the paper
 does, through the frozen trunk on freshly augmented images at every step.
 The same is done on a randomly initialised trunk of the same architecture as
 a contrast. Prints a table and writes the results as JSON (default
-``<run_dir>/linear_probe_<dataset>.json``).
+``<run_dir>/linear_probe_<dataset>.json``); accuracies are fractions.
 """
 
 import os
@@ -139,13 +139,14 @@ def output_path(run_dir, dataset, output):
 
 
 def format_table(rows):
-    """The summary table; rows: list of (trunk name, ProbeResult)."""
-    header = (f"{'trunk':<8} {'top-1':>7} {'top-5':>7} {'best top-1':>11} {'at epoch':>8} "
-              f"{'epochs':>6} {'drops':>5} {'train s':>7}")
+    """The summary table; rows: list of (trunk name, ProbeResult). Accuracies are
+    fractions under their metric names (llp_tf.training.metrics)."""
+    header = (f"{'trunk':<8} {'val_top1':>8} {'val_top5':>8} {'best_val_top1':>13} "
+              f"{'at epoch':>8} {'epochs':>6} {'drops':>5} {'train s':>7}")
     lines = [header]
     for name, result in rows:
-        lines.append(f"{name:<8} {100 * result.top1:7.2f} {100 * result.top5:7.2f} "
-                     f"{100 * result.best_top1:11.2f} {result.best_epoch:8d} "
+        lines.append(f"{name:<8} {result.val_top1:8.4f} {result.val_top5:8.4f} "
+                     f"{result.best_val_top1:13.4f} {result.best_epoch:8d} "
                      f"{result.epochs:6d} {result.drops:5d} {result.seconds:7.1f}")
     return "\n".join(lines)
 
@@ -232,7 +233,7 @@ def run_probe(options, stream):
         "trained": results["trained"], "random": results.get("random"),
     }
     tool_cli.write_json_atomically(path, payload)
-    note = (f"(top-5 is top-{rows[0][1].top5_k}: the dataset has "
+    note = (f"(val_top5 is top-{rows[0][1].top5_k}: the dataset has "
             f"{counted(info.num_classes, 'class')})\n"
             if info.num_classes < readout.TOP_K else "")
     stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")

@@ -7,11 +7,11 @@ the embedding analysis reads them.
   their true classes.
 
 Edge conventions: with no unlabelled row of known true class (every example
-labelled) the pseudo-label statistics are NaN and evaluation leaves them out
-of ``metrics.jsonl``; with no pseudo-labelled row (warm-up) coverage and
-accuracy are 0 and so is the mean confidence (coverage 0 already says that
-there is none, and 0 keeps the logged value a number). A class with no row
-has a NaN score and is left out of the mean.
+labelled) the pseudo-label statistics are NaN; with no pseudo-labelled row
+(the warm-up, before the first propagation) coverage is 0 and accuracy and
+mean confidence are NaN, as they do not apply yet. Evaluation leaves the
+three out of ``metrics.jsonl`` in both cases. A class with no row has a NaN
+score and is left out of the mean.
 """
 
 import dataclasses
@@ -89,10 +89,11 @@ class PseudoLabelStats:
         instance id).
       accuracy: float, the fraction whose label is their true class (rows
         still holding an instance id count as wrong).
-      confidence: float, the mean confidence of the pseudo-labelled ones
-        (0 if none: coverage 0 already says there are none).
+      confidence: float, the mean confidence of the pseudo-labelled ones.
 
-    With ``unlabelled`` 0 (every row labelled) the three fractions are NaN.
+    With ``unlabelled`` 0 (every row labelled) the three fractions are NaN;
+    with no pseudo-labelled row (nothing propagated yet), accuracy and
+    confidence are.
     """
 
     unlabelled: int
@@ -126,8 +127,10 @@ def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor |
     if not unlabelled.any():
         return PseudoLabelStats(0, math.nan, math.nan, math.nan)
     pseudo = unlabelled & has_class
+    if not pseudo.any():
+        return PseudoLabelStats(int(unlabelled.sum()), 0.0, math.nan, math.nan)
     return PseudoLabelStats(
         unlabelled=int(unlabelled.sum()),
         coverage=float(np.mean(has_class[unlabelled])),
         accuracy=float(np.mean(bank_labels[unlabelled] == true_classes[unlabelled])),
-        confidence=float(np.mean(confidence[pseudo])) if pseudo.any() else 0.0)
+        confidence=float(np.mean(confidence[pseudo])))

@@ -6,19 +6,22 @@
   good checkpoint;
 - `EvaluationLog`: write an evaluation to ``metrics.jsonl``, TensorBoard and
   the log;
-- `PlateauRule`: count evaluations without a new best top-1 and drop the
-  learning rate after ``patience`` of them.
+- `PlateauRule`: count evaluations without a new best ``val_top1`` and drop
+  the learning rate after ``patience`` of them.
 """
 
 import sys
-from typing import Callable, Optional, TextIO
+from typing import Callable, Mapping, Optional, TextIO
 
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import LLPError
+from llp_tf.training import summaries
 from llp_tf.training.controller import EvalOutput, LoopOutput
+from llp_tf.training.metrics import validation_name
+from llp_tf.training.progress import format_metrics
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.schedule import PlateauTracker
 
@@ -64,31 +67,34 @@ class EvaluationLog:
 
     Args:
       run_directory: `RunDirectory`.
-      writer: `tf.summary` writer of the validation run (`summaries.VALIDATION_RUN`).
+      writers: run name -> `tf.summary` writer (`summaries.make_writers`).
       stream: where the one-line summary goes.
     """
 
-    def __init__(self, run_directory: RunDirectory, writer: tf.summary.SummaryWriter,
+    #: Left out of the log line: the same at every evaluation.
+    NOT_LOGGED = (validation_name("examples"),)
+
+    def __init__(self, run_directory: RunDirectory,
+                 writers: Mapping[str, tf.summary.SummaryWriter],
                  stream: Optional[TextIO] = None) -> None:
         self.run_directory = run_directory
-        self.writer = writer
+        self.writers = writers
         self.stream = stream or sys.stdout
 
     def __call__(self, output: EvalOutput) -> None:
         row, evaluated = output.row, output.evaluated
-        with self.writer.as_default(step=row["step"]):
-            for name, value in evaluated.items():
-                tf.summary.scalar(name, value)
+        summaries.write_scalars(self.writers, evaluated, row["step"])
         # On disk before the epoch's checkpoint, as the training summaries: a
         # resume drops those past its checkpoint.
-        self.writer.flush()
+        for writer in self.writers.values():
+            writer.flush()
         self.run_directory.append_metrics(row)
-        log_line(self.stream, f"epoch {row['epoch']}: " + " ".join(
-            f"{name} {value:.4f}" for name, value in evaluated.items() if name != "examples"))
+        log_line(self.stream, f"epoch {row['epoch']}: " + format_metrics(
+            {name: value for name, value in evaluated.items() if name not in self.NOT_LOGGED}))
 
 
 class PlateauRule:
-    """Feeds validation top-1 of the phases the method names to a `PlateauTracker`.
+    """Feeds ``val_top1`` of the phases the method names to a `PlateauTracker`.
 
     Args:
       tracker: `schedule.PlateauTracker` (its state is in the checkpoint).
@@ -106,6 +112,6 @@ class PlateauRule:
 
     def __call__(self, output: EvalOutput) -> None:
         if (self.tracks_plateau(output.phase)
-                and self.tracker.update(output.evaluated["top1"])):
+                and self.tracker.update(output.evaluated[validation_name("top1")])):
             log_line(self.stream, "Validation top-1 has plateaued: the learning rate drops "
                                   f"x{self.drop_factor} from the next epoch.")

@@ -26,7 +26,7 @@ from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.preemption import TrainingStopped
-from llp_tf.training.progress import EpochProgress, RunClock
+from llp_tf.training.progress import LEARNING_RATE, EpochProgress, RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,8 @@ class EvalOutput:
 
     Attributes:
       row: dict, the metrics-file line (epoch, step, phase, learning rate,
-        the epoch's training means and ``evaluated``).
+        the epoch's training means and ``evaluated``), named by the rule of
+        `llp_tf.training.metrics`.
       evaluated: dict name -> float, the evaluation's metrics.
       phase: str, the method's phase of the evaluated epoch.
     """
@@ -101,7 +102,8 @@ class Controller:
       make_iterator: (epoch, start_step) -> distributed iterator of the
         epoch's remaining global batches.
       evaluate: () -> dict of evaluation metrics.
-      writer: `tf.summary` writer of the training metrics (`summaries.TRAIN_RUN`).
+      writer: `tf.summary` writer of the training metrics (`summaries.TRAIN_RUN`:
+        their names have no ``val_``).
       train_actions: `Action`s called with each loop's `LoopOutput`, before
         its steps count (the NaN guard).
       eval_actions: `Action`s called with each evaluation's `EvalOutput`.
@@ -170,10 +172,11 @@ class Controller:
         epoch_done = epoch + 1
         row = None
         if epoch_done % settings.eval_every == 0 or epoch_done == settings.epochs:
-            train_means = self.totals.means(self.method.metric_names(phase))
+            train_means = self.method.reported(
+                self.totals.means(self.method.metric_names(phase)))
             evaluated = self.evaluate()
             row = {"epoch": epoch_done, "step": int(self.step.numpy()), "phase": phase,
-                   "learning_rate": learning_rate, **train_means, **evaluated}
+                   LEARNING_RATE: learning_rate, **train_means, **evaluated}
             for action in self.eval_actions:
                 action(EvalOutput(row, evaluated, phase))
         saved = self._save(int(self.step.numpy()))
@@ -196,12 +199,13 @@ class Controller:
             action(LoopOutput(global_step, steps, metrics))
         self.step.assign_add(steps)
         global_step += steps
-        means = {name: float(np.mean(values)) for name, values in metrics.items()}
+        means = self.method.reported({name: float(np.mean(values))
+                                      for name, values in metrics.items()})
         self.totals.add(metrics)
         with self.writer.as_default(step=global_step):
             for name, value in means.items():
                 tf.summary.scalar(name, value)
-            tf.summary.scalar("learning_rate", learning_rate)
+            tf.summary.scalar(LEARNING_RATE, learning_rate)
         progress.update(start + steps, means)
         if start + steps < settings.steps_per_epoch:  # epoch ends: see _epoch
             if global_step % settings.checkpoint_every == 0:

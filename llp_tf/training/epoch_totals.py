@@ -1,7 +1,8 @@
 """Running sums of an epoch's training metrics, kept in the checkpoint.
 
-The ``train_*`` columns of an evaluation row are the means of the epoch's
-per-step training metrics. Keeping their running sums in the checkpoint
+The training columns of an evaluation row (``loss``, ...: unprefixed, by
+the rule of `llp_tf.training.metrics`) are the means of the epoch's per-step
+training metrics. Keeping their running sums in the checkpoint
 makes an epoch that was resumed in its middle report the mean of all its
 steps, not only of those after the resume. A checkpoint written before these
 sums existed restores without them (see `RunCheckpoints`): such an epoch
@@ -47,6 +48,6 @@ class EpochTotals(tf.Module):
             self.counts[name].assign_add(int(np.size(values)))
 
     def means(self, names: Sequence[str]) -> dict[str, float]:
-        """``{"train_<name>": mean}`` of ``names`` (in that order) that have values."""
-        return {f"train_{name}": float(self.sums[name].numpy()) / int(self.counts[name].numpy())
+        """``{name: mean}`` of ``names`` (in that order) that have values."""
+        return {name: float(self.sums[name].numpy()) / int(self.counts[name].numpy())
                 for name in names if int(self.counts[name].numpy()) > 0}

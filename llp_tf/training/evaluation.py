@@ -1,13 +1,18 @@
 """Evaluation of a run: validation accuracy and the memory bank's state.
 
-- softmax top-1 / top-5 of the category head on the validation split, and
-  its cross-entropy with the validation labels (``categorisation``, the
-  training term's counterpart, without confidence weights);
-- nearest neighbour (NN) top-1: the true training label of the bank row
-  closest to the validation image's embedding (as in the paper's ablations);
-- pseudo-label accuracy, coverage and mean confidence on the unlabelled
-  examples, where their true labels are known (a diagnostic);
-- aggregation score: per class, the L2 norm of the mean bank row of the
+Named by the rule of `llp_tf.training.metrics`:
+
+- ``val_top1`` / ``val_top5``: softmax top-1 / top-5 of the category head
+  on the validation split, and ``val_categorisation``, its cross-entropy
+  with the validation labels (the training term's counterpart, without
+  confidence weights), over ``val_examples`` real examples;
+- ``val_nn_top1``, nearest neighbour (NN) top-1: the true training label of
+  the bank row closest to the validation image's embedding (as in the
+  paper's ablations);
+- ``pseudo_label_accuracy``, ``_coverage`` and ``_confidence`` on the
+  unlabelled examples, where their true labels are known (a diagnostic),
+  once some of them have a pseudo label;
+- ``aggregation_score``: per class, the L2 norm of the mean bank row of the
   class's examples (higher is tighter), averaged over classes.
 
 Each is defined once, in `llp_tf.training.metrics` (the per-batch counts)
@@ -59,15 +64,15 @@ class Evaluator:
           num_steps: int, its number of global batches (`pipeline.eval_steps`).
 
         Returns:
-          dict of metric name -> Python float.
+          dict of metric name -> Python float (``val_examples``: int).
         """
         counts = self._eval_loop(iter(distributed_dataset), tf.constant(num_steps))
         counts = {name: float(value.numpy()) for name, value in counts.items()}
-        total = max(counts.pop("examples"), 1.0)
-        metrics = {"top1": counts["top1"] / total, "top5": counts["top5"] / total,
-                   "categorisation": counts["categorisation"] / total, "examples": total}
+        examples = int(round(counts.pop("examples")))
+        metrics = {metrics_lib.validation_name(name): value / max(examples, 1)
+                   for name, value in counts.items()}
+        metrics[metrics_lib.validation_name("examples")] = examples
         if self.bank is not None:
-            metrics["nn_top1"] = counts["nn_top1"] / total
             metrics.update(self.bank_metrics())
         return metrics
 
@@ -77,15 +82,16 @@ class Evaluator:
         Returns:
           dict of metric name -> Python float: ``aggregation_score`` (the
           mean of `bank_statistics.aggregation_scores` on the true classes)
-          and, when some unlabelled row has a known true class,
-          ``pseudo_label_accuracy``, ``pseudo_label_coverage`` and
-          ``pseudo_label_confidence`` (`bank_statistics.pseudo_label_stats`).
+          and, once some unlabelled row of known true class has a pseudo
+          label (not in the warm-up), ``pseudo_label_accuracy``,
+          ``pseudo_label_coverage`` and ``pseudo_label_confidence``
+          (`bank_statistics.pseudo_label_stats`).
         """
         stats = bank_statistics.pseudo_label_stats(
             self.bank.labels.numpy(), self.bank.confidence.numpy(),
             self.bank.is_labelled.numpy(), self.bank_true_labels, self.num_classes)
         metrics = {}
-        if stats.unlabelled:
+        if stats.coverage > 0:  # NaN (every row labelled) is not
             metrics["pseudo_label_accuracy"] = stats.accuracy
             metrics["pseudo_label_coverage"] = stats.coverage
             metrics["pseudo_label_confidence"] = stats.confidence

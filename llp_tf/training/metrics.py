@@ -1,17 +1,57 @@
-"""The per-batch evaluation counts on the validation split, each defined once.
+"""A run's metrics: the one rule of their names and units, and the per-batch
+evaluation counts.
 
-The number of real (unmasked) examples whose label is the softmax top-1 or
-among the top-k classes (`top_k_count`), or the true class of the nearest
-bank row (`nearest_neighbour_count`), and the sum of their cross-entropies
-(`cross_entropy_sum`); evaluation sums them over the split and divides by
-the number of real examples. The statistics of the bank's
-state are `llp_tf.core.bank_statistics`.
+Names follow Keras's History (``loss``, ``val_loss``), in the progress and
+evaluation lines, ``metrics.jsonl``, TensorBoard, and the probe's and the
+comparisons' output alike:
+
+- a metric measured on the validation split starts with ``val_``
+  (`VALIDATION_PREFIX`): ``val_top1``, ``val_top5``, ``val_categorisation``
+  (the category head's cross-entropy), ``val_nn_top1``, ``val_examples``; a
+  second evaluated model puts its name after the prefix (Mean Teacher's
+  student: ``val_student_top1``; `validation_name`);
+- every other metric has no prefix: the terms of a training step (``loss``,
+  ``categorisation``, ``confidence``, ...; a loop's mean in the progress line
+  and TensorBoard, the epoch's mean in ``metrics.jsonl``), the statistics of
+  the memory bank of training examples (``aggregation_score``,
+  ``pseudo_label_accuracy``, ...) and ``learning_rate``;
+- TensorBoard shows a metric under its name without ``val_``, in the
+  ``validation`` run when it has the prefix and in the ``train`` run when not,
+  as Keras's TensorBoard callback does, so a training term and its
+  validation counterpart (``categorisation``, ``val_categorisation``) share
+  one chart (`llp_tf.training.summaries`).
+
+Units: accuracies, coverages, shares of examples and confidences are
+fractions in [0, 1] wherever they are written or printed, tables included;
+no tool prints percent. Counts are integers. A metric that does not apply
+(the pseudo-label statistics before the first propagation; ``confidence``
+over steps whose rows have no class) is absent, never 0. Values are printed
+by `llp_tf.training.progress.format_value`: integers as integers,
+``learning_rate`` to 6 significant digits, other floats to 4. Rows written
+under earlier names are read back under these
+(`llp_tf.training.run_directory.RENAMED`).
+
+The per-batch counts: the number of real (unmasked) examples whose label is
+the softmax top-1 or among the top-k classes (`top_k_count`), or the true
+class of the nearest bank row (`nearest_neighbour_count`), and the sum of
+their cross-entropies (`cross_entropy_sum`); evaluation sums them over the
+split and divides by the number of real examples. The statistics of the
+bank's state are `llp_tf.core.bank_statistics`.
 """
 
 import tensorflow as tf
 
 from llp_tf.core import propagation
 from llp_tf.types import BoolTensor, FloatTensor, IntTensor
+
+#: The prefix of a metric measured on the validation split.
+VALIDATION_PREFIX = "val_"
+
+
+def validation_name(name: str, model: str = "") -> str:
+    """The name of the validation metric ``name`` (``top1`` -> ``val_top1``), of
+    the evaluated ``model`` when one is named (``val_student_top1``)."""
+    return f"{VALIDATION_PREFIX}{model}_{name}" if model else VALIDATION_PREFIX + name
 
 
 def _masked_sum(hits, mask):
@@ -31,7 +71,7 @@ def top_k_count(logits: FloatTensor, labels: IntTensor, mask: BoolTensor | Float
       k: int; more than C counts every example (top-5 of fewer classes).
 
     Ties: top-1 takes the first largest logit (`tf.argmax`), as the
-    logged ``top1`` always has; for k > 1 a tie at the k-th value counts as
+    logged ``val_top1`` always has; for k > 1 a tie at the k-th value counts as
     a hit (`tf.math.in_top_k`).
     """
     labels = tf.cast(labels, tf.int64)

@@ -4,13 +4,35 @@ On an interactive terminal the bar is rewritten in place (step, loss terms,
 images/s, ETA of the epoch and, with a `RunClock`, of the whole run). When
 output goes to a file or pipe, or ``CI`` is set, a plain line is printed at
 most every ``log_every_seconds`` and at the end of the epoch, so logs stay
-readable.
+readable. Metric values are printed by `format_value`, the rule of every
+line and table of metrics (`llp_tf.training.metrics`).
 """
 
+import numbers
 import os
 import sys
 import time
-from typing import Mapping, Optional, TextIO
+from typing import Any, Mapping, Optional, TextIO
+
+#: The metric printed to more significant digits than the others.
+LEARNING_RATE = "learning_rate"
+
+
+def format_value(name: str, value: Any) -> str:
+    """str of a metric's value: an integer (a count, an epoch, a step) as an
+    integer, ``learning_rate`` to 6 significant digits (``0.00375``), any
+    other float to 4 with its decimal point kept (``1.000``, ``0.0001234``),
+    anything else as ``str``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return format(float(value), ".6g" if name == LEARNING_RATE else "#.4g")
+    return str(value)
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> str:
+    """``"name value name value ..."`` of ``metrics`` in order (`format_value`)."""
+    return " ".join(f"{name} {format_value(name, value)}" for name, value in metrics.items())
 
 
 def is_interactive(stream: TextIO) -> bool:
@@ -107,7 +129,7 @@ class EpochProgress:
                      if steps_done > 0 else 0.0)
         filled = int(self.BAR_WIDTH * self.step / max(self.total_steps, 1))
         bar = "#" * filled + "." * (self.BAR_WIDTH - filled)
-        terms = " ".join(f"{name} {value:.4g}" for name, value in metrics.items())
+        terms = format_metrics(metrics)
         timing = (f"{rate:.0f} img/s ETA {_format_duration(remaining)}"
                   if self.step < self.total_steps else f"{rate:.0f} img/s "
                   f"in {_format_duration(elapsed)}")

@@ -7,7 +7,10 @@ A run lives in one directory, written by training and read by every tool
 newest ``keep`` kept), ``metrics.jsonl`` (one JSON object per evaluation)
 and ``tensorboard/``. A resumed run first drops the metrics rows and
 TensorBoard events past the step it resumes from
-(`RunDirectory.drop_records_after`), so every epoch appears once.
+(`RunDirectory.drop_records_after`), so every epoch appears once. The
+metrics file is read back under today's metric names (`read_metrics`,
+`RENAMED`), without TensorFlow: a tool that only reads metrics (e.g.
+``tools/compare_methods.py``) does not load it.
 
 The checkpoint's items are the checkpoint format, kept so that runs of
 earlier versions resume and export: ``model``, ``optimizer``, ``step`` and
@@ -21,8 +24,6 @@ import os
 import shutil
 from typing import Any, Mapping, Optional
 
-import tensorflow as tf
-
 from llp_tf.errors import DataError
 from llp_tf.training.run_lock import LOCK_FILE
 
@@ -32,6 +33,45 @@ CHECKPOINT_DIR = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 HISTORY_FILE = "config_history.jsonl"
+
+#: Metric names written to ``metrics.jsonl`` by earlier versions -> today's
+#: (the rule of `llp_tf.training.metrics`): validation metrics were unprefixed
+#: and training means prefixed ``train_``. ``read_metrics`` renames them, so
+#: runs made before the rule read back under it. Left as written:
+#: ``train_confidence``, a mean over every row (rows without a class at
+#: confidence 1), not the mean over the rows with a class that ``confidence``
+#: is; the names that kept their meaning and name (``epoch``, ``step``,
+#: ``phase``, ``learning_rate``, ``aggregation_score``, ``pseudo_label_*``:
+#: an old warm-up row keeps the zeros it logged for the last).
+RENAMED = {
+    "top1": "val_top1", "top5": "val_top5", "categorisation": "val_categorisation",
+    "nn_top1": "val_nn_top1", "examples": "val_examples",
+    "student_top1": "val_student_top1", "student_top5": "val_student_top5",
+    "student_categorisation": "val_student_categorisation",
+    "student_examples": "val_student_examples",
+    "train_loss": "loss", "train_aggregation": "aggregation",
+    "train_categorisation": "categorisation", "train_weight_decay": "weight_decay",
+    "train_pseudo_labelled": "pseudo_labelled", "train_consistency": "consistency",
+    "train_consistency_weight": "consistency_weight", "train_ema_decay": "ema_decay",
+    "train_labelled": "labelled", "train_unlabelled": "unlabelled",
+    "train_unlabelled_weight": "unlabelled_weight", "train_mask": "mask",
+}
+#: The counts an earlier version wrote as floats (``1000.0``), by today's name.
+_COUNTS = ("val_examples", "val_student_examples")
+
+
+def current_names(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics row under today's names: a row written before them renamed by
+    `RENAMED` (its counts made integers); a row written since returned as it is.
+
+    ``categorisation`` is the one name of both: today's training term, and
+    an old row's validation cross-entropy. An old row is told by its other
+    old names (every old row has ``top1``)."""
+    if not any(name in RENAMED and name != "categorisation" for name in row):
+        return dict(row)
+    renamed = {RENAMED.get(name, name): value for name, value in row.items()}
+    return {name: int(value) if name in _COUNTS else value for name, value in renamed.items()}
+
 
 #: What training writes in a run directory, beside its lock.
 TRAINING_RECORD = (CONFIG_FILE, HISTORY_FILE, SPLIT_FILE, CHECKPOINT_DIR, METRICS_FILE,
@@ -74,10 +114,12 @@ class RunDirectory:
 
     def latest_checkpoint(self) -> Optional[str]:
         """str or None: the newest checkpoint's path."""
+        import tensorflow as tf  # noqa: PLC0415 -- see the module docstring
         return tf.train.latest_checkpoint(self.checkpoint_dir)
 
     def checkpoint_paths(self) -> list[str]:
         """list of str: the kept checkpoints, oldest first (may be empty)."""
+        import tensorflow as tf  # noqa: PLC0415 -- see the module docstring
         state = tf.train.get_checkpoint_state(self.checkpoint_dir)
         return [] if state is None else list(state.all_model_checkpoint_paths)
 
@@ -143,13 +185,18 @@ class RunDirectory:
         """Appends one evaluation's dict of metrics as a JSON line."""
         self.append_json_line(METRICS_FILE, row)
 
-    def read_metrics(self) -> list[dict]:
-        """list of dict: the metrics file's rows in order ([] if there is none).
+    def read_metrics(self, *, drop_torn_last_line: bool = False) -> list[dict]:
+        """list of dict: the metrics file's rows in order, under today's metric
+        names (`current_names`); [] if there is none.
+
+        Args:
+          drop_torn_last_line: as `read_json_lines`' (a run killed mid-write).
 
         Raises:
           DataError: a line that is not JSON (the file was damaged).
         """
-        return self.read_json_lines(METRICS_FILE)
+        return [current_names(row) for row in
+                self.read_json_lines(METRICS_FILE, drop_torn_last_line=drop_torn_last_line)]
 
     def drop_records_after(self, step: int) -> int:
         """Forgets what was recorded past global step ``step``, the step a run
@@ -198,6 +245,7 @@ def start_afresh(run_dir: str, overwrite: bool, chief: bool) -> tuple[bool, Opti
 def _trim_event_file(path: str, step: int) -> None:
     """Rewrites a TensorBoard event file without its summaries past ``step`` (and
     without a last record torn by a crash); leaves it alone if nothing goes."""
+    import tensorflow as tf  # noqa: PLC0415 -- see the module docstring
     records = []
     try:
         for record in tf.data.TFRecordDataset(path):
@@ -216,6 +264,7 @@ def _trim_event_file(path: str, step: int) -> None:
 
 
 def _is_summary_after(record: bytes, step: int) -> bool:
+    import tensorflow as tf  # noqa: PLC0415 -- see the module docstring
     event = tf.compat.v1.Event.FromString(record)
     return event.HasField("summary") and event.step > step
 

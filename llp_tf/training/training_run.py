@@ -32,6 +32,7 @@ from llp_tf.training.evaluation import Evaluator
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.training import actions
+from llp_tf.training import metrics as metrics_lib
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
@@ -39,6 +40,7 @@ from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
+from llp_tf.training.progress import format_value
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory, start_afresh
 from llp_tf.training.run_lock import RunLock
@@ -174,8 +176,9 @@ def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
 
 def _evaluate_fn(config, source, strategy, method, split):
     """() -> the metrics of every model of `Method.evaluated_models`, those of the
-    extra ones prefixed (``student_top1``); the bank's metrics and the count of
-    ``examples`` go with the unprefixed model."""
+    extra ones named after the model (``val_student_top1``:
+    `metrics.validation_name`); the bank's metrics and the count of
+    ``val_examples`` go with the model of plain names."""
     bank_labels = split.train_labels[split.used_index]
     evaluators = {prefix: Evaluator(strategy, model, None if prefix else method.bank,
                                     bank_labels, source.info.num_classes)
@@ -185,19 +188,23 @@ def _evaluate_fn(config, source, strategy, method, split):
         source, batch, config.data.image_size, excluded_index=split.excluded_validation))
     steps = pipeline.eval_steps(source.info.num_validation - split.excluded_validation.size,
                                 batch)
-    return lambda: {f"{prefix}_{name}" if prefix else name: value
-                    for prefix, evaluator in evaluators.items()
+    prefix = metrics_lib.VALIDATION_PREFIX
+
+    def of_model(model, name):  # an extra model is evaluated without a bank
+        return metrics_lib.validation_name(name[len(prefix):], model) if model else name
+
+    return lambda: {of_model(model, name): value
+                    for model, evaluator in evaluators.items()
                     for name, value in evaluator.evaluate(dataset, steps).items()
-                    if not (prefix and name == "examples")}
+                    if not (model and name == metrics_lib.validation_name("examples"))}
 
 
 def format_table(metrics: Mapping[str, Any]) -> str:
-    """A two-column text table of metric name and value."""
+    """A two-column text table of metric name and value (`progress.format_value`)."""
     width = max(len(name) for name in metrics)
     lines = [f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
     for name, value in metrics.items():
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-        lines.append(f"{name.ljust(width)}  {shown}")
+        lines.append(f"{name.ljust(width)}  {format_value(name, value)}")
     return "\n".join(lines)
 
 
@@ -262,8 +269,8 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                 stop_requested):
     run_directory = RunDirectory(config.run_dir)
     optimization, run, method = config.optimization, config.run, state.method
-    writer, validation_writer = summaries.make_writers(run_directory.tensorboard_dir, chief)
-    logs = [actions.EvaluationLog(run_directory, validation_writer, stream)] if chief else []
+    writers = summaries.make_writers(run_directory.tensorboard_dir, chief)
+    logs = [actions.EvaluationLog(run_directory, writers, stream)] if chief else []
     checkpoints = state.checkpoints
     spec = method.input_spec(_training_split(split))
     augmentation = config.data.augmentation
@@ -273,7 +280,7 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
         method=method, runner=StepRunner(method, prepare), step=state.step,
         totals=state.totals,
         checkpoints=checkpoints,
-        optimizer=state.optimizer, writer=writer, stream=stream,
+        optimizer=state.optimizer, writer=writers[summaries.TRAIN_RUN], stream=stream,
         settings=LoopSettings(optimization.epochs, steps_per_epoch,
                               optimization.global_batch_size, run.steps_per_loop,
                               run.checkpoint_every, run.eval_every),

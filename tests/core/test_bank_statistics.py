@@ -18,8 +18,10 @@ def _reference_pseudo_label_stats(labels, confidence, is_labelled, true, c):
     if not rows:
         return 0, math.nan, math.nan, math.nan
     pseudo = [i for i in rows if 0 <= labels[i] < c]
+    if not pseudo:  # nothing propagated yet: accuracy and confidence do not apply
+        return len(rows), 0.0, math.nan, math.nan
     right = [i for i in rows if labels[i] == true[i]]
-    mean_confidence = (sum(float(confidence[i]) for i in pseudo) / len(pseudo)) if pseudo else 0.0
+    mean_confidence = sum(float(confidence[i]) for i in pseudo) / len(pseudo)
     return len(rows), len(pseudo) / len(rows), len(right) / len(rows), mean_confidence
 
 
@@ -59,14 +61,17 @@ def test_pseudo_label_stats_edges():
         "no unlabelled row": (labels, confidence, np.ones(50, bool), true),
         "only unknown classes unlabelled": (labels, confidence, is_labelled,
                                             np.where(is_labelled, true, -1)),
-        # Warm-up: every unlabelled row still holds its instance id.
+        # Warm-up: every unlabelled row still holds its instance id; coverage 0,
+        # accuracy and confidence NaN (not applicable).
         "no pseudo label": (np.where(is_labelled, labels, 3 + np.arange(50)), confidence,
                             is_labelled, true),
     }
     for name, case in cases.items():
         want = _reference_pseudo_label_stats(*case, 3)
         _assert_stats(bank_statistics.pseudo_label_stats(*case, 3), want)
-    assert _reference_pseudo_label_stats(*cases["no pseudo label"], 3)[1:] == (0.0, 0.0, 0.0)
+    warm_up = bank_statistics.pseudo_label_stats(*cases["no pseudo label"], 3)
+    assert warm_up.unlabelled > 0 and warm_up.coverage == 0.0
+    assert math.isnan(warm_up.accuracy) and math.isnan(warm_up.confidence)
 
 
 def _reference_scores(rows, classes, c):

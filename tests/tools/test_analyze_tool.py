@@ -42,7 +42,8 @@ def test_the_tool_prints_the_summary_and_writes_into_the_run(run_copy):
     assert err == ""
     assert f"mean over 4 classes: {_last_logged_score(run_copy):.4f} on true classes" in out
     assert "checkpoint 7/7 (step 15)" in out  # progress of the trajectory
-    assert "kept checkpoints: step 3 (epoch 0.6)" in out
+    assert "kept checkpoints: step 3 (epoch 0.60)" in out
+    assert "step 15, epoch 3 of 3 (warm-up" in out  # an epoch's end: no "3.0"
     assert "MDS: 30 bank rows (8 labelled) of classes" in out
     for name in OUTPUTS:
         path = os.path.join(run_copy, "analysis", name)

@@ -20,9 +20,21 @@ def test_the_table_has_each_runs_last_top1_their_mean_and_spread(tmp_path):
         "| supervised | 0.700 | 0.600 | 0.650 | 0.100 |"]
     # The last evaluation row counts; a torn last line (a run killed mid-write) does not.
     (tmp_path / "metrics.jsonl").write_text(
-        '{"epoch": 1, "top1": 0.5}\n{"epoch": 2, "nan": 1}\n{"epoch": 2, "top1": 0.75}\n{"epo')
-    assert tool.last_evaluation(str(tmp_path)) == {"epoch": 2, "top1": 0.75}
+        '{"epoch": 1, "val_top1": 0.5}\n{"epoch": 2, "nan": 1}\n{"epoch": 2, "val_top1": 0.75}'
+        '\n{"epo')
+    assert tool.last_evaluation(str(tmp_path)) == {"epoch": 2, "val_top1": 0.75}
     assert tool.last_evaluation(str(tmp_path / "absent")) is None
+
+
+def test_a_run_of_an_earlier_version_is_read_under_todays_names(tmp_path):
+    tool = load_tool("compare_methods.py")
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"epoch": 2, "step": 10, "train_loss": 1.5, "top1": 0.75, "examples": 40.0}\n')
+    assert tool.last_evaluation(str(tmp_path)) == {"epoch": 2, "step": 10, "loss": 1.5,
+                                                   "val_top1": 0.75, "val_examples": 40}
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "val_top1": 0.5}\n{"epo\n{}\n')
+    with pytest.raises(tool.ComparisonError, match=r"Line 2 of .*metrics.jsonl is not JSON"):
+        tool.last_evaluation(str(tmp_path))
 
 
 @pytest.mark.slow  # 35 s: four tiny runs
@@ -35,10 +47,11 @@ def test_runs_every_method_and_seed_and_a_finished_run_is_not_trained_again(tmp_
     for seed in ("0", "1"):
         rows = [json.loads(line) for line in
                 (tmp_path / f"supervised_seed{seed}" / "metrics.jsonl").read_text().splitlines()]
-        assert table["top1"]["supervised"][seed] == rows[-1]["top1"]
+        assert table["val_top1"]["supervised"][seed] == rows[-1]["val_top1"]
         config = json.loads((tmp_path / f"supervised_seed{seed}" / "config.json").read_text())
         assert (config["method"]["name"], config["run"]["seed"]) == ("supervised", int(seed))
-    assert table["top1"]["supervised"]["0"] != table["top1"]["supervised"]["1"]
+    assert table["metric"] == "val_top1"
+    assert table["val_top1"]["supervised"]["0"] != table["val_top1"]["supervised"]["1"]
     assert out.splitlines()[2].startswith("| supervised | ")
     run = tmp_path / "supervised_seed0"
 

@@ -55,8 +55,8 @@ def test_features_files_print_the_table_and_write_json(feature_files):
     table = out[out.index("method"):]
     for title in METHOD_TITLES:
         assert title in table
-    assert "88.1 (LLP)" in table and "84.6 (LS)" in table and "87.7 (LP)" in table
-    assert "89.2 (LP_DLP)" in table
+    assert "0.881 (LLP)" in table and "0.846 (LS)" in table and "0.877 (LP)" in table
+    assert "0.892 (LP_DLP)" in table
 
     written = features.parent / "feats_propagation_comparison.json"
     assert f"wrote {written}" in out
@@ -73,12 +73,12 @@ def test_features_files_print_the_table_and_write_json(feature_files):
                                             methods.standard_methods(), 4, 20, 3, 2, seed=3)
     for method in expected.methods:
         entry = report["methods"][method.name]
-        np.testing.assert_allclose(entry["accuracy_percent_per_draw"],
-                                   100 * expected.accuracy[method.name])
-        assert entry["accuracy_percent_mean"] == pytest.approx(100 * expected.mean(method.name))
-        assert entry["accuracy_percent_std"] == pytest.approx(100 * expected.std(method.name))
-        assert f"{100 * expected.mean(method.name):.2f}" in table
-    assert report["methods"]["local_knn"]["paper_table5"] == {"name": "LLP", "accuracy_percent": 88.1}
+        # Fractions, as every accuracy.
+        np.testing.assert_allclose(entry["accuracy_per_draw"], expected.accuracy[method.name])
+        assert entry["accuracy_mean"] == pytest.approx(expected.mean(method.name))
+        assert entry["accuracy_std"] == pytest.approx(expected.std(method.name))
+        assert f"{expected.mean(method.name):.4f}" in table
+    assert report["methods"]["local_knn"]["paper_table5"] == {"name": "LLP", "accuracy": 0.881}
     assert report["methods"]["knn"]["paper_table5"] is None
 
 

@@ -47,15 +47,17 @@ def test_probe_writes_json_and_prints_both_trunks(tool, tiny_llp_run, stripes, t
     for trunk in ("trained", "random"):
         probe = payload[trunk]
         assert 1 <= probe["epochs"] <= 12 and len(probe["history"]) == probe["epochs"]
-        # The reported accuracy is the last epoch's, a multiple of 1/40.
-        assert probe["top1"] == probe["history"][-1]["top1"]
-        assert round(probe["top1"] * 40, 6) == int(round(probe["top1"] * 40))
-        # The printed row shows the JSON's numbers.
+        # The reported accuracy is the last epoch's, a fraction, a multiple of 1/40.
+        assert probe["val_top1"] == probe["history"][-1]["val_top1"]
+        assert round(probe["val_top1"] * 40, 6) == int(round(probe["val_top1"] * 40))
+        assert 0 <= probe["val_top1"] <= probe["val_top5"] <= 1
+        assert probe["best_val_top1"] >= probe["val_top1"] and 0 <= probe["top1"] <= 1
+        # The printed row shows the JSON's numbers, as fractions too.
         row = re.search(rf"^{trunk}\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+\d+\s+(\d+)\s+(\d+)",
                         result.stdout, re.M)
         assert row, result.stdout
-        assert float(row.group(1)) == round(100 * probe["top1"], 2)
-        assert float(row.group(2)) == round(100 * probe["top5"], 2)
+        assert float(row.group(1)) == round(probe["val_top1"], 4)
+        assert float(row.group(2)) == round(probe["val_top5"], 4)
         assert (int(row.group(3)), int(row.group(4))) == (probe["epochs"], probe["drops"])
     # A concise summary: the start, each trunk's extraction and readout progress
     # (one line each off a terminal, for work this short), the table and the file.

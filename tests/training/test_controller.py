@@ -11,9 +11,13 @@ import tensorflow as tf
 from llp_tf.training.actions import NanGuard, TrainingDiverged
 from llp_tf.training.controller import Controller, LoopOutput, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
+from llp_tf.training.methods.base import Method
 
 
 class _FakeMethod:
+    RATIOS = {}
+    reported = Method.reported
+
     def __init__(self, warmup_epochs=1):
         self.warmup_epochs = warmup_epochs
         self.prepared = []
@@ -64,7 +68,7 @@ def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, totals=None
                               eval_every=2),
         learning_rate=lambda epoch: 0.1 / (epoch + 1),
         make_iterator=lambda epoch, start: (epoch, start),
-        evaluate=lambda: evaluations.append(int(step.numpy())) or {"top1": 0.5},
+        evaluate=lambda: evaluations.append(int(step.numpy())) or {"val_top1": 0.5},
         writer=tf.summary.create_noop_writer(), stream=open("/dev/null", "w"), **actions)
     return controller, evaluations
 
@@ -86,9 +90,9 @@ def test_loops_checkpoints_and_evaluations(tmp_path):
     assert [phase for _, phase in rows] == ["main", "main"]
     assert rows[0][0]["epoch"] == 2 and rows[1][0] is final
     # The epoch's training loss is the step-weighted mean of its loops: steps 6..10.
-    assert final["train_loss"] == pytest.approx(np.mean(np.arange(11, 16)))
+    assert final["loss"] == pytest.approx(np.mean(np.arange(11, 16)))
     assert final["learning_rate"] == pytest.approx(0.1 / 3)
-    assert final["top1"] == 0.5 and final["step"] == 15
+    assert final["val_top1"] == 0.5 and final["step"] == 15
     assert controller.method.prepared == [(0, "warmup"), (1, "main"), (2, "main")]
 
 
@@ -103,7 +107,7 @@ def test_resumes_inside_an_epoch_and_stops_at_the_end(tmp_path):
     controller.run()
     assert controller.runner.calls[0] == (7, 2, "main")
     assert evaluations == [10, 15]
-    assert rows[0]["train_loss"] == pytest.approx(np.mean(np.arange(6, 11)))
+    assert rows[0]["loss"] == pytest.approx(np.mean(np.arange(6, 11)))
     finished, evaluations = _controller(tmp_path, start_step=15)
     assert finished.run() == {} and finished.runner.calls == [] and evaluations == []
 

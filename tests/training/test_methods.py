@@ -143,6 +143,38 @@ def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation):
     assert np.all(np.isfinite(llp["loss"]))
 
 
+def test_confidence_is_the_mean_over_the_rows_that_have_a_class():
+    trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
+    data = _data()
+    iterator = _iterator(trainer.strategy, data)
+    runner = StepRunner(trainer)
+    runner.run(iterator, 2, "warmup")
+    trainer.before_epoch(1, "llp")
+    read, steps = [], []  # each LLP step's rows: (confidence, has a class) as it read them
+    for step in range(4):
+        rows = data["index"][(step % 2) * B:(step % 2 + 1) * B]
+        has_class = label_encoding.is_class(trainer.bank.labels.numpy()[rows], C).numpy()
+        read.append((trainer.bank.confidence.numpy()[rows].astype(np.float64), has_class))
+        steps.append(runner.run(iterator, 1, "llp"))
+    means = {name: float(np.mean([s[name][0] for s in steps])) for name in steps[0]}
+    shown = trainer.reported(means)
+    confidence = np.concatenate([c for c, _ in read])
+    has_class = np.concatenate([h for _, h in read])
+    # The first LLP epoch (steps 1-2) reads instance ids for the unlabelled rows,
+    # at confidence 1; the second reads pseudo labels of lower confidence.
+    assert 0 < has_class[:2 * B].mean() < 1 and np.all(confidence[:2 * B][~has_class[:2 * B]] == 1)
+    want = confidence[has_class].mean()
+    assert want < confidence.mean() - 0.01  # a mean over every row would differ
+    # float32 sums of 16 confidences in (0, 1] per step, and means of 4 steps:
+    # each a relative error of about 1e-7; their quotient stays within 1e-6.
+    assert shown["confidence"] == pytest.approx(want, rel=1e-6)
+    assert shown["pseudo_labelled"] == pytest.approx(has_class.mean(), rel=1e-6)
+    assert list(shown) == ["loss", "aggregation", "categorisation", "weight_decay",
+                           "confidence", "pseudo_labelled"]
+    # Steps whose rows have no class: their confidence is absent, not 0.
+    assert "confidence" not in trainer.reported({"confidence_sum": 0.0, "pseudo_labelled": 0.0})
+
+
 def test_warmup_loss_is_instance_discrimination_over_the_bank():
     trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
     data = _data()

@@ -93,7 +93,7 @@ def test_two_workers_train_as_one_process_with_two_replicas(
     rows = RunDirectory(config.run_dir).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2]
     reference = RunDirectory(one_process_two_replicas).read_metrics()
-    assert rows[-1]["top1"] == pytest.approx(reference[-1]["top1"], abs=0.03)
+    assert rows[-1]["val_top1"] == pytest.approx(reference[-1]["val_top1"], abs=0.03)
     # The chief alone wrote the run directory; the other worker left nothing.
     assert set(os.listdir(config.run_dir)) == RUN_FILES
 
@@ -112,7 +112,7 @@ def test_fixmatch_on_two_workers_trains_as_one_process_with_two_replicas(tmp_pat
     rows = RunDirectory(config.run_dir).read_metrics()
     wanted = RunDirectory(reference.run_dir).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2]
-    for name in ("train_labelled", "train_unlabelled", "train_mask"):
+    for name in ("labelled", "unlabelled", "mask"):
         numerics.assert_close_values(wanted[-1][name], rows[-1][name],
                                      _steps(reference.run_dir), what=name)
 

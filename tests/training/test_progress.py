@@ -1,6 +1,8 @@
 import io
 
-from llp_tf.training.progress import EpochProgress, RunClock
+import numpy as np
+
+from llp_tf.training.progress import EpochProgress, RunClock, format_metrics, format_value
 
 
 class _Terminal(io.StringIO):
@@ -16,7 +18,7 @@ def test_plain_lines_when_not_a_terminal():
     lines = stream.getvalue().splitlines()
     # Throttled: only the epoch's last update is printed, as a plain line.
     assert len(lines) == 1 and "\r" not in stream.getvalue()
-    assert lines[0].startswith("epoch 1/3 (llp) [####################] 10/10 loss 1.25")
+    assert lines[0].startswith("epoch 1/3 (llp) [####################] 10/10 loss 1.250 ")
     assert "img/s in" in lines[0]
 
 
@@ -49,4 +51,18 @@ def test_a_mid_loop_update_keeps_the_last_metrics():
     progress = EpochProgress("e", 4, 8, stream=stream, log_every_seconds=0)
     progress.update(2, {"loss": 1.5})
     progress.update(3)
-    assert stream.getvalue().splitlines()[1].startswith("e [###############.....] 3/4 loss 1.5 ")
+    assert stream.getvalue().splitlines()[1].startswith("e [###############.....] 3/4 loss 1.500 ")
+
+
+def test_integers_print_as_integers_and_the_learning_rate_in_full():
+    assert format_value("val_examples", 1000) == "1000"
+    assert format_value("epoch", np.int64(40)) == "40"
+    assert format_value("learning_rate", 0.00375) == "0.00375"  # not 0.0037 or 0.0038
+    assert format_value("learning_rate", np.float32(0.1) * np.float32(0.1)) == "0.01"
+    # Other floats: 4 significant digits, the decimal point kept, so 1.0 is no integer.
+    assert format_value("confidence", 1.0) == "1.000"
+    assert format_value("val_top1", np.float32(0.98766)) == "0.9877"
+    assert format_value("weight_decay", 0.0001234) == "0.0001234"
+    assert format_value("phase", "llp") == "llp"
+    assert format_metrics({"epoch": 2, "loss": 2.302585, "learning_rate": 0.0375}) == \
+        "epoch 2 loss 2.303 learning_rate 0.0375"

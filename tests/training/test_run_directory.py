@@ -1,12 +1,62 @@
 """The run directory: its files, the metrics file, the checkpoint manager."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
 from llp_tf.errors import DataError
-from llp_tf.training.run_directory import RunDirectory, checkpoint_step
+from llp_tf.training.run_directory import RENAMED, RunDirectory, checkpoint_step, current_names
+from tests.tools.tool_main import ROOT
+
+#: Rows as the versions before the naming rule wrote them (an LLP run's warm-up
+#: and LLP epochs, a Mean Teacher run's), and as they read back.
+OLD_ROWS = [
+    {"epoch": 1, "step": 5, "phase": "warmup", "learning_rate": 0.1, "train_loss": 6.5,
+     "train_aggregation": 6.4, "train_weight_decay": 0.1, "top1": 0.25, "top5": 1.0,
+     "categorisation": 1.39, "examples": 40.0, "nn_top1": 0.5,
+     "pseudo_label_accuracy": 0.0, "pseudo_label_coverage": 0.0,
+     "pseudo_label_confidence": 0.0, "aggregation_score": 0.2},
+    {"epoch": 2, "step": 10, "phase": "llp", "learning_rate": 0.00375, "train_loss": 5.5,
+     "train_aggregation": 4.0, "train_categorisation": 1.3, "train_weight_decay": 0.1,
+     "train_confidence": 1.0, "train_pseudo_labelled": 0.1, "top1": 0.5, "top5": 1.0,
+     "categorisation": 1.2, "examples": 40.0, "nn_top1": 0.5,
+     "pseudo_label_accuracy": 0.4, "pseudo_label_coverage": 0.5,
+     "pseudo_label_confidence": 0.6, "aggregation_score": 0.3},
+    {"epoch": 1, "step": 7, "phase": "mean_teacher", "learning_rate": 0.1, "train_loss": 1.0,
+     "train_categorisation": 0.9, "train_consistency": 0.01, "train_consistency_weight": 1.0,
+     "train_ema_decay": 0.999, "train_weight_decay": 0.1, "top1": 0.5, "top5": 1.0,
+     "categorisation": 1.2, "examples": 40.0, "student_top1": 0.25, "student_top5": 1.0,
+     "student_categorisation": 1.3},
+]
+READ_BACK = [
+    {"epoch": 1, "step": 5, "phase": "warmup", "learning_rate": 0.1, "loss": 6.5,
+     "aggregation": 6.4, "weight_decay": 0.1, "val_top1": 0.25, "val_top5": 1.0,
+     "val_categorisation": 1.39, "val_examples": 40, "val_nn_top1": 0.5,
+     "pseudo_label_accuracy": 0.0, "pseudo_label_coverage": 0.0,
+     "pseudo_label_confidence": 0.0, "aggregation_score": 0.2},
+    {"epoch": 2, "step": 10, "phase": "llp", "learning_rate": 0.00375, "loss": 5.5,
+     "aggregation": 4.0, "categorisation": 1.3, "weight_decay": 0.1,
+     "train_confidence": 1.0, "pseudo_labelled": 0.1, "val_top1": 0.5, "val_top5": 1.0,
+     "val_categorisation": 1.2, "val_examples": 40, "val_nn_top1": 0.5,
+     "pseudo_label_accuracy": 0.4, "pseudo_label_coverage": 0.5,
+     "pseudo_label_confidence": 0.6, "aggregation_score": 0.3},
+    {"epoch": 1, "step": 7, "phase": "mean_teacher", "learning_rate": 0.1, "loss": 1.0,
+     "categorisation": 0.9, "consistency": 0.01, "consistency_weight": 1.0,
+     "ema_decay": 0.999, "weight_decay": 0.1, "val_top1": 0.5, "val_top5": 1.0,
+     "val_categorisation": 1.2, "val_examples": 40, "val_student_top1": 0.25,
+     "val_student_top5": 1.0, "val_student_categorisation": 1.3},
+]
+#: A row as this version writes it: an LLP epoch.
+TODAYS_ROW = {"epoch": 3, "step": 15, "phase": "llp", "learning_rate": 0.00375, "loss": 5.0,
+              "aggregation": 3.9, "categorisation": 1.1, "weight_decay": 0.1,
+              "confidence": 0.8, "pseudo_labelled": 1.0, "val_top1": 0.75, "val_top5": 1.0,
+              "val_categorisation": 1.0, "val_nn_top1": 0.5, "val_examples": 40,
+              "pseudo_label_accuracy": 0.5, "pseudo_label_coverage": 1.0,
+              "pseudo_label_confidence": 0.7, "aggregation_score": 0.35}
 
 
 def test_layout(tmp_path):
@@ -21,7 +71,7 @@ def test_layout(tmp_path):
 def test_metrics_are_appended_and_read_in_order(tmp_path):
     run = RunDirectory(tmp_path / "run")
     assert run.read_metrics() == []
-    rows = [{"epoch": 1, "top1": 0.25}, {"epoch": 2, "top1": 0.5, "phase": "llp"}]
+    rows = [{"epoch": 1, "val_top1": 0.25}, {"epoch": 2, "val_top1": 0.5, "phase": "llp"}]
     for row in rows:
         run.append_metrics(row)
     assert run.read_metrics() == rows
@@ -29,6 +79,44 @@ def test_metrics_are_appended_and_read_in_order(tmp_path):
         f.write('{"epoch": 3, "to\n')
     with pytest.raises(DataError, match=r"Line 3 of .*metrics.jsonl is not JSON"):
         run.read_metrics()
+
+
+def test_an_old_runs_metrics_read_back_under_todays_names(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    # A run of an earlier version, resumed by this one: old rows, then a new one.
+    for row in OLD_ROWS + [TODAYS_ROW]:
+        run.append_metrics(row)
+    rows = run.read_metrics()
+    assert rows == READ_BACK + [TODAYS_ROW]
+    assert isinstance(rows[0]["val_examples"], int)
+    # Today's rows are read as written; the file itself is left as it was.
+    assert current_names(TODAYS_ROW) == TODAYS_ROW
+    assert current_names({"epoch": 1, "categorisation": 1.0}) == {"epoch": 1,
+                                                                  "categorisation": 1.0}
+    with open(run.metrics_path) as f:
+        assert [json.loads(line) for line in f] == OLD_ROWS + [TODAYS_ROW]
+    # The table maps onto names of today's rule, and no two old names onto one.
+    assert all(new.startswith("val_") != old.startswith("train_")
+               for old, new in RENAMED.items())
+    assert len(set(RENAMED.values())) == len(RENAMED)
+
+
+def test_metrics_read_back_without_tensorflow(tmp_path):
+    RunDirectory(tmp_path).append_metrics(OLD_ROWS[1])
+    code = ("import sys; from llp_tf.training.run_directory import RunDirectory; "
+            f"rows = RunDirectory({str(tmp_path)!r}).read_metrics(); "
+            "print(rows[0]['val_top1'], 'tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True, cwd=ROOT)
+    assert result.stdout.split() == ["0.5", "False"]
+
+
+def test_a_torn_last_line_can_be_skipped(tmp_path):
+    run = RunDirectory(tmp_path)
+    run.append_metrics(TODAYS_ROW)
+    with open(run.metrics_path, "a") as f:
+        f.write('{"epo')
+    assert run.read_metrics(drop_torn_last_line=True) == [TODAYS_ROW]
 
 
 def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):

@@ -33,14 +33,36 @@ def test_run_writes_its_files_and_final_metrics(tiny_llp_training, tmp_path):
     rows = _metrics(config.run_dir)
     assert [row["epoch"] for row in rows] == [1, 2, 3]
     assert [row["phase"] for row in rows] == ["warmup", "llp", "llp"]
-    assert final == rows[-1] and final["step"] == 3 * 5 and final["examples"] == 40
-    for name in ("top1", "top5", "nn_top1", "pseudo_label_accuracy", "aggregation_score"):
+    assert final == rows[-1] and final["step"] == 3 * 5 and final["val_examples"] == 40
+    for name in ("val_top1", "val_top5", "val_nn_top1", "pseudo_label_accuracy",
+                 "aggregation_score", "confidence", "pseudo_labelled"):
         assert 0.0 <= final[name] <= 1.0, name
+    # Keras's names: training means unprefixed, validation metrics with val_.
+    training = {"loss", "aggregation", "categorisation", "weight_decay"}
+    validation = {"val_top1", "val_top5", "val_categorisation", "val_nn_top1", "val_examples"}
+    bank = {"aggregation_score"}
+    pseudo_labels = {"pseudo_label_accuracy", "pseudo_label_coverage",
+                     "pseudo_label_confidence"}
+    record = {"epoch", "step", "phase", "learning_rate"}
+    # In the warm-up nothing is propagated: no confidence, no pseudo-label metrics.
+    assert set(rows[0]) == record | training - {"categorisation"} | validation | bank
+    for row in rows[1:]:
+        assert set(row) == (record | training | {"confidence", "pseudo_labelled"} | validation
+                            | bank | pseudo_labels)
     # Rerunning a finished run (a copy: the shared run stays untouched) resumes
     # at its end and trains no further.
     rerun = config.replace(run_dir=str(shutil.copytree(config.run_dir, tmp_path / "run")))
     assert training_run.run_training(rerun, stream=open(os.devnull, "w")) == {}
     assert len(_metrics(rerun.run_dir)) == 3
+
+
+def test_the_final_table_prints_integers_as_integers_and_the_learning_rate_in_full():
+    assert training_run.format_table({
+        "epoch": 40, "phase": "llp", "learning_rate": 0.00375, "confidence": 1.0,
+        "val_examples": 1000}).splitlines() == [
+        "metric         value", "-------------  ------", "epoch          40",
+        "phase          llp", "learning_rate  0.00375", "confidence     1.000",
+        "val_examples   1000"]
 
 
 def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tiny_llp_run,
@@ -104,7 +126,7 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
     training_run.run_training(config, stream=open(os.devnull, "w"))
     llp = [row for row in _metrics(config.run_dir) if row["phase"] == "llp"]
     first, last = llp[0], llp[-3:]
-    assert np.mean([row["train_loss"] for row in last]) < first["train_loss"] - 1.0
+    assert np.mean([row["loss"] for row in last]) < first["loss"] - 1.0
     accuracy = np.mean([row["pseudo_label_accuracy"] for row in last])
     assert accuracy > first["pseudo_label_accuracy"] + 0.1
     assert accuracy > 0.4  # chance is 0.25
@@ -113,7 +135,7 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
 def test_supervised_baseline_and_warm_start(tmp_path, stripes, instance_run):
     supervised = _config(tmp_path / "sup", stripes, method="supervised", epochs=2)
     final = training_run.run_training(supervised, stream=open(os.devnull, "w"))
-    assert final["phase"] == "supervised" and "nn_top1" not in final
+    assert final["phase"] == "supervised" and "val_nn_top1" not in final
 
     llp = _config(tmp_path / "llp", stripes, warmup_epochs=2, epochs=3,
                   warm_start=instance_run.run_dir)
@@ -174,7 +196,7 @@ def test_overwrite_starts_a_trained_run_afresh_and_names_what_it_left(tmp_path, 
 def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
     config = _config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True, epochs=2)
     final = training_run.run_training(config, stream=open(os.devnull, "w"))
-    assert final["step"] == 10 and np.isfinite(final["train_loss"])
+    assert final["step"] == 10 and np.isfinite(final["loss"])
 
 
 def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoint(
@@ -232,17 +254,17 @@ def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
     assert ("Settings changed since the run last trained: epochs: 2 -> 3, mixed_precision: "
             f"'float32' -> '{lows[0]}', jit_compile: False -> True; recorded at step 10"
             ) in log.getvalue()
-    assert final["step"] == 15 and np.isfinite(final["train_loss"])
+    assert final["step"] == 15 and np.isfinite(final["loss"])
     state = checkpoint_state(config.run_dir)
     assert set(state) == set(first)
     assert all(state[name].dtype == first[name].dtype for name in first)
     final = training_run.run_training(changed.replace(epochs=4, mixed_precision=lows[-1],
                                                       jit_compile=False),
                                       stream=open(os.devnull, "w"))
-    assert final["step"] == 20 and 0.0 <= final["top1"] <= 1.0
+    assert final["step"] == 20 and 0.0 <= final["val_top1"] <= 1.0
     assert set(checkpoint_state(config.run_dir)) == set(first)
     assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2, 3, 4]
-    assert all(np.isfinite(row["train_loss"]) for row in _metrics(config.run_dir))
+    assert all(np.isfinite(row["loss"]) for row in _metrics(config.run_dir))
 
 
 def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path):
@@ -272,7 +294,7 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
         dataset))
     config = config.replace(exclude_list=str(listed))
     final = training_run.run_training(config, stream=io.StringIO())
-    assert final["examples"] == 11 and final["step"] == 4  # 39 used examples, batches of 8
+    assert final["val_examples"] == 11 and final["step"] == 4  # 39 used examples, batches of 8
     split_path = os.path.join(config.run_dir, "split.npz")
     labelled, used = splits.load_splits(split_path, np.repeat(np.arange(4), 10))
     np.testing.assert_array_equal(used, np.setdiff1d(np.arange(40), [32]))
@@ -287,7 +309,7 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
     copy = shutil.copy(listed, tmp_path / "copy.txt")
     final = training_run.run_training(config.replace(epochs=2, exclude_list=str(copy)),
                                       stream=io.StringIO())
-    assert final["step"] == 8 and final["examples"] == 11
+    assert final["step"] == 8 and final["val_examples"] == 11
     # Other exclusions (here none) are refused before anything is trained.
     with pytest.raises(DataError, match=r"was started excluding 1 training and 1 validation "
                                         r"examples .*; --exclude_list now excludes none\."):

@@ -28,9 +28,15 @@ def class_label(class_names: Sequence[str], class_id: int) -> str:
     return name if name == str(class_id) else f"{name} ({class_id})"
 
 
+def epoch_text(epoch: float) -> str:
+    """str of an epoch count that may be fractional (a checkpoint inside an
+    epoch): ``40`` at an epoch's end, ``12.60`` inside one."""
+    return str(int(epoch)) if float(epoch).is_integer() else f"{epoch:.2f}"
+
+
 def checkpoint_name(state: "BankState") -> str:
     """str naming a `run_analysis.BankState`'s checkpoint by its step and epoch."""
-    return f"step {state.step} (epoch {state.epoch:.1f})"
+    return f"step {state.step} (epoch {epoch_text(state.epoch)})"
 
 
 def _ranked_classes(scores):
@@ -47,7 +53,8 @@ def _heading_lines(analysis):
         f"{counted(analysis.num_rows, 'bank row')}, {analysis.num_labelled} labelled, "
         f"{counted(len(analysis.class_names), 'class')})",
         f"Checkpoint {os.path.basename(latest.checkpoint)}: step {latest.step}, epoch "
-        f"{latest.epoch:.1f} of {analysis.epochs} (warm-up: the first {analysis.warmup_epochs}, "
+        f"{epoch_text(latest.epoch)} of {analysis.epochs} (warm-up: the first "
+        f"{analysis.warmup_epochs}, "
         "then LLP)",
         "",
     ]
@@ -119,10 +126,12 @@ def _pseudo_label_line(stats):
     """The accuracy, coverage and confidence of a `bank_statistics.PseudoLabelStats`."""
     if not stats.unlabelled:
         return "Pseudo labels: every bank row is labelled; nothing to check."
-    confidence = ("n/a" if math.isnan(stats.confidence) else f"{stats.confidence:.4f}")
+    if math.isnan(stats.accuracy):
+        return (f"Pseudo labels: not yet propagated to the "
+                f"{counted(stats.unlabelled, 'unlabelled row')} (the warm-up); nothing to check.")
     return (f"Pseudo labels of the {counted(stats.unlabelled, 'unlabelled row')}: accuracy "
             f"{stats.accuracy:.4f}, coverage {stats.coverage:.4f}, mean confidence "
-            f"{confidence}")
+            f"{stats.confidence:.4f}")
 
 
 def _mds_line(analysis):

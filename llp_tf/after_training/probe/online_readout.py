@@ -113,7 +113,7 @@ def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet
       description: str for progress lines.
 
     Returns:
-      (`LinearReadout`, `ProbeResult`); ``train_loss`` / ``train_top1`` are
+      (`LinearReadout`, `ProbeResult`); ``loss`` / ``top1`` (training) are
       the last epoch's means over its augmented batches.
 
     Raises:

@@ -2,7 +2,8 @@
 
 ``keras.layers.Dense(C)`` with zero-initialised weights, trained with SGD with
 momentum on softmax cross-entropy. `run_epochs` is the loop both protocols
-share: after every epoch, validation top-1 goes to a `schedule.PlateauTracker`;
+share: after every epoch, ``val_top1`` (validation top-1, a fraction; names
+by the rule of `llp_tf.training.metrics`) goes to a `schedule.PlateauTracker`;
 ``patience`` epochs without a new best drop the rate by ``drop_factor`` (not
 after the last epoch), and once ``max_drops`` drops are taken the next
 plateau ends training.
@@ -132,32 +133,37 @@ def _is_int(value):
 class ProbeResult:
     """Outcome of one readout training.
 
+    Named by the rule of `llp_tf.training.metrics` (``val_``: validation);
+    accuracies are fractions.
+
     Attributes:
-      top1, top5: float, validation accuracies of the final readout; top5 is
-        top-k with k = min(5, C) (``top5_k``).
-      loss: float, mean validation cross-entropy of the final readout.
-      train_loss, train_top1: float; cached protocol: of the final readout
-        on the training features; online protocol: means over the last
-        epoch's (augmented) training batches, each before its step.
-      best_top1, best_epoch: the best validation top-1 over the epochs and
-        the (1-based) epoch it was reached.
+      val_top1, val_top5: float, validation accuracies of the final readout;
+        val_top5 is top-k with k = min(5, C) (``top5_k``).
+      val_loss: float, mean validation cross-entropy of the final readout.
+      loss, top1: float, the same on the training examples; cached protocol:
+        of the final readout on the training features; online protocol:
+        means over the last epoch's (augmented) training batches, each
+        before its step.
+      best_val_top1, best_epoch: the best validation top-1 over the epochs
+        and the (1-based) epoch it was reached.
       epochs: int, epochs trained.
       drops: int, learning-rate drops taken.
       drop_epochs: list of int, the epochs after which the rate dropped.
       stopped_on_plateau: bool, True if training ended because validation
         saturated after the last drop (False: ``epochs`` ran out).
       final_learning_rate: float.
-      history: list of dict per epoch (epoch, learning_rate, loss, top1, top5).
+      history: list of dict per epoch: epoch, learning_rate, loss (the mean
+        over its training batches), val_top1, val_top5.
       seconds: float, training time.
     """
 
-    top1: float
-    top5: float
+    val_top1: float
+    val_top5: float
     top5_k: int
+    val_loss: float
     loss: float
-    train_loss: float
-    train_top1: float
-    best_top1: float
+    top1: float
+    best_val_top1: float
     best_epoch: int
     epochs: int
     drops: int
@@ -300,7 +306,7 @@ class EpochRecord:
 
     history: list[dict[str, float]]
     drop_epochs: list[int]
-    best_top1: float
+    best_val_top1: float
     best_epoch: int
     stopped_on_plateau: bool
     seconds: float
@@ -355,7 +361,7 @@ def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch:
 
     One progress bar over every epoch's steps (plain lines at most every
     `LOG_EVERY_SECONDS` when ``stream`` is not a terminal) shows the epoch,
-    its rate and running loss, and validation top-1 once an epoch ends; it
+    its learning rate and running loss, and ``val_top1`` once an epoch ends; it
     ends at the last epoch trained. ``record.history`` has every epoch.
     """
     tracker = PlateauTracker(settings.patience, min_delta=PLATEAU_MIN_DELTA)
@@ -371,21 +377,22 @@ def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch:
 
         def on_step(step, loss, steps_before=steps_before, learning_rate=learning_rate):
             if step < steps_per_epoch:  # the last step is reported with validation
-                progress.update(steps_before + step, {"lr": learning_rate, "loss": loss})
+                progress.update(steps_before + step, {"learning_rate": learning_rate,
+                                                      "loss": loss})
 
         loss = epoch_fn(epoch, on_step)
         _check_finite(loss, description, epoch, learning_rate)
         metrics = readout.evaluate(validation.features, validation.labels)
         record.history.append({"epoch": epoch, "learning_rate": learning_rate, "loss": loss,
-                               "top1": metrics["top1"], "top5": metrics["top5"]})
-        if metrics["top1"] > record.best_top1:
-            record.best_top1, record.best_epoch = metrics["top1"], epoch
+                               "val_top1": metrics["top1"], "val_top5": metrics["top5"]})
+        if metrics["top1"] > record.best_val_top1:
+            record.best_val_top1, record.best_epoch = metrics["top1"], epoch
         if tracker.update(metrics["top1"]):
             record.stopped_on_plateau = _on_plateau(readout, settings, record.drop_epochs, epoch)
         if record.stopped_on_plateau:
             progress.total_steps = steps_before + steps_per_epoch  # the bar ends here
-        progress.update(steps_before + steps_per_epoch, {"lr": learning_rate, "loss": loss,
-                                                         "val_top1": metrics["top1"]})
+        progress.update(steps_before + steps_per_epoch, {
+            "learning_rate": learning_rate, "loss": loss, "val_top1": metrics["top1"]})
         if record.stopped_on_plateau:
             break
     record.seconds = time.monotonic() - start
@@ -398,9 +405,10 @@ def probe_result(readout: LinearReadout, record: EpochRecord, validation: Featur
     weights, ``train_metrics`` (dict loss, top1) and the epochs' record."""
     final = readout.evaluate(validation.features, validation.labels)
     return ProbeResult(
-        top1=final["top1"], top5=final["top5"], top5_k=min(TOP_K, int(num_classes)),
-        loss=final["loss"], train_loss=train_metrics["loss"], train_top1=train_metrics["top1"],
-        best_top1=record.best_top1, best_epoch=record.best_epoch, epochs=len(record.history),
+        val_top1=final["top1"], val_top5=final["top5"], top5_k=min(TOP_K, int(num_classes)),
+        val_loss=final["loss"], loss=train_metrics["loss"], top1=train_metrics["top1"],
+        best_val_top1=record.best_val_top1, best_epoch=record.best_epoch,
+        epochs=len(record.history),
         drops=len(record.drop_epochs), drop_epochs=record.drop_epochs,
         stopped_on_plateau=record.stopped_on_plateau,
         final_learning_rate=readout.learning_rate, history=record.history,

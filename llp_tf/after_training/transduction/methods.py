@@ -47,17 +47,18 @@ LABEL_PROPAGATION_MAX_ITER = 1000
 # of the label distributions in one step.
 SKLEARN_TOLERANCE = 1e-3
 
-# The paper's Table 5 (Zhuang et al. 2019): top-1 % on the unlabelled images
+# The paper's Table 5 (Zhuang et al. 2019): top-1 on the unlabelled images
 # of 50 ImageNet classes x 50 images, 5 labelled per class, ResNet-50
-# features, mean of 10 draws. LP_DMT (88.2, Liu et al. 2019's metric
+# features, mean of 10 draws; as fractions, as every accuracy here (the
+# paper prints percent: 88.1). LP_DMT (0.882, Liu et al. 2019's metric
 # transfer) has no counterpart here.
 PAPER_TABLE5_ACCURACY = {
-    "local_knn": ("LLP", 88.1),
-    "label_spreading": ("LS", 84.6),
-    "label_propagation": ("LP", 87.7),
-    "dlp": ("LP_DLP", 89.2),
+    "local_knn": ("LLP", 0.881),
+    "label_spreading": ("LS", 0.846),
+    "label_propagation": ("LP", 0.877),
+    "dlp": ("LP_DLP", 0.892),
 }
-PAPER_TABLE5_UNMATCHED = {"LP_DMT": 88.2}
+PAPER_TABLE5_UNMATCHED = {"LP_DMT": 0.882}
 
 
 # -- the methods ---------------------------------------------------------------
@@ -178,7 +179,7 @@ class PropagationMethod:
       predict: callable(embeddings [n, D], labelled_mask [n], labels [n],
         num_classes) -> int64 [n], with the settings bound.
       paper_name: str or None, the matching row of the paper's Table 5.
-      paper_accuracy: float or None, that row's top-1 %.
+      paper_accuracy: float or None, that row's top-1 (a fraction).
     """
 
     name: str

@@ -11,7 +11,9 @@ how it starts (`initialise`), which phases feed the plateau rule
 which checkpoint item export and analysis read (`exported_item`).
 
 A replica step returns, for each metric name, its share of the global-batch
-mean (a sum divided by the global batch size), so the runner sums replicas.
+mean (a sum divided by the global batch size), so the runner sums replicas;
+a metric that is a mean over some rows only is the ratio of two such
+metrics (`Method.RATIOS`, shown by `Method.reported`).
 Methods write a step as a ``forward`` (the loss under the gradient tape,
 its metrics and what the step writes afterwards) and a ``finish`` (the
 writes, e.g. the bank update), put together around the backward pass by
@@ -94,8 +96,14 @@ class Method(abc.ABC):
     #: as ``{flag name}``, see `llp_tf.errors`): the config section named after
     #: the method, and its flags.
     Settings: ClassVar[type]
-    #: Metric names by phase.
+    #: Metric names by phase: what the replica step returns.
     METRICS: ClassVar[Dict[str, Tuple[str, ...]]]
+    #: Metrics that are a mean over some rows of the batch, not over all of
+    #: them: reported name -> (numerator, denominator), two step metrics. The
+    #: step returns the numerator's sum over those rows and the denominator's
+    #: count of them, each divided by the global batch like every step metric;
+    #: `reported` shows the ratio of their means in the numerator's place.
+    RATIOS: ClassVar[Dict[str, Tuple[str, str]]] = {}
     #: Whether the method keeps a memory bank of the used examples' embeddings
     #: (`bank`, in its checkpoint items): what export's knn signature, the
     #: embedding analysis and the propagation comparison read.
@@ -131,6 +139,23 @@ class Method(abc.ABC):
     def metric_names(self, phase: str) -> Tuple[str, ...]:
         """The names of the metrics ``replica_step(phase)`` returns."""
         return self.METRICS[phase]
+
+    def reported(self, means: Mapping[str, float]) -> Dict[str, float]:
+        """What is shown and recorded of the step metrics' ``means`` over some
+        steps: each `RATIOS` numerator replaced, in its place, by the mean it
+        makes, ``numerator / denominator`` (the mean over the rows it means);
+        left out when the denominator is 0 (no such row: not applicable)."""
+        ratio_of = {numerator: (name, denominator)
+                    for name, (numerator, denominator) in self.RATIOS.items()}
+        shown = {}
+        for name, value in means.items():
+            if name not in ratio_of:
+                shown[name] = value
+                continue
+            ratio, denominator = ratio_of[name]
+            if means.get(denominator, 0.0) > 0:
+                shown[ratio] = value / means[denominator]
+        return shown
 
     @abc.abstractmethod
     def phase(self, epoch: int) -> str:

@@ -11,6 +11,12 @@ Phases:
   to the batch from its embeddings; write them and the new embeddings into
   the bank (identically on every replica).
 
+Metrics of an LLP step (besides the loss terms): ``pseudo_labelled``, the
+share of the batch's rows whose bank label is a class (labelled, or
+pseudo-labelled by an earlier step), and ``confidence``, the mean
+confidence of those rows (`Method.RATIOS`: rows still holding their
+instance id have confidence 1 and no class, and are left out).
+
 State added to the checkpoint: the memory bank (``bank``) and the epoch whose
 labelled densities are current (``density_epoch``). Before each LLP epoch
 the densities are refreshed (eq. 7) if they belong to another epoch.
@@ -113,9 +119,10 @@ class LLPMethod(Method):
     keeps_bank = True
     METRICS = {
         "warmup": ("loss", "aggregation", "weight_decay"),
-        "llp": ("loss", "aggregation", "categorisation", "weight_decay", "confidence",
+        "llp": ("loss", "aggregation", "categorisation", "weight_decay", "confidence_sum",
                 "pseudo_labelled"),
     }
+    RATIOS = {"confidence": ("confidence_sum", "pseudo_labelled")}
 
     def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
                  optimizer: keras.optimizers.Optimizer, bank: MemoryBank, *,
@@ -275,7 +282,7 @@ class LLPMethod(Method):
             "aggregation": tf.reduce_sum(aggregation) * share,
             "categorisation": tf.reduce_sum(categorisation) * share,
             "weight_decay": decay,
-            "confidence": tf.reduce_sum(confidence) * share,
+            "confidence_sum": tf.reduce_sum(confidence * has_class) * share,
             "pseudo_labelled": tf.reduce_sum(has_class) * share,
         }
         return loss, metrics, (embedding, classes, new_confidence)

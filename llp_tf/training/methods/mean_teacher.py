@@ -44,9 +44,10 @@ norm keeps an ``eval_mean`` variable per tower outside the average; the
 PyTorch release's statistics are buffers, not parameters).
 
 Checkpoint items: ``teacher`` (the model) and ``teacher_updates`` (t).
-Evaluation reports the teacher under the plain metric names and the
-student's with the prefix ``student_``; export, predict, the linear probe
-and the analysis read the teacher (`exported_item`).
+Evaluation reports the teacher under the plain validation names
+(``val_top1``) and the student with its name after the prefix
+(``val_student_top1``); export, predict, the linear probe and the analysis
+read the teacher (`exported_item`).
 """
 
 import dataclasses

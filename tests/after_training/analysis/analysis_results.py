@@ -29,7 +29,7 @@ def bank_state(step, per_class, pseudo_labels=None):
 def run_analysis(trajectory=True, history=True, class_names=CLASS_NAMES, latest=None):
     """A 4-class run: the latest checkpoint at step 20 scores (0.5, 0.9, -, 0.2), the
     first kept one at step 10 (0.3, 0.95, -, 0.1); epochs 1-4 logged, 2 of warm-up."""
-    stats = PseudoLabelStats(unlabelled=6, coverage=0.5, accuracy=0.75, confidence=math.nan)
+    stats = PseudoLabelStats(unlabelled=6, coverage=0.5, accuracy=0.75, confidence=0.625)
     latest = latest or bank_state(20, [0.5, 0.9, math.nan, 0.2], stats)
     first = bank_state(10, [0.3, 0.95, math.nan, 0.1])
     epochs = [EvaluatedEpoch(epoch=e, step=10 * e, phase="llp" if e > 2 else "warmup",

@@ -36,8 +36,8 @@ def test_histogram_of_the_latest_and_first_kept_checkpoints(figures, tmp_path):
     path = tmp_path / "histogram.png"
     figures_lib.draw_histogram(run_analysis(), str(path))
     axes = figures[0].axes[0]
-    assert _legend_texts(axes) == ["step 10 (epoch 1.0): mean 0.450",
-                                   "step 20 (epoch 2.0): mean 0.533"]
+    assert _legend_texts(axes) == ["step 10 (epoch 1): mean 0.450",
+                                   "step 20 (epoch 2): mean 0.533"]
     # 4 classes: 2 * ceil(sqrt(4)) = 4 bins, raised to MIN_BINS; the first
     # checkpoint is one outline, the latest one bar per bin; one class per bin.
     assert len(axes.patches) == figures_lib.MIN_BINS + 1

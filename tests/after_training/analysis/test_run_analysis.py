@@ -117,7 +117,7 @@ def test_metrics_history_keeps_the_last_line_of_a_repeated_epoch(tmp_path):
     lines = [{"epoch": 1, "step": 5, "phase": "warmup", "aggregation_score": 0.1},
              {"epoch": 2, "step": 10, "phase": "llp", "aggregation_score": 0.2},
              {"epoch": 2, "step": 10, "phase": "llp", "aggregation_score": 0.25},
-             {"epoch": 3, "step": 15, "phase": "supervised", "top1": 0.5}]
+             {"epoch": 3, "step": 15, "phase": "supervised", "val_top1": 0.5}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     history = run_analysis.read_metrics_history(str(tmp_path))
     assert [(e.epoch, e.step, e.phase, e.aggregation_score) for e in history] == [

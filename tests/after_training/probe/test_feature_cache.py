@@ -119,7 +119,7 @@ def test_readout_from_the_cache_equals_the_readout_from_arrays(run, source, tmp_
     from_arrays, in_memory = train_readout(*arrays, 4, settings, io.StringIO())
     for ours, theirs in zip(from_cache.weights(), from_arrays.weights()):
         np.testing.assert_array_equal(ours, theirs)
-    assert cached.history == in_memory.history and cached.train_loss == in_memory.train_loss
+    assert cached.history == in_memory.history and cached.loss == in_memory.loss
     assert np.abs(from_cache.weights()[0]).max() > 0  # it did train
 
 

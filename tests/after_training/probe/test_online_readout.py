@@ -71,8 +71,8 @@ def test_online_steps_are_sgd_momentum_on_the_frozen_trunks_augmented_features(r
     rows = used[first["index"].numpy()]
     assert not np.allclose(batches[0][0], centre.features[rows], atol=1e-3)
     assert result.epochs == 1 and len(result.history) == 1
-    assert result.top1 == result.history[0]["top1"]
-    assert 0.0 <= result.train_top1 <= 1.0 and np.isfinite(result.train_loss)
+    assert result.val_top1 == result.history[0]["val_top1"]
+    assert 0.0 <= result.top1 <= 1.0 and np.isfinite(result.loss)
 
 
 def test_online_protocol_settings_are_checked(run, source):

@@ -54,16 +54,16 @@ def test_readout_separates_separable_features_and_reports_their_loss():
     settings = readout_lib.ProbeSettings(epochs=15, batch_size=16, patience=100)
     readout, result = readout_lib.train_readout(train, validation, NUM_CLASSES, settings,
                                                 io.StringIO())
-    assert result.top1 == 1.0 and result.top5 == 1.0 and result.train_top1 == 1.0
+    assert result.val_top1 == 1.0 and result.val_top5 == 1.0 and result.top1 == 1.0
     assert result.top5_k == NUM_CLASSES
     assert (result.epochs, result.drops, result.stopped_on_plateau) == (15, 0, False)
     kernel, bias = readout.weights()
-    assert result.train_loss == pytest.approx(
-        _cross_entropy64(train.features, train.labels, kernel, bias), rel=1e-5)
     assert result.loss == pytest.approx(
+        _cross_entropy64(train.features, train.labels, kernel, bias), rel=1e-5)
+    assert result.val_loss == pytest.approx(
         _cross_entropy64(validation.features, validation.labels, kernel, bias), rel=1e-5)
     # Training lowers the loss from log C.
-    assert result.train_loss < 0.5 * np.log(NUM_CLASSES)
+    assert result.loss < 0.5 * np.log(NUM_CLASSES)
     assert [h["epoch"] for h in result.history] == list(range(1, 16))
 
 
@@ -76,7 +76,7 @@ def test_rate_drops_after_patience_epochs_without_a_better_top1(max_drops):
     settings = readout_lib.ProbeSettings(epochs=50, batch_size=8, learning_rate=0.1,
                                          patience=patience, max_drops=max_drops)
     _, result = readout_lib.train_readout(train, train, NUM_CLASSES, settings, io.StringIO())
-    assert result.history[0]["top1"] == 1.0
+    assert result.history[0]["val_top1"] == 1.0
     drop_epochs = [1 + patience * (k + 1) for k in range(max_drops)]
     assert result.drop_epochs == drop_epochs and result.drops == max_drops
     assert result.stopped_on_plateau and result.epochs == 1 + patience * (max_drops + 1)
@@ -109,8 +109,8 @@ def test_progress_is_one_bar_over_the_epochs_that_ends_where_training_stops():
     # Not a terminal, and quicker than a log interval: only the final line.
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1, lines
-    assert re.fullmatch(r"probe epoch 10/50 \[#{20}\] 50/50 lr 0\.001 loss \S+ val_top1 1 "
-                        r"\d+ img/s in 00:\d\d", lines[0]), lines[0]
+    assert re.fullmatch(r"probe epoch 10/50 \[#{20}\] 50/50 learning_rate 0\.001 loss \S+ "
+                        r"val_top1 1\.000 \d+ img/s in 00:\d\d", lines[0]), lines[0]
 
 
 def test_readout_is_deterministic_given_the_seed():
@@ -136,7 +136,7 @@ def test_standardize_trains_on_standardised_features():
     values = train.features.astype(np.float64)
     scaled = (values - values.mean(axis=0)) / values.std(axis=0)
     kernel, bias = readout.weights()
-    assert result.train_loss == pytest.approx(
+    assert result.loss == pytest.approx(
         _cross_entropy64(scaled, train.labels, kernel, bias), rel=1e-5)
 
 

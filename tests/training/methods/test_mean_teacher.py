@@ -428,11 +428,12 @@ def test_a_run_reports_teacher_and_student_and_keeps_both(mean_teacher_run):
     config, final = mean_teacher_run
     rows = RunDirectory(config.run_dir).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2, 3]
-    for name in ("top1", "top5", "categorisation", "student_top1", "student_top5",
-                 "student_categorisation", "train_consistency", "train_consistency_weight"):
+    for name in ("val_top1", "val_top5", "val_categorisation", "val_student_top1",
+                 "val_student_top5", "val_student_categorisation", "categorisation",
+                 "consistency", "consistency_weight"):
         assert all(np.isfinite(row[name]) for row in rows), name
-    assert "nn_top1" not in final and "student_nn_top1" not in final
-    assert "examples" in final and "student_examples" not in final
+    assert "val_nn_top1" not in final and "val_student_nn_top1" not in final
+    assert "val_examples" in final and "val_student_examples" not in final
     state = checkpoint_state(config.run_dir)
     assert state["teacher_updates/.ATTRIBUTES/VARIABLE_VALUE"] == 15
     for variable in ("category_head/_kernel", "category_head/bias"):
@@ -471,7 +472,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
     reference = RunDirectory(mean_teacher_run[0].run_dir).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2, 3]
     for row, expected in zip(rows, reference):
-        for name in ("top1", "student_top1", "train_loss", "train_ema_decay"):
+        for name in ("val_top1", "val_student_top1", "loss", "ema_decay"):
             assert row[name] == pytest.approx(expected[name], rel=1e-4, abs=1e-5), name
 
 

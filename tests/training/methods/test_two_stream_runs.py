@@ -52,7 +52,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterru
     rows, reference = run.read_metrics(), RunDirectory(uninterrupted.run_dir).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2]
     for row, wanted in zip(rows, reference):
-        for name in ("top1", "train_loss", "train_labelled", "train_unlabelled", "train_mask"):
+        for name in ("val_top1", "loss", "labelled", "unlabelled", "mask"):
             assert row[name] == pytest.approx(wanted[name], rel=1e-4, abs=1e-5), name
 
 
@@ -83,5 +83,5 @@ def test_device_side_views_over_two_replicas_train_as_the_host_side(tmp_path, st
     host = tiny_config(tmp_path / "host", stripes, augment_on="host", **settings)
     device = tiny_config(tmp_path / "device", stripes, augment_on="device", **settings)
     rows = [run_training(config, stream=io.StringIO()) for config in (host, device)]
-    for name in ("train_loss", "train_labelled", "train_unlabelled", "train_mask"):
+    for name in ("loss", "labelled", "unlabelled", "mask"):
         numerics.assert_close_values(rows[0][name], rows[1][name], rows[0]["step"], what=name)
