@@ -1,5 +1,7 @@
 """Tiny training runs for tests: a separable image folder and small settings."""
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -51,6 +53,18 @@ def tiny_config(tmp_path, dataset, **changes):
                     keep_checkpoints=10)
     settings.update(changes)
     return TrainConfig.from_settings(**settings)
+
+
+def file_contents(folder):
+    """dict path relative to ``folder`` -> bytes of every file under it, to show
+    that a tool left a folder as it was."""
+    contents = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as f:
+                contents[os.path.relpath(path, folder)] = f.read()
+    return contents
 
 
 def checkpoint_state(run_dir):
