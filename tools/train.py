@@ -41,11 +41,13 @@ def make_flags():
                         flag_values=values)
     config_flags.define_config_flags(values)
     flags.DEFINE_boolean("overwrite", False, "Start the run in --run_dir afresh: delete what "
-                         "training wrote there (config.json, split.npz, checkpoints/, "
-                         "metrics.jsonl, tensorboard/) instead of resuming it. A run directory "
-                         "without a checkpoint starts afresh without it. Keep it out of a "
-                         "command a scheduler reruns after preemption: each rerun would start "
-                         "over.", flag_values=values)
+                         "training wrote there (config.json, config_history.jsonl, split.npz, "
+                         "checkpoints/, metrics.jsonl, tensorboard/; nothing else) instead of "
+                         "resuming it. A run directory without a checkpoint starts afresh "
+                         "without it. Only a training run's files are deleted: a --run_dir "
+                         "holding files of those names without a config.json of a run is "
+                         "refused. Keep it out of a command a scheduler reruns after "
+                         "preemption: each rerun would start over.", flag_values=values)
     tool_cli.define_verbosity(values)
     return values
 
