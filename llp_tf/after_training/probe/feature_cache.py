@@ -16,12 +16,12 @@ It is built in ``<folder>.partial`` and renamed into place once complete, so
 a crash never leaves a folder that looks like a finished cache (the partial
 one is discarded by the next build). A rebuild replaces only a cache (a
 folder of these files, ``manifest.json`` among them) and discards only a
-partial one (these files alone); any other folder at either name is refused. A build holds a lock on
-``<folder>.lock``: a second process building the same cache stops with an
-error rather than discarding the first one's partial cache. A cache is
-reused only if its manifest matches what is asked for; otherwise
-`cached_features` raises a `ConfigError` naming the difference, or rebuilds
-it when ``reuse`` is False.
+partial one (these files alone); any other folder at either name is
+refused. A build holds a lock on ``<folder>.lock``: a second process
+building the same cache stops with an error rather than discarding the
+first one's partial cache. A cache is reused only if its manifest matches
+what is asked for; otherwise `cached_features` raises a `ConfigError` naming
+the difference, or rebuilds it when ``reuse`` is False.
 """
 
 import contextlib
