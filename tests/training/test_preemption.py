@@ -82,7 +82,7 @@ def test_sigterm_stops_after_the_loop_with_a_checkpoint_and_the_rerun_resumes(
     assert_same_state(config.run_dir, tiny_llp_run)
 
 
-@pytest.mark.slow  # 30 s: a training process and the rerun
+@pytest.mark.slow  # 25 s: a training process and the rerun
 def test_ctrl_c_stops_train_after_the_loop_with_a_checkpoint_and_the_rerun_resumes(
         tmp_path, stripes, tiny_llp_run):
     flags = tiny_flags(tmp_path, stripes)  # the shared run's settings
@@ -111,7 +111,7 @@ def test_ctrl_c_stops_train_after_the_loop_with_a_checkpoint_and_the_rerun_resum
     assert_same_state(run.path, tiny_llp_run)
 
 
-@pytest.mark.slow  # 15 s: a training process
+@pytest.mark.slow  # 20 s: a training process
 def test_a_second_ctrl_c_aborts_train_at_once_without_a_checkpoint_or_a_traceback(
         tmp_path, stripes):
     driver = DriverProcess("--tool", "step:6", *tiny_flags(tmp_path, stripes))
