@@ -1,5 +1,6 @@
 """Numbers that agree with their nouns in messages: "1 epoch", "3 epochs",
-"epoch 2", "epochs 1-3". Imports nothing, so tools and error paths can use it.
+"epoch 2", "epochs 1-3"; and long lists of names cut short, "a, b and 3 more".
+Imports nothing, so tools and error paths can use it.
 """
 
 
@@ -26,3 +27,12 @@ def numbered_range(noun: str, first: int, last: int, plural_form: str | None = N
     if first == last:
         return f"{noun} {first}"
     return f"{plural_form or plural(noun)} {first}-{last}"
+
+
+def listed(names, shown: int = 4) -> str:
+    """The first ``shown`` of ``names`` joined by commas, and how many more:
+    "config.json, checkpoints, split.npz and 3 more"."""
+    names = list(names)
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"

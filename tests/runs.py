@@ -1,10 +1,23 @@
-"""Tiny training runs for tests: a separable image folder and small settings."""
+"""Tiny training runs for tests: a separable image folder and small settings,
+and a training process stopped at a chosen point (`DriverProcess`)."""
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from llp_tf.training.config import TrainConfig
 from tests import numerics
+from tests.tools.tool_main import ROOT
+
+#: Seconds a `DriverProcess` may take to reach its point, or to finish.
+BLOCK_TIMEOUT_SECONDS = 180
 
 SIZE = 16
 PATTERNS = ("horizontal", "vertical", "diagonal", "checker")
@@ -41,8 +54,7 @@ def write_stripes(root, train_per_class=40, validation_per_class=10, seed=0):
     return f"folder:{root}"
 
 
-def tiny_config(tmp_path, dataset, **changes):
-    """A `TrainConfig` that trains in seconds on CPU, in ``tmp_path/run``."""
+def _tiny_settings(tmp_path, dataset, changes):
     settings = dict(run_dir=str(tmp_path / "run"), dataset=dataset, image_size=SIZE,
                     architecture="resnet10", width=0.125, small_inputs=True,
                     embedding_dim=16, label_percent=10.0, global_batch_size=32,
@@ -50,7 +62,30 @@ def tiny_config(tmp_path, dataset, **changes):
                     epochs=3, k=3, t=5, steps_per_loop=2, checkpoint_every=3,
                     keep_checkpoints=10)
     settings.update(changes)
-    return TrainConfig.from_settings(**settings)
+    return settings
+
+
+def tiny_config(tmp_path, dataset, **changes):
+    """A `TrainConfig` that trains in seconds on CPU, in ``tmp_path/run``."""
+    return TrainConfig.from_settings(**_tiny_settings(tmp_path, dataset, changes))
+
+
+def tiny_flags(tmp_path, dataset, **changes):
+    """The flags of tools/train.py that make `tiny_config`'s run."""
+    return [f"--{name}={value}" for name, value in
+            _tiny_settings(tmp_path, dataset, changes).items()]
+
+
+def file_contents(folder):
+    """dict path relative to ``folder`` -> bytes of every file under it, to show
+    that a tool left a folder as it was."""
+    contents = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as f:
+                contents[os.path.relpath(path, folder)] = f.read()
+    return contents
 
 
 def checkpoint_state(run_dir):
@@ -90,3 +125,55 @@ def assert_same_state(run_dir, reference_dir, rtol=1e-4, atol=1e-5, bank=True, s
         numerics.assert_close_values([want[name].ravel() for name in names],
                                      [got[name].ravel() for name in names],
                                      steps + (group == "optimizer"), what=group)
+
+
+class DriverProcess:
+    """A `tests.training.crash_driver` process run with ``args``, its stdout and
+    stderr read together; stopped by the test by its pid."""
+
+    def __init__(self, *args):
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "tests.training.crash_driver", *args],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        self.output = []
+
+    def wait_for(self, text):
+        """Reads the output until it holds ``text``; fails (and kills the
+        process) after `BLOCK_TIMEOUT_SECONDS` or at its end."""
+        # Raw reads: a buffered readline could hold the text back from select.
+        deadline, fd = time.monotonic() + BLOCK_TIMEOUT_SECONDS, self.process.stdout.fileno()
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 1.0)
+            chunk = os.read(fd, 65536).decode() if ready else ""
+            if ready and not chunk:
+                break
+            self.output.append(chunk)
+            if text in self.text:
+                return
+        self.kill()
+        pytest.fail(f"the training process did not print {text!r}:\n" + self.text)
+
+    def wait_until_blocked(self):
+        self.wait_for("BLOCKED")
+
+    def kill(self):
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def wait_for_exit(self):
+        """Waits for the process to end by itself; returns its exit code."""
+        self.process.wait(timeout=BLOCK_TIMEOUT_SECONDS)
+        self.output.append(self.process.stdout.read())
+        return self.process.returncode
+
+    def resume_and_finish(self):
+        """Lets the blocked process go on; returns its exit code once it ends."""
+        out, _ = self.process.communicate("continue\n", timeout=BLOCK_TIMEOUT_SECONDS)
+        self.output.append(out)
+        return self.process.returncode
+
+    @property
+    def text(self):
+        return "".join(self.output)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from llp_tf.counted_nouns import counted, numbered_range, plural
+from llp_tf.counted_nouns import counted, listed, numbered_range, plural
 
 
 def test_plural_follows_the_regular_rule_of_the_last_word():
@@ -24,3 +24,10 @@ def test_a_range_with_equal_ends_is_one_item():
     assert numbered_range("epoch", 1, 1) == "epoch 1"
     assert numbered_range("epoch", 1, 3) == "epochs 1-3"
     assert numbered_range("step", 0, 31) == "steps 0-31"
+
+
+def test_a_long_list_shows_its_first_names_and_how_many_more():
+    assert listed(["a", "b"]) == "a, b"
+    assert listed(["a", "b", "c", "d"]) == "a, b, c, d"
+    assert listed(["a", "b", "c", "d", "e", "f"]) == "a, b, c, d and 2 more"
+    assert listed(["a", "b", "c"], shown=1) == "a and 2 more"

@@ -36,7 +36,10 @@ def make_flags():
     values = tool_cli.new_flag_values()
     tool_cli.define_run_dir(values, "(LLP, finished or running) to analyse")
     flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
-                        "and analysis.json; default RUN_DIR/analysis.", flag_values=values)
+                        "and analysis.json; default RUN_DIR/analysis. Files of those names "
+                        "are replaced only if they are an earlier analysis (its "
+                        "analysis.json); other files there are left alone.",
+                        flag_values=values)
     flags.DEFINE_integer("classes", DEFAULT_MDS_CLASSES, "Classes drawn in the MDS plot (a "
                          "seeded random choice; see --class_ids). Left at its default, it is "
                          "lowered to the classes the run's bank holds, with a note.",
@@ -75,7 +78,8 @@ def main(argv, stdout=None, stderr=None):
             return 1
 
     # These import TensorFlow: only once the flags are valid.
-    from llp_tf.after_training.analysis.report import write_report  # noqa: PLC0415
+    from llp_tf.after_training.analysis.report import (  # noqa: PLC0415
+        check_output_dir, write_report)
     from llp_tf.after_training.analysis.run_analysis import analyze_run  # noqa: PLC0415
     from llp_tf.after_training.analysis.summary import summary_text  # noqa: PLC0415
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
@@ -90,13 +94,14 @@ def main(argv, stdout=None, stderr=None):
             values, "classes", available, stdout,
             f"the run's bank holds examples of {counted(available, 'class')}")
 
+    output_dir = values.output_dir or os.path.join(values.run_dir, OUTPUT_SUBDIR)
     try:
+        check_output_dir(output_dir)
         result = analyze_run(
             values.run_dir, num_mds_classes=values.classes,
             points_per_class=values.points_per_class, seed=values.seed,
             trajectory=values.trajectory, class_ids=class_ids, report=report,
             mds_classes_for=mds_classes_for)
-        output_dir = values.output_dir or os.path.join(values.run_dir, OUTPUT_SUBDIR)
         written = write_report(result, output_dir)
     except LLPError as error:
         stderr.write(f"error: {error}\n")

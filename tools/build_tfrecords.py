@@ -35,8 +35,9 @@ def make_flags():
                         '"places205:<folder as distributed>".', flag_values=values)
     flags.DEFINE_string("validation_dir", None, "Optional folder of class sub-folders of "
                         "validation images.", flag_values=values)
-    flags.DEFINE_string("output_dir", None, "Folder to write the shards into (must hold none "
-                        "yet).", flag_values=values)
+    flags.DEFINE_string("output_dir", None, "Folder to write the shards and dataset_info.json "
+                        "into (must hold none yet; nothing there is replaced).",
+                        flag_values=values)
     flags.DEFINE_integer("train_shards", 1024, "Number of train-* shards (the release used "
                          "1024).", flag_values=values)
     flags.DEFINE_integer("validation_shards", 128, "Number of validation-* shards (the release "

@@ -15,6 +15,7 @@ only with the exclusions it started with: repair its bad images instead,
 keeping their names (README, "Data").
 """
 
+import os
 import sys
 import time
 
@@ -40,7 +41,9 @@ def make_flags():
     tool_cli.define_data_dir(values)
     flags.DEFINE_string("write_exclude_list", None, "Write the bad examples to this file as an "
                         "exclude list for training's --exclude_list (written even when there "
-                        "are none).", flag_values=values)
+                        "are none). An existing file is replaced only if this tool wrote it; "
+                        "a list written by hand, or any other file, is refused.",
+                        flag_values=values)
     flags.mark_flags_as_required(["dataset"], flag_values=values)
     tool_cli.define_verbosity(values)
     return values
@@ -62,6 +65,12 @@ def check(values, stdout):
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data import SPLITS, exclusions, load_source  # noqa: PLC0415
 
+    from llp_tf.errors import ConfigError  # noqa: PLC0415
+
+    listed = values.write_exclude_list
+    if listed and os.path.lexists(listed) and not exclusions.is_written_list(listed):
+        raise ConfigError(f"{listed} exists and is not an exclude list this tool wrote, so it is "
+                          "not replaced: give another --write_exclude_list.")
     start = time.monotonic()
     source = load_source(values.dataset, values.data_dir)
     bad, counts = [], {}

@@ -27,6 +27,8 @@ TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 #: What the table reports of a run: the last evaluation's validation softmax
 #: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
 METRIC = "val_top1"
+#: Keys of the table's JSON file that mark an earlier one, which --output replaces.
+RESULT_KEYS = ("regime", "seeds", "metric")
 
 
 class ComparisonError(Exception):
@@ -47,7 +49,8 @@ def make_flags():
     flags.DEFINE_string("runs_dir", "runs/methods", "Directory of the runs, one subdirectory "
                         "METHOD_seedS each.", flag_values=values)
     flags.DEFINE_string("output", None, "JSON file of the table (default: "
-                        "--runs_dir/methods_table.json).", flag_values=values)
+                        "--runs_dir/methods_table.json); an existing file is replaced only if "
+                        "it is an earlier table.", flag_values=values)
     return values
 
 
@@ -97,13 +100,19 @@ def table(results, seeds):
 
 
 def compare(values, extra_args, stdout, stderr):
-    """Trains every (method, seed) and writes the table; returns the exit code."""
+    """Trains every (method, seed) and writes the table; returns the exit code.
+
+    Raises:
+      ConfigError: --output exists and is not an earlier table (before any training).
+    """
     from llp_tf.training.methods import METHODS  # noqa: PLC0415
 
     unknown = [m for m in values.methods if m not in METHODS]
     if unknown:
         stderr.write(f"error: unknown method {unknown[0]!r}; known: {', '.join(METHODS)}.\n")
         return 1
+    output = values.output or os.path.join(values.runs_dir, "methods_table.json")
+    tool_cli.check_result_file(output, RESULT_KEYS)
     results = {method: {} for method in values.methods}
     for method in values.methods:
         for seed in values.seeds:
@@ -113,10 +122,9 @@ def compare(values, extra_args, stdout, stderr):
             except ComparisonError as error:
                 stderr.write(f"error: {error}\n")
                 return 1
-    output = values.output or os.path.join(values.runs_dir, "methods_table.json")
     tool_cli.write_json_atomically(output, {
         "regime": values.regime, "train_args": extra_args, "metric": METRIC,
-        "seeds": values.seeds, METRIC: results})
+        "seeds": values.seeds, METRIC: results}, RESULT_KEYS)
     stdout.write(table(results, values.seeds) + "\n")
     stdout.write(f"Written to {output}.\n")
     return 0
@@ -132,7 +140,8 @@ def main(argv, stdout=None, stderr=None):
     _, exit_code = tool_cli.parse(values, argv, __doc__, stdout, stderr)
     if exit_code is not None:
         return exit_code
-    return compare(values, extra_args, stdout, stderr)
+    return tool_cli.exit_code_of(
+        lambda: tool_cli.ExitCode(compare(values, extra_args, stdout, stderr)), stderr)
 
 
 if __name__ == "__main__":

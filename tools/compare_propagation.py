@@ -32,6 +32,8 @@ from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 from llp_tf.counted_nouns import counted  # noqa: E402
 
 OUTPUT_NAME = "propagation_comparison.json"
+#: Keys of the results file that mark an earlier one, which --output replaces.
+RESULT_KEYS = ("methods", "paper_table5_unmatched")
 
 
 def make_flags():
@@ -78,7 +80,8 @@ def make_flags():
                        flag_values=values)
     flags.DEFINE_string("output", None, "JSON file of the results (default: "
                         f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
-                        "--features).", flag_values=values)
+                        "--features); an existing file is replaced only if it is an earlier "
+                        "comparison's results.", flag_values=values)
     tool_cli.define_verbosity(values)
     return values
 
@@ -274,6 +277,7 @@ def run_comparison(options, stream=sys.stdout):
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
     settings = method_settings(methods, k, t, temperature)
     output = options.output or default_output(options.run_dir, options.features)
+    tool_cli.check_result_file(output, RESULT_KEYS)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
@@ -303,7 +307,8 @@ def run_comparison(options, stream=sys.stdout):
                  f"classes x 50 images, 5 labelled (its LP_DMT, "
                  f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
                  f"the ranking, not the values.\n")
-    tool_cli.write_json_atomically(output, results_json(comparison, protocol, settings, source))
+    tool_cli.write_json_atomically(output, results_json(comparison, protocol, settings, source),
+                                   RESULT_KEYS)
     stream.write(f"wrote {output}\n")
     return comparison
 

@@ -19,6 +19,9 @@ directory also holds model.onnx, the network for ONNX Runtime: it takes
 images already preprocessed, float32 [B, S, S, 3] (NHWC), and returns
 probabilities and embedding (docs/onnx.md).
 The export is written to a temporary directory and renamed into place.
+--overwrite replaces an earlier export (a folder of saved_model.pb,
+export_info.json and the other files an export writes) or an empty folder,
+nothing else: a training run or any other folder is refused.
 """
 
 import os
@@ -51,8 +54,11 @@ def make_flags():
                          "float32 images [B, S, S, 3] (NHWC, S the run's image size) and "
                          "returning probabilities [B, C] and embedding [B, D]; the caller "
                          "does the preprocessing (docs/onnx.md).", flag_values=values)
-    flags.DEFINE_boolean("overwrite", False, "Replace an existing --output_dir (only once "
-                         "the new export is complete).", flag_values=values)
+    flags.DEFINE_boolean("overwrite", False, "Replace an earlier export in --output_dir (only "
+                         "once the new export is complete): a folder holding saved_model.pb, "
+                         "export_info.json and nothing an export does not write, or an empty "
+                         "one. Any other folder (a training run among them) is refused.",
+                         flag_values=values)
     return values
 
 
@@ -108,6 +114,7 @@ def main(argv, stdout=None, stderr=None):
         stdout.flush()
 
     try:
+        saved_model.check_output_dir(output_dir, values.overwrite)
         if values.onnx:
             onnx_model.require_converter()
         config = trained_run.read_config(values.run_dir)

@@ -34,6 +34,9 @@ from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
 from llp_tf.after_training.probe import linear_probe, readout  # noqa: E402
 from llp_tf.counted_nouns import counted  # noqa: E402
 
+#: Keys of the results file that mark an earlier one, which --output replaces.
+RESULT_KEYS = ("run_dir", "trained", "random")
+
 
 def define_flags(flag_values):
     """Defines the tool's flags on ``flag_values`` (its own `flags.FlagValues`,
@@ -83,7 +86,8 @@ def define_flags(flag_values):
     boolean("skip_random", False, "Skip the contrast probe on a randomly initialised trunk of "
             "the same architecture.")
     string("output", None, "JSON file of the results; default "
-           "<run_dir>/linear_probe_<dataset>.json. Written atomically (write, then rename).")
+           "<run_dir>/linear_probe_<dataset>.json. Written atomically (write, then rename); "
+           "an existing file is replaced only if it is an earlier probe's results.")
 
 
 def define_protocol_flags(flag_values):
@@ -104,7 +108,9 @@ def define_protocol_flags(flag_values):
     flags.DEFINE_boolean(
         "reuse_cache", True, "Reuse existing caches in --cache_dir; one made from other "
         "weights, data or --max_train_examples is an error naming the difference. "
-        "--noreuse_cache rebuilds them.", flag_values=flag_values)
+        "--noreuse_cache rebuilds them, replacing only a cache (a folder of features.npy, "
+        "labels.npy, index.npy and manifest.json, nothing else); another folder in its place "
+        "is refused.", flag_values=flag_values)
     flags.DEFINE_integer(
         "max_train_examples", None, "Use at most this many training images, a uniform draw "
         "fixed by --seed, chosen before any image is read (a quicker or smaller probe, e.g. "
@@ -121,7 +127,8 @@ def dataset_slug(name):
 
 
 def output_path(run_dir, dataset, output):
-    """The results file, checked writable before any work is done."""
+    """The results file, checked writable (and, if it exists, an earlier result,
+    `RESULT_KEYS`) before any work is done."""
     from llp_tf.errors import ConfigError
     path = output or os.path.join(run_dir, f"linear_probe_{dataset_slug(dataset)}.json")
     folder = os.path.dirname(os.path.abspath(path))
@@ -135,6 +142,7 @@ def output_path(run_dir, dataset, output):
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"Cannot write {path}: its folder is not writable; give another "
                           "--output.")
+    tool_cli.check_result_file(path, RESULT_KEYS)
     return path
 
 
@@ -232,7 +240,7 @@ def run_probe(options, stream):
         "settings": dataclasses.asdict(settings),
         "trained": results["trained"], "random": results.get("random"),
     }
-    tool_cli.write_json_atomically(path, payload)
+    tool_cli.write_json_atomically(path, payload, RESULT_KEYS)
     note = (f"(val_top5 is top-{rows[0][1].top5_k}: the dataset has "
             f"{counted(info.num_classes, 'class')})\n"
             if info.num_classes < readout.TOP_K else "")

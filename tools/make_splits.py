@@ -12,9 +12,12 @@ examples are the images a list names (ImageNet's standard 1% and 10% subsets).
 Examples an --exclude_list names are in neither set. Classes with no training
 example are skipped with a warning. See
 llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the
-split file into its run directory and never re-draws it.
+split file into its run directory and never re-draws it. An existing
+--output is replaced only if it is a split file, and not a training run's
+split.npz (which that run made and resumes from).
 """
 
+import os
 import sys
 
 import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
@@ -47,10 +50,32 @@ def make_flags():
     flags.DEFINE_integer("split_seed", None, "Seed of a random draw (train.py's --split_seed); "
                          "unset: lowest indices per class, as the release.", flag_values=values)
     tool_cli.define_deprecated_alias(values, "seed", "split_seed")
-    flags.DEFINE_string("output", None, "Split file to write (.npz).", flag_values=values)
+    flags.DEFINE_string("output", None, "Split file to write (.npz). An existing file is "
+                        "replaced only if it is a split file outside a training run's "
+                        "directory; anything else is refused.", flag_values=values)
     flags.mark_flags_as_required(["dataset", "output"], flag_values=values)
     tool_cli.define_verbosity(values)
     return values
+
+
+def check_output(path):
+    """Raises ConfigError unless the split file may be written to ``path``: it
+    does not exist, or it is a split file (an earlier one of this tool) and not
+    the split.npz of a training run (`RunDirectory.holds_settings`)."""
+    from llp_tf.data import splits  # noqa: PLC0415
+    from llp_tf.errors import ConfigError, DataError  # noqa: PLC0415
+    from llp_tf.training.run_directory import SPLIT_FILE, RunDirectory  # noqa: PLC0415
+    if not os.path.lexists(path):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == SPLIT_FILE and RunDirectory(folder).holds_settings():
+        raise ConfigError(f"{path} is the split of the training run in {folder}, so it is not "
+                          "replaced: give another --output.")
+    try:
+        splits.read_split_header(path)
+    except DataError:
+        raise ConfigError(f"{path} exists and is not a split file, so it is not replaced: give "
+                          "another --output.") from None
 
 
 def make(values, stderr):
@@ -61,6 +86,7 @@ def make(values, stderr):
 
     if (values.label_percent is None) == (values.label_subset is None):
         raise ConfigError("Give --label_percent or --label_subset (exactly one).")
+    check_output(values.output)
     source = load_source(values.dataset, values.data_dir)
     labels = source.train_labels()
     excluded = exclusions.load(values.exclude_list, source)

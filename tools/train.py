@@ -8,13 +8,15 @@
 other flag on the command line overrides the file, before or after --regime.
 Rerunning the same command resumes the run in --run_dir from its latest
 checkpoint, with the split saved there; a run directory without a checkpoint,
-or --overwrite, starts afresh. SIGTERM (a scheduler's preemption)
+or --overwrite, starts afresh. SIGTERM (a scheduler's preemption) or Ctrl-C
 stops the run after its current loop of steps with a checkpoint, exit code
-143. Several workers: tools/launch_local.py, or
-TF_CONFIG / --cluster=slurm (README, "Multi-worker training").
+143 or 130 (128 + the signal's number); a second Ctrl-C aborts at once,
+without a checkpoint, exit code 130. Several workers: tools/launch_local.py,
+or TF_CONFIG / --cluster=slurm (README, "Multi-worker training").
 """
 
 import os
+import signal
 import sys
 
 import quiet_start  # noqa: E402 -- tools/ is on the path of a script run from it
@@ -25,9 +27,12 @@ from absl import flags  # noqa: E402
 import config_flags  # noqa: E402 -- tools/ is on the path of a script run from it
 import tool_cli  # noqa: E402
 
-#: The exit code after SIGTERM stopped the run with a checkpoint (128 + SIGTERM),
-#: as a scheduler expects of a job it asked to stop.
-STOPPED_EXIT_CODE = 143
+#: A run stopped by a signal, with a checkpoint or not, exits with 128 + the
+#: signal's number, as a shell reports a process the signal ended: 143 after
+#: SIGTERM (what a scheduler expects of a job it asked to stop), 130 after Ctrl-C.
+SIGNAL_EXIT_CODE_BASE = 128
+ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same command to resume "
+           "from the run's latest one.")
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 
 
@@ -41,11 +46,13 @@ def make_flags():
                         flag_values=values)
     config_flags.define_config_flags(values)
     flags.DEFINE_boolean("overwrite", False, "Start the run in --run_dir afresh: delete what "
-                         "training wrote there (config.json, split.npz, checkpoints/, "
-                         "metrics.jsonl, tensorboard/) instead of resuming it. A run directory "
-                         "without a checkpoint starts afresh without it. Keep it out of a "
-                         "command a scheduler reruns after preemption: each rerun would start "
-                         "over.", flag_values=values)
+                         "training wrote there (config.json, config_history.jsonl, split.npz, "
+                         "checkpoints/, metrics.jsonl, tensorboard/; nothing else) instead of "
+                         "resuming it. A run directory without a checkpoint starts afresh "
+                         "without it. Only a training run's files are deleted: a --run_dir "
+                         "holding files of those names without a config.json of a run is "
+                         "refused. Keep it out of a command a scheduler reruns after "
+                         "preemption: each rerun would start over.", flag_values=values)
     tool_cli.define_verbosity(values)
     return values
 
@@ -99,7 +106,7 @@ def flag_origins(values, argv):
         os.path.join(FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
 
 
-def train(values, stdout):
+def train(values, stdout, stderr):
     config = config_from_flags(values)
     # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
     # configured before TensorFlow touches a device.
@@ -109,7 +116,11 @@ def train(values, stdout):
         run_training(config, stdout, overwrite=values.overwrite)
     except TrainingStopped as stopped:
         stdout.write(f"{stopped}\n")
-        return tool_cli.ExitCode(STOPPED_EXIT_CODE)
+        return tool_cli.ExitCode(SIGNAL_EXIT_CODE_BASE + stopped.signal)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop of steps
+        stdout.flush()
+        stderr.write(ABORTED + "\n")
+        return tool_cli.ExitCode(SIGNAL_EXIT_CODE_BASE + signal.SIGINT)
     return None
 
 
@@ -119,8 +130,7 @@ def main(argv, stdout=None, stderr=None):
     argv = expand_regime(argv, stderr or sys.stderr)
     if argv is None:
         return 2
-    return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda values, out, err: train(values, out), stray_exit_code=2,
+    return tool_cli.run(argv, stdout, stderr, make_flags(), __doc__, train, stray_exit_code=2,
                         origins=flag_origins)
 
 

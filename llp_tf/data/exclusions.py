@@ -134,13 +134,28 @@ def drop_excluded(records: tf.data.Dataset, num_examples: int,
     return records.filter(lambda r: tf.gather(table, r["index"]))
 
 
+#: The end of the first line of an exclude list `format_exclude_list` writes.
+_WRITTEN_BY = "be read or decoded (tools/check_data.py)."
+
+
 def format_exclude_list(examples: Iterable[tuple[str, int, str]], dataset_name: str) -> str:
     """The text of an exclude list of ``examples`` ((split, index, where) each)
     of dataset ``dataset_name``: one ``split index  # where`` line each."""
     lines = [f"# Examples of {dataset_name} left out by --exclude_list: their images cannot "
-             "be read or decoded (tools/check_data.py)."]
+             + _WRITTEN_BY]
     lines += [f"{split} {index}  # {where}" for split, index, where in examples]
     return "\n".join(lines) + "\n"
+
+
+def is_written_list(path: str) -> bool:
+    """Whether ``path`` is an exclude list `format_exclude_list` wrote (by its
+    first line), which tools/check_data.py may replace; not one written by hand."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline().rstrip("\n")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith("# Examples of ") and first.endswith(_WRITTEN_BY)
 
 
 def check_resume(split_path: str, current: Exclusions) -> None:

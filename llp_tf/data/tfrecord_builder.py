@@ -148,11 +148,13 @@ def _build(splits, class_names, output_dir, shard_counts, seed, num_threads, log
         validation = (list(v_paths), v_labels, np.arange(len(v_paths), dtype=np.int64))
 
     os.makedirs(output_dir, exist_ok=True)
-    existing = list_shards(output_dir, TRAIN) + list_shards(output_dir, VALIDATION)
+    existing = list_shards(output_dir, TRAIN) + list_shards(output_dir, VALIDATION) + [
+        path for path in [os.path.join(output_dir, INFO_FILE)] if os.path.lexists(path)]
     if existing:
         raise DataError(
-            f"Output folder {output_dir} already holds shards ({existing[0]}, ...). Remove "
-            "them or choose an empty folder, so that old and new shards do not mix.")
+            f"Output folder {output_dir} already holds shards or {INFO_FILE} ({existing[0]}, "
+            "...). Remove them or choose an empty folder, so that old and new shards do not "
+            "mix and no file is replaced.")
     # Shards are written to a scratch folder and moved in at the end, so a
     # failed build leaves no partial set behind.
     scratch = tempfile.mkdtemp(prefix=".incomplete-", dir=output_dir)

@@ -7,11 +7,11 @@ checkpoints every ``checkpoint_every`` steps and at each epoch end, writes
 training summaries and progress, and evaluates every ``eval_every`` epochs.
 After each loop and each evaluation it runs its actions (`actions.py`: the
 NaN guard, the metrics file, the plateau rule). After each loop it asks
-whether to stop (`preemption.PreemptionWatch`: SIGTERM on any worker), and
-then saves a checkpoint and raises `TrainingStopped`. Every worker of a
-cluster runs the same loop; what only the chief writes is decided by the
-checkpoints, writer and actions it is given (`training_run`). Nothing in it
-depends on the method.
+whether to stop (`preemption.PreemptionWatch`: SIGTERM or Ctrl-C on any
+worker), and then saves a checkpoint and raises `TrainingStopped`. Every
+worker of a cluster runs the same loop; what only the chief writes is
+decided by the checkpoints, writer and actions it is given (`training_run`).
+Nothing in it depends on the method.
 """
 
 import dataclasses
@@ -107,8 +107,9 @@ class Controller:
       train_actions: `Action`s called with each loop's `LoopOutput`, before
         its steps count (the NaN guard).
       eval_actions: `Action`s called with each evaluation's `EvalOutput`.
-      stop_requested: () -> bool, asked after each loop (by every worker at
-        once): True saves a checkpoint and raises `TrainingStopped`.
+      stop_requested: () -> the signal asking the run to stop, or None; asked
+        after each loop (by every worker at once): a signal saves a checkpoint
+        and raises `TrainingStopped`.
       stream: where progress is written.
     """
 
@@ -120,7 +121,7 @@ class Controller:
                  evaluate: Callable[[], dict[str, float]], writer: tf.summary.SummaryWriter,
                  train_actions: Sequence[Action] = (),
                  eval_actions: Sequence[Action] = (),
-                 stop_requested: Callable[[], bool] = lambda: False,
+                 stop_requested: Callable[[], Optional[int]] = lambda: None,
                  stream: Optional[TextIO] = None) -> None:
         self.method = method
         self.runner = runner
@@ -180,8 +181,8 @@ class Controller:
             for action in self.eval_actions:
                 action(EvalOutput(row, evaluated, phase))
         saved = self._save(int(self.step.numpy()))
-        if epoch_done < settings.epochs and self.stop_requested():
-            raise TrainingStopped(int(self.step.numpy()), saved)
+        if epoch_done < settings.epochs:
+            self._stop_if_requested(int(self.step.numpy()), saved)
         return row
 
     def _train_loop(self, iterator, phase, start, learning_rate, progress):
@@ -210,9 +211,16 @@ class Controller:
         if start + steps < settings.steps_per_epoch:  # epoch ends: see _epoch
             if global_step % settings.checkpoint_every == 0:
                 self._save(global_step)
-            elif self.stop_requested():
-                raise TrainingStopped(global_step, self._save(global_step))
+            else:
+                self._stop_if_requested(global_step)
         return steps
+
+    def _stop_if_requested(self, global_step, saved=None):
+        """Raises `TrainingStopped` after a checkpoint (``saved``, or one written
+        now) if a signal asks the run to stop."""
+        stop_signal = self.stop_requested()
+        if stop_signal:
+            raise TrainingStopped(global_step, saved or self._save(global_step), stop_signal)
 
     def _save(self, global_step):
         # Summaries up to the checkpoint reach the disk first: a resumed run

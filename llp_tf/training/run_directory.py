@@ -24,7 +24,8 @@ import os
 import shutil
 from typing import Any, Mapping, Optional
 
-from llp_tf.errors import DataError
+from llp_tf.counted_nouns import listed
+from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.run_lock import LOCK_FILE
 
 CONFIG_FILE = "config.json"
@@ -127,6 +128,23 @@ class RunDirectory:
         """The names of `TRAINING_RECORD` the directory holds, in that order."""
         return [name for name in TRAINING_RECORD if os.path.exists(self.file(name))]
 
+    def holds_settings(self) -> bool:
+        """Whether ``config.json`` is a training run's record of its settings: a
+        JSON object naming the run directory and the dataset ("run_dir" in its
+        "run" section and "dataset" in its "data" section, or both at the top,
+        as earlier versions wrote)."""
+        try:
+            with open(self.config_path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            return False
+        if not isinstance(record, dict):
+            return False
+        sections = [record.get(name) for name in ("run", "data")]
+        if all(isinstance(section, dict) for section in sections):
+            record = {**sections[0], **sections[1]}
+        return "run_dir" in record and "dataset" in record
+
     def delete(self, names: list[str]) -> None:
         """Deletes the files and folders ``names`` of the directory."""
         for name in names:
@@ -224,11 +242,22 @@ def start_afresh(run_dir: str, overwrite: bool, chief: bool) -> tuple[bool, Opti
     checkpoint: a start that failed before its first, whose settings a retry
     may change. The chief deletes the old record; with ``overwrite`` all of it,
     otherwise all but the checkpoint folder (which may hold damaged ones).
+    Only a training run's record is deleted: one whose ``config.json`` holds
+    a run's settings (`RunDirectory.holds_settings`).
+
+    Raises:
+      ConfigError: the directory holds files of `TRAINING_RECORD`'s names that
+        would be deleted, but no config.json of a training run.
     """
     directory = RunDirectory(run_dir)
     present = directory.training_record()
     if not present or (directory.checkpoint_paths() and not overwrite):
         return False, None
+    if not directory.holds_settings():
+        refused = "--overwrite does not delete them" if overwrite else "a run does not start there"
+        raise ConfigError(f"{run_dir} holds {listed(present)} but is not a training run (no "
+                          f"config.json with a run's settings), so {refused}: choose another "
+                          "--run_dir.")
     deleted = present if overwrite else [name for name in present if name != CHECKPOINT_DIR]
     if not chief:
         return True, None

@@ -344,7 +344,8 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
       CheckpointWriteFailed, TrainingDiverged) for bad input (a
       ``mixed_precision`` the device cannot compute in among them), a busy or
       damaged run directory or a diverged run; the message says what to do.
-      TrainingStopped: SIGTERM stopped the run after a checkpoint.
+      TrainingStopped: SIGTERM or a first Ctrl-C stopped the run after a
+        checkpoint (a second Ctrl-C raises KeyboardInterrupt at once).
     """
     stream = stream or sys.stdout
     run = config.run

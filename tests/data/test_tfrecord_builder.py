@@ -60,11 +60,19 @@ def test_build_numbers_images_in_the_seeded_permutation(tmp_path):
         assert len(list(source.raw_dataset("train"))) == 12
 
 
-def test_build_refuses_to_mix_with_existing_shards(tmp_path):
+def test_build_refuses_to_mix_with_existing_shards_or_replace_an_info_file(tmp_path):
     write_image_folder(str(tmp_path / "train"), {"a": 2})
     build_tfrecords(str(tmp_path / "train"), str(tmp_path / "out"), log=lambda line: None)
     with pytest.raises(DataError, match="already holds shards"):
         build_tfrecords(str(tmp_path / "train"), str(tmp_path / "out"), log=lambda line: None)
+    other = tmp_path / "tfds_folder"  # e.g. TFDS's, whose shards have other names
+    other.mkdir()
+    (other / "dataset_info.json").write_text('{"name": "mnist"}')
+    with pytest.raises(DataError, match=f"already holds shards or dataset_info.json "
+                                        f"\\({other}/dataset_info.json, ...\\)"):
+        build_tfrecords(str(tmp_path / "train"), str(other), log=lambda line: None)
+    assert os.listdir(other) == ["dataset_info.json"]
+    assert (other / "dataset_info.json").read_text() == '{"name": "mnist"}'
 
 
 class _Result:
@@ -123,6 +131,27 @@ def test_make_splits_tool(tmp_path):
                        f"--output={output}")
     assert result.returncode == 1
     assert "Unknown dataset 'imagenet'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_make_splits_tool_replaces_neither_a_runs_split_nor_another_file(tmp_path):
+    write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10}, size=(6, 6))
+    run_dir = tmp_path / "run"  # a split file, but the run's
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text('{"run_dir": "run", "dataset": "digits"}')
+    args = (f"--dataset=folder:{tmp_path / 'images'}", "--label_percent=20")
+    assert _run_tool("make_splits.py", *args, f"--output={run_dir / 'split.npz'}").returncode == 0
+    other = tmp_path / "features.npz"
+    other.write_bytes(b"not a split")
+    for output, message in (
+            (run_dir / "split.npz", f"is the split of the training run in {run_dir}"),
+            (other, "exists and is not a split file")):
+        before = output.read_bytes()
+        result = _run_tool("make_splits.py", *args, "--split_seed=1", f"--output={output}")
+        assert result.returncode == 1
+        assert result.stderr == (f"make_splits: {output} {message}, so it is not replaced: "
+                                 "give another --output.\n")
+        assert "Traceback" not in result.stderr and output.read_bytes() == before
+    assert sorted(os.listdir(run_dir)) == ["config.json", "split.npz"]
 
 
 def test_make_splits_tool_names_its_seed_as_train_does(tmp_path):

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from llp_tf.training import config, run_record
+from tests.runs import file_contents
 from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
 
 ANALYZE = tool_path("analyze.py")
@@ -80,6 +81,27 @@ def test_the_default_classes_are_lowered_to_the_runs_with_a_note(run_copy, tmp_p
     assert ("note: the run's bank holds examples of 4 classes; using --classes=4 instead of "
             "the default 5 (give --classes to choose).\n") in out
     assert "MDS of 8 bank rows of 4 classes." in out
+
+
+def test_a_rerun_replaces_its_report_but_no_file_it_did_not_write(run_copy, tmp_path):
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    for _ in range(2):  # the second run replaces the first one's report
+        code, _, err = _main(f"--run_dir={run_copy}", f"--output_dir={folder}",
+                             "--points_per_class=2", "--notrajectory")
+        assert (code, err) == (0, "")
+    assert sorted(os.listdir(folder)) == sorted(OUTPUTS + ("notes.txt",))
+    (folder / "analysis.json").write_text('{"mine": true}')  # now not an analysis's
+    before = file_contents(folder)
+    code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={folder}", "--notrajectory")
+    assert code == 1 and out == ""
+    assert err == (f"error: {folder} holds aggregation_histogram.png, "
+                   "aggregation_trajectory.png, mds.png, analysis_summary.txt and 1 more of no "
+                   "earlier analysis (no analysis.json record of one), so the analysis does not "
+                   "replace them: give another --output_dir.\n")
+    assert "Traceback" not in err
+    assert file_contents(folder) == before
 
 
 @pytest.mark.parametrize("args, message", [

@@ -60,6 +60,22 @@ def test_a_clean_dataset_exits_0(tmp_path):
     assert listed.read_text().count("\n") == 1  # only its heading comment
 
 
+def test_a_list_it_wrote_is_replaced_and_any_other_file_refused_before_the_check(tmp_path):
+    write_image_folder(str(tmp_path / "data"), {"a": 3, "b": 2})
+    listed = tmp_path / "list.txt"
+    for _ in range(2):  # the second run replaces the first one's list
+        code, _, err = run_main(CHECK_DATA, f"--dataset=folder:{tmp_path / 'data'}",
+                                f"--write_exclude_list={listed}")
+        assert (code, err) == (0, "")
+    listed.write_text("train 3  # by hand\n")
+    code, out, err = run_main(CHECK_DATA, f"--dataset=folder:{tmp_path / 'data'}",
+                              f"--write_exclude_list={listed}")
+    assert code == 1 and out == ""
+    assert err == (f"check_data: {listed} exists and is not an exclude list this tool wrote, so "
+                   "it is not replaced: give another --write_exclude_list.\n")
+    assert "Traceback" not in err and listed.read_text() == "train 3  # by hand\n"
+
+
 def test_a_dataset_that_cannot_be_opened_is_one_error_line(tmp_path):
     code, out, err = run_main(CHECK_DATA, f"--dataset=folder:{tmp_path / 'missing'}")
     assert code == 1 and out == ""

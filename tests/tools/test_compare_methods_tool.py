@@ -1,6 +1,7 @@
 """tools/compare_methods.py: the table of methods x seeds, from real runs of tools/train.py."""
 
 import json
+import os
 
 import pytest
 
@@ -74,3 +75,18 @@ def test_unknown_method_and_a_failed_run_are_one_error_line(tmp_path):
     assert code == 1
     assert err.splitlines()[-1] == (f"error: llp, seed 0: tools/train.py exited 1 and left no "
                                     f"evaluation (run directory {tmp_path}/llp_seed0).")
+
+
+def test_an_output_that_is_not_an_earlier_table_is_refused_before_any_run(tmp_path):
+    tool = load_tool("compare_methods.py")
+    output = tmp_path / "config.json"
+    output.write_text('{"run": {"run_dir": "runs/demo"}}')
+    code, out, err = run_main(tool, f"--runs_dir={tmp_path}", "--methods=supervised",
+                              "--seeds=0", f"--output={output}")
+    assert code == 1 and out == ""
+    assert err == (f"error: {output} exists and is not an earlier result of this tool (a JSON "
+                   "object with regime, seeds, top1), so it is not replaced: give another "
+                   "--output.\n")
+    assert "Traceback" not in err
+    assert os.listdir(tmp_path) == ["config.json"]
+    assert output.read_text() == '{"run": {"run_dir": "runs/demo"}}'

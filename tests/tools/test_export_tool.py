@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -7,6 +8,7 @@ import onnxruntime
 import pytest
 
 from llp_tf.after_training import trained_run
+from tests.runs import file_contents
 from tests.tools.tool_main import load_tool, run_main
 
 
@@ -62,15 +64,14 @@ def test_an_existing_export_needs_overwrite(tiny_llp_run, knn_export):
     assert os.stat(saved).st_mtime_ns == before
 
 
-def test_overwrite_replaces_an_export_with_an_older_checkpoint(tiny_llp_run, tmp_path):
+def test_overwrite_replaces_an_export_with_an_older_checkpoint(tiny_llp_run, knn_export,
+                                                               tmp_path):
     output_dir = tmp_path / "model"
-    output_dir.mkdir()
-    (output_dir / "old.txt").write_text("previous export")
+    shutil.copytree(knn_export[0], output_dir)  # an earlier export, with knn and model.onnx
     oldest = trained_run.checkpoint_step(trained_run.checkpoint_paths(tiny_llp_run)[0])
     code, stdout, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}",
                                 f"--checkpoint={oldest}", "--overwrite")
     assert code == 0, stderr
-    assert not (output_dir / "old.txt").exists()
     info = _info(str(output_dir))
     assert info["source"]["step"] == oldest < 15
     assert set(info["signatures"]) == {"embed", "classify"} and "knn" not in info
@@ -78,6 +79,29 @@ def test_overwrite_replaces_an_export_with_an_older_checkpoint(tiny_llp_run, tmp
     assert "onnx" not in info and not (output_dir / "model.onnx").exists()
     assert "ONNX" not in stdout
     assert os.listdir(tmp_path) == ["model"]  # no temporary or replaced directory left
+
+
+@pytest.mark.parametrize("inside", ["run", "other"])
+def test_overwrite_refuses_a_training_run_or_another_folder_and_keeps_every_file(
+        tiny_llp_run, tmp_path, inside):
+    folder = tmp_path / "folder"
+    if inside == "run":
+        shutil.copytree(tiny_llp_run, folder)
+        held = ("holds a training run (config.json, split.npz, checkpoints, metrics.jsonl and "
+                "1 more)")
+    else:
+        folder.mkdir()
+        (folder / "saved_model.pb").write_text("not ours")
+        (folder / "notes.txt").write_text("mine")
+        held = "is not an earlier export (it holds notes.txt, saved_model.pb)"
+    before = file_contents(folder)
+    code, stdout, stderr = _run(f"--run_dir={folder if inside == 'run' else tiny_llp_run}",
+                                f"--output_dir={folder}", "--overwrite")
+    assert code == 1 and stdout == ""
+    assert stderr == (f"error: {folder} {held}, so --overwrite does not replace it: choose "
+                      "another --output_dir.\n")
+    assert "Traceback" not in stderr
+    assert file_contents(folder) == before and os.listdir(tmp_path) == ["folder"]
 
 
 def test_onnx_writes_a_model_onnx_runtime_runs(knn_export):
@@ -105,7 +129,8 @@ def test_onnx_without_tf2onnx_is_a_clear_error(tiny_llp_run, tmp_path, monkeypat
     assert os.listdir(tmp_path) == []
 
 
-def test_a_failed_conversion_keeps_the_previous_export(tiny_llp_run, tmp_path, monkeypatch):
+def test_a_failed_conversion_keeps_the_previous_export(tiny_llp_run, knn_export, tmp_path,
+                                                      monkeypatch):
     import tf2onnx
 
     def fail(*args, **kwargs):
@@ -113,14 +138,14 @@ def test_a_failed_conversion_keeps_the_previous_export(tiny_llp_run, tmp_path, m
 
     monkeypatch.setattr(tf2onnx.convert, "from_function", fail)
     output_dir = tmp_path / "model"
-    output_dir.mkdir()
-    (output_dir / "old.txt").write_text("previous export")
+    shutil.copytree(knn_export[0], output_dir)
+    before = file_contents(output_dir)
     code, _, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}", "--onnx",
                            "--overwrite")
     assert code == 1
     assert stderr == (f"error: tf2onnx {tf2onnx.__version__} could not convert the network to "
                       "ONNX opset 17 (ValueError: unsupported op Foo); export without --onnx.\n")
-    assert os.listdir(tmp_path) == ["model"] and os.listdir(output_dir) == ["old.txt"]
+    assert os.listdir(tmp_path) == ["model"] and file_contents(output_dir) == before
 
 
 @pytest.mark.parametrize("args, message", [

@@ -8,6 +8,7 @@ import types
 import pytest
 from absl import flags
 
+from tests.runs import file_contents
 from tests.tools.tool_main import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,6 +93,20 @@ def test_unknown_dataset_is_a_clear_error_and_writes_nothing(tool, tiny_llp_run,
     assert result.returncode == 1
     assert "error: Unknown dataset 'places205'" in result.stderr
     assert result.stderr.startswith("error: ") and not output.exists()
+
+
+def test_an_output_that_is_not_an_earlier_result_is_refused_before_any_work(
+        tool, tiny_llp_run, stripes, tmp_path):
+    run_dir = shutil.copytree(tiny_llp_run, tmp_path / "run")
+    before = file_contents(run_dir)
+    output = run_dir / "config.json"
+    result = _run(tool, f"--run_dir={run_dir}", f"--dataset={stripes}", f"--output={output}")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"error: {output} exists and is not an earlier result of this tool "
+                             "(a JSON object with run_dir, trained, random), so it is not "
+                             "replaced: give another --output.\n")
+    assert "Traceback" not in result.stderr
+    assert file_contents(run_dir) == before
 
 
 def test_every_flag_has_help(tool):

@@ -11,6 +11,7 @@ import pytest
 from absl import logging
 
 from llp_tf.training.config import settings_fields
+from tests.runs import file_contents
 from tests.tools.tool_main import load_tool, run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,6 +94,23 @@ def test_fewer_examples_than_one_global_batch_is_one_error_line_and_writes_nothi
     assert "Traceback" not in result.stderr
     assert not run_dir.exists() or not os.listdir(run_dir)
 
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_run_and_keeps_every_file(tmp_path):
+    folder = tmp_path / "project"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "model.pt").write_text("weights")
+    (folder / "config.json").write_text('{"learning_rate": 0.1}')
+    before = file_contents(folder)
+    result = _run("--regime=demo", f"--run_dir={folder}", "--overwrite")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {folder} holds config.json, checkpoints but is not a training run (no "
+        "config.json with a run's settings), so --overwrite does not delete them: choose "
+        "another --run_dir.\n")
+    assert "Traceback" not in result.stderr
+    assert file_contents(folder) == before and sorted(os.listdir(folder)) == [
+        "checkpoints", "config.json"]
 
 
 def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):

@@ -1,11 +1,17 @@
-"""A training process that stops at a chosen point, for the crash and lock tests.
+"""A training process that stops at a chosen point, for the crash, lock and
+stop tests (`tests.runs.DriverProcess` is the test's side).
 
   python -m tests.training.crash_driver CONFIG_JSON POINT
+  python -m tests.training.crash_driver --tool POINT TRAIN_FLAGS...
 
-trains the run of ``CONFIG_JSON`` (a `TrainConfig.to_json` file) and, at
+trains the run of ``CONFIG_JSON`` (a `TrainConfig.to_json` file), or runs
+tools/train.py with ``TRAIN_FLAGS`` and exits with its exit code, and, at
 ``POINT``, prints ``BLOCKED`` and waits for a line on stdin: ``continue``
 trains on; anything else, or nothing for `WAIT_SECONDS`, ends the process
-with exit code 3. The test kills it (SIGKILL) while it waits, or lets it go.
+with exit code 3. The test kills it (SIGKILL) while it waits, signals it, or
+lets it go. SIGINT is handled as at a terminal (KeyboardInterrupt, whatever
+the parent ignores), and each stop signal the run's `PreemptionWatch`
+catches is announced with a line ``SIGNALLED <number>``.
 
 POINT is one of:
 
@@ -16,6 +22,7 @@ POINT is one of:
 """
 
 import os
+import signal
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -24,6 +31,7 @@ from llp_tf.training import run_training  # noqa: E402
 from llp_tf.training.checkpoints import RunCheckpoints  # noqa: E402
 from llp_tf.training.config import TrainConfig  # noqa: E402
 from llp_tf.training.methods import StepRunner  # noqa: E402
+from llp_tf.training.preemption import PreemptionWatch  # noqa: E402
 
 WAIT_SECONDS = 120
 
@@ -65,10 +73,25 @@ def _install(point):
     RunCheckpoints.save = blocking_save
 
 
-def main(config_path, point):
+def _announce_signals():
+    on_signal = PreemptionWatch._on_signal
+
+    def announcing(self, signum, frame):
+        on_signal(self, signum, frame)
+        print(f"SIGNALLED {signum}", flush=True)
+
+    PreemptionWatch._on_signal = announcing
+
+
+def main(config_path, point, *train_flags):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _install(point)
+    _announce_signals()
+    if config_path == "--tool":
+        from tests.tools.tool_main import load_tool
+        sys.exit(load_tool("train.py").main(["train.py", *train_flags]))
     with open(config_path) as f:
         config = TrainConfig.from_json(f.read())
-    _install(point)
     run_training(config, stream=sys.stdout)
     print("FINISHED", flush=True)
 

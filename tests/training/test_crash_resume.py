@@ -13,10 +13,6 @@ directory whose lock is held fails at once and the first finishes unharmed.
 import io
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -25,54 +21,13 @@ import tensorflow as tf
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.run_lock import LOCK_FILE, RunDirectoryBusy
-from tests.runs import assert_same_state, tiny_config
-from tests.tools.tool_main import ROOT
+from tests.runs import DriverProcess, assert_same_state, tiny_config
 
-BLOCK_TIMEOUT_SECONDS = 180
 SETTINGS = dict(warmup_epochs=2, epochs=4, eval_every=1)
 EVAL_METRICS = ("val_top1", "val_top5", "val_nn_top1", "pseudo_label_accuracy",
                 "aggregation_score")
 TRAINING_METRICS = ("loss", "aggregation", "categorisation", "weight_decay", "confidence",
                     "pseudo_labelled")
-
-
-class _Driver:
-    """A `crash_driver` process, stopped by the test by its pid."""
-
-    def __init__(self, config_path, point):
-        self.process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "tests.training.crash_driver", config_path, point],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
-        self.output = []
-
-    def wait_until_blocked(self):
-        # Raw reads: a buffered readline could hold BLOCKED back from select.
-        deadline, fd = time.monotonic() + BLOCK_TIMEOUT_SECONDS, self.process.stdout.fileno()
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 1.0)
-            chunk = os.read(fd, 65536).decode() if ready else ""
-            if ready and not chunk:
-                break
-            self.output.append(chunk)
-            if "BLOCKED" in self.text:
-                return
-        self.kill()
-        pytest.fail("the training process did not reach its stop point:\n" + self.text)
-
-    def kill(self):
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def resume_and_finish(self):
-        out, _ = self.process.communicate("continue\n", timeout=BLOCK_TIMEOUT_SECONDS)
-        self.output.append(out)
-        return self.process.returncode
-
-    @property
-    def text(self):
-        return "".join(self.output)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +70,7 @@ def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, unin
               ("after_save:15", 15)]     # right after a checkpoint appears
     killed_pid = None
     for point, last_checkpoint in points:
-        driver = _Driver(config_path, point)
+        driver = DriverProcess(config_path, point)
         driver.wait_until_blocked()
         driver.kill()
         if killed_pid is not None:
@@ -150,7 +105,7 @@ def test_killed_four_times_ends_as_the_uninterrupted_run(tmp_path, stripes, unin
 def test_a_second_process_on_a_held_run_directory_fails_and_the_first_finishes(
         tmp_path, stripes, uninterrupted):
     config, config_path = _write_config(tmp_path, stripes)
-    driver = _Driver(config_path, "step:8")
+    driver = DriverProcess(config_path, "step:8")
     try:
         driver.wait_until_blocked()
         started = time.monotonic()

@@ -8,8 +8,10 @@ import sys
 import pytest
 import tensorflow as tf
 
-from llp_tf.errors import DataError
-from llp_tf.training.run_directory import RENAMED, RunDirectory, checkpoint_step, current_names
+from llp_tf.errors import ConfigError, DataError
+from llp_tf.training.run_directory import (RENAMED, RunDirectory, checkpoint_step, current_names,
+                                           start_afresh)
+from tests.runs import file_contents
 from tests.tools.tool_main import ROOT
 
 #: Rows as the versions before the naming rule wrote them (an LLP run's warm-up
@@ -117,6 +119,36 @@ def test_a_torn_last_line_can_be_skipped(tmp_path):
     with open(run.metrics_path, "a") as f:
         f.write('{"epo')
     assert run.read_metrics(drop_torn_last_line=True) == [TODAYS_ROW]
+
+
+@pytest.mark.parametrize("text, is_run", [
+    ('{"data": {"dataset": "mnist5k"}, "run": {"run_dir": "runs/a"}}', True),
+    ('{"dataset": "mnist5k", "run_dir": "runs/a"}', True),  # flat, as earlier versions wrote
+    ('{"data": {"dataset": "mnist5k"}, "run": {}}', False),
+    ('{"learning_rate": 0.1}', False),
+    ('["run_dir", "dataset"]', False),
+    ("run_dir: runs/a", False),
+])
+def test_a_run_is_recognised_by_the_settings_in_its_config_json(tmp_path, text, is_run):
+    (tmp_path / "config.json").write_text(text)
+    assert RunDirectory(tmp_path).holds_settings() == is_run
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_files_of_a_runs_names_without_its_settings_are_refused_and_kept(tmp_path, overwrite):
+    folder = tmp_path / "project"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "model.pt").write_text("weights")
+    (folder / "config.json").write_text('{"learning_rate": 0.1}')
+    (folder / "notes.txt").write_text("mine")
+    before = file_contents(folder)
+    refused = "--overwrite does not delete them" if overwrite else "a run does not start there"
+    with pytest.raises(ConfigError) as error:
+        start_afresh(str(folder), overwrite, chief=True)
+    assert str(error.value) == (
+        f"{folder} holds config.json, checkpoints but is not a training run (no config.json "
+        f"with a run's settings), so {refused}: choose another --run_dir.")
+    assert file_contents(folder) == before
 
 
 def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):

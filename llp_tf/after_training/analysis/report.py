@@ -8,8 +8,11 @@ Files written by `write_report` into the output directory:
 - ``analysis.json``: `analysis_record`.
 
 All files are first written into a temporary directory next to their
-destination and then renamed into place, so an interrupted run leaves no
-half-written file.
+destination and then renamed into place, analysis.json first, so an
+interrupted run leaves no half-written file. Files of these names are
+replaced only when they are an earlier report's: when the folder's
+analysis.json is an analysis record (`REPORT_MARKER` keys); other files of
+the folder are never touched.
 """
 
 import json
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 # write_report draws through these names, so that a test can replace one.
 from llp_tf.after_training.analysis.figures import draw_histogram, draw_mds, draw_trajectory
 from llp_tf.after_training.analysis.summary import summary_text
+from llp_tf.counted_nouns import listed
+from llp_tf.errors import ConfigError
 
 if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
     from llp_tf.after_training.analysis.run_analysis import RunAnalysis
@@ -31,6 +36,9 @@ TRAJECTORY_FILE = "aggregation_trajectory.png"
 MDS_FILE = "mds.png"
 SUMMARY_FILE = "analysis_summary.txt"
 JSON_FILE = "analysis.json"
+REPORT_FILES = (HISTOGRAM_FILE, TRAJECTORY_FILE, MDS_FILE, SUMMARY_FILE, JSON_FILE)
+#: Keys of analysis.json (`analysis_record`) that mark an earlier report.
+REPORT_MARKER = ("run_dir", "bank_rows", "mds")
 
 
 def _json_float(value):
@@ -80,12 +88,35 @@ def analysis_record(analysis: "RunAnalysis") -> dict[str, Any]:
     }
 
 
+def check_output_dir(output_dir: str) -> None:
+    """Raises ConfigError if ``output_dir`` holds files of the report's names
+    (`REPORT_FILES`) that are not an earlier report's: without an analysis.json
+    holding `REPORT_MARKER`."""
+    present = [name for name in REPORT_FILES if os.path.lexists(os.path.join(output_dir, name))]
+    if not present:
+        return
+    try:
+        with open(os.path.join(output_dir, JSON_FILE)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or not set(REPORT_MARKER) <= set(record):
+        raise ConfigError(
+            f"{output_dir} holds {listed(present)} of no earlier analysis (no {JSON_FILE} "
+            "record of one), so the analysis does not replace them: give another --output_dir.")
+
+
 def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
     """Writes the five files (module docstring) into ``output_dir`` atomically.
 
     Returns:
       dict of file name -> written path, in writing order.
+
+    Raises:
+      ConfigError: ``output_dir`` holds files of their names that are not an
+        earlier report (`check_output_dir`); nothing is written then.
     """
+    check_output_dir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".analysis-", dir=output_dir)
     try:
@@ -97,9 +128,9 @@ def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
         with open(os.path.join(staging, JSON_FILE), "w") as f:
             json.dump(analysis_record(analysis), f, indent=1)
             f.write("\n")
-        written = {}
-        for name in (HISTOGRAM_FILE, TRAJECTORY_FILE, MDS_FILE, SUMMARY_FILE, JSON_FILE):
-            written[name] = os.path.join(output_dir, name)
+        written = {name: os.path.join(output_dir, name) for name in REPORT_FILES}
+        check_output_dir(output_dir)  # again, just before replacing
+        for name in (JSON_FILE,) + REPORT_FILES[:-1]:  # the marker first
             os.replace(os.path.join(staging, name), written[name])
     finally:
         shutil.rmtree(staging, ignore_errors=True)

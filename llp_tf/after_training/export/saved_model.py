@@ -31,12 +31,17 @@ The module also carries ``class_names`` (string [C]); ``export_info.json``
 for ONNX Runtime (`onnx_model`; preprocessed images in, ``probabilities`` and
 ``embedding`` out), described under "onnx" in export_info.json. Fine-tuning
 in Keras: README, "Export and predict".
+
+An existing output directory is replaced (``overwrite``) only when it is an
+earlier export (`is_export`) or empty; a training run or any other folder is
+refused (`check_output_dir`).
 """
 
 import datetime
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,14 +52,21 @@ from llp_tf.after_training.export import onnx_model
 from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN, TOP_CLASSES,
                                                            InferenceModule, bank_classes)
 from llp_tf.after_training.trained_run import TrainedRun
+from llp_tf.counted_nouns import listed
 from llp_tf.data import augment
 from llp_tf.errors import ConfigError
+from llp_tf.training.run_directory import RunDirectory
 
 EXPORT_INFO_FILE = "export_info.json"
 # Version of the layout of this SavedModel and its export_info.json; raise it
 # when a signature or a field changes meaning. 2: class indices and bank rows
 # are int64 in every signature (1 had int32 top5_classes and neighbor_rows).
 EXPORT_FORMAT_VERSION = 2
+SAVED_MODEL_FILE = "saved_model.pb"
+#: Everything an export directory holds: TensorFlow's SavedModel (saved_model.pb,
+#: fingerprint.pb, variables/, assets/), export_info.json and, with ONNX, model.onnx.
+EXPORT_ENTRIES = frozenset({SAVED_MODEL_FILE, "fingerprint.pb", "variables", "assets",
+                            EXPORT_INFO_FILE, onnx_model.ONNX_FILE})
 
 _INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
                          "doc": "B >= 1 (a single image needs its batch dimension); any H "
@@ -189,42 +201,71 @@ def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
       class_names: sequence of C str.
       output_dir: str, the SavedModel directory to create.
       include_knn: bool, add the ``knn`` signature and the memory bank.
-      overwrite: bool, replace an existing ``output_dir``.
+      overwrite: bool, replace an earlier export in ``output_dir``.
       include_onnx: bool, also write the ONNX model (see `save_module`).
 
     Returns:
       dict, the export info written (see `export_info`).
 
     Raises:
-      ConfigError: ``output_dir`` exists without ``overwrite``, or see
-        `build_inference_module` and `save_module`.
+      ConfigError: ``output_dir`` exists and is not an earlier export to
+        ``overwrite`` (`check_output_dir`), or see `build_inference_module`
+        and `save_module`.
     """
-    _check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite)
     return save_module(run, build_inference_module(run, class_names, include_knn), output_dir,
                        overwrite, include_onnx)
 
 
-def _check_output_dir(output_dir, overwrite):
-    if os.path.lexists(output_dir) and not overwrite:
+def is_export(path: str) -> bool:
+    """Whether ``path`` is an export this module wrote: a directory (not a link)
+    holding saved_model.pb and export_info.json and nothing outside `EXPORT_ENTRIES`."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    names = set(os.listdir(path))
+    return {SAVED_MODEL_FILE, EXPORT_INFO_FILE} <= names <= EXPORT_ENTRIES
+
+
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Raises ConfigError unless an export may be written to ``output_dir``: it
+    does not exist, or ``overwrite`` asks to replace it and it is an earlier
+    export (`is_export`) or an empty directory. Nothing else is replaced, a
+    training run least of all."""
+    output_dir = os.path.abspath(output_dir)
+    if not os.path.lexists(output_dir):
+        return
+    if not overwrite:
         raise ConfigError(
-            f"{os.path.abspath(output_dir)} already exists; choose another output directory "
-            "or pass --overwrite to replace it.")
+            f"{output_dir} already exists; choose another output directory or pass "
+            "--overwrite to replace it.")
+    if os.path.islink(output_dir) or not os.path.isdir(output_dir):
+        held = "is not a directory"
+    elif is_export(output_dir) or not os.listdir(output_dir):
+        return
+    elif RunDirectory(output_dir).training_record():
+        held = f"holds a training run ({listed(RunDirectory(output_dir).training_record())})"
+    else:
+        held = f"is not an earlier export (it holds {listed(sorted(os.listdir(output_dir)))})"
+    raise ConfigError(f"{output_dir} {held}, so --overwrite does not replace it: choose "
+                      "another --output_dir.")
 
 
 def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
                 overwrite: bool = False, include_onnx: bool = False) -> dict[str, Any]:
     """Writes an `InferenceModule` of ``run`` as a SavedModel with export_info.json.
 
-    The export is written to a temporary sibling directory and renamed into
-    place, so a crash leaves no half-written export; an existing export is
-    replaced only with ``overwrite=True``, and only once the new one is
-    complete.
+    The export is written into a new hidden folder beside ``output_dir`` and
+    renamed into place, so a crash leaves no half-written export; an existing
+    ``output_dir`` is replaced only when it is an earlier export and
+    ``overwrite`` is set (`check_output_dir`, asked again just before), and
+    only once the new one is complete. What is deleted afterwards is that
+    folder, holding the earlier export.
 
     Args:
       run: the `TrainedRun` the module was built from (for export_info.json).
       module: `InferenceModule`.
       output_dir: str, the SavedModel directory to create.
-      overwrite: bool, replace an existing ``output_dir``.
+      overwrite: bool, replace an earlier export in ``output_dir``.
       include_onnx: bool, also write ``run.model`` as `onnx_model.ONNX_FILE`
         (`onnx_model.write_onnx_model`) and describe it in export_info.json.
 
@@ -232,17 +273,16 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
       dict, the export info written (see `export_info`).
 
     Raises:
-      ConfigError: ``output_dir`` exists without ``overwrite``; with
-        ``include_onnx``, tf2onnx is missing or cannot convert the network
-        (nothing is written then).
+      ConfigError: ``output_dir`` exists and is not an earlier export to
+        ``overwrite``; with ``include_onnx``, tf2onnx is missing or cannot
+        convert the network (nothing is written then).
     """
-    _check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite)
     output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
-    partial = f"{output_dir}.partial-{os.getpid()}"
-    replaced = f"{output_dir}.replaced-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.export-", dir=parent)
+    partial, replaced = os.path.join(staging, "new"), os.path.join(staging, "previous")
     try:
         tf.saved_model.save(module, partial, signatures=module.trace_signatures())
         info = export_info(run, module)
@@ -253,21 +293,18 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
         with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    # Only now is the previous export moved aside; it comes back if the new
-    # one cannot take its place.
-    had_previous = os.path.lexists(output_dir)
-    if had_previous:
-        os.rename(output_dir, replaced)
-    try:
-        os.rename(partial, output_dir)
-    except BaseException:
+        # Only now is the previous export moved aside; it comes back if the new
+        # one cannot take its place.
+        check_output_dir(output_dir, overwrite)
+        had_previous = os.path.lexists(output_dir)
         if had_previous:
-            os.rename(replaced, output_dir)
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if had_previous:
-        shutil.rmtree(replaced, ignore_errors=True)
+            os.rename(output_dir, replaced)
+        try:
+            os.rename(partial, output_dir)
+        except BaseException:
+            if had_previous:
+                os.rename(replaced, output_dir)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return info

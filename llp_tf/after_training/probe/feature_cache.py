@@ -14,12 +14,14 @@ A cache is a folder holding
 
 It is built in ``<folder>.partial`` and renamed into place once complete, so
 a crash never leaves a folder that looks like a finished cache (the partial
-one is discarded by the next build). A build holds a lock on
-``<folder>.lock``: a second process building the same cache stops with an
-error rather than discarding the first one's partial cache. A cache is
-reused only if its manifest matches what is asked for; otherwise
-`cached_features` raises a `ConfigError` naming the difference, or rebuilds
-it when ``reuse`` is False.
+one is discarded by the next build). A rebuild replaces only a cache (a
+folder of these files, ``manifest.json`` among them) and discards only a
+partial one (these files alone); any other folder at either name is
+refused. A build holds a lock on ``<folder>.lock``: a second process
+building the same cache stops with an error rather than discarding the
+first one's partial cache. A cache is reused only if its manifest matches
+what is asked for; otherwise `cached_features` raises a `ConfigError` naming
+the difference, or rebuilds it when ``reuse`` is False.
 """
 
 import contextlib
@@ -36,7 +38,7 @@ import numpy as np
 
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, FeatureSet, output_batches
 from llp_tf.after_training.probe.npy_rows import NpyRows, NpyRowWriter
-from llp_tf.counted_nouns import counted
+from llp_tf.counted_nouns import counted, listed
 from llp_tf.data import Source
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.models.llp_model import LLPModel
@@ -46,6 +48,7 @@ FEATURES_FILE = "features.npy"
 LABELS_FILE = "labels.npy"
 INDEX_FILE = "index.npy"
 MANIFEST_FILE = "manifest.json"
+CACHE_FILES = (FEATURES_FILE, LABELS_FILE, INDEX_FILE, MANIFEST_FILE)
 #: Beside a cache folder while a process builds it (`_build_lock`).
 LOCK_SUFFIX = ".lock"
 #: Bumped when the files' layout or meaning changes; older caches are rebuilt.
@@ -111,8 +114,8 @@ def _read_manifest(directory):
         with open(os.path.join(directory, MANIFEST_FILE)) as f:
             return json.load(f)
     except (OSError, ValueError) as error:
-        raise ConfigError(f"{directory} is not a complete feature cache ({error}); delete it "
-                          "or rebuild it (--noreuse_cache).") from None
+        raise ConfigError(f"{directory} is not a complete feature cache ({error}); move it "
+                          "away or give another --cache_dir.") from None
 
 
 def _mismatches(manifest, request):
@@ -178,6 +181,24 @@ def _fill(writer_path, model, source, split, image_size, index, batch_size, stre
     return labels, selected, writer.shape[1]
 
 
+def _check_replaceable(folder, marker):
+    """Raises ConfigError unless ``folder`` is absent, empty, or a directory
+    holding `CACHE_FILES` alone, ``marker`` among them (None: none required)."""
+    if not os.path.lexists(folder):
+        return
+    names = None if os.path.islink(folder) or not os.path.isdir(folder) else \
+        sorted(os.listdir(folder))
+    if names is not None and set(names) <= set(CACHE_FILES) and (
+            marker is None or not names or marker in names):
+        return
+    other = sorted(set(names or ()) - set(CACHE_FILES))
+    held = ("is not a directory" if names is None else
+            f"holds {listed(other)}, which a feature cache does not" if other else
+            f"holds no {marker}")
+    raise ConfigError(f"{folder} {held}, so the probe does not replace it: move it away or "
+                      "give another --cache_dir.")
+
+
 def build_cache(model: LLPModel, source: Source, split: str, image_size: int, directory: str,
                 request: dict[str, Any], index: Array | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE,
@@ -193,8 +214,14 @@ def build_cache(model: LLPModel, source: Source, split: str, image_size: int, di
       index: optional sorted int64 [M], the examples to compute.
       batch_size: int, images per forward pass.
       stream: progress (stdout when None).
+
+    Raises:
+      ConfigError: ``directory`` exists and is not a cache, or its partial
+        folder holds other files (before anything is computed).
     """
     partial = directory.rstrip(os.sep) + ".partial"
+    _check_replaceable(directory, MANIFEST_FILE)
+    _check_replaceable(partial, None)
     shutil.rmtree(partial, ignore_errors=True)  # a crashed build's leftovers
     os.makedirs(partial)
     start = time.monotonic()
@@ -207,6 +234,7 @@ def build_cache(model: LLPModel, source: Source, split: str, image_size: int, di
     with open(os.path.join(partial, MANIFEST_FILE), "w") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
+    _check_replaceable(directory, MANIFEST_FILE)  # again: the build took a while
     if os.path.exists(directory):
         shutil.rmtree(directory)
     os.rename(partial, directory)

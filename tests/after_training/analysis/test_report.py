@@ -7,6 +7,7 @@ import pytest
 from llp_tf.after_training.analysis import figures, mds, report, run_analysis
 from llp_tf.after_training.analysis.summary import summary_text
 from llp_tf.core import bank_statistics
+from tests.runs import file_contents
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -15,8 +16,8 @@ def test_a_failed_report_leaves_earlier_files_untouched(tiny_llp_run, tmp_path, 
     result = run_analysis.analyze_run(tiny_llp_run, num_mds_classes=2, points_per_class=5,
                                       trajectory=False)
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "mds.png").write_bytes(b"old")
+    report.write_report(result, str(out))
+    earlier = file_contents(out)
 
     def broken(*_):
         raise OSError("disk full")
@@ -24,7 +25,7 @@ def test_a_failed_report_leaves_earlier_files_untouched(tiny_llp_run, tmp_path, 
     monkeypatch.setattr(report, "draw_mds", broken)
     with pytest.raises(OSError, match="disk full"):
         report.write_report(result, str(out))
-    assert os.listdir(out) == ["mds.png"] and (out / "mds.png").read_bytes() == b"old"
+    assert file_contents(out) == earlier
 
 
 def _synthetic_state(step, rng, num_classes):

@@ -11,6 +11,7 @@ from llp_tf.after_training.probe import feature_cache, linear_probe
 from llp_tf.after_training.probe.readout import ProbeSettings, train_readout
 from llp_tf.errors import ConfigError
 from tests.after_training.probe_images import centre_crop_features, read_folder_split
+from tests.runs import file_contents
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +105,27 @@ def test_a_crashed_build_leaves_no_cache_that_looks_complete(run, source, tmp_pa
     cache = _cache(run, source, tmp_path / "c", split=data.VALIDATION)
     assert not cache.reused and len(cache.labels) == 40
     assert not os.path.exists(str(tmp_path / "c") + ".partial")
+
+
+@pytest.mark.parametrize("where, held", [
+    ("c", "notes.txt, which a feature cache does not"),
+    ("c", "no manifest.json"),
+    ("c.partial", "notes.txt, which a feature cache does not"),
+])
+def test_a_rebuild_replaces_no_folder_but_a_caches_and_keeps_it(run, source, tmp_path,
+                                                                 where, held):
+    folder = tmp_path / where
+    folder.mkdir()
+    (folder / feature_cache.FEATURES_FILE).write_bytes(b"not ours")
+    if "notes" in held:
+        (folder / "notes.txt").write_text("mine")
+    before = file_contents(folder)
+    with pytest.raises(ConfigError) as error:
+        _cache(run, source, tmp_path / "c", split=data.VALIDATION, reuse=False)
+    assert str(error.value) == (f"{folder} holds {held}, so the probe does not replace it: "
+                                "move it away or give another --cache_dir.")
+    assert file_contents(folder) == before
+    assert sorted(os.listdir(tmp_path)) == [where]
 
 
 @pytest.mark.parametrize("standardize", [False, True])
