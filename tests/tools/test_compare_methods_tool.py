@@ -85,7 +85,7 @@ def test_an_output_that_is_not_an_earlier_table_is_refused_before_any_run(tmp_pa
                               "--seeds=0", f"--output={output}")
     assert code == 1 and out == ""
     assert err == (f"error: {output} exists and is not an earlier result of this tool (a JSON "
-                   "object with regime, seeds, top1), so it is not replaced: give another "
+                   "object with regime, seeds, metric), so it is not replaced: give another "
                    "--output.\n")
     assert "Traceback" not in err
     assert os.listdir(tmp_path) == ["config.json"]
