@@ -7,7 +7,7 @@ benchmarks/), so a benchmark starts with ``import bench_cli``, then
 ``import quiet_start`` and its call, before anything imports TensorFlow.
 Each benchmark's flags live in its own `FlagValues` (`new_flag_values`),
 with --verbosity, and, when some sizes are slow, --full: the sizes the
-README's figures were measured at, for every size flag not given
+figures of docs/performance.md were measured at, for every size flag not given
 explicitly. This module imports only absl.
 """
 
@@ -29,9 +29,10 @@ def new_flag_values(full_sizes=None):
     values = tool_cli.new_flag_values()
     tool_cli.define_verbosity(values)
     if full_sizes:
-        flags.DEFINE_boolean("full", False, "Run at the sizes the README's figures were "
-                             "measured at (slow): " + _flag_list(full_sizes) + ", for each "
-                             "of these flags not given explicitly.", flag_values=values)
+        flags.DEFINE_boolean("full", False, "Run at the sizes the figures of "
+                             "docs/performance.md were measured at (slow): "
+                             + _flag_list(full_sizes) + ", for each of these flags not given "
+                             "explicitly.", flag_values=values)
     return values
 
 

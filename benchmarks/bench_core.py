@@ -17,7 +17,7 @@ Contenders run in alternating blocks (ours x n, theirs x n, ours x n, ...),
 each opened by an untimed call, and their medians are compared, so the
 ratios (faiss time / our time; our GFLOP/s / matmul GFLOP/s) hold even on a
 machine whose speed drifts. Measurements 1-4 use a smaller bank than the
-README's figures unless --full is given.
+figures of docs/performance.md unless --full is given.
 """
 
 import json
@@ -34,7 +34,7 @@ import peak_rss  # noqa: E402 -- benchmarks/ is on the path of a script run from
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 from llp_tf.models.config import EMBEDDING_DIM  # noqa: E402 -- no TensorFlow
 
-#: The sizes of the README's figures, for --full.
+#: The sizes of docs/performance.md's figures, for --full.
 FULL_SIZES = {"bank": 128_000, "density_queries": 12_800}
 
 

@@ -40,7 +40,7 @@ Every op runs on one thread: the process's intra-op thread pool has
 alone leaves some kernels (ScaleAndTranslate, transposes) spreading over
 that pool, whose idle threads then spin: on this 2-core machine, with 2
 threads the device-side input took 1.25x the CPU time per image that it
-takes with 1 (README, "Performance").
+takes with 1 (docs/performance.md).
 One-core figures are given per wall second and per CPU second of the
 process; the latter still counts one core when other processes share it.
 Mean KiB per image is given for each set. Temporary data goes to a fresh
@@ -62,7 +62,7 @@ quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags, logging  # noqa: E402
 
-#: The sizes of the README's figures, for --full.
+#: The sizes of docs/performance.md's figures, for --full.
 FULL_SIZES = {"seconds": 8.0, "num_generated": 512, "num_crop_decode": 256, "rounds": 5,
               "per_core_images": 1024}
 #: Images per batch of the one-core figures; batches per round left uncounted

@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import peak_rss  # noqa: E402 -- benchmarks/ is on the path of a script run from it
 
 WARM_UP_EXAMPLES = 256
-#: The sizes of the README's figures, for --full.
+#: The sizes of docs/performance.md's figures, for --full.
 FULL_SIZES = {"sizes": ["5000", "40000"]}
 
 

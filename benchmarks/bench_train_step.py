@@ -35,7 +35,7 @@ quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-#: The sizes of the README's figures, for --full: ImageNet's bank.
+#: The sizes of docs/performance.md's figures, for --full: ImageNet's bank.
 FULL_SIZES = {"bank": 1_281_167, "labelled": 128_116, "steps": 4, "rounds": 9}
 
 

@@ -12,7 +12,7 @@ file, or shard and record. The exit code is 1 when any image is bad.
 each), which a new run takes as --exclude_list=FILE to leave them out while
 every other example keeps its index. A run that already trained resumes
 only with the exclusions it started with: repair its bad images instead,
-keeping their names (README, "Data").
+keeping their names (docs/data.md).
 """
 
 import os

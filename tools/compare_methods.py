@@ -1,6 +1,6 @@
 """Trains several methods on one regime over several seeds and tabulates top-1.
 
-  tools/compare_methods.py                      # the README's table: every method, the demo
+  tools/compare_methods.py                      # docs/methods.md's table: every method, the demo
   tools/compare_methods.py --methods=llp,fixmatch --seeds=0 -- --epochs=10
 
 Each (method, seed) is one run of tools/train.py, one after the other, in

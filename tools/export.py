@@ -13,7 +13,7 @@ classes with their names; also serving_default) and, with --knn, knn (the
 nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
 with plain TensorFlow (no llp_tf needed) and with TensorFlow's C++ loader
 (saved_model_cli run; TF Serving uses the same): see tools/predict.py,
-llp_tf/after_training/export/saved_model.py for the signatures and README,
+llp_tf/after_training/export/saved_model.py for the signatures and docs/after-training.md,
 "Export and predict", for Keras fine-tuning with TFSMLayer. With --onnx the
 directory also holds model.onnx, the network for ONNX Runtime: it takes
 images already preprocessed, float32 [B, S, S, 3] (NHWC), and returns

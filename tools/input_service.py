@@ -16,7 +16,7 @@ list every worker (--worker_addresses):
 Workers read the dataset's files by the trainer's paths. Runs until SIGTERM,
 SIGINT (Ctrl-C) or SIGHUP, then stops and exits 0; exit 1 after an error at
 start. TensorFlow's servers listen on every interface. What stays
-deterministic: README, "Remote input workers".
+deterministic: docs/multi-worker.md, "Remote input workers".
 """
 
 import signal

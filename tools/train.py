@@ -12,7 +12,7 @@ or --overwrite, starts afresh. SIGTERM (a scheduler's preemption) or Ctrl-C
 stops the run after its current loop of steps with a checkpoint, exit code
 143 or 130 (128 + the signal's number); a second Ctrl-C aborts at once,
 without a checkpoint, exit code 130. Several workers: tools/launch_local.py,
-or TF_CONFIG / --cluster=slurm (README, "Multi-worker training").
+or TF_CONFIG / --cluster=slurm (docs/multi-worker.md).
 """
 
 import os

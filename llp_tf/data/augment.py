@@ -156,7 +156,7 @@ def resize_crop(crop: IntTensor, size: int) -> IntTensor:
     time; here each pass resamples the outer axis of a matrix: the rows of
     [h, (w, 3)], then, after a 2-D transpose, those of [w, (3, size)]; a
     last 2-D transpose puts the axes back. Where ops share TensorFlow's
-    intra-op pool that costs less CPU; on one thread, the same (README,
+    intra-op pool that costs less CPU; on one thread, the same (docs/augmentation.md,
     "Where the augmentation runs")."""
     width = tf.shape(crop)[1]
     rows = _resample_outer(tf.reshape(crop, [-1, width * 3]), size)  # [size, (w, 3)]

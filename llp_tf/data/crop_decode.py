@@ -15,7 +15,7 @@ the window is damaged, fail as the full decode does (and
 a window decodes that window, whose data is intact; it fails on the first
 crop that reaches the missing rows.
 
-What it gains and why so little: README, "Data" and "Performance".
+What it gains and why so little: docs/data.md, "Decoding only the crop", and docs/performance.md.
 """
 
 import functools

@@ -13,7 +13,7 @@ Guarantees (tests/data/test_data_service.py): every step holds the local
 pipeline's examples, labels, indices and pixels, and comes exactly once per
 epoch; with one service worker the dataset is exactly the local one, in
 the local order; with N > 1 the order of the steps within an epoch varies
-from run to run. What that gives up, and what workers need: README,
+from run to run. What that gives up, and what workers need: docs/multi-worker.md,
 "Remote input workers".
 """
 

@@ -23,7 +23,7 @@ Opening raises `DataError` naming the file and line for a line without
 exactly two fields, a label that is not an integer in ``[0, C)``, a path
 listed twice in one list, an empty list, and (unless ``check_files`` is
 False) listed images that do not exist; that check lists each folder once
-instead of one stat call per image (README, "Data").
+instead of one stat call per image (docs/data.md).
 
 Dataset name form (`llp_tf.data.load_source`), relative paths taken from
 ``data_dir`` when given, else the working directory, with no "?" or "&"::

@@ -22,7 +22,7 @@ they uncover and the Cutout square are grey 0.5 (FixMatch's 128).
 
 Magnitude ranges. "paper": FixMatch's appendix table of the RandAugment
 ops (Table 12) and its Cutout side, L in [0, 0.5] of the image; "light":
-for the 28 px digit demos (README, "Strong augmentation"):
+for the 28 px digit demos (docs/augmentation.md, "Strong augmentation"):
 
 | op            | magnitude                             | paper        | light           |
 |---------------|---------------------------------------|--------------|-----------------|

@@ -9,7 +9,7 @@ heads are float32 layers whatever the policy, so the embedding, the bank,
 propagation, densities and both losses stay float32. float16 trains with
 dynamic loss scaling (`keras.optimizers.LossScaleOptimizer`); the scale is
 not checkpointed, so a resumed float16 run starts again from 2^15. Why, and
-what it changes: README, "GPU".
+what it changes: docs/training.md, "GPU".
 
 Not every device runs low-precision convolutions: oneDNN has no bfloat16
 convolution on a CPU without AVX-512 (nor float16 where TensorFlow picks

@@ -11,8 +11,8 @@ deleted only after a complete write); a failed write removes the partial
 folder and raises `CheckpointWriteFailed`, naming the previous checkpoint,
 still intact. Under multi-worker training every worker takes part in each
 save, but only the chief writes the run's checkpoints; the others save into
-a scratch folder of their own, emptied after each save. README, "Training
-runs".
+a scratch folder of their own, emptied after each save. docs/training.md, "The run
+directory".
 """
 
 from __future__ import annotations

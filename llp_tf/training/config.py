@@ -72,8 +72,8 @@ class MethodConfig:
     name: str = setting(
         DEFAULT_METHOD, f"The training method: {DEFAULT_METHOD} (the paper's), or a baseline "
         "trained under the same protocol: "
-        f"{', '.join(name for name in METHODS if name != DEFAULT_METHOD)} (README, "
-        "'Methods'). A flag that belongs to one method says so first in its help.",
+        f"{', '.join(name for name in METHODS if name != DEFAULT_METHOD)} (docs/methods.md). "
+        "A flag that belongs to one method says so first in its help.",
         choices=tuple(METHODS), flag="method", state=True)
 
 

@@ -1,7 +1,7 @@
 """The run directory: its layout, the checkpoint's items, and the metrics file.
 
 A run lives in one directory, written by training and read by every tool
-(the files: README, "Training runs"): ``run.lock`` (`run_lock`),
+(the files: docs/training.md, "The run directory"): ``run.lock`` (`run_lock`),
 ``config.json`` and ``config_history.jsonl`` (`run_record`), ``split.npz``
 (`llp_tf.data.splits`), ``checkpoints/`` (numbered by global step, the
 newest ``keep`` kept), ``metrics.jsonl`` (one JSON object per evaluation)

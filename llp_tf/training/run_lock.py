@@ -15,7 +15,7 @@ A run directory that is a file, or that cannot be made or written, is a
 `ConfigError` naming ``--run_dir``.
 
 Under multi-worker training only the chief takes it; tools that only read a
-run do not. README, "Training runs".
+run do not. docs/training.md, "The run directory".
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The benchmarks' --full: the README's sizes for every size flag not given."""
+"""The benchmarks' --full: the sizes of docs/performance.md's figures, for every
+size flag not given."""
 
 import io
 

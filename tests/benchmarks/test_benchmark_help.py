@@ -1,6 +1,6 @@
 """Every benchmark has a ``main(argv, stdout, stderr)``, like the tools, that
 runs in this process and answers --help with its description and every flag;
-the ones `make bench` runs take --full for the README's sizes."""
+the ones `make bench` runs take --full for the sizes of docs/performance.md's figures."""
 
 import inspect
 import os

@@ -133,7 +133,7 @@ def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
     assert (config.optimization.epochs, config.method_settings.warmup_epochs) == (3, 1)
     assert config.optimization.base_learning_rate == 0.03  # the regime's
     assert config.run.run_dir == "runs/demo"
-    # The README's example of a flag before the regime.
+    # A flag before the regime (docs/training.md's example).
     values = tool.make_flags()
     values(tool.expand_regime(["train", "--epochs=20", "--regime=demo"], sys.stderr))
     config = tool.config_from_flags(values)

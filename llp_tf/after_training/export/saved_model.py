@@ -30,7 +30,7 @@ The module also carries ``class_names`` (string [C]); ``export_info.json``
 ``include_onnx=True`` the directory also holds ``model.onnx``, the network
 for ONNX Runtime (`onnx_model`; preprocessed images in, ``probabilities`` and
 ``embedding`` out), described under "onnx" in export_info.json. Fine-tuning
-in Keras: README, "Export and predict".
+in Keras: docs/after-training.md, "Export and predict".
 
 An existing output directory is replaced (``overwrite``) only when it is an
 earlier export (`is_export`) or empty; a training run or any other folder is

@@ -7,7 +7,7 @@ trains on one centre crop per training image, its features computed once;
 images at every step (`online_readout`). Validation is one centre crop per
 image, from the cache, for both. `random_trunk_model` is the contrast
 baseline: the same architecture, randomly initialised. The protocol, its
-settings and their measurements: README, "Linear probe (transfer)".
+settings and their measurements: docs/after-training.md, "Linear probe (transfer)".
 """
 
 import contextlib

@@ -34,13 +34,13 @@ from llp_tf.types import Array, FloatTensor, IntTensor
 #: The paper's initial learning rate of the Places205 readout.
 DEFAULT_LEARNING_RATE = 0.01
 #: The momentum of the paper's network training; for the readout the paper
-#: names only SGD and lr 0.01 (README, "Linear probe (transfer)").
+#: names only SGD and lr 0.01 (docs/after-training.md, "Linear probe (transfer)").
 DEFAULT_MOMENTUM = 0.9
 #: x0.1 per drop and two drops, as in the paper's Places205 readout.
 DEFAULT_DROP_FACTOR = 0.1
 DEFAULT_MAX_DROPS = 2
 #: Epochs without a new best validation top-1 before a drop. The paper says
-#: only "when validation saturates"; README, "Linear probe (transfer)", has
+#: only "when validation saturates"; docs/after-training.md, "Linear probe (transfer)", has
 #: the measurements behind 10.
 DEFAULT_PATIENCE = 10
 #: Upper bound on epochs; the plateau rule usually stops earlier.

@@ -18,7 +18,7 @@ Methods write a step as a ``forward`` (the loss under the gradient tape,
 its metrics and what the step writes afterwards) and a ``finish`` (the
 writes, e.g. the bank update), put together around the backward pass by
 `Method.replica_step_from`; with ``jit_compile`` only the forward and
-backward pass are XLA-compiled (README, "GPU").
+backward pass are XLA-compiled (docs/training.md, "GPU").
 """
 
 import abc
