@@ -1,7 +1,9 @@
 """Numbers that agree with their nouns in messages: "1 epoch", "3 epochs",
 "epoch 2", "epochs 1-3"; and long lists of names cut short, "a, b and 3 more".
-Imports nothing, so tools and error paths can use it.
+Imports only the standard library, so tools and error paths can use it.
 """
+
+from collections.abc import Iterable
 
 
 def plural(noun: str) -> str:
@@ -29,7 +31,7 @@ def numbered_range(noun: str, first: int, last: int, plural_form: str | None = N
     return f"{plural_form or plural(noun)} {first}-{last}"
 
 
-def listed(names, shown: int = 4) -> str:
+def listed(names: Iterable[str], shown: int = 4) -> str:
     """The first ``shown`` of ``names`` joined by commas, and how many more:
     "config.json, checkpoints, split.npz and 3 more"."""
     names = list(names)
