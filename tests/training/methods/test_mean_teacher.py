@@ -447,15 +447,14 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
 
     from llp_tf.training import run_training
     from llp_tf.training.run_directory import RunDirectory
-    from tests.runs import tiny_config
-    from tests.training.test_crash_resume import _Driver
+    from tests.runs import DriverProcess, tiny_config
     config = tiny_config(tmp_path, stripes, **RUN_SETTINGS)
     path = str(tmp_path / "config-to-train.json")
     with open(path, "w") as f:
         f.write(config.to_json())
     run = RunDirectory(config.run_dir)
     for point, last_checkpoint in (("step:8", 6), ("after_save:10", 10)):
-        driver = _Driver(path, point)
+        driver = DriverProcess(path, point)
         driver.wait_until_blocked()
         driver.kill()
         assert run.latest_checkpoint().endswith(f"ckpt-{last_checkpoint}"), point

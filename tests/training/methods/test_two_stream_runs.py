@@ -11,9 +11,8 @@ import tensorflow as tf
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
 from tests import numerics
-from tests.runs import assert_same_state, tiny_config
+from tests.runs import DriverProcess, assert_same_state, tiny_config
 from tests.tools.tool_main import load_tool, run_main
-from tests.training.test_crash_resume import _Driver
 
 METHODS = ("pseudo_label", "fixmatch")
 # 160 stripes, 32 a step: 5 steps an epoch; checkpoints at steps 3, 5, 6, 9, 10; loops of
@@ -43,7 +42,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterru
     run = RunDirectory(config.run_dir)
     for point, last_checkpoint in (("after_save:3", 3),    # epoch 1, right after a checkpoint
                                    ("step:8", 6)):         # epoch 2, between checkpoints
-        driver = _Driver(config_path, point)
+        driver = DriverProcess(config_path, point)
         driver.wait_until_blocked()
         driver.kill()
         assert run.latest_checkpoint().endswith(f"ckpt-{last_checkpoint}"), point
