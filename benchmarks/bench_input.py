@@ -2,7 +2,7 @@
 
   python benchmarks/bench_input.py [--full] [--output_json=bench_out/input.json]
 
-Measures the training and evaluation pipelines of llp_tf.data.pipeline on
+Measures the training and evaluation pipelines of llp_tf.data.pipeline.input_fns on
   - the embedded mnist5k set (28x28 PNG in TFDS shards) at --small_size, and
   - a generated set of --num_generated 224x224 JPEGs in TFRecord shards of
     the authors' format, at 224 (decode, random resized crop, colour jitter,
@@ -15,7 +15,7 @@ batches of 64 (start-up, buffers filling), then --per_core_images images are
 counted, the wall and CPU clocks taken around these only, and the iterator is
 dropped while it still works ahead (as much as when counting began). Set-up
 that ImageNet would spread over an epoch is thus left out. The contenders:
-  - the random crop's decoding, fused (`llp_tf.data.crop_decode`, only the
+  - the random crop's decoding, fused (`llp_tf.data.decoding.crop_decode`, only the
     window of a JPEG decoded) against the full decode then the crop, cycling
     over --num_crop_decode JPEGs of ImageNet-like sizes (sides 330-450 px,
     quality 90, 4:2:0) of two kinds: cut from real photographs
@@ -99,7 +99,7 @@ def make_flags():
 
 def _measure(make_dataset, seconds, warmup_batches=3):
     """images/s of iterating fresh datasets from ``make_dataset(epoch)``."""
-    from llp_tf.data import data_errors  # noqa: PLC0415
+    from llp_tf.data.decoding.decode import data_errors  # noqa: PLC0415
 
     images, elapsed, epoch, warm = 0, 0.0, 0, 0
     with data_errors():
@@ -165,7 +165,7 @@ def _steady_rates(contenders, rounds, counted):
 def _batch_sizes(dataset, key=None):
     """A generator of the images in each batch of ``dataset`` (of ``batch[key]``
     when given); closing it drops the dataset's iterator."""
-    from llp_tf.data import data_errors  # noqa: PLC0415
+    from llp_tf.data.decoding.decode import data_errors  # noqa: PLC0415
 
     with data_errors():
         for batch in dataset:
@@ -174,15 +174,16 @@ def _batch_sizes(dataset, key=None):
 
 def _crop_decode_runs(jpegs):
     """{"fused"|"full": a `_steady_rates` contender}: on one core, decoding the
-    random crop window (`augment.crop_window`) of each of ``jpegs`` in turn,
+    random crop window (`weak.crop_window`) of each of ``jpegs`` in turn,
     endlessly, batched by `PER_CORE_BATCH`: `crop_decode.decode_window` against
     `decode.decode_image` then the crop, as the pipeline did before."""
     import tensorflow as tf  # noqa: PLC0415
 
-    from llp_tf.data import augment, crop_decode, decode  # noqa: PLC0415
+    from llp_tf.data.augmentation import weak  # noqa: PLC0415
+    from llp_tf.data.decoding import crop_decode, decode  # noqa: PLC0415
 
     def window_fn(index):
-        return lambda shape: augment.crop_window(shape, tf.stack([index, 0]))
+        return lambda shape: weak.crop_window(shape, tf.stack([index, 0]))
 
     loads = {
         "fused": lambda e, i: crop_decode.decode_window(e, window_fn(i)),
@@ -200,16 +201,16 @@ def _crop_decode_runs(jpegs):
 
 def _train_runs(source, batches):
     """{"fused"|"full"|"device": a `_steady_rates` contender}: on one core, the
-    whole training input (`pipeline.make_train_input_fn` at 224 px, "paper"
+    whole training input (`input_fns.make_train_input_fn` at 224 px, "paper"
     augmentation, batches of `PER_CORE_BATCH`, ``batches`` of them in one pass
     over ``source``): read, decode, random resized crop, grayscale, colour
     jitter, flip, normalise, batch; "device": with ``augment_on="device"``,
     read, decode, resized crop as uint8, the random choices, batch. The dataset
     is built (traced) once; each contender call iterates it afresh."""
-    from llp_tf.data import pipeline  # noqa: PLC0415
+    from llp_tf.data.pipeline import input_fns  # noqa: PLC0415
 
     def runner(fused, augment_on="host"):
-        dataset = pipeline.make_train_input_fn(
+        dataset = input_fns.make_train_input_fn(
             source, PER_CORE_BATCH, 224, seed=0, epoch=0, steps=batches,
             fused_crop=fused, augment_on=augment_on,
             labelled_index=range(source.info.num_train))(None).with_options(_one_core())
@@ -224,7 +225,7 @@ def _per_core_results(values, scratch, results):
     "input_over_decode": {"device"|"host": the training input's images per
     CPU second over the fused crop-decode's, measured in the same rounds}}."""
     import jpeg_sets  # noqa: PLC0415 -- imports TF; benchmarks/ is on the path
-    from llp_tf.data import load_source  # noqa: PLC0415
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415
 
     counted = -(-values.per_core_images // PER_CORE_BATCH)
     photos = jpeg_sets.photo_jpegs(values.num_crop_decode)
@@ -278,7 +279,8 @@ def _throughput_results(values, scratch):
     """Rows of images/s of the training and evaluation pipelines, all cores,
     on the embedded mnist5k set and a generated JPEG set."""
     import jpeg_sets  # noqa: PLC0415 -- imports TF; benchmarks/ is on the path
-    from llp_tf.data import load_source, pipeline  # noqa: PLC0415 -- imports TF
+    from llp_tf.data.pipeline import input_fns  # noqa: PLC0415 -- imports TF
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415 -- imports TF
 
     mnist = _prepared_quietly(lambda: load_source("mnist5k",
                                                   data_dir=os.path.join(scratch, "tfds")))
@@ -293,14 +295,14 @@ def _throughput_results(values, scratch):
     results = []
     for label, source, size in cases:
         batch = min(values.batch_size, source.info.num_train)
-        train = _measure(lambda epoch, s=source, b=batch, z=size: pipeline.make_train_input_fn(
+        train = _measure(lambda epoch, s=source, b=batch, z=size: input_fns.make_train_input_fn(
             s, b, z, seed=0, epoch=epoch,
             labelled_index=range(s.info.num_train))(None), values.seconds)
         results.append({"set": label, "pipeline": "train", "image_size": size,
                         "images_per_second": round(train, 1)})
         split = "validation" if source.info.num_validation else "train"
         evaluate = _measure(lambda epoch, s=source, b=batch, z=size, p=split:
-                            pipeline.make_eval_input_fn(s, b, z, split=p)(None),
+                            input_fns.make_eval_input_fn(s, b, z, split=p)(None),
                             values.seconds / 2)
         results.append({"set": label, "pipeline": f"eval ({split})", "image_size": size,
                         "images_per_second": round(evaluate, 1)})

@@ -84,7 +84,7 @@ def _write_folder(values, root, num_train, rng):
 
 
 def _run_probe(values, model, source, mode, max_examples, cache_dir):
-    from llp_tf import data
+    from llp_tf.data.sources.base import TRAIN, VALIDATION
     from llp_tf.after_training import features
     from llp_tf.after_training.probe import linear_probe, readout
     settings = readout.ProbeSettings(epochs=values.epochs, batch_size=values.batch,
@@ -95,9 +95,9 @@ def _run_probe(values, model, source, mode, max_examples, cache_dir):
             return linear_probe.probe_trunk(model, source, values.image_size, settings,
                                             cache_dir=cache_dir, stream=quiet)[0]
         index = features.subsample_index(source.info.num_train, max_examples, 0)
-        train = features.extract_features(model, source, data.TRAIN, values.image_size,
+        train = features.extract_features(model, source, TRAIN, values.image_size,
                                           values.batch, quiet, index=index)
-        validation = features.extract_features(model, source, data.VALIDATION,
+        validation = features.extract_features(model, source, VALIDATION,
                                                values.image_size, values.batch, quiet)
         return readout.train_readout(train, validation, source.info.num_classes, settings,
                                      quiet)[1]
@@ -107,11 +107,11 @@ def probe_memory(values, out):
     """Runs one probe (--probe_mode on --probe_folder) in this process; prints its
     peak RSS growth in MiB."""
     import tensorflow as tf
-    from llp_tf import data
+    from llp_tf.data.sources.registry import load_source
     from llp_tf.models.factory import build_model
     folder, mode = values.probe_folder, values.probe_mode
     tf.config.threading.set_intra_op_parallelism_threads(values.threads)
-    source = data.load_source(f"folder:{folder}")
+    source = load_source(f"folder:{folder}")
     model = build_model("resnet10", values.classes, embedding_dim=16, width=values.width,
                         blocks_per_stage=(1, 1, 1, 1)).create_weights(values.image_size)
     caches = tempfile.mkdtemp(prefix="bench_probe_cache_", dir=os.path.dirname(folder))

@@ -100,7 +100,7 @@ def _device_images(rng, b, size):
     ``augment_on="device"`` holds them (`views.make_views`)."""
     import tensorflow as tf
 
-    from llp_tf.data import views
+    from llp_tf.data.augmentation import views
 
     choices = [views.view_params(tf.constant([0, k], tf.int64), size, "paper", views.WEAK)
                for k in range(b)]
@@ -132,7 +132,7 @@ def _synthetic_batches(strategy, rng, b, n, size, device=False):
 def _device_runner(llp, values):
     """A `StepRunner` of the LLP step that finishes a batch of device-side
     elements first in the replica function, as a run with ``--augment_on=device``."""
-    from llp_tf.data import streams
+    from llp_tf.data.pipeline import streams
     from llp_tf.training.methods import StepRunner
 
     used = {"used": streams.Stream(np.arange(values.bank), values.batch)}

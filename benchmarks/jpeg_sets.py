@@ -11,7 +11,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data.tfrecord_source import serialize_example, shard_name
+from llp_tf.data.sources.tfrecord import serialize_example, shard_name
 
 
 def smooth_jpegs(count, size=224):

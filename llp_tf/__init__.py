@@ -31,7 +31,7 @@ _PUBLIC = {
     "categorisation_loss": "llp_tf.core.losses",
     "llp_loss": "llp_tf.core.losses",
     "l2_penalty": "llp_tf.core.losses",
-    "make_splits": "llp_tf.data.splits",
+    "make_splits": "llp_tf.data.splits.regime",
 }
 
 __all__ = sorted(_PUBLIC)

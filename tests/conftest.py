@@ -74,8 +74,8 @@ def run(tiny_llp_run):
 @pytest.fixture(scope="module")
 def class_names(run):
     """The class names of `run`'s dataset."""
-    from llp_tf import data
-    return data.load_source(run.config.data.dataset, run.config.data.data_dir).info.class_names
+    from llp_tf.data.sources.registry import load_source
+    return load_source(run.config.data.dataset, run.config.data.data_dir).info.class_names
 
 
 @pytest.fixture

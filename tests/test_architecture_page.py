@@ -27,7 +27,7 @@ def _named_paths():
         paths += [os.path.join(folder, name) for name in names[1:]]
         if names[0].endswith("/"):
             paths += [os.path.join(folder, name)
-                      for name in re.findall(r"`([a-z_]+\.py)`", second)]
+                      for name in re.findall(r"`([a-z_][a-z0-9_]*\.py)`", second)]
     return paths
 
 

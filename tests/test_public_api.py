@@ -9,7 +9,7 @@ import llp_tf
 WHERE = {"MemoryBank": "llp_tf.core.memory_bank", "local_density": "llp_tf.core.propagation",
          "propagate": "llp_tf.core.propagation", "aggregation_loss": "llp_tf.core.losses",
          "categorisation_loss": "llp_tf.core.losses", "llp_loss": "llp_tf.core.losses",
-         "l2_penalty": "llp_tf.core.losses", "make_splits": "llp_tf.data.splits"}
+         "l2_penalty": "llp_tf.core.losses", "make_splits": "llp_tf.data.splits.regime"}
 
 
 def test_public_names_are_the_core_objects():

@@ -10,7 +10,7 @@ authors' format.
 Each folder holds one sub-folder per class; --dataset takes a dataset of image
 files instead (folder:, list: or places205:, as --dataset of tools/train.py).
 Training images are numbered in a seeded permutation (seed 0, as the release)
-and written in that order; see llp_tf/data/tfrecord_builder.py. Read the result with
+and written in that order; see llp_tf/data/sources/tfrecord_builder.py. Read the result with
 --dataset=tfrecord:TFRECORDS.
 """
 
@@ -54,7 +54,8 @@ def make_flags():
 def build(values, stdout, stderr):
     """Builds the shards and prints what was written."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
-    from llp_tf.data import load_source, tfrecord_builder  # noqa: PLC0415 -- imports TF
+    from llp_tf.data.sources import tfrecord_builder  # noqa: PLC0415 -- imports TF
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415 -- imports TF
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
     if (values.train_dir is None) == (values.dataset is None):

@@ -51,7 +51,7 @@ def make_flags():
 
 def _check_split(source, split, stdout):
     """The `image_check.BadImage`s of ``split``, with a progress bar on ``stdout``."""
-    from llp_tf.data import image_check  # noqa: PLC0415 -- imports TensorFlow
+    from llp_tf.data.splits import image_check  # noqa: PLC0415 -- imports TensorFlow
     from llp_tf.training.progress import EpochProgress  # noqa: PLC0415
 
     progress = EpochProgress(f"checking {split}", source.info.num_examples(split),
@@ -63,7 +63,9 @@ def _check_split(source, split, stdout):
 def check(values, stdout):
     """Checks the dataset; returns the tool's exit code."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
-    from llp_tf.data import SPLITS, exclusions, load_source  # noqa: PLC0415
+    from llp_tf.data.sources.base import SPLITS  # noqa: PLC0415
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415
+    from llp_tf.data.splits import exclusions  # noqa: PLC0415
 
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 

@@ -213,11 +213,11 @@ def run_probe(options, stream):
     dict written to --output."""
     import dataclasses
 
-    from llp_tf import data
+    from llp_tf.data.sources.registry import load_source
     settings = probe_settings(options)
     trained_run.read_config(options.run_dir)  # no run there: said before --output is made
     path = output_path(options.run_dir, options.dataset, options.output)
-    source = data.load_source(options.dataset, options.data_dir)
+    source = load_source(options.dataset, options.data_dir)
     run = trained_run.load_run(options.run_dir,
                                 tool_cli.resolve_checkpoint(options.run_dir, options.checkpoint))
     info = source.info

@@ -11,7 +11,7 @@ subset (data_percent%) contains them. With --label_subset the labelled
 examples are the images a list names (ImageNet's standard 1% and 10% subsets).
 Examples an --exclude_list names are in neither set. Classes with no training
 example are skipped with a warning. See
-llp_tf/data/splits.py and llp_tf/data/label_subsets.py. A run copies the
+llp_tf/data/splits/regime.py and llp_tf/data/splits/label_subsets.py. A run copies the
 split file into its run directory and never re-draws it. An existing
 --output is replaced only if it is a split file, and not a training run's
 split.npz (which that run made and resumes from).
@@ -62,7 +62,7 @@ def check_output(path):
     """Raises ConfigError unless the split file may be written to ``path``: it
     does not exist, or it is a split file (an earlier one of this tool) and not
     the split.npz of a training run (`RunDirectory.holds_settings`)."""
-    from llp_tf.data import splits  # noqa: PLC0415
+    from llp_tf.data.splits import regime  # noqa: PLC0415
     from llp_tf.errors import ConfigError, DataError  # noqa: PLC0415
     from llp_tf.training.run_directory import SPLIT_FILE, RunDirectory  # noqa: PLC0415
     if not os.path.lexists(path):
@@ -72,7 +72,7 @@ def check_output(path):
         raise ConfigError(f"{path} is the split of the training run in {folder}, so it is not "
                           "replaced: give another --output.")
     try:
-        splits.read_split_header(path)
+        regime.read_split_header(path)
     except DataError:
         raise ConfigError(f"{path} exists and is not a split file, so it is not replaced: give "
                           "another --output.") from None
@@ -81,7 +81,8 @@ def check_output(path):
 def make(values, stderr):
     """Draws and writes the split; returns its description."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
-    from llp_tf.data import exclusions, label_subsets, load_source, splits  # noqa: PLC0415
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415
+    from llp_tf.data.splits import exclusions, label_subsets, regime  # noqa: PLC0415
     from llp_tf.errors import ConfigError  # noqa: PLC0415
 
     if (values.label_percent is None) == (values.label_subset is None):
@@ -91,7 +92,7 @@ def make(values, stderr):
     labels = source.train_labels()
     excluded = exclusions.load(values.exclude_list, source)
     made_from = {"label_subset": None, "exclude_list": excluded.record()}
-    warning = splits.absent_classes_warning(labels, source.info.num_classes)
+    warning = regime.absent_classes_warning(labels, source.info.num_classes)
     if warning:
         stderr.write(warning + "\n")
     if values.label_subset:
@@ -100,10 +101,10 @@ def make(values, stderr):
             excluded.train)
         made_from["label_subset"] = label_subsets.list_record(values.label_subset, path)
     else:
-        labelled_index, used_index = splits.make_splits(
+        labelled_index, used_index = regime.make_splits(
             labels, values.label_percent, values.data_percent, values.split_seed,
             num_classes=source.info.num_classes, excluded=excluded.train)
-    splits.save_splits(values.output, labelled_index, used_index, labels,
+    regime.save_splits(values.output, labelled_index, used_index, labels,
                        dataset_name=source.info.name, label_percent=values.label_percent,
                        data_percent=values.data_percent, seed=values.split_seed,
                        made_from=made_from,

@@ -2,7 +2,7 @@
 
 Because the trunk is frozen and evaluation uses one centre crop, every
 image's features are fixed: they are computed once per split with the
-evaluation preprocessing (`augment.eval_preprocess`). `output_batches`
+evaluation preprocessing (`eval_transform.eval_preprocess`). `output_batches`
 yields them batch by batch; the linear probe writes them to a disk cache
 (`llp_tf.after_training.probe.feature_cache`), whose memory does not grow with
 the number of images, while `extract_features` gathers them into [N, F]
@@ -20,8 +20,9 @@ from typing import TextIO
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import Source, data_errors
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.sources.base import Source
 from llp_tf.errors import ConfigError
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.progress import EpochProgress
@@ -86,7 +87,7 @@ def example_batches(source: Source, split: str, image_size: int, batch_size: int
     dropped before their images are read.
 
     Args:
-      source: `llp_tf.data.Source`.
+      source: `Source`.
       split: "train" or "validation".
       image_size: int S, side of the centre crop.
       batch_size: int B; the last batch may be smaller.
@@ -94,7 +95,7 @@ def example_batches(source: Source, split: str, image_size: int, batch_size: int
 
     Returns:
       tf.data.Dataset of {"image": float32 [b, S, S, 3], "label": int64 [b],
-      "index": int64 [b]}. Iterate it inside `llp_tf.data.data_errors()`.
+      "index": int64 [b]}. Iterate it inside `data_errors()`.
     """
     records = source.records(split, cycle_length=1)
     if index is not None:
@@ -104,8 +105,8 @@ def example_batches(source: Source, split: str, image_size: int, batch_size: int
         records = records.filter(lambda record: tf.gather(keep, record["index"]))
 
     def element(record, image):
-        return {"image": augment.eval_preprocess(image, image_size), "label": record["label"],
-                "index": record["index"]}
+        return {"image": eval_transform.eval_preprocess(image, image_size),
+                "label": record["label"], "index": record["index"]}
 
     examples = source.decode(records, split).map(element, num_parallel_calls=tf.data.AUTOTUNE,
                                                  deterministic=True)

@@ -20,7 +20,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import Source, splits
+from llp_tf.data.sources.base import Source
+from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models.factory import build_model_from_config
@@ -146,7 +147,7 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
     if path is None:
         raise ConfigError(f"The run {run_dir} has no checkpoint yet; train it first.")
-    labelled_index, used_index = splits.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
+    labelled_index, used_index = regime.read_split_indices(os.path.join(run_dir, SPLIT_FILE))
     item = _exported_item(config)
     if num_classes is None:
         num_classes = _checkpoint_num_classes(path, run_dir, item)
@@ -155,7 +156,7 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     if method_class(config.method.name).keeps_bank:
         # Placeholder labels: the restore overwrites every bank variable.
         bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
-                          splits.dense_index(used_index, labelled_index),
+                          regime.dense_index(used_index, labelled_index),
                           np.zeros(len(labelled_index), np.int64))
     _restore(model, bank, path, item)
     return TrainedRun(run_dir=run_dir, config=config, checkpoint=path,
@@ -167,9 +168,9 @@ def load_run(run_dir: str, checkpoint: str | None = None,
 def open_dataset(config: TrainConfig, data_dir: str | None = None) -> Source:
     """The `Source` a run trained on (``data_dir`` replaces the run's, e.g. on
     another machine)."""
-    from llp_tf import data  # noqa: PLC0415 -- opening a source imports TFDS
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415 -- imports TFDS
 
-    return data.load_source(config.data.dataset, data_dir or config.data.data_dir)
+    return load_source(config.data.dataset, data_dir or config.data.data_dir)
 
 
 def load_run_with_data(run_dir: str, checkpoint: str | None = None,

@@ -1,7 +1,7 @@
 """The data section of a run's config, and the augmentation choices it reads.
 
 The augmentation policy names and the crop's smallest area are defined here
-once; `augment` and the pipeline take them from here. Imports no
+once; the augmentation and the pipeline take them from here. Imports no
 TensorFlow, so the config tree can be read without it.
 """
 

@@ -61,7 +61,7 @@ class Evaluator:
         Args:
           distributed_dataset: from `strategy.distribute_datasets_from_function`
             of an evaluation input_fn (elements with "image", "label", "mask").
-          num_steps: int, its number of global batches (`pipeline.eval_steps`).
+          num_steps: int, its number of global batches (`input_fns.eval_steps`).
 
         Returns:
           dict of metric name -> Python float (``val_examples``: int).

@@ -3,7 +3,7 @@
 A run lives in one directory, written by training and read by every tool
 (the files: docs/training.md, "The run directory"): ``run.lock`` (`run_lock`),
 ``config.json`` and ``config_history.jsonl`` (`run_record`), ``split.npz``
-(`llp_tf.data.splits`), ``checkpoints/`` (numbered by global step, the
+(`llp_tf.data.splits.regime`), ``checkpoints/`` (numbered by global step, the
 newest ``keep`` kept), ``metrics.jsonl`` (one JSON object per evaluation)
 and ``tensorboard/``. A resumed run first drops the metrics rows and
 TensorBoard events past the step it resumes from

@@ -119,7 +119,7 @@ def save_config(config: TrainConfig, data_files: Optional[dict] = None) -> None:
     """Writes ``run_dir/config.json`` (atomically), the record of a new run's settings.
 
     ``data_files``: what the run's split records of the files it was made from
-    (`splits.read_made_from`: the label subset list and the exclude list, each
+    (`regime.read_made_from`: the label subset list and the exclude list, each
     with its path and SHA-256), written under the key "data_files" beside the
     settings (readers of the settings ignore it).
     """

@@ -20,12 +20,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf import data
 from llp_tf.counted_nouns import counted, numbered_range
 from llp_tf.training import schedule
-from llp_tf.data import exclusions, image_check, label_subsets, pipeline, splits
-from llp_tf.data import streams as input_streams
 from llp_tf.data.config import HOST
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.pipeline import streams as input_streams
+from llp_tf.data.sources.base import VALIDATION
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.splits import exclusions, image_check, label_subsets, regime
 from llp_tf.training.distribution import first_device, make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
@@ -59,7 +62,7 @@ class RunSplit:
         is example ``used_index[j]``).
       train_labels: int64 [N], the true class of every training example.
       excluded_validation: int64 [E], validation examples left out (never
-        evaluated: `llp_tf.data.exclusions`).
+        evaluated: `llp_tf.data.splits.exclusions`).
     """
 
     labelled_index: np.ndarray
@@ -74,7 +77,7 @@ def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded,
     None) unless the run starts ``afresh``, or else a given split file, a subset
     list or a new draw, without the ``excluded`` examples
     (`exclusions.Exclusions`); made_from is what the new split records of its
-    files (`splits.save_splits`).
+    files (`regime.save_splits`).
 
     Args:
       data_config: `DataConfig`.
@@ -83,15 +86,15 @@ def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded,
     name = source.info.name
     if os.path.exists(path) and not afresh:
         exclusions.check_resume(path, excluded)
-        return (*splits.load_splits(path, train_labels, name), None)
-    warning = splits.absent_classes_warning(train_labels, source.info.num_classes)
+        return (*regime.load_splits(path, train_labels, name), None)
+    warning = regime.absent_classes_warning(train_labels, source.info.num_classes)
     if warning:
         _log(stream, warning)
     d = data_config
     made_from = {"label_subset": None, "exclude_list": excluded.record()}
     if d.split_file:
         labelled_index, used_index = (np.setdiff1d(index, excluded.train) for index in
-                                      splits.load_splits(d.split_file, train_labels, name))
+                                      regime.load_splits(d.split_file, train_labels, name))
         _log(stream, f"Split from {d.split_file}.")
     elif d.label_subset:
         labelled_index, used_index, list_path = label_subsets.make_subset_splits(
@@ -102,14 +105,14 @@ def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded,
                      f"{' and not excluded' if excluded.train.size else ''} "
                      "(--label_percent is not used).")
     else:
-        labelled_index, used_index = splits.make_splits(
+        labelled_index, used_index = regime.make_splits(
             train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
             num_classes=source.info.num_classes, excluded=excluded.train)
     return labelled_index, used_index, made_from
 
 
 def _check_one_batch(num_used, global_batch_size):
-    if pipeline.steps_per_epoch(num_used, global_batch_size) == 0:
+    if input_fns.steps_per_epoch(num_used, global_batch_size) == 0:
         raise ConfigError(
             f"The run uses {counted(num_used, 'training example')}, fewer than one global batch "
             f"(--global_batch_size={global_batch_size}), so an epoch would have no step. "
@@ -132,14 +135,14 @@ def _prepare_run_directory(config, source, stream, chief, afresh):
     _check_one_batch(len(used_index), config.optimization.global_batch_size)
     split_path = RunDirectory(config.run_dir).split_path
     if made_from is not None:
-        image_check.require_decodable(source, data.VALIDATION, excluded.validation)
+        image_check.require_decodable(source, VALIDATION, excluded.validation)
     if made_from is not None and chief:
-        splits.save_splits(split_path, labelled_index, used_index, train_labels,
+        regime.save_splits(split_path, labelled_index, used_index, train_labels,
                            source.info.name, d.label_percent, d.data_percent, d.split_seed,
                            made_from, {"train": excluded.train,
                                        "validation": excluded.validation})
     if chief and run_record.started_config(config.run_dir) is None:
-        run_record.save_config(config, splits.read_made_from(split_path))
+        run_record.save_config(config, regime.read_made_from(split_path))
     return RunSplit(labelled_index, used_index, train_labels, excluded.validation)
 
 
@@ -184,9 +187,9 @@ def _evaluate_fn(config, source, strategy, method, split):
                                     bank_labels, source.info.num_classes)
                   for prefix, model in method.evaluated_models().items()}
     batch = config.optimization.global_batch_size
-    dataset = strategy.distribute_datasets_from_function(pipeline.make_eval_input_fn(
+    dataset = strategy.distribute_datasets_from_function(input_fns.make_eval_input_fn(
         source, batch, config.data.image_size, excluded_index=split.excluded_validation))
-    steps = pipeline.eval_steps(source.info.num_validation - split.excluded_validation.size,
+    steps = input_fns.eval_steps(source.info.num_validation - split.excluded_validation.size,
                                 batch)
     prefix = metrics_lib.VALIDATION_PREFIX
 
@@ -373,11 +376,11 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     if batch % strategy.num_replicas_in_sync:
         raise ConfigError(f"The global batch size {batch} does not split evenly over "
                           f"{strategy.num_replicas_in_sync} replicas.")
-    source = data.load_source(config.data.dataset, config.data.data_dir)
+    source = load_source(config.data.dataset, config.data.data_dir)
     info = source.info
     split = _prepare_run_directory(config, source, stream, chief, afresh)
     state = _build_state(config, strategy, info.num_classes, split, stream, scratch_dir)
-    steps_per_epoch = pipeline.steps_per_epoch(len(split.used_index), batch)
+    steps_per_epoch = input_fns.steps_per_epoch(len(split.used_index), batch)
     resumed = _start(state, steps_per_epoch, stream, afresh)
     start = int(state.step.numpy())
     if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
@@ -395,7 +398,7 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
                      "(evaluation input is built here).")
     lost = (report_lost_worker(config.run_dir, cluster_lib.task_of(strategy)) if multi_worker
             else contextlib.nullcontext())
-    with data.data_errors(), lost, PreemptionWatch(strategy, multi_worker) as watch:
+    with data_errors(), lost, PreemptionWatch(strategy, multi_worker) as watch:
         final = _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                             chief, watch.stop_requested).run()
     end = int(state.step.numpy())

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform
 
 
 def read_folder_split(dataset, split):
@@ -25,6 +25,6 @@ def read_folder_split(dataset, split):
 def centre_crop_features(model, images, image_size):
     """float32 [N, F]: the model's pooled features of the images' centre crops,
     in one forward pass (``training=False``)."""
-    crops = tf.stack([augment.eval_preprocess(tf.constant(image), image_size)
+    crops = tf.stack([eval_transform.eval_preprocess(tf.constant(image), image_size)
                       for image in images])
     return model(crops, training=False)["features"].numpy()

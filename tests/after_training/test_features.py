@@ -2,7 +2,8 @@ import io
 
 import numpy as np
 
-from llp_tf import data
+from llp_tf.data.sources.base import VALIDATION
+from llp_tf.data.sources.registry import load_source
 from llp_tf.after_training import trained_run
 from llp_tf.after_training.features import extract_features
 from tests.after_training.probe_images import centre_crop_features, read_folder_split
@@ -10,10 +11,10 @@ from tests.after_training.probe_images import centre_crop_features, read_folder_
 
 def test_features_are_the_models_pooled_output_of_centre_crops(tiny_llp_run, stripes):
     run = trained_run.load_run(tiny_llp_run)
-    source = data.load_source(stripes)
+    source = load_source(stripes)
     image_size = run.config.data.image_size
     # 40 validation images in batches of 16: the last batch has 8 padding rows.
-    features = extract_features(run.model, source, data.VALIDATION, image_size, batch_size=16,
+    features = extract_features(run.model, source, VALIDATION, image_size, batch_size=16,
                                 stream=io.StringIO())
     images, labels = read_folder_split(stripes, "validation")
     expected = centre_crop_features(run.model, images, image_size)

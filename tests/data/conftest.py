@@ -19,7 +19,7 @@ def tfds_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mnist5k(tfds_dir):
-    from llp_tf.data import load_source
+    from llp_tf.data.sources.registry import load_source
 
     return load_source("mnist5k", data_dir=tfds_dir)
 
@@ -27,7 +27,7 @@ def mnist5k(tfds_dir):
 @pytest.fixture(scope="module")
 def folder_source(tmp_path_factory):
     """An image folder of 27 training (classes a, b, c: 9, 8, 10) and 11 validation images."""
-    from llp_tf.data import load_source
+    from llp_tf.data.sources.registry import load_source
 
     root = tmp_path_factory.mktemp("folder")
     write_image_folder(str(root / "train"), {"a": 9, "b": 8, "c": 10}, grayscale_every=5)
@@ -38,7 +38,7 @@ def folder_source(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tfrecord_source(tmp_path_factory):
     """TFRecord shards of 29 training (4 shards) and 11 validation examples, 3 classes."""
-    from llp_tf.data import load_source
+    from llp_tf.data.sources.registry import load_source
 
     root = tmp_path_factory.mktemp("tfrecord")
     make_tfrecord_set(str(root), num_train=29, num_validation=11, num_shards=4)

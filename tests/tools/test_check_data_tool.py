@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from llp_tf.data import exclusions, load_source
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.splits import exclusions
 from tests.data.helpers import write_image_folder
 from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
 

@@ -190,7 +190,7 @@ def test_online_protocol_writes_its_settings(tool, tiny_llp_run, stripes, tmp_pa
 
 def test_probe_reads_places205_as_distributed(tool, tiny_llp_run, tmp_path):
     import numpy as np
-    from tests.data.places205_fake import write_places
+    from tests.data.sources.places205_fake import write_places
     truth = write_places(str(tmp_path / "places"))
     result = _run(tool, f"--run_dir={tiny_llp_run}", f"--dataset=places205:{tmp_path / 'places'}",
                   "--epochs=1", "--batch_size=8", "--skip_random",

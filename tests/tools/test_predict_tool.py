@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf.after_training.export import saved_model
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform
 from tests.tools.tool_main import load_tool, run_main, tool_path
 
 PREDICT = tool_path("predict.py")
@@ -50,7 +50,7 @@ def image_files(run, tmp_path_factory):
 def _expected_probabilities(run, path):
     """float64 [C]: the trained model's softmax on one file, decoded as the tool does."""
     image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-    batch = augment.eval_preprocess(image, run.config.data.image_size)[tf.newaxis]
+    batch = eval_transform.eval_preprocess(image, run.config.data.image_size)[tf.newaxis]
     logits = run.model(batch, training=False)["logits"].numpy()[0].astype(np.float64)
     exponentials = np.exp(logits - logits.max())
     return exponentials / exponentials.sum()

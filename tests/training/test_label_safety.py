@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf.core import losses
-from llp_tf.data import splits
+from llp_tf.data.splits import regime
 from llp_tf.training import training_run
 from llp_tf.training.methods import METHODS, SupervisedMethod, method_class
 from llp_tf.training.methods.base import InputSpec, Stream
@@ -26,7 +26,7 @@ def _list_datasets(root, stripes_root):
              for label, kind in enumerate(PATTERNS)
              for name in sorted(os.listdir(os.path.join(stripes_root, "train", kind)))]
     labels = np.array([label for _, label in lines], np.int64)
-    labelled, used = splits.make_splits(labels, SETTINGS["label_percent"], 100.0)
+    labelled, used = regime.make_splits(labels, SETTINGS["label_percent"], 100.0)
     unlabelled = np.setdiff1d(np.arange(len(labels)), labelled)
     permuted = labels.copy()
     permuted[unlabelled] = np.random.default_rng(0).permutation(labels[unlabelled])
@@ -41,7 +41,7 @@ def _list_datasets(root, stripes_root):
         train = root / f"{key}.txt"
         train.write_text("".join(f"{path} {value}\n" for (path, _), value in zip(lines, values)))
         split_file = str(root / f"{key}_split.npz")
-        splits.save_splits(split_file, labelled, used, values)
+        regime.save_splits(split_file, labelled, used, values)
         datasets[key] = (f"list:/?train={train}&validation={validation}", split_file)
     return datasets
 

@@ -332,12 +332,12 @@ def test_the_runner_reports_each_step_of_a_loop_on_the_host_while_it_runs():
 
 def _device_side_data(seed=0):
     """(host data: the augmented float32 images; device data: the uint8 crops
-    with their random choices) of the same N examples (`llp_tf.data.views`)."""
-    from llp_tf.data import augment
+    with their random choices) of the same N examples (`llp_tf.data.augmentation.views`)."""
+    from llp_tf.data.augmentation import weak
     rng = np.random.default_rng(seed)
     crops = rng.integers(0, 256, (N, SIZE, SIZE, 3)).astype(np.uint8)
-    params = [augment.draw_pixel_params(tf.constant([seed, k], tf.int64)) for k in range(N)]
-    host = [augment.normalize(augment.apply_pixel_params(augment.to_unit(crop), p)).numpy()
+    params = [weak.draw_pixel_params(tf.constant([seed, k], tf.int64)) for k in range(N)]
+    host = [weak.normalize(weak.apply_pixel_params(weak.to_unit(crop), p)).numpy()
             for crop, p in zip(crops, params)]
     labels = _data(seed)
     stacked = {name: np.stack([p[name].numpy() for p in params]) for name in params[0]}
@@ -349,7 +349,7 @@ def test_the_runner_finishes_device_side_batches_in_each_replica(two_replica_str
     """StepRunner's ``prepare`` (`streams.finish_batch`, --augment_on=device) runs
     in each replica before the step: steps on shipped uint8 crops and choices
     equal steps on the host-augmented images."""
-    from llp_tf.data import streams
+    from llp_tf.data.pipeline import streams
     host_data, device_data = _device_side_data()
     spec = {name: streams.Stream(np.arange(N), B) for name in ("used", "labelled")}
     results = []

@@ -268,7 +268,8 @@ def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
 
 
 def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path):
-    from llp_tf.data import exclusions, splits
+    from llp_tf.data.sources.registry import load_source
+    from llp_tf.data.splits import exclusions, regime
     from llp_tf.errors import DataError
     from tests.runs import write_stripes
 
@@ -296,11 +297,11 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
     final = training_run.run_training(config, stream=io.StringIO())
     assert final["val_examples"] == 11 and final["step"] == 4  # 39 used examples, batches of 8
     split_path = os.path.join(config.run_dir, "split.npz")
-    labelled, used = splits.load_splits(split_path, np.repeat(np.arange(4), 10))
+    labelled, used = regime.load_splits(split_path, np.repeat(np.arange(4), 10))
     np.testing.assert_array_equal(used, np.setdiff1d(np.arange(40), [32]))
     assert labelled.size == 8 and 32 not in labelled
-    record = exclusions.read_exclude_list(str(listed), training_run.data.load_source(dataset))
-    assert splits.read_made_from(split_path)["exclude_list"] == record.record()
+    record = exclusions.read_exclude_list(str(listed), load_source(dataset))
+    assert regime.read_made_from(split_path)["exclude_list"] == record.record()
     with open(os.path.join(config.run_dir, "config.json")) as f:
         assert json.load(f)["data_files"] == {"label_subset": None,
                                               "exclude_list": record.record()}

@@ -26,7 +26,8 @@ from llp_tf.after_training.analysis.mds import MDSProjection, mds_classes, proje
 from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
                                          aggregation_scores, pseudo_label_stats)
 from llp_tf.counted_nouns import counted
-from llp_tf.data import pipeline, splits
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods import method_class
 from llp_tf.training.run_directory import RunDirectory
@@ -191,7 +192,7 @@ def _run_data(run_dir, report):
     report(f"Opening the dataset {config.data.dataset}.")
     source = trained_run.open_dataset(config)
     train_labels = source.train_labels()
-    _, used_index = splits.load_splits(RunDirectory(run_dir).split_path, train_labels,
+    _, used_index = regime.load_splits(RunDirectory(run_dir).split_path, train_labels,
                                        source.info.name)
     return config, source.info, used_index, train_labels[used_index]
 
@@ -243,7 +244,7 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
     class_ids = _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for)
     report(f"Restoring the latest checkpoint of {run_dir}.")
     run = trained_run.load_run(run_dir, num_classes=info.num_classes)
-    steps_per_epoch = max(pipeline.steps_per_epoch(len(used_index),
+    steps_per_epoch = max(input_fns.steps_per_epoch(len(used_index),
                                                     config.optimization.global_batch_size), 1)
     latest = bank_state(run, true_classes, steps_per_epoch)
     states = []

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding, propagation
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform
 from llp_tf.types import Array, FloatTensor, IntTensor, Tensor
 
 # The paper reports top-1 and top-5 accuracy; classify returns the five best.
@@ -110,7 +110,7 @@ class InferenceModule(tf.Module):
             images = tf.tile(images, [1, 1, 1, RGB_CHANNELS // channels])
         images = tf.ensure_shape(images, [None, None, None, RGB_CHANNELS])
         return tf.map_fn(
-            lambda image: augment.eval_preprocess(image, self.image_size), images,
+            lambda image: eval_transform.eval_preprocess(image, self.image_size), images,
             fn_output_signature=tf.TensorSpec([self.image_size, self.image_size, RGB_CHANNELS],
                                               tf.float32))
 

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform, weak
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array
 
@@ -117,10 +117,10 @@ def _name_batch_axis(proto):
 
 
 def preprocess_for_onnx(images: Iterable[Array], image_size: int) -> Array:
-    """The SavedModel's preprocessing (`augment.eval_preprocess`), in numpy.
+    """The SavedModel's preprocessing (`eval_transform.eval_preprocess`), in numpy.
 
     For each image: grayscale repeated to RGB; the short side resized to
-    ``augment.eval_short_side(S)`` (long side rounded) with TensorFlow's
+    ``eval_transform.eval_short_side(S)`` (long side rounded) with TensorFlow's
     antialiased bilinear resize (``tf.image.resize(..., "bilinear",
     antialias=True)``: a triangle kernel stretched by the downscale factor,
     its weights normalised per output pixel); the central S x S window; /
@@ -134,9 +134,9 @@ def preprocess_for_onnx(images: Iterable[Array], image_size: int) -> Array:
     Returns:
       float32 [N, S, S, 3], the ONNX model's ``images``.
     """
-    short_side = augment.eval_short_side(image_size)
-    mean = np.asarray(augment.IMAGENET_MEAN)
-    std = np.asarray(augment.IMAGENET_STD)
+    short_side = eval_transform.eval_short_side(image_size)
+    mean = np.asarray(weak.IMAGENET_MEAN)
+    std = np.asarray(weak.IMAGENET_STD)
     batch = []
     for image in images:
         image = np.asarray(image)
@@ -156,7 +156,7 @@ def preprocess_for_onnx(images: Iterable[Array], image_size: int) -> Array:
 
 def _resized_shape(height, width, short_side):
     """(height, width) with the short side ``short_side`` and the long one
-    rounded half to even, computed in float32 as `augment.resize_short_side`."""
+    rounded half to even, computed in float32 as `eval_transform.resize_short_side`."""
     shape = np.array([height, width], np.float32)
     scale = np.float32(short_side) / shape.min()
     resized = np.maximum(np.round(shape * scale).astype(np.int64), short_side)

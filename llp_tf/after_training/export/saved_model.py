@@ -4,7 +4,7 @@
 bank) as a SavedModel of TensorFlow ops and variables only: it loads with
 ``tf.saved_model.load(path)`` without llp_tf, and with TensorFlow's C++
 loader (``saved_model_cli run``; TF Serving uses the same), and runs the
-evaluation transform (`augment.eval_preprocess`) and the network, in
+evaluation transform (`eval_transform.eval_preprocess`) and the network, in
 inference mode, inside. Every signature (``loaded.signatures[name]``, also
 ``loaded.<name>``) takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W,
 one size per call, C = 1 or 3; another rank is refused with a message that
@@ -53,7 +53,7 @@ from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN,
                                                            InferenceModule, bank_classes)
 from llp_tf.after_training.trained_run import TrainedRun
 from llp_tf.counted_nouns import listed
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform, weak
 from llp_tf.errors import ConfigError
 from llp_tf.training.run_directory import RunDirectory
 
@@ -157,9 +157,9 @@ def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:
         "input": _INPUT_DOC,
         "preprocessing": (
             f"inside the signatures: resize the short side to "
-            f"{augment.eval_short_side(module.image_size)} (bilinear, antialiased), centre "
+            f"{eval_transform.eval_short_side(module.image_size)} (bilinear, antialiased), centre "
             f"crop {module.image_size} x {module.image_size}, scale to [0, 1], normalise "
-            f"with mean {list(augment.IMAGENET_MEAN)} and std {list(augment.IMAGENET_STD)}"),
+            f"with mean {list(weak.IMAGENET_MEAN)} and std {list(weak.IMAGENET_STD)}"),
         "signatures": _output_docs(module.num_classes, run.model.feature_dim,
                                    run.config.model.embedding_dim, module.knn_k),
         "serving_default": CLASSIFY,

@@ -39,7 +39,7 @@ import numpy as np
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, FeatureSet, output_batches
 from llp_tf.after_training.probe.npy_rows import NpyRows, NpyRowWriter
 from llp_tf.counted_nouns import counted, listed
-from llp_tf.data import Source
+from llp_tf.data.sources.base import Source
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import Array

@@ -22,8 +22,8 @@ from llp_tf.after_training.features import subsample_index
 from llp_tf.after_training.probe.feature_cache import cached_features
 from llp_tf.after_training.probe.online_readout import train_online_readout
 from llp_tf.after_training.probe.readout import ProbeResult, ProbeSettings, train_readout
-from llp_tf.data import TRAIN, VALIDATION, Source
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
+from llp_tf.data.sources.base import TRAIN, VALIDATION, Source
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.config import TrainConfig
@@ -77,7 +77,7 @@ def probe_trunk(model: LLPModel, source: Source, image_size: int,
 
     Args:
       model: `LLPModel`.
-      source: `llp_tf.data.Source` with train and validation splits; C is its
+      source: `Source` with train and validation splits; C is its
         number of classes (independent of the model's).
       image_size: int, the run's image size.
       settings: `ProbeSettings`.

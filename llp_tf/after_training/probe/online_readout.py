@@ -1,7 +1,7 @@
 """The paper's probe protocol: the readout trained online through the frozen trunk.
 
 Every SGD step takes a batch of freshly augmented training images (the
-training pipeline, `pipeline.make_train_input_fn`, with the run's
+training pipeline, `input_fns.make_train_input_fn`, with the run's
 augmentation policy and smallest crop area; the probe's epoch e is the
 pipeline's epoch e - 1 with the probe's seed, so order and crops are
 deterministic given the seed), computes their pooled features with the trunk
@@ -23,8 +23,10 @@ from llp_tf.after_training.features import FeatureSet, subsample_index
 from llp_tf.after_training.probe.readout import (LinearReadout, ProbeResult, ProbeSettings,
                                                  check_features, probe_result, run_epochs)
 from llp_tf.counted_nouns import counted
-from llp_tf.data import TRAIN, Source, data_errors, pipeline
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.sources.base import TRAIN, Source
 from llp_tf.errors import ConfigError
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import Array, FloatTensor
@@ -40,10 +42,10 @@ def online_batches(source: Source, batch_size: int, image_size: int, seed: int, 
 
     Returns:
       tf.data.Dataset of {"image": float32 [B, S, S, 3], "label": int64 [B],
-      "index": int64 [B]}, ``pipeline.steps_per_epoch(N_used, B)`` batches.
+      "index": int64 [B]}, ``input_fns.steps_per_epoch(N_used, B)`` batches.
     """
     # The probe trains on labelled data: every example's label is read.
-    return pipeline.make_train_input_fn(
+    return input_fns.make_train_input_fn(
         source, batch_size, image_size, seed, epoch - 1, used_index=used_index,
         augmentation=augmentation, min_crop_area=min_crop_area,
         labelled_index=np.arange(source.info.num_train))(None)
@@ -101,7 +103,7 @@ def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet
 
     Args:
       model: `LLPModel`, frozen.
-      source: `llp_tf.data.Source` whose train split is trained on (at most
+      source: `Source` whose train split is trained on (at most
         ``settings.max_train_examples`` of it, `features.subsample_index`).
       validation: `FeatureSet` of the validation split's centre crops (float32
         [N_val, F], array or cache rows).
@@ -127,7 +129,7 @@ def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet
     used_index = subsample_index(source.info.num_train, settings.max_train_examples,
                                  settings.seed)
     num_used = source.info.num_train if used_index is None else len(used_index)
-    steps = pipeline.steps_per_epoch(num_used, settings.batch_size)
+    steps = input_fns.steps_per_epoch(num_used, settings.batch_size)
     if steps == 0:
         raise ConfigError(f"The batch size {settings.batch_size} is larger than the "
                           f"{counted(num_used, 'training example')}; an online epoch would have "

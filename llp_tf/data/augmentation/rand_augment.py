@@ -1,14 +1,14 @@
 """Strong augmentation: RandAugment as FixMatch used it, followed by Cutout.
 
-Pure functions of one image, like `augment`: every random choice is a
+Pure functions of one image, like `weak`: every random choice is a
 stateless op driven by an explicit ``seed`` (int32/int64 [2]), so an image's
 strong view is a function of (run seed, epoch, example index) and does not
 depend on tf.data's parallelism. `strong_augment` draws from its own stream
 of the seed (`strong_seeds`), so it may be given the same example seed as
-`augment.train_augment` without its draws repeating the crop's or flip's.
+`weak.train_augment` without its draws repeating the crop's or flip's.
 
 Contract: images come in as float32 [H, W, 3] in [0, 1] (uint8 is scaled
-by 1/255), after the crop and flip and before `augment.normalize`, and leave
+by 1/255), after the crop and flip and before `weak.normalize`, and leave
 as float32 [H, W, 3] in [0, 1].
 
 `strong_augment` (Sohn et al. 2020, FixMatch's RandAugment with random
@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from llp_tf.data.augment import (
+from llp_tf.data.augmentation.weak import (
     CROP_AREA_RANGE, adjust_brightness, adjust_contrast, adjust_saturation, check_policy)
 from llp_tf.data.config import LIGHT, PAPER
 from llp_tf.types import FloatTensor, IntTensor, Tensor
@@ -406,7 +406,7 @@ def draw_strong_params(seed: IntTensor, image_shape: IntTensor,
     [2]) as it draws them: {"ops": int32 [NUM_OPS] and "magnitudes": float32
     [NUM_OPS] (`sample_ops`), "cutout": int32 [3], the square's top, left and
     side (`cutout_window`)}. Any batch of them (each with a leading axis [B])
-    is what `llp_tf.data.device_rand_augment` applies."""
+    is what `llp_tf.data.augmentation.rand_augment_device` applies."""
     check_policy(policy, CROP_AREA_RANGE[0])
     ops_seed, cutout_seed = strong_seeds(seed)
     indices, magnitudes = sample_ops(ops_seed, policy)

@@ -17,7 +17,7 @@ XLA kernel (TensorFlow 2.21), and the gathered batches have dynamic sizes.
 
 import tensorflow as tf
 
-from llp_tf.data import augment, rand_augment
+from llp_tf.data.augmentation import rand_augment, weak
 from llp_tf.data.config import PAPER
 from llp_tf.types import FloatTensor, Tensor
 
@@ -63,7 +63,7 @@ def strong_batch(images: FloatTensor, params: dict[str, Tensor],
     leading axis [B]: "ops" int32 [B, NUM_OPS], indices into
     ``POLICY_OPS[policy]``, "magnitudes" float32 [B, NUM_OPS], "cutout" int32
     [B, 3])."""
-    augment.check_policy(policy, augment.CROP_AREA_RANGE[0])
+    weak.check_policy(policy, weak.CROP_AREA_RANGE[0])
     images = tf.convert_to_tensor(images, tf.float32)
     out = images
     for step in range(rand_augment.NUM_OPS):

@@ -1,30 +1,30 @@
 """The views of a training example: several augmented images of one decode.
 
-A stream of the training input (`llp_tf.data.streams`) names the views of
+A stream of the training input (`llp_tf.data.pipeline.streams`) names the views of
 its elements, element key -> policy:
 
 - ``"weak"``: the run's augmentation, "paper" or "light"
-  (`augment.train_augment_crop`).
+  (`weak.train_augment_crop`).
 - ``"strong"``: the weak view before its normalisation
-  (`augment.train_augment_crop_unnormalised`: the same crop, and for "paper"
+  (`weak.train_augment_crop_unnormalised`: the same crop, and for "paper"
   the same grayscale, jitter and flip), then
   `rand_augment.strong_augment` with the policy of the run's augmentation
   ("paper": FixMatch's RandAugment; "light": the digit demos'), then
-  `augment.normalize`.
+  `weak.normalize`.
 
 View v of an example has its own seed (`view_seeds`): view 0 the example's
 seed, so a one-view element is exactly the pipeline's image of that seed;
 view v > 0 the example's seed with v folded in. Each view draws its own crop
-window (`augment.crop_window` with `augment.crop_seed` of its seed). The
+window (`weak.crop_window` with `weak.crop_seed` of its seed). The
 example is decoded once (`load_views`): the union box of the views' windows,
-only that box of a JPEG with the fused crop (`llp_tf.data.crop_decode`: the
+only that box of a JPEG with the fused crop (`llp_tf.data.decoding.crop_decode`: the
 same pixels as a full decode), and each view cuts its window from it and
-resizes it to uint8 [S, S, 3] (`resize_views`, `augment.resize_crop`).
+resizes it to uint8 [S, S, 3] (`resize_views`, `weak.resize_crop`).
 Every view leaves as float32 [S, S, 3], normalised.
 
 With ``augment_on="device"`` a view leaves as its resized crop, uint8 [S,
-S, 3] (`augment.resize_crop`), and the element adds ``"augment"``: view key
--> that view's random choices (`augment.draw_pixel_params`, and for a
+S, 3] (`weak.resize_crop`), and the element adds ``"augment"``: view key
+-> that view's random choices (`weak.draw_pixel_params`, and for a
 strong view `rand_augment.draw_strong_params` too); `finish_views` applies
 them to a batch of such elements in the replica step.
 """
@@ -34,9 +34,9 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
-from llp_tf.data import augment, device_augment, device_rand_augment, rand_augment
+from llp_tf.data.augmentation import rand_augment, rand_augment_device, weak, weak_device
 from llp_tf.data.config import AUGMENT_ON, DEVICE, HOST
-from llp_tf.data.source import Record, Source
+from llp_tf.data.sources.base import Record, Source
 from llp_tf.errors import ConfigError
 from llp_tf.types import FloatTensor, IntTensor
 
@@ -76,7 +76,7 @@ def view_windows(image_shape: IntTensor, seeds: list[IntTensor],
                  area_range: tuple[float, float]) -> IntTensor:
     """int32 [V, 4]: the crop window (top, left, height, width) of each view
     in an image of ``image_shape`` (int [3], height and width first)."""
-    return tf.stack([tf.stack(augment.crop_window(image_shape, augment.crop_seed(seed),
+    return tf.stack([tf.stack(weak.crop_window(image_shape, weak.crop_seed(seed),
                                                   area_range)) for seed in seeds])
 
 
@@ -116,10 +116,10 @@ def load_views(source: Source, record: Record, seeds: list[IntTensor],
 
 def resize_views(box: IntTensor, windows: IntTensor, size: int) -> IntTensor:
     """uint8 [V, S, S, 3]: each view's window (`load_views`' ``windows``, int32
-    [V, 4]) cut from ``box`` (uint8 [h, w, 3]) and resized (`augment.resize_crop`)."""
+    [V, 4]) cut from ``box`` (uint8 [h, w, 3]) and resized (`weak.resize_crop`)."""
     def resized(window):
         top, left, height, width = tf.unstack(window)
-        image = augment.resize_crop(box[top:top + height, left:left + width], size)
+        image = weak.resize_crop(box[top:top + height, left:left + width], size)
         image.set_shape([size, size, 3])
         return image
 
@@ -130,13 +130,13 @@ def augment_view(resized: IntTensor, seed: IntTensor, augmentation: str,
                  policy: str) -> FloatTensor:
     """uint8 [S, S, 3] resized crop window -> float32 [S, S, 3], normalised: the
     view of ``policy`` (see the module docstring) with the run's ``augmentation``
-    (`augment.train_augment_crop` after its resize)."""
-    augment.check_policy(augmentation, augment.CROP_AREA_RANGE[0])
-    weak = augment.apply_pixel_params(augment.to_unit(resized),
-                                      augment.draw_pixel_params(seed), augmentation)
+    (`weak.train_augment_crop` after its resize)."""
+    weak.check_policy(augmentation, weak.CROP_AREA_RANGE[0])
+    pixels = weak.apply_pixel_params(weak.to_unit(resized), weak.draw_pixel_params(seed),
+                                     augmentation)
     if policy == STRONG:
-        weak = rand_augment.strong_augment(weak, seed, augmentation)
-    image = augment.normalize(weak)
+        pixels = rand_augment.strong_augment(pixels, seed, augmentation)
+    image = weak.normalize(pixels)
     image.set_shape(resized.shape)
     return image
 
@@ -149,7 +149,7 @@ def check_augment_on(augment_on: str) -> None:
 
 def view_params(seed: IntTensor, size: int, augmentation: str, policy: str) -> dict:
     """A view's random choices for the device (see the module docstring)."""
-    params = augment.draw_pixel_params(seed)
+    params = weak.draw_pixel_params(seed)
     if policy == STRONG:
         params.update(rand_augment.draw_strong_params(seed, [size, size], augmentation))
     return params
@@ -181,8 +181,8 @@ def finish_views(element: dict, views: Mapping[str, str], augmentation: str) -> 
     element = dict(element)
     params = element.pop("augment")
     for key, policy in views.items():
-        image = device_augment.augment_batch(element[key], params[key], augmentation)
+        image = weak_device.augment_batch(element[key], params[key], augmentation)
         if policy == STRONG:
-            image = device_rand_augment.strong_batch(image, params[key], augmentation)
-        element[key] = augment.normalize(image)
+            image = rand_augment_device.strong_batch(image, params[key], augmentation)
+        element[key] = weak.normalize(image)
     return element

@@ -1,4 +1,4 @@
-"""Image augmentation of the release (train) and the evaluation transform.
+"""The weak augmentation: the release's training augmentation, or its crop alone.
 
 Pure functions of one image. Every random choice is a stateless op driven by
 an explicit ``seed`` (int32/int64 [2]; the input pipeline derives it from
@@ -14,10 +14,10 @@ horizontal flip with p = 0.5, ImageNet mean/std normalisation. The crop
 is resized to uint8 levels (`resize_crop`, as PIL's resize in the release);
 the random choices after it are drawn apart (`draw_pixel_params`) from
 their application (`apply_pixel_params`), which
-`llp_tf.data.device_augment` also runs on a batch, on the accelerator. The
-``"light"`` policy keeps only the crop. The smallest crop area is a setting
-of either policy. Evaluation: resize the short side to
-``round(size * 256 / 224)``, centre crop ``size`` x ``size``, normalise.
+`llp_tf.data.augmentation.weak_device` also runs on a batch, on the
+accelerator. The ``"light"`` policy keeps only the crop. The smallest crop
+area is a setting of either policy. The evaluation transform, which
+normalises the same way, is `eval_transform`.
 
 Images come in as uint8 [H, W, 3] (grayscale already expanded to three
 channels) and leave as float32 [size, size, 3], channel c in
@@ -40,7 +40,6 @@ GRAYSCALE_PROBABILITY = 0.2
 JITTER_FACTOR_RANGE = (0.6, 1.4)
 HUE_MAX_DELTA = 0.4
 FLIP_PROBABILITY = 0.5
-EVAL_RESIZE_RATIO = 256.0 / 224.0
 
 # torchvision's RandomResizedCrop tries ten boxes before falling back to a
 # centre crop; the same here keeps the crop distribution of the release.
@@ -329,7 +328,7 @@ def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
     ``train_augment(image, seed, ...)`` is this function applied to the
     window of ``image`` that `crop_window` draws with ``crop_seed(seed)``
     and area range ``(min_crop_area, 1)``; a caller that decodes only that
-    window (`llp_tf.data.crop_decode`) passes it here.
+    window (`llp_tf.data.decoding.crop_decode`) passes it here.
 
     Args:
       crop: uint8 [h, w, 3], the crop window.
@@ -348,7 +347,7 @@ def train_augment_crop(crop: IntTensor, seed: IntTensor, size: int,
 def train_augment_crop_unnormalised(crop: IntTensor, seed: IntTensor, size: int,
                                     policy: str = PAPER) -> FloatTensor:
     """`train_augment_crop` before its `normalize`: float32 [S, S, 3] in [0, 1]
-    (what `llp_tf.data.rand_augment.strong_augment` takes)."""
+    (what `llp_tf.data.augmentation.rand_augment.strong_augment` takes)."""
     check_policy(policy, CROP_AREA_RANGE[0])
     image = apply_pixel_params(to_unit(resize_crop(crop, size)), draw_pixel_params(seed),
                                policy)
@@ -361,7 +360,7 @@ def draw_pixel_params(seed: IntTensor) -> dict[str, Tensor]:
     example's ``seed`` (int [2]) as `train_augment` draws them: {"grayscale":
     bool [], "factors": float32 [3], "hue": float32 [], "order": int32 [4]
     (see `jitter_with`), "flip": bool []}. Any batch of them (each with a
-    leading axis [B]) is what `llp_tf.data.device_augment` applies."""
+    leading axis [B]) is what `llp_tf.data.augmentation.weak_device` applies."""
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num=_NUM_SUBSEEDS))
     draw = tf.random.stateless_uniform
     return {"grayscale": draw([], seeds[_SEED_GRAY]) < GRAYSCALE_PROBABILITY,
@@ -379,46 +378,3 @@ def apply_pixel_params(image: FloatTensor, params: dict[str, Tensor],
     image = _grayscale_if(image, params["grayscale"])
     image = jitter_with(image, params["factors"], params["hue"], params["order"])
     return _flip_if(image, params["flip"])
-
-
-def resize_short_side(image: IntTensor | FloatTensor,
-                      short_side: int | IntTensor) -> FloatTensor:
-    """Resizes [H, W, 3] so that min(H, W) == short_side, keeping the aspect
-    ratio (the long side rounded). Returns float32 in the input's range."""
-    shape = tf.cast(tf.shape(image)[:2], tf.float32)
-    scale = tf.cast(short_side, tf.float32) / tf.reduce_min(shape)
-    new_shape = tf.maximum(tf.cast(tf.round(shape * scale), tf.int32), short_side)
-    # The short side is set exactly so rounding cannot leave it one pixel short.
-    new_shape = tf.where(shape <= tf.reduce_min(shape), short_side, new_shape)
-    return tf.image.resize(image, new_shape, method="bilinear", antialias=True)
-
-
-def center_crop(image: FloatTensor, size: int) -> FloatTensor:
-    """Central ``size`` x ``size`` window of [H, W, C] (H, W >= size)."""
-    shape = tf.shape(image)
-    top = (shape[0] - size) // 2
-    left = (shape[1] - size) // 2
-    return image[top:top + size, left:left + size, :]
-
-
-def eval_short_side(size: int) -> int:
-    """int: the short side the evaluation transform resizes to."""
-    return int(round(size * EVAL_RESIZE_RATIO))
-
-
-def eval_preprocess(image: IntTensor, size: int) -> FloatTensor:
-    """The evaluation transform.
-
-    Args:
-      image: uint8 [H, W, 3].
-      size: int, output side S.
-
-    Returns:
-      float32 [S, S, 3], normalised.
-    """
-    scale = 1.0 / 255.0 if image.dtype == tf.uint8 else 1.0
-    # Crop before scaling and normalising: only the window is touched.
-    image = center_crop(resize_short_side(image, eval_short_side(size)), size)
-    image = normalize(tf.clip_by_value(image * scale, 0.0, 1.0))
-    image.set_shape([size, size, 3])
-    return image

@@ -1,10 +1,10 @@
 """The training augmentation's pixel work on a batch, on the accelerator.
 
 With ``--augment_on=device`` the input pipeline stops after the resize
-(`augment.resize_crop`, uint8 [S, S, 3]) and ships each example's random
-choices (`augment.draw_pixel_params`, drawn from its seed on the host); the
+(`weak.resize_crop`, uint8 [S, S, 3]) and ships each example's random
+choices (`weak.draw_pixel_params`, drawn from its seed on the host); the
 replica step applies them to the whole batch here, so an example's image is
-the host path's (`augment.apply_pixel_params`) to float rounding.
+the host path's (`weak.apply_pixel_params`) to float rounding.
 
 Whole-batch tensor ops only (no loop over the examples). Grayscale,
 brightness, contrast and saturation are per-pixel colour matrices (a batched
@@ -21,11 +21,11 @@ gather of the columns.
 
 import tensorflow as tf
 
-from llp_tf.data import augment
+from llp_tf.data.augmentation import weak
 from llp_tf.data.config import PAPER
 from llp_tf.types import FloatTensor, IntTensor, Tensor
 
-# Adjustment indices of `augment.jitter_with`'s ``order``.
+# Adjustment indices of `weak.jitter_with`'s ``order``.
 _BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)
 _BLEND_SLOTS = 3
 # Hue in sixths of the circle; each channel's own hue, wrapped into [-3, 3).
@@ -35,11 +35,11 @@ _CHANNEL_HUES = (0.0, 2.0, -2.0)
 
 def augment_batch(images: IntTensor, params: dict[str, Tensor],
                   policy: str = PAPER) -> FloatTensor:
-    """`augment.apply_pixel_params` of each image of a batch with its own choices.
+    """`weak.apply_pixel_params` of each image of a batch with its own choices.
 
     Args:
-      images: uint8 [B, S, S, 3], resized crops (`augment.resize_crop`).
-      params: `augment.draw_pixel_params` entries, each with a leading axis
+      images: uint8 [B, S, S, 3], resized crops (`weak.resize_crop`).
+      params: `weak.draw_pixel_params` entries, each with a leading axis
         [B]: "grayscale" bool [B], "factors" float32 [B, 3], "hue" float32
         [B], "order" int32 [B, 4], "flip" bool [B].
       policy: "paper" or "light" (the images alone).
@@ -48,7 +48,7 @@ def augment_batch(images: IntTensor, params: dict[str, Tensor],
       float32 [B, S, S, 3] in [0, 1], not normalised.
     """
     if policy != PAPER:
-        return augment.to_unit(images)
+        return weak.to_unit(images)
     identity = tf.eye(3, batch_shape=tf.shape(images)[:1])
     to_unit = (1.0 / 255.0) * tf.where(_per_matrix(params["grayscale"]), _luma_matrix(),
                                        identity)
@@ -62,7 +62,7 @@ def augment_batch(images: IntTensor, params: dict[str, Tensor],
 
 def jitter_batch(images: FloatTensor, factors: FloatTensor, hue: FloatTensor,
                  order: IntTensor, first: FloatTensor | None = None) -> FloatTensor:
-    """`augment.jitter_with` of each image of a batch with its own choices.
+    """`weak.jitter_with` of each image of a batch with its own choices.
 
     Args:
       images: float32 [B, S, S, 3], in [0, 1] (after ``first``).
@@ -109,7 +109,7 @@ def _blend_slot(images, factors, order, step, chosen, first=None):
     if first is not None:
         matrix = tf.linalg.matmul(first, matrix)
         means = tf.linalg.matvec(first, means, transpose_a=True)
-    mean_luma = tf.linalg.matvec(means, tf.constant(augment.LUMA_WEIGHTS, tf.float32))
+    mean_luma = tf.linalg.matvec(means, tf.constant(weak.LUMA_WEIGHTS, tf.float32))
     contrast = chosen & tf.equal(adjustment, _CONTRAST)
     offset = tf.where(contrast, (1.0 - factor) * mean_luma, 0.0)
     return tf.clip_by_value(_colour_map(images, matrix) + offset[:, None, None, None], 0.0, 1.0)
@@ -123,7 +123,7 @@ def _channel_means(images):
 
 def _luma_matrix():
     """float32 [3, 3]: x L is the luma of x in all three channels."""
-    return tf.tile(tf.constant(augment.LUMA_WEIGHTS, tf.float32)[:, None], [1, 3])
+    return tf.tile(tf.constant(weak.LUMA_WEIGHTS, tf.float32)[:, None], [1, 3])
 
 
 def _colour_map(images, matrices):
@@ -137,7 +137,7 @@ def _colour_map(images, matrices):
 def shift_hue(images: FloatTensor, delta: FloatTensor) -> FloatTensor:
     """float32 [B, S, S, 3] in [0, 1] -> same, each image's hue rotated by its
     ``delta`` (float32 [B] in [-0.5, 0.5], fractions of the hue circle):
-    `augment.adjust_hue` of each image, to float rounding.
+    `weak.adjust_hue` of each image, to float rounding.
 
     TF's AdjustHue kernel in elementwise ops: a pixel keeps its largest and
     smallest channel (top, bottom); its hue h, in sixths of the circle, moves

@@ -7,7 +7,7 @@ is decoded (`tf.image.decode_and_crop_jpeg`, the window grown by
 whole and then cropped. The window is a function of the image's shape alone
 (``window_fn``), so for the same seed the fused and the full path crop the
 same window, and its pixels equal the full decode's (tolerance 0,
-tests/data/test_crop_decode.py). Images leave as uint8 [h, w, 3].
+tests/data/decoding/test_crop_decode.py). Images leave as uint8 [h, w, 3].
 
 Errors: bytes that are not an image, or a JPEG whose header or data up to
 the window is damaged, fail as the full decode does (and
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from llp_tf.data import decode
+from llp_tf.data.decoding import decode
 from llp_tf.types import IntTensor, StringTensor
 
 #: image shape (int32 [3], height and width first) -> (top, left, height,

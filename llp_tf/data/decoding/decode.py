@@ -11,7 +11,7 @@ branch raises an assertion whose text names the example (file path, or
 shard and record) and is marked so that `data_errors` can turn it into a
 one-paragraph `DataError`. `decodable` runs the same test but yields
 whether each image decodes, for a check of a whole dataset
-(`llp_tf.data.image_check`). A tiny dataset costs about 0.2-0.4 ms of CPU;
+(`llp_tf.data.splits.image_check`). A tiny dataset costs about 0.2-0.4 ms of CPU;
 sources whose bytes were already decoded once when they were written (TFDS)
 can use `decode_image` directly.
 """

@@ -1,7 +1,7 @@
 """Training input built on tf.data service workers (``--input_service``).
 
 With a dispatcher address, each input pipeline's training dataset (see
-`llp_tf.data.pipeline`) is built and run by the tf.data service workers
+`llp_tf.data.pipeline.input_fns`) is built and run by the tf.data service workers
 registered with that dispatcher; the trainer only receives finished batches
 over gRPC. Evaluation input stays local. Sharding is static
 (`ShardingPolicy.HINT`: the dispatcher must list its N workers, as
@@ -9,7 +9,7 @@ tools/input_service.py does): worker w builds steps w, w + N, ... of the
 epoch, a step being the R per-replica batches of b examples this pipeline
 feeds, and sends each step whole; they reach the replicas in replica order.
 
-Guarantees (tests/data/test_data_service.py): every step holds the local
+Guarantees (tests/data/pipeline/test_data_service.py): every step holds the local
 pipeline's examples, labels, indices and pixels, and comes exactly once per
 epoch; with one service worker the dataset is exactly the local one, in
 the local order; with N > 1 the order of the steps within an epoch varies

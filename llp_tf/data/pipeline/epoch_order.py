@@ -18,14 +18,14 @@ records are read once, in pass 0's read order, and every pass permutes all
 of them (`cached_passes`). Every record gains ``dense_index`` (int64 []: the
 original index, or its position in ``used_index``, the bank row) and
 ``pass`` (int64 []). Each random decision of an epoch (shuffles here,
-augmentation in `llp_tf.data.pipeline`) has its own seed tag (`augment_seed`).
+augmentation in `llp_tf.data.pipeline.input_fns`) has its own seed tag (`augment_seed`).
 """
 
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data.source import TRAIN, Source
-from llp_tf.data.splits import check_index_set
+from llp_tf.data.sources.base import TRAIN, Source
+from llp_tf.data.splits.regime import check_index_set
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array, IntTensor
 
@@ -124,7 +124,7 @@ def train_order(source: Source, seed: int, epoch: int, used_index: Array | None 
                 pass_index: int = 0, dense_table: IntTensor | None = None) -> tf.data.Dataset:
     """Records of one pass over the used examples in their training order.
 
-    Returns a tf.data.Dataset of records (see `llp_tf.data.source`) plus
+    Returns a tf.data.Dataset of records (see `llp_tf.data.sources.base`) plus
     ``dense_index`` (int64 [], the index the pipeline yields) and ``pass``
     (int64 [], ``pass_index``). All of the used examples are there once; the
     pipeline drops the remainder. Pass p of an epoch has its own order.

@@ -6,31 +6,31 @@ batches of the per-replica size b = global batch / replicas; one step's
 per-replica batches, concatenated in replica order, are the global batch.
 
 Training, one epoch: global batch k is elements ``[k G, (k + 1) G)`` of the
-epoch order (`llp_tf.data.epoch_order`), ``floor(N_used / G)`` of them (the
+epoch order (`llp_tf.data.pipeline.epoch_order`), ``floor(N_used / G)`` of them (the
 remainder dropped: static shapes, distinct indices), starting after
 ``start_step``; worker w of W keeps the w-th of W equal parts of each. Each
 example is augmented with a stateless seed of (seed, epoch, pass, original
 index), so its image does not depend on the replica count, the parallelism
 or where the epoch was resumed. Of a JPEG only the crop's window is decoded
-(`llp_tf.data.crop_decode`); with ``input_service`` tf.data service workers
-build the batches (`llp_tf.data.data_service`). Elements: {"image": float32
+(`llp_tf.data.decoding.crop_decode`); with ``input_service`` tf.data service workers
+build the batches (`llp_tf.data.pipeline.data_service`). Elements: {"image": float32
 [b, S, S, 3], "label": int64 [b], "index": int64 [b]}, ``index`` the bank
 row: the original index, or its position in ``used_index``; ``label`` the
 class of a labelled example and `UNLABELLED` (-1) for any other, so no
 training computation can read an unlabelled example's ground truth. With
 ``views``, an element holds several augmented images of the example, one
-per view key, from one decode (`llp_tf.data.views`; the first view is the
+per view key, from one decode (`llp_tf.data.augmentation.views`; the first view is the
 "image" above). With ``augment_on="device"`` each view is its uint8 [b, S,
 S, 3] resized crop and the element adds ``"augment"``, the random choices
 `views.finish_views` applies in the replica step. A method's input of
-several such streams: `llp_tf.data.streams`.
+several such streams: `llp_tf.data.pipeline.streams`.
 
 Evaluation: every example of the split exactly once, in a fixed order,
 padded with copies of its first example to whole global batches. Elements
 add ``"mask"`` bool [b], False for the padding.
 
-Iterate inside `llp_tf.data.data_errors()` to get a `DataError` naming the
-file, or shard and record, of an image that cannot be decoded.
+Iterate inside `llp_tf.data.decoding.decode.data_errors()` to get a `DataError`
+naming the file, or shard and record, of an image that cannot be decoded.
 """
 
 from collections.abc import Callable, Mapping
@@ -39,14 +39,15 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data import augment
-from llp_tf.data import data_service
+from llp_tf.data import service_address
+from llp_tf.data.augmentation import eval_transform, weak
+from llp_tf.data.augmentation import views as views_lib
 from llp_tf.data.config import HOST, MIN_CROP_AREA, PAPER
-from llp_tf.data import epoch_order, exclusions, service_address
-from llp_tf.data import views as views_lib
-from llp_tf.data.epoch_order import DEFAULT_CYCLE_LENGTH
-from llp_tf.data.source import TRAIN, VALIDATION, Source
-from llp_tf.data.splits import check_index_set
+from llp_tf.data.pipeline import data_service, epoch_order
+from llp_tf.data.pipeline.epoch_order import DEFAULT_CYCLE_LENGTH
+from llp_tf.data.sources.base import TRAIN, VALIDATION, Source
+from llp_tf.data.splits import exclusions
+from llp_tf.data.splits.regime import check_index_set
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array
 
@@ -117,7 +118,7 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
     try:
-        augment.check_policy(augmentation, min_crop_area)
+        weak.check_policy(augmentation, min_crop_area)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     views_lib.check_augment_on(augment_on)
@@ -222,7 +223,7 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
     """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
 
     Args:
-      source: a `llp_tf.data.Source`.
+      source: a `Source`.
       global_batch_size: int G, split evenly over the replicas.
       image_size: int S, side of the augmented images.
       seed: int, the run's seed.
@@ -240,13 +241,13 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
       batches_cross_passes: with ``steps``, let passes run into each other, so
         a global batch may hold an example twice: a set smaller than one batch
         can be trained on; wrong wherever examples index a memory bank.
-      augmentation: the `augment.train_augment` policy, "paper" or "light".
+      augmentation: the `weak.train_augment` policy, "paper" or "light".
       min_crop_area: float in (0, 1], the smallest random-crop area fraction.
       cache_passes: read the used records once per epoch and hold them in memory
         (`epoch_order.cached_passes`), for a small set read in many passes.
-      fused_crop: decode only the crop windows of JPEGs (`llp_tf.data.crop_decode`).
+      fused_crop: decode only the crop windows of JPEGs (`llp_tf.data.decoding.crop_decode`).
       input_service: address of a tf.data service dispatcher whose workers
-        build the batches (`llp_tf.data.data_service`); "": built here.
+        build the batches (`llp_tf.data.pipeline.data_service`); "": built here.
       labelled_index: int64 [L], the only examples whose label the batches carry.
       views, augment_on: element key -> "weak" or "strong"; "host" or "device" (`views`).
 
@@ -281,7 +282,7 @@ def make_eval_input_fn(source: Source, global_batch_size: int, image_size: int,
 
     Args:
       excluded_index: optional sorted int64 [E], examples of ``split`` left out
-        (`llp_tf.data.exclusions`); N counts the others.
+        (`llp_tf.data.splits.exclusions`); N counts the others.
 
     Returns:
       input_fn(input_context or None) -> tf.data.Dataset of
@@ -298,8 +299,8 @@ def make_eval_input_fn(source: Source, global_batch_size: int, image_size: int,
     padding = steps * global_batch_size - num_examples
 
     def eval_element(record, image):
-        return {"image": augment.eval_preprocess(image, image_size), "label": record["label"],
-                "index": record["index"], "mask": record["mask"]}
+        return {"image": eval_transform.eval_preprocess(image, image_size),
+                "label": record["label"], "index": record["index"], "mask": record["mask"]}
 
     def input_fn(input_context=None):
         per_replica, num_pipelines, pipeline_id = _batch_layout(global_batch_size, input_context)

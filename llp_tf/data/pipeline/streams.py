@@ -2,13 +2,13 @@
 
 A method declares its input as streams (`Stream`): each reads its own set
 of training examples, ``batch_size`` of them per global step, with the
-views it names (`llp_tf.data.views`). `make_streams_input_fn` builds each
-stream as the one-stream pipeline does (`pipeline.make_train_input_fn`:
+views it names (`llp_tf.data.augmentation.views`). `make_streams_input_fn` builds each
+stream as the one-stream pipeline does (`input_fns.make_train_input_fn`:
 epoch order, this worker's part, the resume's start step, passes, caching,
 the tf.data service) and zips them: one element per step, ``{stream name:
 {"index": int64 [b_s], "label": int64 [b_s], view key: float32 [b_s, S, S,
 3], ...}}`` with b_s the stream's batch size / replicas; ``index`` is the
-position in the stream's ``index``; ``label`` is -1 (`pipeline.UNLABELLED`)
+position in the stream's ``index``; ``label`` is -1 (`input_fns.UNLABELLED`)
 for an example not labelled.
 
 Every stream reads with a seed of its own (`stream_seed`): the first stream
@@ -26,11 +26,11 @@ from collections.abc import Collection, Mapping
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import pipeline
-from llp_tf.data import views as views_lib
+from llp_tf.data.augmentation import views as views_lib
 from llp_tf.data.config import HOST, MIN_CROP_AREA, PAPER
-from llp_tf.data.epoch_order import DEFAULT_CYCLE_LENGTH
-from llp_tf.data.source import Source
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.pipeline.epoch_order import DEFAULT_CYCLE_LENGTH
+from llp_tf.data.sources.base import Source
 from llp_tf.errors import ConfigError
 from llp_tf.types import Array
 
@@ -85,11 +85,11 @@ def make_streams_input_fn(source: Source, streams: Mapping[str, Stream], image_s
                           fused_crop: bool = True, input_service: str = "",
                           cycle_length: int = DEFAULT_CYCLE_LENGTH,
                           shuffle_block: int | None = None,
-                          augment_on: str = HOST) -> pipeline.InputFn:
+                          augment_on: str = HOST) -> input_fns.InputFn:
     """``input_fn(input_context=None)`` of one training epoch of ``streams``.
 
     Args:
-      source: a `llp_tf.data.Source`.
+      source: a `Source`.
       streams: stream name -> `Stream`, in order (the first reads with ``seed``).
       image_size: int S.
       seed, epoch: ints >= 0, the run's seed and the epoch.
@@ -98,7 +98,7 @@ def make_streams_input_fn(source: Source, streams: Mapping[str, Stream], image_s
         reads whole batches of each pass, pass after pass.
       labelled_index: int64 [L], the only examples whose label the batches carry.
       augmentation, min_crop_area, fused_crop, input_service, cycle_length,
-        shuffle_block, augment_on: as `pipeline.make_train_input_fn` (with
+        shuffle_block, augment_on: as `input_fns.make_train_input_fn` (with
         "device", `finish_batch` completes each step's batch).
       cached: names of the streams whose records are read once per epoch and
         held in memory (a small repeating set).
@@ -116,7 +116,7 @@ def make_streams_input_fn(source: Source, streams: Mapping[str, Stream], image_s
     stream_fns = {}
     for position, (name, stream) in enumerate(streams.items()):
         try:
-            stream_fns[name] = pipeline.make_train_input_fn(
+            stream_fns[name] = input_fns.make_train_input_fn(
                 source, stream.batch_size, image_size, stream_seed(seed, name, position == 0),
                 epoch, start_step=start_step, used_index=stream.index, steps=steps,
                 cycle_length=cycle_length, shuffle_block=shuffle_block,

@@ -28,14 +28,14 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data import crop_decode, decode
+from llp_tf.data.decoding import crop_decode, decode
 from llp_tf.errors import DataError
 from llp_tf.types import Array, IntTensor, StringTensor, Tensor
 
 TRAIN = "train"
 VALIDATION = "validation"
 SPLITS = (TRAIN, VALIDATION)
-#: The forms of a dataset name accepted by `llp_tf.data.load_source`.
+#: The forms of a dataset name accepted by `registry.load_source`.
 NAME_FORMS = ('"mnist5k", "digits", "tfds:<name>" (e.g. "tfds:imagenet2012"), '
               '"tfrecord:<folder>", "folder:<folder>", '
               '"list:<image root>?train=<list file>[&validation=<list file>][&classes=<file>]", '

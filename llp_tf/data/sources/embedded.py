@@ -8,7 +8,7 @@
   pixel values 0..16 scaled to 0..255 (``round(v * 255 / 16)``).
 
 Both are small TFDS builders, so they go through exactly the TFDS code path
-(`llp_tf.data.tfds_source`); they are prepared once into ``data_dir`` (TFDS's
+(`llp_tf.data.sources.tfds`); they are prepared once into ``data_dir`` (TFDS's
 default, ``~/tensorflow_datasets``, when None), which takes seconds.
 
 The fixed, stratified train/validation split (`embedded_split`): within each
@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from llp_tf.data import tfds_source
+from llp_tf.data.sources.tfds import TFDSSource
 from llp_tf.errors import DataError
 from llp_tf.types import Array
 
@@ -155,7 +155,7 @@ class Digits(_EmbeddedBuilder, skip_registration=True):
 BUILDERS = {"mnist5k": Mnist5k, "digits": Digits}
 
 
-def load(name: str, data_dir: str | None = None) -> tfds_source.TFDSSource:
+def load(name: str, data_dir: str | None = None) -> TFDSSource:
     """TFDSSource of embedded dataset ``name``, prepared into ``data_dir`` if needed."""
     builder = BUILDERS[name](data_dir=data_dir)
     if not builder.is_prepared():
@@ -168,4 +168,4 @@ def load(name: str, data_dir: str | None = None) -> tfds_source.TFDSSource:
             raise DataError(f"Cannot write the embedded dataset {name} into "
                             f"{builder.data_dir_root}: {error}. Give a writable "
                             "data_dir.") from None
-    return tfds_source.TFDSSource(builder, name=name)
+    return TFDSSource(builder, name=name)

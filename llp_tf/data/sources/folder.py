@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data.source import TRAIN, VALIDATION, FileSource, SourceInfo
+from llp_tf.data.sources.base import TRAIN, VALIDATION, FileSource, SourceInfo
 from llp_tf.errors import DataError
 from llp_tf.types import Array
 

@@ -12,7 +12,7 @@ file's order.
 C is the class-name file's number of names (line i names class i), else
 ``num_classes``, else the largest label of either split + 1; then every
 class of the train list must have an example (a gap means 1-based or stray
-labels: `source.check_inferred_classes`). Without a
+labels: `base.check_inferred_classes`). Without a
 class-name file, a label whose images all lie in one folder (after
 ``strip_components`` leading components) that no other label uses is named
 after it, by its last component (``abbey/x.jpg`` -> "abbey") when these are
@@ -25,7 +25,7 @@ listed twice in one list, an empty list, and (unless ``check_files`` is
 False) listed images that do not exist; that check lists each folder once
 instead of one stat call per image (docs/data.md).
 
-Dataset name form (`llp_tf.data.load_source`), relative paths taken from
+Dataset name form (`registry.load_source`), relative paths taken from
 ``data_dir`` when given, else the working directory, with no "?" or "&"::
 
     list:<image root>?train=<list file>[&validation=<list file>][&classes=<file>][&check_files=no]
@@ -38,7 +38,7 @@ import os
 import numpy as np
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data.source import (TRAIN, VALIDATION, FileSource, SourceInfo,
+from llp_tf.data.sources.base import (TRAIN, VALIDATION, FileSource, SourceInfo,
                                 check_inferred_classes, resolve_path)
 from llp_tf.errors import DataError
 from llp_tf.types import Array

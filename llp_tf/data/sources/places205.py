@@ -9,7 +9,7 @@ The release unpacks into a folder ROOT holding
   ``a/abbey/00000001.jpg 0`` (paths relative to ``images256``).
 
 ``places205:ROOT`` (optionally ``places205:ROOT?check_files=no``) opens it as
-a `list_source.ListSource` with 205 classes: the train split is the train
+a `list_files.ListSource` with 205 classes: the train split is the train
 list, the validation split the val list, classes are named after the scene
 folders without the letter (``a/abbey`` -> "abbey",
 ``a/apartment_building/outdoor`` -> "apartment_building/outdoor"), and an
@@ -18,8 +18,8 @@ example's index is its line's position among the list's lines.
 
 import os
 
-from llp_tf.data import list_source
-from llp_tf.data.source import resolve_path
+from llp_tf.data.sources import list_files
+from llp_tf.data.sources.base import resolve_path
 from llp_tf.errors import DataError
 
 NUM_CLASSES = 205
@@ -65,17 +65,17 @@ def find_layout(root: str) -> tuple[str, str, str]:
     return images, lists[0], lists[1]
 
 
-def load(rest: str, data_dir: str | None = None) -> list_source.ListSource:
+def load(rest: str, data_dir: str | None = None) -> list_files.ListSource:
     """The source of ``places205:<rest>``: ``rest`` is ROOT, optionally followed by
     ``?check_files=no``; a relative ROOT is taken relative to ``data_dir``."""
     name = f"places205:{rest}"
     root, _, query = rest.partition("?")
-    pairs = list_source.parse_query(name, query, ("check_files",))
+    pairs = list_files.parse_query(name, query, ("check_files",))
     if not root:
         raise DataError(f"Dataset {name!r} needs a folder: places205:<folder as distributed>.")
     root = os.path.abspath(resolve_path(root, data_dir))
     images, train, validation = find_layout(root)
-    return list_source.ListSource(
+    return list_files.ListSource(
         images, train, validation, num_classes=NUM_CLASSES,
-        check_files=list_source.check_files_option(pairs), strip_components=1,
+        check_files=list_files.check_files_option(pairs), strip_components=1,
         name=f"places205:{root}")

@@ -1,30 +1,18 @@
-"""The data layer: sources with stable example indices, regime splits, input pipelines.
+"""Opening a data source by its ``--dataset`` name (`load_source`).
 
-- `load_source(name, data_dir=None)` opens a dataset (`source.Source`).
-- `splits`: the labelled / used subsets of a regime and their files.
-- `pipeline`: ``input_fn(input_context)`` builders for training and evaluation.
-- `epoch_order`: the order of one training epoch's examples, pass by pass.
-- `decode.data_errors`: turns a bad image met inside tf.data into `DataError`.
+Imports no TensorFlow itself: each source module is imported when its name
+form is asked for.
 """
 
 from typing import TYPE_CHECKING
 
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import DataError
-from llp_tf.lazy_attributes import lazy_getattr
 
 if TYPE_CHECKING:  # for the annotations only
-    from llp_tf.data.source import Source, SourceInfo
+    from llp_tf.data.sources.base import Source, SourceInfo
 
 EMBEDDED = ("mnist5k", "digits")
-
-# Imported on first use: `llp_tf.data.config` is read without TensorFlow.
-_DEFINED_IN = {"data_errors": "llp_tf.data.decode", **{
-    name: "llp_tf.data.source" for name in ("NAME_FORMS", "SPLITS", "TRAIN", "VALIDATION",
-                                            "Source", "SourceInfo", "resolve_path")}}
-__getattr__ = lazy_getattr(__name__, _DEFINED_IN)
-
-__all__ = ["EMBEDDED", "load_source", *_DEFINED_IN]
 
 
 def load_source(name: str, data_dir: str | None = None) -> "Source":
@@ -39,7 +27,7 @@ def load_source(name: str, data_dir: str | None = None) -> "Source":
         - "folder:<folder>": class sub-folders of images;
         - "list:<image root>?train=<list file>[&validation=<list file>]
           [&classes=<file>][&check_files=no]": images named by list files
-          of ``<path> <label>`` lines (`list_source`);
+          of ``<path> <label>`` lines (`list_files`);
         - "places205:<folder>": Places205 as distributed (`places205`).
         A relative folder or file is taken relative to ``data_dir`` when given.
       data_dir: optional str.
@@ -76,26 +64,26 @@ def _check_classes(info: "SourceInfo", name: str) -> None:
 
 def _open_source(name: str, data_dir: str | None) -> "Source":
     """The `Source` of ``name`` (see `load_source`)."""
-    from llp_tf.data.source import NAME_FORMS, resolve_path  # noqa: PLC0415 -- see _DEFINED_IN
+    from llp_tf.data.sources.base import NAME_FORMS, resolve_path  # noqa: PLC0415 -- imports TF
     if not isinstance(name, str) or not name:
         raise DataError(f"Dataset name {name!r} is not valid; give one of {NAME_FORMS}.")
     kind, _, rest = name.partition(":")
     if name in EMBEDDED:
-        from llp_tf.data import embedded  # noqa: PLC0415 -- imports TFDS
+        from llp_tf.data.sources import embedded  # noqa: PLC0415 -- imports TFDS
         return embedded.load(name, data_dir)
     if kind == "tfds" and rest:
-        from llp_tf.data import tfds_source  # noqa: PLC0415 -- imports TFDS
-        return tfds_source.load(rest, data_dir)
+        from llp_tf.data.sources.tfds import load as load_tfds  # noqa: PLC0415 -- imports TFDS
+        return load_tfds(rest, data_dir)
     if kind == "tfrecord" and rest:
-        from llp_tf.data.tfrecord_source import TFRecordSource  # noqa: PLC0415
+        from llp_tf.data.sources.tfrecord import TFRecordSource  # noqa: PLC0415
         return TFRecordSource(resolve_path(rest, data_dir))
     if kind == "folder" and rest:
-        from llp_tf.data.folder_source import FolderSource  # noqa: PLC0415
+        from llp_tf.data.sources.folder import FolderSource  # noqa: PLC0415
         return FolderSource(resolve_path(rest, data_dir))
     if kind == "list" and rest:
-        from llp_tf.data import list_source  # noqa: PLC0415
-        return list_source.from_name(rest, data_dir)
+        from llp_tf.data.sources import list_files  # noqa: PLC0415
+        return list_files.from_name(rest, data_dir)
     if kind == "places205" and rest:
-        from llp_tf.data import places205  # noqa: PLC0415
+        from llp_tf.data.sources import places205  # noqa: PLC0415
         return places205.load(rest, data_dir)
     raise DataError(f"Unknown dataset {name!r}. Dataset names have the forms {NAME_FORMS}.")

@@ -15,7 +15,7 @@ The train split is "train"; the validation split is "validation", else
 default format), which are read directly: an example's stable index is the
 number of examples in the shards before its own plus its position in its
 shard, so it is fixed by the prepared files. Labels are read once by a scan
-(cached for large sets, see `llp_tf.data.shards`).
+(cached for large sets, see `llp_tf.data.sources.shards`).
 """
 
 import os
@@ -28,8 +28,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from llp_tf.data import shards
-from llp_tf.data.source import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFileSource,
+from llp_tf.data.sources import shards
+from llp_tf.data.sources.base import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFileSource,
                                 SourceInfo, validate_labels)
 from llp_tf.errors import DataError
 from llp_tf.types import Array, IntTensor

@@ -12,10 +12,10 @@ Across a split's shards the indices must be exactly ``0 .. N-1``, each once.
 Optionally a ``dataset_info.json`` beside the shards (written by
 ``tools/build_tfrecords.py``) names the classes; without it the classes are
 ``0 .. max label``, named by their numbers, and each needs a training
-example (a gap means 1-based or stray labels: `source.check_inferred_classes`).
+example (a gap means 1-based or stray labels: `base.check_inferred_classes`).
 
 Opening a folder scans every record's label and index once (see
-`llp_tf.data.shards`, which caches the scan for large sets) and checks them.
+`llp_tf.data.sources.shards`, which caches the scan for large sets) and checks them.
 """
 
 import glob
@@ -26,8 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data import shards
-from llp_tf.data.source import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
+from llp_tf.data.sources import shards
+from llp_tf.data.sources.base import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
                                 check_inferred_classes, validate_labels)
 from llp_tf.errors import DataError
 from llp_tf.types import IntTensor

@@ -29,9 +29,9 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data.folder_source import list_image_folder
-from llp_tf.data.source import SPLITS, TRAIN, VALIDATION, FileSource, Source
-from llp_tf.data.tfrecord_source import INFO_FILE, list_shards, serialize_example, shard_name
+from llp_tf.data.sources.base import SPLITS, TRAIN, VALIDATION, FileSource, Source
+from llp_tf.data.sources.folder import list_image_folder
+from llp_tf.data.sources.tfrecord import INFO_FILE, list_shards, serialize_example, shard_name
 from llp_tf.errors import DataError
 
 JPEG_QUALITY = 95

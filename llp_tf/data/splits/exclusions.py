@@ -3,7 +3,7 @@
 An excluded example keeps its index, so the dataset's example count and a
 run's split stay valid, but it is neither labelled nor used for training
 (it is left out of the labelled and used subsets, like the examples beyond
-q%: `splits.make_splits`) and not evaluated. tools/check_data.py writes
+q%: `regime.make_splits`) and not evaluated. tools/check_data.py writes
 the list of a dataset's undecodable images. A line names one example::
 
     train 17                         # by split and example index
@@ -25,8 +25,8 @@ from collections.abc import Iterable
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.data import splits
-from llp_tf.data.source import SPLITS, TRAIN, VALIDATION, FileSource, Source
+from llp_tf.data.sources.base import SPLITS, TRAIN, VALIDATION, FileSource, Source
+from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
 from llp_tf.types import Array
 
@@ -114,7 +114,7 @@ def read_exclude_list(path: str, source: Source) -> Exclusions:
     for split, index in _parse(path, lines, source):
         named[split].add(index)
     return Exclusions(*(np.array(sorted(named[split]), np.int64) for split in SPLITS),
-                      path=os.path.abspath(path), sha256=splits.file_sha256(path))
+                      path=os.path.abspath(path), sha256=regime.file_sha256(path))
 
 
 def load(path: str | None, source: Source) -> Exclusions:
@@ -129,7 +129,7 @@ def drop_excluded(records: tf.data.Dataset, num_examples: int,
     if excluded_index is None or not len(excluded_index):
         return records
     keep = np.ones(num_examples, bool)
-    keep[splits.check_index_set("excluded_index", excluded_index, num_examples)] = False
+    keep[regime.check_index_set("excluded_index", excluded_index, num_examples)] = False
     table = tf.constant(keep)
     return records.filter(lambda r: tf.gather(table, r["index"]))
 
@@ -161,8 +161,8 @@ def is_written_list(path: str) -> bool:
 def check_resume(split_path: str, current: Exclusions) -> None:
     """Raises DataError unless the run whose split file is ``split_path``
     excluded exactly the examples ``current`` names."""
-    recorded = splits.read_split_header(split_path).get("exclude_list")
-    excluded = splits.read_split_exclusions(split_path)
+    recorded = regime.read_split_header(split_path).get("exclude_list")
+    excluded = regime.read_split_exclusions(split_path)
     if all(np.array_equal(excluded[split], current.of(split)) for split in SPLITS):
         return
     started = ("without an exclude list" if recorded is None else

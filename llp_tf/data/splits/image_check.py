@@ -4,7 +4,7 @@
 decodes each image whole with the source's own decoder (`Source.load_image`,
 in parallel through `decode.decodable`), so an image it passes trains and
 evaluates. It names each failure by split, example index and file, or shard
-and record: what an exclude list (`llp_tf.data.exclusions`) and a repair
+and record: what an exclude list (`llp_tf.data.splits.exclusions`) and a repair
 need. tools/check_data.py runs it over both splits; a new run runs it over
 the validation split before it writes anything (`require_decodable`).
 """
@@ -15,8 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from llp_tf.counted_nouns import counted
-from llp_tf.data import decode, exclusions
-from llp_tf.data.source import Source
+from llp_tf.data.decoding import decode
+from llp_tf.data.sources.base import Source
+from llp_tf.data.splits import exclusions
 from llp_tf.errors import DataError
 from llp_tf.types import Array
 

@@ -6,7 +6,7 @@ fixed 1% and 10% subsets published with SimCLR as ``1percent.txt`` and
 ``n01440764_10026.JPEG``. TFDS's ``imagenet2012_subset`` builder downloads
 the same files. A run given such a list (``--label_subset``) labels exactly
 the listed images; its used subset (q%) is drawn around them as for a
-regime split (`splits.splits_from_labelled`), and the result is written to
+regime split (`regime.splits_from_labelled`), and the result is written to
 the run's ``split.npz`` like any other split.
 
 A list is a local file, or the name of a published list (``1percent``,
@@ -27,8 +27,8 @@ import shutil
 
 import numpy as np
 
-from llp_tf.data import splits
-from llp_tf.data.source import Source
+from llp_tf.data.sources.base import Source
+from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
 from llp_tf.types import Array
 
@@ -56,7 +56,7 @@ def check_published(path: str, name: str) -> None:
     """Raises DataError unless the file ``path`` is published list ``name`` as
     TFDS records it (`published_checksum`)."""
     size, sha256 = published_checksum(name)
-    actual_size, actual_sha256 = os.path.getsize(path), splits.file_sha256(path)
+    actual_size, actual_sha256 = os.path.getsize(path), regime.file_sha256(path)
     if (actual_size, actual_sha256) != (size, sha256):
         raise DataError(
             f"{path} is not the published label subset {name!r}: it has {actual_size} bytes "
@@ -91,7 +91,7 @@ def resolve(spec: str, data_dir: str | None = None) -> str:
             f"Label subset list {spec} does not exist. Give a file of image file names, one "
             f"per line, or the name of a published ImageNet list: "
             f"{', '.join(PUBLISHED)}.")
-    from llp_tf.data import tfds_source  # noqa: PLC0415 -- imports TFDS
+    from llp_tf.data.sources.tfds import unreachable_host  # noqa: PLC0415 -- imports TFDS
     import tensorflow_datasets as tfds  # noqa: PLC0415
 
     url = published_url(spec)
@@ -101,7 +101,7 @@ def resolve(spec: str, data_dir: str | None = None) -> str:
         check_published(kept, spec)
         return kept
     # TFDS retries for minutes offline; a connection attempt takes seconds.
-    failure = tfds_source.unreachable_host([url])
+    failure = unreachable_host([url])
     try:
         if failure:
             raise OSError(f"{failure[0]} cannot be reached ({failure[1]})")
@@ -189,15 +189,15 @@ def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int
       spec: str, a list file or published list name (see `resolve`).
       data_percent: QQ, percentage of each class used.
       seed: None or int: how the used examples beyond the labelled ones are
-        chosen (as in `splits.make_splits`).
+        chosen (as in `regime.make_splits`).
       data_dir: TFDS data_dir, where published lists are kept.
       excluded: optional int [E], training examples left out: a listed one
-        is not labelled (`splits.splits_from_labelled`).
+        is not labelled (`regime.splits_from_labelled`).
     """
     path = resolve(spec, data_dir)
     labelled = labelled_index(read_list(path), source.file_names("train"), path,
                             source.info.name)
-    labelled, used = splits.splits_from_labelled(source.train_labels(), labelled, data_percent,
+    labelled, used = regime.splits_from_labelled(source.train_labels(), labelled, data_percent,
                                                seed, source.info.num_classes, excluded)
     return labelled, used, path
 
@@ -205,4 +205,4 @@ def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int
 def list_record(spec: str, path: str) -> dict:
     """What a split and a run record of the subset list ``spec`` read from
     ``path``: {"list": spec, "path": absolute path, "sha256": hex}."""
-    return {"list": spec, "path": os.path.abspath(path), "sha256": splits.file_sha256(path)}
+    return {"list": spec, "path": os.path.abspath(path), "sha256": regime.file_sha256(path)}

@@ -10,7 +10,7 @@ and trains on QQ% of them. `make_splits`, per class c with n_c examples:
 - used: ``max(k_c, round(QQ% * n_c))``: the labelled ones plus the lowest
   remaining indices, or a seeded draw of the rest.
 
-Excluded examples (an exclude list, `llp_tf.data.exclusions`) are left out
+Excluded examples (an exclude list, `llp_tf.data.splits.exclusions`) are left out
 of both subsets, and n_c counts the others. A class with examples but no
 labelled one is an error (raise PP, or give the labelled set:
 `splits_from_labelled`); a class with no training example is skipped
@@ -105,7 +105,7 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
         [0, C) without any training example are skipped (see
         `absent_classes_warning`).
       excluded: optional int [E], examples that are neither labelled nor used
-        (`llp_tf.data.exclusions`); the percentages count the others.
+        (`llp_tf.data.splits.exclusions`); the percentages count the others.
 
     Returns:
       (labelled_index, used_index): sorted int64 arrays of distinct example
@@ -270,7 +270,7 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
         to the header: "label_subset" and "exclude_list", each {"path",
         "sha256", ...} or None.
       excluded: optional dict split -> sorted int64 [E], the examples left out
-        (`llp_tf.data.exclusions`), stored as arrays "excluded_<split>_index".
+        (`llp_tf.data.splits.exclusions`), stored as arrays "excluded_<split>_index".
     """
     train_labels = np.asarray(train_labels, np.int64)
     n = train_labels.size

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.data.streams import Stream
+from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models import batch_norm, precision
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.types import FloatTensor, Tensor
@@ -63,7 +63,7 @@ class TrainingSplit:
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """What a method's training input reads: named `Stream`s, in order
-    (`llp_tf.data.streams`). A step's batch is ``{stream name: {"index",
+    (`llp_tf.data.pipeline.streams`). A step's batch is ``{stream name: {"index",
     "label", view key, ...}}``, each stream's part of the global batch split
     over the replicas; "label" is -1 for an example not labelled.
 
@@ -288,7 +288,7 @@ class StepRunner:
     Args:
       method: the `Method`.
       prepare: optional batch -> batch run in each replica before the method's
-        step (the device-side augmentation, `llp_tf.data.streams.finish_batch`).
+        step (the device-side augmentation, `llp_tf.data.pipeline.streams.finish_batch`).
     """
 
     def __init__(self, method: Method,

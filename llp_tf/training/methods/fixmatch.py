@@ -3,7 +3,7 @@
 Each step reads a labelled batch (B examples, weakly augmented, their true
 labels) and an unlabelled batch (U = mu B examples of the used set, labelled
 ones too; their batch labels are never read), each unlabelled example as a
-weak and a strong view (RandAugment and Cutout, `llp_tf.data.rand_augment`).
+weak and a strong view (RandAugment and Cutout, `llp_tf.data.augmentation.rand_augment`).
 All three go through the network in one forward pass (one set of batch-norm
 moments, as FixMatch's code). The weak view's softmax gives the pseudo label
 (its argmax, no gradient) and the mask (its max >= tau); the strong view is
@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
-from llp_tf.data.views import STRONG, WEAK
+from llp_tf.data.augmentation.views import STRONG, WEAK
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import (
     Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)

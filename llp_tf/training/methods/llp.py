@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import hyperparameters, label_encoding, losses, propagation
-from llp_tf.data import splits
+from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
@@ -156,7 +156,7 @@ class LLPMethod(Method):
         m = config.method_settings
         with strategy.scope():
             bank = MemoryBank(len(split.used_index), config.model.embedding_dim, num_classes,
-                              splits.dense_index(split.used_index, split.labelled_index),
+                              regime.dense_index(split.used_index, split.labelled_index),
                               split.labelled_labels,
                               momentum=m.bank_momentum, seed=config.run.seed)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
@@ -227,7 +227,7 @@ class LLPMethod(Method):
             raise ConfigError(f"--warm_start {warm_start} holds no checkpoint.")
         split_path = RunDirectory(run_dir).split_path
         if os.path.exists(split_path) and self.used_index is not None:
-            _, warm_used = splits.read_split_indices(split_path)
+            _, warm_used = regime.read_split_indices(split_path)
             if not np.array_equal(warm_used, self.used_index):
                 raise ConfigError(
                     f"The warm-start run {run_dir} used another set of training examples "

@@ -58,8 +58,8 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
-from llp_tf.data import views
-from llp_tf.data.streams import Stream
+from llp_tf.data.augmentation import views
+from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.llp_model import LLPModel
 from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit

@@ -9,7 +9,8 @@ import tensorflow as tf
 from llp_tf.after_training import trained_run
 from llp_tf.after_training.analysis import report, run_analysis
 from llp_tf.training import config, run_record
-from llp_tf.data import load_source, splits
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.evaluation import Evaluator
 
@@ -26,7 +27,7 @@ def _bank_tensor(path, name):
 
 def _true_classes(run_dir):
     run_config = trained_run.read_config(run_dir)
-    _, used = splits.read_split_indices(os.path.join(run_dir, "split.npz"))
+    _, used = regime.read_split_indices(os.path.join(run_dir, "split.npz"))
     return load_source(run_config.data.dataset, run_config.data.data_dir).train_labels()[used]
 
 

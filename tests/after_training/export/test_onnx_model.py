@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from llp_tf.after_training.export import onnx_model
 from llp_tf.after_training.export.inference_module import InferenceModule
-from llp_tf.data import augment
+from llp_tf.data.augmentation import weak
 from llp_tf.errors import ConfigError
 
 # Both sides run the float32 network with the same weights and differ only in
@@ -124,8 +124,8 @@ def test_preprocess_for_onnx_is_the_saved_models_preprocessing(run, class_names,
 def test_preprocess_for_onnx_of_a_plain_image_is_its_normalised_colour():
     colour = np.array([200, 31, 90])
     images = np.broadcast_to(colour, (2, 29, 41, 3)).astype(np.uint8)
-    expected = (colour / 255.0 - np.array(augment.IMAGENET_MEAN)) / np.array(
-        augment.IMAGENET_STD)
+    expected = (colour / 255.0 - np.array(weak.IMAGENET_MEAN)) / np.array(
+        weak.IMAGENET_STD)
     got = onnx_model.preprocess_for_onnx(images, 16)
     assert got.shape == (2, 16, 16, 3) and got.dtype == np.float32
     np.testing.assert_allclose(got, np.broadcast_to(expected, got.shape), rtol=0, atol=1e-6)

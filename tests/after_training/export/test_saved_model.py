@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from llp_tf.after_training.export import saved_model
 from llp_tf.after_training.export.inference_module import InferenceModule, bank_classes
-from llp_tf.data import augment
+from llp_tf.data.augmentation import eval_transform
 from llp_tf.errors import ConfigError
 
 FRESH_PROCESS_TIMEOUT_SECONDS = 180
@@ -112,7 +112,7 @@ def _reference(run, images):
     """The trained model's outputs, float64: the eval transform image by image."""
     if images.shape[-1] == 1:
         images = np.repeat(images, 3, axis=-1)
-    batch = tf.stack([augment.eval_preprocess(tf.constant(image), run.config.data.image_size)
+    batch = tf.stack([eval_transform.eval_preprocess(tf.constant(image), run.config.data.image_size)
                       for image in images])
     outputs = run.model(batch, training=False)
     reference = {name: value.numpy().astype(np.float64) for name, value in outputs.items()}

@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from llp_tf import data
+from llp_tf.data.sources.base import TRAIN, VALIDATION
+from llp_tf.data.sources.registry import load_source
 from llp_tf.after_training import features
 from llp_tf.after_training.probe import feature_cache, linear_probe
 from llp_tf.after_training.probe.readout import ProbeSettings, train_readout
@@ -16,10 +17,10 @@ from tests.runs import file_contents
 
 @pytest.fixture(scope="module")
 def source(stripes):
-    return data.load_source(stripes)
+    return load_source(stripes)
 
 
-def _cache(run, source, directory, split=data.TRAIN, **kwargs):
+def _cache(run, source, directory, split=TRAIN, **kwargs):
     kwargs.setdefault("batch_size", 48)  # 160 = 3 x 48 + 16: a short last batch
     return feature_cache.cached_features(run.model, source, split, run.config.data.image_size,
                                          str(directory), stream=kwargs.pop("stream", io.StringIO()),
@@ -38,7 +39,7 @@ def test_cache_holds_the_models_features_of_each_images_centre_crop(run, source,
     np.testing.assert_array_equal(cache.index, np.arange(160))
     np.testing.assert_array_equal(cache.features[0:160], stored)
     # The in-memory extraction is the same computation: equal to the bit.
-    in_memory = features.extract_features(run.model, source, data.TRAIN,
+    in_memory = features.extract_features(run.model, source, TRAIN,
                                           run.config.data.image_size, 48, io.StringIO())
     np.testing.assert_array_equal(in_memory.features, stored)
     with open(tmp_path / "train" / feature_cache.MANIFEST_FILE) as f:
@@ -70,18 +71,18 @@ def test_a_subsample_reads_only_its_images_and_matches_the_full_cache(run, sourc
 
 
 def test_a_matching_cache_is_reused_and_another_is_a_clear_error(run, source, tmp_path):
-    _cache(run, source, tmp_path / "c", split=data.VALIDATION, trunk="ckpt A")
+    _cache(run, source, tmp_path / "c", split=VALIDATION, trunk="ckpt A")
     stream = io.StringIO()
-    again = _cache(run, source, tmp_path / "c", split=data.VALIDATION, stream=stream)
+    again = _cache(run, source, tmp_path / "c", split=VALIDATION, stream=stream)
     assert again.reused and stream.getvalue() == ""  # nothing recomputed
     other = linear_probe.random_trunk_model(run.config, run.num_classes, seed=0)
     with pytest.raises(ConfigError, match=r"made by ckpt A.*weights_sha256.*--noreuse_cache"):
-        feature_cache.cached_features(other, source, data.VALIDATION, 16, str(tmp_path / "c"),
+        feature_cache.cached_features(other, source, VALIDATION, 16, str(tmp_path / "c"),
                                       trunk="random", stream=io.StringIO())
     with pytest.raises(ConfigError, match="index_sha256|num_rows"):
-        _cache(run, source, tmp_path / "c", split=data.VALIDATION,
+        _cache(run, source, tmp_path / "c", split=VALIDATION,
                index=features.subsample_index(40, 10, 0))
-    rebuilt = feature_cache.cached_features(other, source, data.VALIDATION, 16,
+    rebuilt = feature_cache.cached_features(other, source, VALIDATION, 16,
                                             str(tmp_path / "c"), reuse=False,
                                             stream=io.StringIO())
     assert not rebuilt.reused
@@ -99,10 +100,10 @@ def test_a_crashed_build_leaves_no_cache_that_looks_complete(run, source, tmp_pa
 
     monkeypatch.setattr(feature_cache, "output_batches", crash_after_one_batch)
     with pytest.raises(KeyboardInterrupt):
-        _cache(run, source, tmp_path / "c", split=data.VALIDATION)
+        _cache(run, source, tmp_path / "c", split=VALIDATION)
     assert not os.path.exists(tmp_path / "c") and os.path.isdir(str(tmp_path / "c") + ".partial")
     monkeypatch.setattr(feature_cache, "output_batches", real)
-    cache = _cache(run, source, tmp_path / "c", split=data.VALIDATION)
+    cache = _cache(run, source, tmp_path / "c", split=VALIDATION)
     assert not cache.reused and len(cache.labels) == 40
     assert not os.path.exists(str(tmp_path / "c") + ".partial")
 
@@ -121,7 +122,7 @@ def test_a_rebuild_replaces_no_folder_but_a_caches_and_keeps_it(run, source, tmp
         (folder / "notes.txt").write_text("mine")
     before = file_contents(folder)
     with pytest.raises(ConfigError) as error:
-        _cache(run, source, tmp_path / "c", split=data.VALIDATION, reuse=False)
+        _cache(run, source, tmp_path / "c", split=VALIDATION, reuse=False)
     assert str(error.value) == (f"{folder} holds {held}, so the probe does not replace it: "
                                 "move it away or give another --cache_dir.")
     assert file_contents(folder) == before
@@ -132,7 +133,7 @@ def test_a_rebuild_replaces_no_folder_but_a_caches_and_keeps_it(run, source, tmp
 def test_readout_from_the_cache_equals_the_readout_from_arrays(run, source, tmp_path,
                                                               standardize):
     train = _cache(run, source, tmp_path / "t").feature_set()
-    validation = _cache(run, source, tmp_path / "v", split=data.VALIDATION).feature_set()
+    validation = _cache(run, source, tmp_path / "v", split=VALIDATION).feature_set()
     arrays = [features.FeatureSet(np.load(tmp_path / name / "features.npy"), s.labels,
                                   s.index) for name, s in (("t", train), ("v", validation))]
     settings = ProbeSettings(epochs=3, batch_size=32, learning_rate=0.05,

@@ -3,11 +3,12 @@ import io
 import numpy as np
 import pytest
 
-from llp_tf import data
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.sources.base import TRAIN, VALIDATION
 from llp_tf.after_training import features
 from llp_tf.after_training.probe import feature_cache, linear_probe, online_readout
 from llp_tf.after_training.probe.readout import ProbeSettings
-from llp_tf.data import pipeline
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import ConfigError
 from tests.data.helpers import all_labelled
 
@@ -16,7 +17,7 @@ BATCH, USED, LEARNING_RATE, MOMENTUM = 32, 64, 0.5, 0.9
 
 @pytest.fixture(scope="module")
 def source(stripes):
-    return data.load_source(stripes)
+    return load_source(stripes)
 
 
 def _sgd_momentum64(batches, num_classes):
@@ -39,7 +40,7 @@ def _sgd_momentum64(batches, num_classes):
 
 def test_online_steps_are_sgd_momentum_on_the_frozen_trunks_augmented_features(run, source):
     config = run.config.data
-    validation = features.extract_features(run.model, source, data.VALIDATION, 16, 40,
+    validation = features.extract_features(run.model, source, VALIDATION, 16, 40,
                                            io.StringIO())
     before = feature_cache.weights_fingerprint(run.model)
     settings = ProbeSettings(epochs=1, batch_size=BATCH, seed=5, learning_rate=LEARNING_RATE,
@@ -50,7 +51,7 @@ def test_online_steps_are_sgd_momentum_on_the_frozen_trunks_augmented_features(r
     # The reference: the training pipeline's first epoch on the same subsample
     # (64 examples: two steps of 32), through the trunk in inference mode.
     used = features.subsample_index(160, USED, seed=5)
-    dataset = pipeline.make_train_input_fn(source, BATCH, 16, 5, 0, used_index=used,
+    dataset = input_fns.make_train_input_fn(source, BATCH, 16, 5, 0, used_index=used,
                                            augmentation=config.augmentation,
                                            min_crop_area=config.min_crop_area,
                                            labelled_index=all_labelled(source))(None)
@@ -66,7 +67,7 @@ def test_online_steps_are_sgd_momentum_on_the_frozen_trunks_augmented_features(r
     assert feature_cache.weights_fingerprint(run.model) == before
     # Augmented, not centre crops: the first batch's features are not the
     # centre-crop features of its examples.
-    centre = features.extract_features(run.model, source, data.TRAIN, 16, 64, io.StringIO())
+    centre = features.extract_features(run.model, source, TRAIN, 16, 64, io.StringIO())
     first = next(iter(dataset))
     rows = used[first["index"].numpy()]
     assert not np.allclose(batches[0][0], centre.features[rows], atol=1e-3)
@@ -82,7 +83,7 @@ def test_online_protocol_settings_are_checked(run, source):
         ProbeSettings(protocol="offline")
     with pytest.raises(ConfigError, match="max_train_examples must be a positive integer"):
         ProbeSettings(max_train_examples=0)
-    validation = features.extract_features(run.model, source, data.VALIDATION, 16, 40,
+    validation = features.extract_features(run.model, source, VALIDATION, 16, 40,
                                            io.StringIO())
     too_big = ProbeSettings(epochs=1, batch_size=64, protocol="online", max_train_examples=40)
     with pytest.raises(ConfigError, match="larger than the 40 training examples"):

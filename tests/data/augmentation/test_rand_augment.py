@@ -9,7 +9,7 @@ import tensorflow as tf
 from PIL import Image, ImageEnhance, ImageOps
 from scipy import stats
 
-from llp_tf.data import augment, rand_augment
+from llp_tf.data.augmentation import rand_augment, weak
 from llp_tf.data.config import LIGHT, PAPER
 
 # A chi-square test at this level fails a correct sampler once in 10,000 seeds sets.
@@ -317,10 +317,10 @@ def test_strong_augment_in_parallel_tf_data_matches_eager():
 
 def test_strong_seeds_are_not_the_weak_views_seeds():
     seed = _seed(3)
-    weak = tf.random.experimental.stateless_split(seed, num=8).numpy()
+    weak_seeds = tf.random.experimental.stateless_split(seed, num=8).numpy()
     strong = np.stack(rand_augment.strong_seeds(seed))
-    assert not set(weak.ravel()) & set(strong.ravel())
-    np.testing.assert_array_equal(augment.crop_seed(seed).numpy(), weak[0])
+    assert not set(weak_seeds.ravel()) & set(strong.ravel())
+    np.testing.assert_array_equal(weak.crop_seed(seed).numpy(), weak_seeds[0])
 
 
 def test_unknown_policy_is_a_clear_error():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import device_rand_augment, rand_augment
+from llp_tf.data.augmentation import rand_augment, rand_augment_device
 from llp_tf.data.config import LIGHT, PAPER
 
 # Ops whose per-example result the batched one reproduces to the bit: 8-bit
@@ -40,8 +40,8 @@ def _per_example(images, params, policy):
 
 
 def _batched(images, params, policy):
-    """`device_rand_augment.strong_batch` in a tf.function, as the replica step runs it."""
-    return tf.function(device_rand_augment.strong_batch)(tf.constant(images), params,
+    """`rand_augment_device.strong_batch` in a tf.function, as the replica step runs it."""
+    return tf.function(rand_augment_device.strong_batch)(tf.constant(images), params,
                                                         policy).numpy()
 
 
@@ -168,7 +168,7 @@ def _op_types(graph):
 
 def test_no_loop_over_the_examples():
     params = _drawn_params(8, 16, PAPER)
-    traced = tf.function(device_rand_augment.strong_batch).get_concrete_function(
+    traced = tf.function(rand_augment_device.strong_batch).get_concrete_function(
         tf.TensorSpec([None, 16, 16, 3], tf.float32),
         {key: tf.TensorSpec([None, *value.shape[1:]], value.dtype)
          for key, value in params.items()}, PAPER)
@@ -179,7 +179,7 @@ def test_no_loop_over_the_examples():
 
 def test_unknown_policy_is_a_clear_error():
     with pytest.raises(ValueError, match="policy"):
-        device_rand_augment.strong_batch(tf.zeros([1, 8, 8, 3]),
+        rand_augment_device.strong_batch(tf.zeros([1, 8, 8, 3]),
                                          _params([[0, 0]], [[0.0, 0.0]], [[0, 0, 0]]), "strong")
 
 

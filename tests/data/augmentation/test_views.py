@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import augment, data_errors, epoch_order, pipeline, rand_augment, views
+from llp_tf.data.augmentation import rand_augment, views, weak
 from llp_tf.data.config import LIGHT, PAPER
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import epoch_order, input_fns
 from llp_tf.errors import ConfigError
 from tests.data.helpers import all_labelled
 
@@ -17,7 +19,7 @@ THREE_VIEWS = {"image": "weak", "other": "weak", "strong": "strong"}
 
 def _epoch(source, augmentation=PAPER, **kwargs):
     """One epoch of 1-example batches, every field concatenated."""
-    input_fn = pipeline.make_train_input_fn(
+    input_fn = input_fns.make_train_input_fn(
         source, 1, SIZE, SEED, EPOCH, augmentation=augmentation,
         labelled_index=all_labelled(source), **kwargs)
     with data_errors():
@@ -66,12 +68,12 @@ def test_views_are_their_policies_of_their_own_crops(folder_source, augmentation
         # To float rounding: where the resized crop's shape is static, graph
         # optimisation may fold normalize's scale into to_unit's (1 ulp).
         np.testing.assert_allclose(
-            out["weak"][k], augment.train_augment(image, weak_seed, SIZE, augmentation).numpy(),
+            out["weak"][k], weak.train_augment(image, weak_seed, SIZE, augmentation).numpy(),
             atol=1e-6)
-        crop = augment.crop_window(tf.shape(image), augment.crop_seed(strong_seed))
-        unnormalised = augment.train_augment_crop_unnormalised(
+        crop = weak.crop_window(tf.shape(image), weak.crop_seed(strong_seed))
+        unnormalised = weak.train_augment_crop_unnormalised(
             tf.image.crop_to_bounding_box(image, *crop), strong_seed, SIZE, augmentation)
-        strong = augment.normalize(rand_augment.strong_augment(unnormalised, strong_seed,
+        strong = weak.normalize(rand_augment.strong_augment(unnormalised, strong_seed,
                                                                augmentation))
         np.testing.assert_allclose(out["strong"][k], strong.numpy(), atol=1e-6)
 
@@ -97,7 +99,7 @@ def test_view_settings_are_checked():
 @pytest.fixture(scope="module")
 def many_images(tmp_path_factory):
     """An image folder of 256 training images (JPEG and PNG, some grayscale)."""
-    from llp_tf.data import load_source
+    from llp_tf.data.sources.registry import load_source
     from tests.data.helpers import write_image_folder
 
     root = tmp_path_factory.mktemp("many")
@@ -107,7 +109,7 @@ def many_images(tmp_path_factory):
 
 
 def _batches(source, augment_on, views_, augmentation):
-    input_fn = pipeline.make_train_input_fn(
+    input_fn = input_fns.make_train_input_fn(
         source, 32, SIZE, SEED, EPOCH, augmentation=augmentation, views=views_,
         labelled_index=all_labelled(source), augment_on=augment_on)
     with data_errors():
@@ -134,5 +136,5 @@ def test_device_views_are_the_host_views(many_images, augmentation):
 
 def test_augment_on_is_checked(folder_source):
     with pytest.raises(ConfigError, match="augment_on must be one of"):
-        pipeline.make_train_input_fn(folder_source, 1, SIZE, SEED, EPOCH, augment_on="gpu",
+        input_fns.make_train_input_fn(folder_source, 1, SIZE, SEED, EPOCH, augment_on="gpu",
                                      labelled_index=all_labelled(folder_source))

@@ -1,5 +1,5 @@
 """Device-side pixel work: each image of a batch equals the host path's
-(`augment.apply_pixel_params`) with its own choices, in every jitter order."""
+(`weak.apply_pixel_params`) with its own choices, in every jitter order."""
 
 import itertools
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import augment, device_augment
+from llp_tf.data.augmentation import weak, weak_device
 from llp_tf.data.config import LIGHT, PAPER
 
 ORDERS = list(itertools.permutations(range(4)))
@@ -32,7 +32,7 @@ def _drawn(count, first_seed=0):
     """draw_pixel_params of ``count`` seeds, each entry with a leading [count]."""
     seeds = tf.stack([tf.fill([count], 3), tf.range(first_seed, first_seed + count)], axis=1)
     draws = tf.data.Dataset.from_tensor_slices(tf.cast(seeds, tf.int64)).map(
-        augment.draw_pixel_params).batch(count)
+        weak.draw_pixel_params).batch(count)
     return {key: value.numpy() for key, value in next(iter(draws)).items()}
 
 
@@ -50,12 +50,12 @@ def _every_choice(count):
 def _host(images, params, policy=PAPER):
     """The host path: apply_pixel_params of one example at a time, in tf.data."""
     examples = tf.data.Dataset.from_tensor_slices((images, params)).map(
-        lambda image, choice: augment.apply_pixel_params(augment.to_unit(image), choice, policy))
+        lambda image, choice: weak.apply_pixel_params(weak.to_unit(image), choice, policy))
     return next(iter(examples.batch(len(images)))).numpy()
 
 
 def _device(images, params, policy=PAPER, jit_compile=False):
-    batch = tf.function(lambda x, p: device_augment.augment_batch(x, p, policy),
+    batch = tf.function(lambda x, p: weak_device.augment_batch(x, p, policy),
                         jit_compile=jit_compile)
     return batch(images, params).numpy()
 
@@ -79,7 +79,7 @@ def test_flip_and_grayscale_selection_are_exact():
     got = _device(images, params)
     np.testing.assert_array_equal(_device(images, mirrored), got[:, :, ::-1])
     # Without grayscale, the jitter of a gray image is the jitter of its luma.
-    gray_images = tf.cast(tf.round(augment.grayscale_luma(augment.to_unit(images)) * 255.0),
+    gray_images = tf.cast(tf.round(weak.grayscale_luma(weak.to_unit(images)) * 255.0),
                           tf.uint8)
     gray_images = tf.tile(gray_images, [1, 1, 1, 3])
     no_gray = dict(params, grayscale=np.zeros(48, bool))
@@ -118,10 +118,10 @@ def test_runs_under_xla():
 
 @pytest.mark.parametrize("delta", [-0.5, -0.4, -0.13, 0.0, 0.07, 0.25, 0.4, 0.5])
 def test_shift_hue_is_adjust_hue(delta):
-    images = augment.to_unit(_images(4, seed=5))
+    images = weak.to_unit(_images(4, seed=5))
     deltas = tf.constant([delta, -delta, delta / 2, 0.33], tf.float32)
-    got = device_augment.shift_hue(images, deltas).numpy()
-    want = np.stack([augment.adjust_hue(images[k], deltas[k]).numpy() for k in range(4)])
+    got = weak_device.shift_hue(images, deltas).numpy()
+    want = np.stack([weak.adjust_hue(images[k], deltas[k]).numpy() for k in range(4)])
     np.testing.assert_allclose(got, want, atol=2e-6)
 
 
@@ -145,7 +145,7 @@ def test_shift_hue_is_tf_adjust_hue_over_many_images_and_deltas():
     images = _hue_corner_cases(64, seed=6)
     deltas = np.concatenate([[-0.5, 0.5, 0.0, -1 / 6, 1 / 6, 1 / 3, -1 / 3, 0.25],
                              np.random.default_rng(7).uniform(-0.5, 0.5, 56)]).astype(np.float32)
-    got = tf.function(device_augment.shift_hue)(tf.constant(images), tf.constant(deltas)).numpy()
+    got = tf.function(weak_device.shift_hue)(tf.constant(images), tf.constant(deltas)).numpy()
     want = np.stack([tf.image.adjust_hue(images[k], deltas[k]).numpy() for k in range(64)])
     np.testing.assert_allclose(got, want, atol=2e-6)
     # In [0, 1] with no clip; grays, black and white stay as they were.

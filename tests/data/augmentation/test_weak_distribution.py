@@ -1,5 +1,5 @@
-"""The random choices the host draws (`augment.crop_window`,
-`augment.draw_pixel_params`) against the release's recipe
+"""The random choices the host draws (`weak.crop_window`,
+`weak.draw_pixel_params`) against the release's recipe
 (../shared/llp-reference.md, "Augmentation"), with the seeds the input
 pipeline gives its examples. Statistical tests at fixed seeds: each compares
 a sample of N draws with the recipe's distribution and fails below P_MIN."""
@@ -12,9 +12,10 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from llp_tf.data import augment, epoch_order
+from llp_tf.data.augmentation import weak
+from llp_tf.data.pipeline import epoch_order
 
-# The recipe, written out here rather than read from `augment`.
+# The recipe, written out here rather than read from `weak`.
 AREA = (0.2, 1.0)
 ASPECT = (3 / 4, 4 / 3)
 GRAYSCALE_RATE = 0.2
@@ -42,7 +43,7 @@ def seeds():
 
 @pytest.fixture(scope="module")
 def pixel_params(seeds):
-    draws = tf.data.Dataset.from_tensor_slices(seeds).map(augment.draw_pixel_params)
+    draws = tf.data.Dataset.from_tensor_slices(seeds).map(weak.draw_pixel_params)
     return {key: value.numpy() for key, value in next(iter(draws.batch(N))).items()}
 
 
@@ -107,7 +108,7 @@ def _fitting_log_aspect_cdf(log_aspect):
 def test_crop_boxes_follow_the_recipe(seeds):
     side = 2000  # large enough that whole-pixel boxes barely move area and ratio
     windows = tf.data.Dataset.from_tensor_slices(seeds).map(
-        lambda seed: tf.stack(augment.crop_window([side, side, 3], augment.crop_seed(seed))))
+        lambda seed: tf.stack(weak.crop_window([side, side, 3], weak.crop_seed(seed))))
     top, left, height, width = next(iter(windows.batch(N))).numpy().T.astype(np.float64)
     assert (top >= 0).all() and (top + height <= side).all()
     assert (left >= 0).all() and (left + width <= side).all()

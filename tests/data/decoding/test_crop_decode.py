@@ -1,4 +1,4 @@
-"""Fused crop-decode (llp_tf.data.crop_decode): same windows and pixels as the
+"""Fused crop-decode (llp_tf.data.decoding.crop_decode): same windows and pixels as the
 full decode followed by the crop, and the training pipeline unchanged by it."""
 
 import os
@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import augment, crop_decode, data_errors, decode, load_source, pipeline
+from llp_tf.data.augmentation import weak
+from llp_tf.data.decoding import crop_decode, decode
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import DataError
 from tests.data.helpers import all_labelled, example_bytes, random_image, write_shards
 
@@ -29,8 +33,8 @@ def jpegs():
     return [tf.io.encode_jpeg(_photo(rng, *shape), quality=95).numpy() for shape in shapes]
 
 
-def _window_fn(seed, area_range=augment.CROP_AREA_RANGE):
-    return lambda shape: augment.crop_window(shape, tf.constant([seed, 7]), area_range)
+def _window_fn(seed, area_range=weak.CROP_AREA_RANGE):
+    return lambda shape: weak.crop_window(shape, tf.constant([seed, 7]), area_range)
 
 
 def _full_then_crop(encoded, window_fn):
@@ -60,7 +64,7 @@ def _differences(jpegs, load):
     largest, total, count = 0, 0.0, 0
     for encoded in jpegs:
         for seed in range(SEEDS):
-            window_fn = _window_fn(seed, (0.05, 0.2) if seed % 2 else augment.CROP_AREA_RANGE)
+            window_fn = _window_fn(seed, (0.05, 0.2) if seed % 2 else weak.CROP_AREA_RANGE)
             got = load(encoded, window_fn).numpy().astype(np.int32)
             want = _full_then_crop(encoded, window_fn).numpy().astype(np.int32)
             assert got.shape == want.shape and got.shape[-1] == 3
@@ -113,11 +117,11 @@ def test_train_augment_is_train_augment_crop_of_its_window():
     image = tf.constant(_photo(np.random.default_rng(2), 60, 50))
     seed = tf.constant([5, 9], tf.int64)
     for policy, area in (("paper", 0.2), ("light", 0.6)):
-        window = augment.crop_window(tf.shape(image), augment.crop_seed(seed), (area, 1.0))
+        window = weak.crop_window(tf.shape(image), weak.crop_seed(seed), (area, 1.0))
         crop = tf.image.crop_to_bounding_box(image, *window)
         np.testing.assert_array_equal(
-            augment.train_augment(image, seed, 16, policy, area),
-            augment.train_augment_crop(crop, seed, 16, policy))
+            weak.train_augment(image, seed, 16, policy, area),
+            weak.train_augment_crop(crop, seed, 16, policy))
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +140,7 @@ def jpeg_records(tmp_path_factory):
 
 
 def _elements(source, fused):
-    dataset = pipeline.make_train_input_fn(source, 4, 32, seed=3, epoch=1,
+    dataset = input_fns.make_train_input_fn(source, 4, 32, seed=3, epoch=1,
                                            fused_crop=fused,
                                            labelled_index=all_labelled(source))(None)
     with data_errors():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import decode
+from llp_tf.data.decoding import decode
 from llp_tf.errors import DataError
 
 COUNT = 2 * decode.GROUP_SIZE + 5  # two whole groups and a part

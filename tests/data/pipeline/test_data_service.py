@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import data_errors, data_service, pipeline, streams
-from llp_tf.data.streams import Stream
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import data_service, input_fns, streams
+from llp_tf.data.pipeline.streams import Stream
 from llp_tf.errors import ConfigError
 from tests.tools.tool_main import load_tool
 from tests.data.helpers import all_labelled
@@ -52,7 +53,7 @@ def two_workers():
 
 def _elements(source, batch, context=None, **kwargs):
     """list of numpy element dicts of one training epoch."""
-    input_fn = pipeline.make_train_input_fn(source, batch, SIZE, seed=3, epoch=1, **kwargs,
+    input_fn = input_fns.make_train_input_fn(source, batch, SIZE, seed=3, epoch=1, **kwargs,
                                             labelled_index=all_labelled(source))
     with data_errors():
         return list(input_fn(context).as_numpy_iterator())
@@ -125,7 +126,7 @@ def test_two_workers_keep_every_step_exactly_once(tfrecord_source, two_workers, 
                                      "h:70000", "h:0", "a b:5050"])
 def test_the_pipeline_refuses_a_bad_address(tfrecord_source, address):
     with pytest.raises(ConfigError, match="input_service"):
-        pipeline.make_train_input_fn(tfrecord_source, 4, SIZE, seed=0, epoch=0,
+        input_fns.make_train_input_fn(tfrecord_source, 4, SIZE, seed=0, epoch=0,
                                      input_service=address,
                                      labelled_index=all_labelled(tfrecord_source))
 

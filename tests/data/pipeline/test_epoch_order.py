@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import epoch_order
+from llp_tf.data.pipeline import epoch_order
 from llp_tf.errors import ConfigError
 
 USED = np.array([0, 2, 3, 5, 8, 13, 17, 21, 22, 27, 28], np.int64)

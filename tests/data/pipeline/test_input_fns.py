@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import augment
-from llp_tf.data import data_errors, load_source, pipeline
+from llp_tf.data.augmentation import eval_transform, weak
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import ConfigError, DataError
 from tests.data.helpers import all_labelled, write_image_folder
 
@@ -24,7 +26,7 @@ def _epoch(source, batch, **kwargs):
     kwargs.setdefault("epoch", 0)
     kwargs.setdefault("labelled_index", all_labelled(source))
     with data_errors():
-        return _collect(pipeline.make_train_input_fn(source, batch, SIZE, **kwargs)(None))
+        return _collect(input_fns.make_train_input_fn(source, batch, SIZE, **kwargs)(None))
 
 
 def test_only_labelled_examples_carry_their_label(source):
@@ -37,21 +39,21 @@ def test_only_labelled_examples_carry_their_label(source):
     assert 0 < is_labelled.sum() < len(original)
     np.testing.assert_array_equal(
         out["label"], np.where(is_labelled, source.train_labels()[original], -1))
-    assert pipeline.UNLABELLED == -1
+    assert input_fns.UNLABELLED == -1
 
 
 def test_one_epoch_of_distinct_examples(source):
     n = source.info.num_train
     out = _epoch(source, 6)
     steps = n // 6
-    assert pipeline.steps_per_epoch(n, 6) == steps
+    assert input_fns.steps_per_epoch(n, 6) == steps
     assert out["image"].shape == (steps * 6, SIZE, SIZE, 3) and out["image"].dtype == np.float32
     assert out["index"].dtype == np.int64 and out["label"].dtype == np.int64
     assert len(set(out["index"].tolist())) == steps * 6
     assert out["index"].min() >= 0 and out["index"].max() < n
     np.testing.assert_array_equal(out["label"], source.train_labels()[out["index"]])
-    low = (0 - np.array(augment.IMAGENET_MEAN)) / augment.IMAGENET_STD
-    high = (1 - np.array(augment.IMAGENET_MEAN)) / augment.IMAGENET_STD
+    low = (0 - np.array(weak.IMAGENET_MEAN)) / weak.IMAGENET_STD
+    high = (1 - np.array(weak.IMAGENET_MEAN)) / weak.IMAGENET_STD
     assert np.all(out["image"] >= low - 1e-5) and np.all(out["image"] <= high + 1e-5)
 
 
@@ -70,7 +72,7 @@ def test_order_depends_on_seed_and_epoch(tfrecord_source):
 
 def test_two_replicas_see_the_single_replica_global_batches(source, two_replica_strategy):
     single = _epoch(source, 6)
-    input_fn = pipeline.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0,
+    input_fn = input_fns.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0,
                                             labelled_index=all_labelled(source))
     distributed = two_replica_strategy.distribute_datasets_from_function(input_fn)
     steps = []
@@ -93,7 +95,7 @@ def test_two_workers_split_each_global_batch(tfrecord_source):
     for worker in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker,
                                              num_replicas_in_sync=4)
-        fn = pipeline.make_train_input_fn(tfrecord_source, 8, SIZE, seed=3, epoch=0,
+        fn = input_fns.make_train_input_fn(tfrecord_source, 8, SIZE, seed=3, epoch=0,
                                           labelled_index=all_labelled(tfrecord_source))
         parts.append([b["index"] for b in fn(context).as_numpy_iterator()])
     # Each worker's replicas get two batches of 2 per step: worker 0 then worker 1.
@@ -128,7 +130,7 @@ def test_used_index_remaps_densely(tfrecord_source):
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_eval_counts_every_example_once(source, replicas, two_replica_strategy):
     n = source.info.num_validation
-    input_fn = pipeline.make_eval_input_fn(source, 4, SIZE)
+    input_fn = input_fns.make_eval_input_fn(source, 4, SIZE)
     if replicas == 1:
         with data_errors():
             out = _collect(input_fn(None))
@@ -141,7 +143,7 @@ def test_eval_counts_every_example_once(source, replicas, two_replica_strategy):
                                                   strategy.experimental_local_results(v)])
                                for k, v in element.items()})
         out = {k: np.concatenate([m[k] for m in merged]) for k in merged[0]}
-    steps = pipeline.eval_steps(n, 4)
+    steps = input_fns.eval_steps(n, 4)
     assert out["image"].shape == (steps * 4, SIZE, SIZE, 3)
     assert out["mask"].dtype == bool and out["mask"].sum() == n
     assert sorted(out["index"][out["mask"]].tolist()) == list(range(n))
@@ -153,14 +155,14 @@ def test_eval_images_are_the_eval_transform_of_the_raw_images(folder_source):
     with data_errors():
         raw = {int(e["index"]): e["image"]
                for e in folder_source.raw_dataset("validation").as_numpy_iterator()}
-        out = _collect(pipeline.make_eval_input_fn(folder_source, 4, SIZE)(None))
+        out = _collect(input_fns.make_eval_input_fn(folder_source, 4, SIZE)(None))
     for k in np.flatnonzero(out["mask"]):
-        expected = augment.eval_preprocess(tf.constant(raw[int(out["index"][k])]), SIZE)
+        expected = eval_transform.eval_preprocess(tf.constant(raw[int(out["index"][k])]), SIZE)
         np.testing.assert_allclose(out["image"][k], expected.numpy(), atol=1e-6)
 
 
 def test_batch_must_split_over_replicas(folder_source, two_replica_strategy):
-    input_fn = pipeline.make_train_input_fn(folder_source, 5, SIZE, seed=0, epoch=0,
+    input_fn = input_fns.make_train_input_fn(folder_source, 5, SIZE, seed=0, epoch=0,
                                             labelled_index=all_labelled(folder_source))
     with pytest.raises(ConfigError, match="does not split evenly over 2 replicas"):
         two_replica_strategy.distribute_datasets_from_function(input_fn)
@@ -168,16 +170,16 @@ def test_batch_must_split_over_replicas(folder_source, two_replica_strategy):
 
 def test_bad_settings(folder_source):
     with pytest.raises(ConfigError, match="larger than the 27 training examples"):
-        pipeline.make_train_input_fn(folder_source, 28, SIZE, seed=0, epoch=0,
+        input_fns.make_train_input_fn(folder_source, 28, SIZE, seed=0, epoch=0,
                                      labelled_index=all_labelled(folder_source))
     with pytest.raises(ConfigError, match=r"start_step must lie in \[0, 6\]"):
-        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=0, epoch=0, start_step=7,
+        input_fns.make_train_input_fn(folder_source, 4, SIZE, seed=0, epoch=0, start_step=7,
                                      labelled_index=all_labelled(folder_source))
     with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
-        pipeline.make_train_input_fn(folder_source, 4, SIZE, seed=-1, epoch=0,
+        input_fns.make_train_input_fn(folder_source, 4, SIZE, seed=-1, epoch=0,
                                      labelled_index=all_labelled(folder_source))
     with pytest.raises(DataError, match="used_index must be sorted"):
-        pipeline.make_train_input_fn(folder_source, 2, SIZE, seed=0, epoch=0,
+        input_fns.make_train_input_fn(folder_source, 2, SIZE, seed=0, epoch=0,
                                      used_index=np.array([3, 1, 2]),
                                      labelled_index=all_labelled(folder_source))(None)
 
@@ -198,17 +200,17 @@ def test_eval_leaves_out_excluded_examples_unread(tmp_path):
         f.write(b"not an image")
     source = load_source(f"folder:{tmp_path}")
     with data_errors():
-        out = _collect(pipeline.make_eval_input_fn(source, 4, SIZE,
+        out = _collect(input_fns.make_eval_input_fn(source, 4, SIZE,
                                                    excluded_index=np.array([2, 5]))(None))
-    assert out["mask"].shape == (pipeline.eval_steps(5, 4) * 4,)
+    assert out["mask"].shape == (input_fns.eval_steps(5, 4) * 4,)
     assert sorted(out["index"][out["mask"]].tolist()) == [0, 1, 3, 4, 6]
 
 
 def test_embedded_regime_subset(mnist5k):
-    from llp_tf.data import splits
+    from llp_tf.data.splits import regime
 
     labels = mnist5k.train_labels()
-    labelled, used = splits.make_splits(labels, 1, 10)
+    labelled, used = regime.make_splits(labels, 1, 10)
     out = _epoch(mnist5k, 50, used_index=used)
     assert len(out["index"]) == 400 and len(set(out["index"].tolist())) == 400
     np.testing.assert_array_equal(out["label"], labels[used[out["index"]]])
@@ -233,7 +235,7 @@ def test_steps_beyond_one_pass_start_new_passes(folder_source, two_replica_strat
     np.testing.assert_array_equal(_epoch(folder_source, 6, steps=10, start_step=5)["image"],
                                   out["image"][30:])
     np.testing.assert_array_equal(_epoch(folder_source, 6, steps=3)["index"], out["index"][:18])
-    input_fn = pipeline.make_train_input_fn(folder_source, 6, SIZE, seed=3, epoch=0, steps=10,
+    input_fn = input_fns.make_train_input_fn(folder_source, 6, SIZE, seed=3, epoch=0, steps=10,
                                             start_step=10,
                                             labelled_index=all_labelled(folder_source))
     assert len(list(input_fn(None))) == 0
@@ -315,10 +317,10 @@ def test_min_crop_area_reaches_the_augmentation(folder_source):
         image = tf.constant(raw[int(index)])
         height = image.shape[0]
         # Resized to 8-bit levels (round half to even, as tf.round), then normalised.
-        bands = [augment.normalize(np.clip(np.round(tf.image.resize(
+        bands = [weak.normalize(np.clip(np.round(tf.image.resize(
             image[top:top + h], [SIZE, SIZE], antialias=True).numpy()), 0, 255) / 255.0)
             .numpy() for h in range(1, height + 1) for top in range(height - h + 1)]
         assert min(np.abs(out["image"][k] - band).max() for band in bands) < 1e-5
     with pytest.raises(ConfigError, match="min_crop_area must lie in"):
-        pipeline.make_train_input_fn(folder_source, 3, SIZE, seed=0, epoch=0,
+        input_fns.make_train_input_fn(folder_source, 3, SIZE, seed=0, epoch=0,
                                      min_crop_area=0.0, labelled_index=all_labelled(folder_source))

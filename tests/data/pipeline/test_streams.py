@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import data_errors, pipeline, streams
-from llp_tf.data.streams import Stream
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import input_fns, streams
+from llp_tf.data.pipeline.streams import Stream
 from llp_tf.errors import ConfigError
 
 SIZE = 8
@@ -68,7 +69,7 @@ def test_elements_hold_each_stream_with_its_views(folder_source):
 
 def test_the_first_stream_is_the_one_stream_pipeline_and_others_salt_the_seed(folder_source):
     steps = _global_steps(_input_fn(folder_source))
-    alone = pipeline.make_train_input_fn(folder_source, 4, SIZE, SEED, EPOCH, steps=STEPS,
+    alone = input_fns.make_train_input_fn(folder_source, 4, SIZE, SEED, EPOCH, steps=STEPS,
                                          used_index=LABELLED, batches_cross_passes=True,
                                          labelled_index=LABELLED)
     with data_errors():

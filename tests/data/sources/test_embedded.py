@@ -4,11 +4,13 @@ import gzip
 
 import numpy as np
 
-from llp_tf.data import data_errors, embedded, load_source
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.sources import embedded
+from llp_tf.data.sources.registry import load_source
 
 
 def _documented_split(labels):
-    """The rule written in llp_tf/data/embedded.py's docstring, spelled out again."""
+    """The rule written in llp_tf/data/sources/embedded.py's docstring, spelled out again."""
     validation, seen = [], {}
     for row, label in enumerate(labels):
         seen[label] = seen.get(label, 0) + 1

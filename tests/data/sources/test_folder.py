@@ -5,8 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from llp_tf.data import data_errors, load_source
-from llp_tf.data.folder_source import FolderSource
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.sources.folder import FolderSource
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import DataError
 from tests.data.helpers import decoded, write_image_folder
 

@@ -7,13 +7,15 @@ import os
 import numpy as np
 import pytest
 
-from llp_tf.data import data_errors, load_source, pipeline
-from llp_tf.data.list_source import ListSource, derive_class_names, parse_list_file
-from llp_tf.data.tfrecord_builder import build_tfrecords_from_source
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.sources.list_files import ListSource, derive_class_names, parse_list_file
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.sources.tfrecord_builder import build_tfrecords_from_source
 from llp_tf.errors import DataError
 from tests.data.helpers import all_labelled, decoded
-from tests.data.places205_fake import DEEP, write_images as _write_images
-from tests.data.places205_fake import write_places as _write_places
+from tests.data.sources.places205_fake import DEEP, write_images as _write_images
+from tests.data.sources.places205_fake import write_places as _write_places
 from tests.tools.tool_main import load_tool, run_main
 
 BUILD = load_tool("build_tfrecords.py")
@@ -296,7 +298,7 @@ def test_places205_feeds_the_training_pipeline(tmp_path):
     _write_places(str(tmp_path))
     source = load_source(f"places205:{tmp_path}")
     with data_errors():
-        batches = list(pipeline.make_train_input_fn(source, 4, 8, seed=0, epoch=0,
+        batches = list(input_fns.make_train_input_fn(source, 4, 8, seed=0, epoch=0,
                                                     labelled_index=all_labelled(source))(None)
                        .as_numpy_iterator())
     assert len(batches) == 3

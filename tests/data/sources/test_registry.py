@@ -8,7 +8,8 @@ import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
-from llp_tf.data import NAME_FORMS, load_source
+from llp_tf.data.sources.base import NAME_FORMS
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import DataError
 from tests.data.helpers import make_tfrecord_set, write_image_folder
 

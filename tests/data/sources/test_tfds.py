@@ -7,7 +7,9 @@ import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
-from llp_tf.data import data_errors, load_source, tfds_source
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.sources import tfds as tfds_source
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import DataError
 
 NUM_TRAIN, NUM_TEST = 23, 6

@@ -6,7 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from llp_tf.data import data_errors, load_source, shards
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.sources import shards
+from llp_tf.data.sources.registry import load_source
 from llp_tf.errors import DataError
 from tests.data.helpers import (example_bytes, make_tfrecord_set, random_image, encode,
                                 write_shards)

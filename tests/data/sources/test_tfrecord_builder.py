@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import data_errors, load_source, splits
-from llp_tf.data.tfrecord_builder import build_tfrecords
+from llp_tf.data.decoding.decode import data_errors
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.sources.tfrecord_builder import build_tfrecords
+from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
 from tests.data.helpers import decoded, write_image_folder
 from tests.tools.tool_main import load_tool, run_main
@@ -106,7 +108,7 @@ def test_make_splits_tool(tmp_path):
                        "--label_percent=20", "--data_percent=50", f"--output={output}")
     assert result.returncode == 0, result.stderr
     labels = np.repeat([0, 1, 2], 10)
-    labelled, used = splits.load_splits(output, labels)
+    labelled, used = regime.load_splits(output, labels)
     np.testing.assert_array_equal(labelled, [0, 1, 10, 11, 20, 21])
     np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24])
 
@@ -116,11 +118,11 @@ def test_make_splits_tool(tmp_path):
                        "--label_percent=20", "--data_percent=50", f"--output={output}",
                        f"--exclude_list={excluded}")
     assert result.returncode == 0, result.stderr
-    labelled, used = splits.load_splits(output, labels)
+    labelled, used = regime.load_splits(output, labels)
     np.testing.assert_array_equal(labelled, [1, 2, 10, 11, 20, 21])
     np.testing.assert_array_equal(used, [1, 2, 3, 4, 5, 10, 11, 13, 14, 15, 20, 21, 22, 23, 24])
-    assert splits.read_made_from(output)["exclude_list"]["path"] == str(excluded)
-    assert splits.read_split_exclusions(output)["train"].tolist() == [0, 12]
+    assert regime.read_made_from(output)["exclude_list"]["path"] == str(excluded)
+    assert regime.read_split_exclusions(output)["train"].tolist() == [0, 12]
 
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                        "--label_percent=1", f"--output={output}")
@@ -157,7 +159,7 @@ def test_make_splits_tool_replaces_neither_a_runs_split_nor_another_file(tmp_pat
 def test_make_splits_tool_names_its_seed_as_train_does(tmp_path):
     write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10, "c": 10}, size=(6, 6))
     labels = np.repeat([0, 1, 2], 10)
-    expected = splits.make_splits(labels, 20, 50, seed=3, num_classes=3)
+    expected = regime.make_splits(labels, 20, 50, seed=3, num_classes=3)
     # A seeded draw, not the lowest indices.
     assert expected[0].tolist() != [0, 1, 10, 11, 20, 21]
     for flag, warning in (("--split_seed=3", ""),
@@ -166,7 +168,7 @@ def test_make_splits_tool_names_its_seed_as_train_does(tmp_path):
         result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                            "--label_percent=20", "--data_percent=50", flag, f"--output={output}")
         assert (result.returncode, result.stderr) == (0, warning)
-        for got, want in zip(splits.load_splits(output, labels), expected):
+        for got, want in zip(regime.load_splits(output, labels), expected):
             np.testing.assert_array_equal(got, want)
 
 
@@ -186,11 +188,11 @@ def test_make_splits_tool_with_a_subset_list(tmp_path):
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                        f"--label_subset={listed}", "--data_percent=50", f"--output={output}")
     assert result.returncode == 0, result.stderr
-    labelled, used = splits.load_splits(output, np.repeat([0, 1], 10))
+    labelled, used = regime.load_splits(output, np.repeat([0, 1], 10))
     np.testing.assert_array_equal(labelled, [2])
     np.testing.assert_array_equal(used, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14])
-    assert splits.read_made_from(output)["label_subset"]["path"] == str(listed)
-    assert splits.read_split_header(output)["label_percent"] is None
+    assert regime.read_made_from(output)["label_subset"]["path"] == str(listed)
+    assert regime.read_split_header(output)["label_percent"] is None
 
     result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
                        f"--label_subset={listed}", "--label_percent=10", f"--output={output}")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.data import exclusions, splits
+from llp_tf.data.splits import exclusions, regime
 from llp_tf.errors import DataError
 
 
@@ -63,7 +63,7 @@ def test_excluded_records_are_dropped():
 
 def _split_file(path, excluded=None, record=None):
     labels = np.arange(10) % 2
-    splits.save_splits(str(path), np.array([0, 1]), np.arange(10), labels,
+    regime.save_splits(str(path), np.array([0, 1]), np.arange(10), labels,
                        made_from={"exclude_list": record},
                        excluded=excluded)
     return str(path)
@@ -96,9 +96,9 @@ def test_a_resume_must_exclude_the_same_examples(folder_source, tmp_path):
 def test_split_files_without_exclusions_resume_without_a_list(tmp_path, folder_source):
     # As written before exclude lists: no arrays, no header keys.
     split = str(tmp_path / "old.npz")
-    splits.save_splits(split, np.array([0]), np.arange(4), np.zeros(4, np.int64))
-    assert splits.read_made_from(split) == {"label_subset": None, "exclude_list": None}
-    assert all(index.size == 0 for index in splits.read_split_exclusions(split).values())
+    regime.save_splits(split, np.array([0]), np.arange(4), np.zeros(4, np.int64))
+    assert regime.read_made_from(split) == {"label_subset": None, "exclude_list": None}
+    assert all(index.size == 0 for index in regime.read_split_exclusions(split).values())
     exclusions.check_resume(split, exclusions.none())
     with pytest.raises(DataError, match="was started without an exclude list; --exclude_list "
                                         "now excludes 1 training"):

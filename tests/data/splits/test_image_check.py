@@ -4,8 +4,9 @@ the validation split before a run starts."""
 import numpy as np
 import pytest
 
-from llp_tf.data import image_check, load_source
-from llp_tf.data.image_check import BadImage
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.splits import image_check
+from llp_tf.data.splits.image_check import BadImage
 from llp_tf.errors import DataError
 from tests.data.helpers import (encode, example_bytes, random_image, write_image_folder,
                                 write_shards)

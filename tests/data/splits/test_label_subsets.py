@@ -10,7 +10,8 @@ import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
-from llp_tf.data import label_subsets, load_source, splits
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.splits import label_subsets, regime
 from llp_tf.errors import DataError
 from tests.data.helpers import encode, random_image
 
@@ -133,7 +134,7 @@ def test_published_checksums_are_the_ones_tfds_records():
 
 
 def test_published_lists_are_fetched_once_through_tfds(tmp_path, monkeypatch):
-    from llp_tf.data import tfds_source
+    from llp_tf.data.sources import tfds as tfds_source
 
     monkeypatch.setattr(tfds_source, "unreachable_host", lambda urls: None)
     monkeypatch.setattr(tfds.download, "DownloadManager", _FakeDownloadManager)
@@ -168,7 +169,7 @@ def test_a_truncated_published_list_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_damaged_download_is_refused_and_not_kept(tmp_path, monkeypatch):
-    from llp_tf.data import tfds_source
+    from llp_tf.data.sources import tfds as tfds_source
 
     monkeypatch.setattr(tfds_source, "unreachable_host", lambda urls: None)
     monkeypatch.setattr(tfds.download, "DownloadManager", _FakeDownloadManager)
@@ -189,7 +190,7 @@ def test_a_list_with_a_byte_order_mark_is_read(imagenet_folder, tmp_path):
 
 
 def test_published_list_offline_is_a_clear_error(tmp_path, monkeypatch):
-    from llp_tf.data import tfds_source
+    from llp_tf.data.sources import tfds as tfds_source
 
     monkeypatch.setattr(tfds_source, "unreachable_host",
                         lambda urls: ("raw.githubusercontent.com", OSError("no route")))
@@ -250,7 +251,7 @@ def test_tfds_file_names_follow_the_example_index(tfds_dir, tmp_path):
     np.testing.assert_array_equal(labelled, [2, 9])
     np.testing.assert_array_equal(used, np.arange(12))
     # Class 4 has no training example: a warning, not an error.
-    assert splits.absent_classes_warning(source.train_labels(), 5).startswith(
+    assert regime.absent_classes_warning(source.train_labels(), 5).startswith(
         "warning: 1 of 5 classes have no training example (classes 4)")
 
 
@@ -273,15 +274,15 @@ def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
                         "(--label_percent is not used).")
     split_path = os.path.join(config.run_dir, "split.npz")
-    labelled, used = splits.load_splits(split_path, source.train_labels())
+    labelled, used = regime.load_splits(split_path, source.train_labels())
     np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
     np.testing.assert_array_equal(used, np.arange(12))
     assert final["epoch"] == 1 and final["phase"] == "llp"
     # The split and the config record the list (path and SHA-256), not a label_percent.
     listed = {"list": list_path, "path": list_path,
               "sha256": hashlib.sha256(open(list_path, "rb").read()).hexdigest()}
-    assert splits.read_made_from(split_path) == {"label_subset": listed, "exclude_list": None}
-    assert splits.read_split_header(split_path)["label_percent"] is None
+    assert regime.read_made_from(split_path) == {"label_subset": listed, "exclude_list": None}
+    assert regime.read_split_header(split_path)["label_percent"] is None
     with open(os.path.join(config.run_dir, "config.json")) as f:
         recorded = json.load(f)
     assert recorded["data_files"]["label_subset"] == listed
@@ -290,7 +291,7 @@ def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
 
     # A run directory written before these records (split.npz without them,
     # config.json with the unused label_percent) still resumes.
-    splits.save_splits(split_path, labelled, used, source.train_labels(),
+    regime.save_splits(split_path, labelled, used, source.train_labels(),
                        "tfds:llp_test_tiny_imagenet", 10.0, 100.0, None)
     recorded["data"]["label_percent"] = 10.0
     del recorded["data_files"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from llp_tf import make_splits
-from llp_tf.data import splits
+from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError, DataError
 
 
@@ -73,11 +73,11 @@ def test_classes_missing_from_training_data_are_skipped():
     labelled, used = make_splits(labels, 10, 100, num_classes=1000)
     np.testing.assert_array_equal(np.bincount(labels[labelled], minlength=1000)[present], 2)
     np.testing.assert_array_equal(used, np.arange(labels.size))
-    assert splits.absent_classes_warning(labels, 1000) == (
+    assert regime.absent_classes_warning(labels, 1000) == (
         "warning: 990 of 1000 classes have no training example (classes 0, 1, 2, 4, 5, ...) "
         "and get no labelled example; the model keeps all 1000 class outputs.")
-    assert splits.absent_classes_warning(labels, 1000).count("\n") == 0
-    assert splits.absent_classes_warning(np.arange(5), 5) is None
+    assert regime.absent_classes_warning(labels, 1000).count("\n") == 0
+    assert regime.absent_classes_warning(np.arange(5), 5) is None
 
 
 def test_labels_outside_the_classes():
@@ -89,7 +89,7 @@ def test_labels_outside_the_classes():
 def test_used_subset_around_a_given_labelled_set(seed):
     labels = _labels()  # classes of 40, 25 and 17
     labelled = np.flatnonzero(labels == 0)[[5, 9]].tolist() + [int(np.flatnonzero(labels == 2)[3])]
-    got_labelled, used = splits.splits_from_labelled(labels, labelled[::-1], 50, seed=seed)
+    got_labelled, used = regime.splits_from_labelled(labels, labelled[::-1], 50, seed=seed)
     np.testing.assert_array_equal(got_labelled, np.sort(labelled))
     assert np.all(np.isin(labelled, used)) and np.all(np.diff(used) > 0)
     # round half up of 50%: 20, 13 and 9 used per class, labelled ones included.
@@ -101,15 +101,15 @@ def test_used_subset_around_a_given_labelled_set(seed):
             rest = np.setdiff1d(members, mine)[:[20, 13, 9][c] - mine.size]
             np.testing.assert_array_equal(np.intersect1d(used, members), np.union1d(mine, rest))
     # All data used: every example.
-    np.testing.assert_array_equal(splits.splits_from_labelled(labels, labelled, 100)[1],
+    np.testing.assert_array_equal(regime.splits_from_labelled(labels, labelled, 100)[1],
                                   np.arange(labels.size))
 
 
 def test_used_subset_needs_a_labelled_set():
     with pytest.raises(DataError, match="empty"):
-        splits.splits_from_labelled(_labels(), [], 100)
+        regime.splits_from_labelled(_labels(), [], 100)
     with pytest.raises(DataError, match="outside"):
-        splits.splits_from_labelled(_labels(), [1000], 100)
+        regime.splits_from_labelled(_labels(), [1000], 100)
 
 
 @pytest.mark.parametrize("p, q", [(0, 100), (101, 100), (10, 5)])
@@ -122,12 +122,12 @@ def test_save_and_load_round_trip(tmp_path):
     labels = _labels()
     labelled, used = make_splits(labels, 10, 50, seed=1)
     path = str(tmp_path / "run" / "split.npz")
-    splits.save_splits(path, labelled, used, labels, dataset_name="toy", label_percent=10,
+    regime.save_splits(path, labelled, used, labels, dataset_name="toy", label_percent=10,
                        data_percent=50, seed=1)
-    loaded_labelled, loaded_used = splits.load_splits(path, labels)
+    loaded_labelled, loaded_used = regime.load_splits(path, labels)
     np.testing.assert_array_equal(loaded_labelled, labelled)
     np.testing.assert_array_equal(loaded_used, used)
-    header = splits.read_split_header(path)
+    header = regime.read_split_header(path)
     assert (header["dataset_name"], header["num_train"], header["seed"]) == ("toy", 82, 1)
     # The file format keeps the keys it was fixed with, so older split files still read.
     with np.load(path) as data:
@@ -148,7 +148,7 @@ def test_excluded_examples_are_neither_labelled_nor_used(seed):
         np.testing.assert_array_equal(labelled[labels[labelled] == 0],
                                       np.flatnonzero(labels == 0)[5:12])
     given = np.flatnonzero(labels == 1)[:3]
-    labelled, used = splits.splits_from_labelled(labels, given, 100, seed=seed,
+    labelled, used = regime.splits_from_labelled(labels, given, 100, seed=seed,
                                                  excluded=[int(given[0]), *excluded])
     np.testing.assert_array_equal(labelled, given[1:])
     np.testing.assert_array_equal(used, np.setdiff1d(np.arange(labels.size), given[:1].tolist()
@@ -164,40 +164,40 @@ def test_split_files_record_the_files_they_were_made_from(tmp_path):
                                   "sha256": "ab" * 32},
                  "exclude_list": {"path": "/d/bad.txt", "sha256": "cd" * 32, "train": 1,
                                   "validation": 2}}
-    splits.save_splits(path, np.array([3, 4]), np.arange(3, 10), labels, label_percent=None,
+    regime.save_splits(path, np.array([3, 4]), np.arange(3, 10), labels, label_percent=None,
                        made_from=made_from,
                        excluded={"train": np.array([2]), "validation": np.array([0, 4])})
-    assert splits.read_made_from(path) == made_from
-    assert splits.read_split_header(path)["label_percent"] is None
-    excluded = splits.read_split_exclusions(path)
+    assert regime.read_made_from(path) == made_from
+    assert regime.read_split_header(path)["label_percent"] is None
+    excluded = regime.read_split_exclusions(path)
     assert (excluded["train"].tolist(), excluded["validation"].tolist()) == ([2], [0, 4])
-    np.testing.assert_array_equal(splits.load_splits(path, labels)[1], np.arange(3, 10))
+    np.testing.assert_array_equal(regime.load_splits(path, labels)[1], np.arange(3, 10))
 
 
 def test_split_file_for_another_dataset(tmp_path):
     labels = _labels()
     path = str(tmp_path / "split.npz")
-    splits.save_splits(path, *make_splits(labels, 10, 50), labels, dataset_name="toy")
+    regime.save_splits(path, *make_splits(labels, 10, 50), labels, dataset_name="toy")
     with pytest.raises(DataError, match=r"made for toy with 82 training examples, but mine "
                                         r"has 81 training examples\."):
-        splits.load_splits(path, labels[:-1], dataset_name="mine")
+        regime.load_splits(path, labels[:-1], dataset_name="mine")
     relabelled = labels.copy()
     relabelled[0] = (relabelled[0] + 1) % 3
     with pytest.raises(DataError, match="has other labels for its 82 training examples"):
-        splits.load_splits(path, relabelled)
+        regime.load_splits(path, relabelled)
 
 
 def test_missing_and_unreadable_split_files(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
-        splits.load_splits(str(tmp_path / "none.npz"), _labels())
+        regime.load_splits(str(tmp_path / "none.npz"), _labels())
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"garbage")
     with pytest.raises(DataError, match="is not a readable split file"):
-        splits.load_splits(str(bad), _labels())
+        regime.load_splits(str(bad), _labels())
 
 
 def test_dense_index():
     used = np.array([2, 5, 9])
-    np.testing.assert_array_equal(splits.dense_index(used, [9, 2]), [2, 0])
+    np.testing.assert_array_equal(regime.dense_index(used, [9, 2]), [2, 0])
     with pytest.raises(DataError):
-        splits.dense_index(used, [3])
+        regime.dense_index(used, [3])

@@ -381,7 +381,7 @@ def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_nam
     """trained_run (what export, predict, the probe and the analysis load) restores
     the method's exported item: Mean Teacher's teacher, not its student."""
     from llp_tf.after_training import trained_run
-    from llp_tf.data import splits
+    from llp_tf.data.splits import regime
     from llp_tf.training import run_record
     from llp_tf.training.run_directory import RunDirectory
     from tests.runs import tiny_config
@@ -391,7 +391,7 @@ def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_nam
     os.makedirs(config.run_dir)
     run_record.save_config(config)
     labels = np.arange(40) % C
-    splits.save_splits(RunDirectory(config.run_dir).split_path, np.arange(8), np.arange(40),
+    regime.save_splits(RunDirectory(config.run_dir).split_path, np.arange(8), np.arange(40),
                        labels)
     method = _method(tf.distribute.get_strategy())
     StepRunner(method).run(_iterator(method.strategy, _data()), 2, "mean_teacher")
@@ -477,7 +477,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
 
 def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
     from llp_tf.after_training import trained_run
-    from llp_tf.data import augment
+    from llp_tf.data.augmentation import eval_transform
     from tests.tools.tool_main import load_tool, run_main
     config = mean_teacher_run[0]
     output_dir = str(tmp_path / "model")
@@ -489,7 +489,7 @@ def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
     probabilities = tf.saved_model.load(output_dir).signatures["classify"](
         images=tf.constant(images))["probabilities"].numpy()
     run = trained_run.load_run(config.run_dir)
-    inputs = tf.stack([augment.eval_preprocess(tf.constant(image), config.data.image_size)
+    inputs = tf.stack([eval_transform.eval_preprocess(tf.constant(image), config.data.image_size)
                        for image in images])
     logits = run.model(inputs, training=False)["logits"]
     np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), rtol=1e-4,

@@ -74,7 +74,7 @@ def test_the_export_tool_writes_a_classify_signature_that_works(tmp_path, uninte
 def test_device_side_views_over_two_replicas_train_as_the_host_side(tmp_path, stripes):
     """FixMatch's weak and strong views, augmented in each replica's step
     (--augment_on=device), train an epoch over two replicas as the host path
-    does. The images agree to ~1e-6 (tests/data/test_views.py), which steps
+    does. The images agree to ~1e-6 (tests/data/augmentation/test_views.py), which steps
     amplify, so the epoch's losses and mask rate are compared to the bound of
     its steps (`tests.numerics`); one step is compared in
     tests/training/test_methods.py."""
