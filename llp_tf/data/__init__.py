@@ -1,7 +1,8 @@
 """The data layer: sources with stable example indices, regime splits, augmentation,
 input pipelines.
 
-Subpackages, each importing only those before it:
+Subpackages, each importing only those listed before it, `splits` and
+`augmentation` not each other (`tests/test_layers.py`):
 - `decoding`: encoded images to pixels, whole or only a crop's window, naming
   the file or record that fails;
 - `sources`: the contract of a data source (`sources.base.Source`), each
