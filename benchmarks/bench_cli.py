@@ -1,33 +1,25 @@
 """Command-line plumbing shared by the benchmarks.
 
 The benchmarks are scripts run from benchmarks/, like the tools from tools/,
-and use the tools' quiet start (`quiet_start`) and flag handling
-(`tool_cli`): importing this module puts tools/ on the import path (after
-benchmarks/), so a benchmark starts with ``import bench_cli``, then
-``import quiet_start`` and its call, before anything imports TensorFlow.
+and use the tools' quiet start (`llp_tf.cli.quiet_start`) and flag handling
+(`llp_tf.cli.command_line`): a benchmark starts with ``import bench_cli``, then
+imports `quiet_start` and calls it, before anything imports TensorFlow.
 Each benchmark's flags live in its own `FlagValues` (`new_flag_values`),
 with --verbosity, and, when some sizes are slow, --full: the sizes the
 figures of docs/performance.md were measured at, for every size flag not given
-explicitly. This module imports only absl.
+explicitly. This module imports only absl (and llp_tf.cli.command_line, which imports only absl).
 """
-
-import os
-import sys
 
 from absl import flags
 
-TOOLS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
-if TOOLS_DIR not in sys.path:
-    sys.path.insert(1, TOOLS_DIR)
-
-import tool_cli  # noqa: E402 -- tools/ is on the path from here on
+from llp_tf.cli import command_line
 
 
 def new_flag_values(full_sizes=None):
     """A `flags.FlagValues` with --help, --verbosity and, given ``full_sizes``
     ({flag name: its full-size value}), --full; define the benchmark's flags on it."""
-    values = tool_cli.new_flag_values()
-    tool_cli.define_verbosity(values)
+    values = command_line.new_flag_values()
+    command_line.define_verbosity(values)
     if full_sizes:
         flags.DEFINE_boolean("full", False, "Run at the sizes the figures of "
                              "docs/performance.md were measured at (slow): "
@@ -52,13 +44,13 @@ def apply_full(values, full_sizes):
 
 
 def run(argv, stdout, stderr, values, usage, body, full_sizes=None):
-    """`tool_cli.run` of ``body(values, stdout, stderr)`` with --full applied
+    """`command_line.run` of ``body(values, stdout, stderr)`` with --full applied
     (`apply_full`) first; returns the exit code."""
     def sized_body(parsed, out, err):
         if full_sizes:
             apply_full(parsed, full_sizes)
         return body(parsed, out, err)
-    return tool_cli.run(argv, stdout, stderr, values, usage, sized_body)
+    return command_line.run(argv, stdout, stderr, values, usage, sized_body)
 
 
 def paper_llp_settings():

@@ -26,7 +26,7 @@ import sys
 import time
 
 import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
-import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
@@ -49,7 +49,7 @@ def make_flags():
                          flag_values=values)
     flags.DEFINE_integer("labelled", 12_800, "M: labelled rows for per-batch propagation.",
                          flag_values=values)
-    bench_cli.tool_cli.define_deprecated_alias(values, "labeled", "labelled")
+    bench_cli.command_line.define_deprecated_alias(values, "labeled", "labelled")
     flags.DEFINE_integer("bank", 32_000, "N: bank rows for the density refresh and the loss "
                          "(--full: 128,000).", flag_values=values)
     flags.DEFINE_integer("density_queries", 8_192, "Q: rows whose density is refreshed "

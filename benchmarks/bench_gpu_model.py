@@ -33,7 +33,7 @@ import os
 import sys
 
 import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
-import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
@@ -58,7 +58,7 @@ def make_flags():
     flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).",
                          flag_values=values)
     flags.DEFINE_integer("labelled", 128_116, "M: labelled rows (10 %).", flag_values=values)
-    bench_cli.tool_cli.define_deprecated_alias(values, "labeled", "labelled")
+    bench_cli.command_line.define_deprecated_alias(values, "labeled", "labelled")
     flags.DEFINE_integer("classes", 1000, "C: classes.", flag_values=values)
     flags.DEFINE_string("output_json", None, "Optional file for the figures as JSON.",
                         flag_values=values)

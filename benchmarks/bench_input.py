@@ -57,7 +57,7 @@ import tempfile
 import time
 
 import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
-import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags, logging  # noqa: E402

@@ -29,7 +29,7 @@ import sys
 import time
 
 import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
-import quiet_start  # noqa: E402 -- tools/, on the path through bench_cli
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
@@ -51,7 +51,7 @@ def make_flags():
                          "training set).", flag_values=values)
     flags.DEFINE_integer("labelled", 12_800, "M: labelled rows, 10 % (--full: 128,116).",
                          flag_values=values)
-    bench_cli.tool_cli.define_deprecated_alias(values, "labeled", "labelled")
+    bench_cli.command_line.define_deprecated_alias(values, "labeled", "labelled")
     flags.DEFINE_integer("classes", 1000, "C: classes.", flag_values=values)
     flags.DEFINE_integer("steps", 2, "Steps per timed call (--full: 4).", flag_values=values)
     flags.DEFINE_integer("rounds", 5, "Timed calls per phase (alternating); the median is kept "

@@ -13,11 +13,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
-from tests.tools.tool_main import load_tool  # noqa: E402
+from llp_tf.cli import quiet_start  # noqa: E402
 
 # TensorFlow's start-up notices hidden as in the tools (pytest-xdist's workers
 # would print them).
-load_tool("quiet_start.py").import_tensorflow(["pytest"])
+quiet_start.import_tensorflow(["pytest"])
 
 import tensorflow as tf  # noqa: E402
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from llp_tf.training.config import TrainConfig
 from tests import numerics
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 #: Seconds a `DriverProcess` may take to reach its point, or to finish.
 BLOCK_TIMEOUT_SECONDS = 180

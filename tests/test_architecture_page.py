@@ -5,7 +5,7 @@ names exists."""
 import os
 import re
 
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 
 def _layout_rows():

@@ -12,7 +12,7 @@ import io
 import os
 import tokenize
 
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 MAX_MODULE_CODE_LINES = 400
 MAX_FUNCTION_LINES = 60

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 README_MAX_LINES = 200
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 PACKAGE = "llp_tf"
 

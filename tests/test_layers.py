@@ -5,7 +5,8 @@ own layer.
 Every import counts wherever it stands (module level, inside a function, under
 ``if TYPE_CHECKING``), and so does a module named by a string (the tables of
 names imported on first use, `llp_tf.lazy_attributes`, and of methods). Nothing
-in the package imports the entry points (tools/) or the benchmarks.
+in the package imports the scripts of tools/ or the benchmarks; the entry points'
+modules, llp_tf.cli, are the top layer.
 """
 
 import ast
@@ -19,7 +20,8 @@ HELPERS = "llp_tf (top-level modules)"
 
 # From the bottom up; the parts in one layer do not import each other. The top-level
 # modules of llp_tf (config_fields, counted_nouns, errors, lazy_attributes, types) are
-# one part, `HELPERS`; llp_tf's own __init__ names the public API from core and data.
+# one part, `HELPERS`; llp_tf's own __init__ names the public API from core and data;
+# llp_tf.cli, the entry points (flags read, one call into the library), is the top.
 LAYERS = (
     (HELPERS,),
     ("llp_tf.core",),
@@ -27,6 +29,7 @@ LAYERS = (
     ("llp_tf.training",),
     ("llp_tf.after_training",),
     ("llp_tf",),
+    ("llp_tf.cli",),
 )
 # Inside llp_tf.data, from the bottom up. "llp_tf.data" itself: its config section and
 # the dispatcher addresses that section checks, which import no TensorFlow.
@@ -97,8 +100,12 @@ def test_the_check_finds_upward_and_sideways_imports():
              "llp_tf.errors": {"llp_tf.types"},
              "llp_tf.data.sources.base": {"llp_tf.models.config", "llp_tf.data.config"},
              "llp_tf.data.splits.regime": {"llp_tf.data.augmentation.views"},
-             "llp_tf.data.pipeline.streams": {"llp_tf.data.splits.regime"}}
-    assert upward(graph, LAYERS) == ["llp_tf.core.losses -> llp_tf.training.schedule",
+             "llp_tf.data.pipeline.streams": {"llp_tf.data.splits.regime"},
+             "llp_tf.after_training.export.saved_model": {"llp_tf.cli.command_line"},
+             "llp_tf.cli.train": {"llp_tf.training.config", "llp_tf.cli.command_line"}}
+    assert upward(graph, LAYERS) == ["llp_tf.after_training.export.saved_model -> "
+                                     "llp_tf.cli.command_line",
+                                     "llp_tf.core.losses -> llp_tf.training.schedule",
                                      "llp_tf.data.sources.base -> llp_tf.models.config"]
     assert upward(graph, DATA_LAYERS) == [
         "llp_tf.data.splits.regime -> llp_tf.data.augmentation.views"]

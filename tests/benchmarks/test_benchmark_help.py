@@ -7,7 +7,7 @@ import os
 import re
 
 from tests.benchmarks.conftest import BENCHMARKS_DIR
-from tests.tools.tool_main import ROOT, load_script, run_main
+from tests.cli.tool_main import ROOT, load_script, run_main
 
 
 def _benchmarks():

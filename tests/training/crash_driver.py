@@ -88,7 +88,7 @@ def main(config_path, point, *train_flags):
     _install(point)
     _announce_signals()
     if config_path == "--tool":
-        from tests.tools.tool_main import load_tool
+        from tests.cli.tool_main import load_tool
         sys.exit(load_tool("train.py").main(["train.py", *train_flags]))
     with open(config_path) as f:
         config = TrainConfig.from_json(f.read())

@@ -12,7 +12,7 @@ from llp_tf.errors import ConfigError
 from llp_tf.training.checkpoints import (DAMAGED_DIR, CheckpointDamaged, CheckpointWriteFailed,
                                          RunCheckpoints)
 from llp_tf.training.run_directory import RunDirectory, checkpoint_step
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 
 def _checkpoints(tmp_path, value, stream=None):

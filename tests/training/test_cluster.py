@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from llp_tf.errors import ConfigError
 from llp_tf.training import cluster
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 
 @pytest.mark.parametrize("text", [

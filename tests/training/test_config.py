@@ -3,7 +3,6 @@ the resume check, and flags generated from the fields."""
 
 import dataclasses
 import json
-import sys
 
 import pytest
 from absl import flags
@@ -158,8 +157,7 @@ def test_the_entry_point_names_where_each_value_of_a_problem_came_from(tmp_path)
 
 # ---- flags generated from the fields -------------------------------------------
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "tools"))
-import config_flags  # noqa: E402
+from llp_tf.cli import config_flags  # noqa: E402
 
 
 def _other_value(name, section, field):

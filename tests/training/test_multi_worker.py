@@ -15,7 +15,7 @@ from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
 from tests import numerics
 from tests.runs import assert_same_state, checkpoint_state, tiny_config
-from tests.tools.tool_main import ROOT, load_tool, tool_path
+from tests.cli.tool_main import ROOT, load_tool, tool_path
 
 LAUNCH_TIMEOUT_SECONDS = 240
 SETTINGS = dict(warmup_epochs=1, epochs=2, eval_every=1)
@@ -164,7 +164,7 @@ def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
     config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
                          checkpoint_every=100, **SETTINGS)
     run = RunDirectory(config.run_dir)
-    ports = load_tool("tool_cli.py").free_ports(2)
+    ports = load_tool("command_line.py").free_ports(2)
     workers = [_worker(config, ports, index) for index in (0, 1)]
     try:
         _wait_until(run.latest_checkpoint)  # the first epoch's, at step 5

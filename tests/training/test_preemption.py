@@ -14,7 +14,7 @@ from llp_tf.training.methods import StepRunner
 from llp_tf.training.preemption import PreemptionWatch, TrainingStopped
 from llp_tf.training.run_directory import RunDirectory
 from tests.runs import DriverProcess, assert_same_state, tiny_config, tiny_flags
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 TRAIN = load_tool("train.py")
 

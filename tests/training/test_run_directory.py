@@ -12,7 +12,7 @@ from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.run_directory import (RENAMED, RunDirectory, checkpoint_step, current_names,
                                            start_afresh)
 from tests.runs import file_contents
-from tests.tools.tool_main import ROOT
+from tests.cli.tool_main import ROOT
 
 #: Rows as the versions before the naming rule wrote them (an LLP run's warm-up
 #: and LLP epochs, a Mean Teacher run's), and as they read back.

@@ -11,7 +11,7 @@ from llp_tf.data.decoding.decode import data_errors
 from llp_tf.data.pipeline import data_service, input_fns, streams
 from llp_tf.data.pipeline.streams import Stream
 from llp_tf.errors import ConfigError
-from tests.tools.tool_main import load_tool
+from tests.cli.tool_main import load_tool
 from tests.data.helpers import all_labelled
 
 SIZE = 8
@@ -23,7 +23,7 @@ class _Cluster:
     """A dispatcher and ``workers`` workers in this process, on 127.0.0.1."""
 
     def __init__(self, workers):
-        ports = load_tool("tool_cli.py").free_ports(workers + 1, HOST)
+        ports = load_tool("command_line.py").free_ports(workers + 1, HOST)
         addresses = [f"{HOST}:{port}" for port in ports[1:]]
         self.dispatcher = service.DispatchServer(service.DispatcherConfig(
             port=ports[0], worker_addresses=addresses))

@@ -16,7 +16,7 @@ from llp_tf.errors import DataError
 from tests.data.helpers import all_labelled, decoded
 from tests.data.sources.places205_fake import DEEP, write_images as _write_images
 from tests.data.sources.places205_fake import write_places as _write_places
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 BUILD = load_tool("build_tfrecords.py")
 TRAIN = load_tool("train.py")

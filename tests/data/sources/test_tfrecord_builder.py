@@ -15,7 +15,7 @@ from llp_tf.data.sources.tfrecord_builder import build_tfrecords
 from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
 from tests.data.helpers import decoded, write_image_folder
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 BUILD = load_tool("build_tfrecords.py")
 MAKE_SPLITS = load_tool("make_splits.py")

@@ -478,7 +478,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
 def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
     from llp_tf.after_training import trained_run
     from llp_tf.data.augmentation import eval_transform
-    from tests.tools.tool_main import load_tool, run_main
+    from tests.cli.tool_main import load_tool, run_main
     config = mean_teacher_run[0]
     output_dir = str(tmp_path / "model")
     code, stdout, stderr = run_main(load_tool("export.py"), f"--run_dir={config.run_dir}",

@@ -12,7 +12,7 @@ from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
 from tests import numerics
 from tests.runs import DriverProcess, assert_same_state, tiny_config
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 METHODS = ("pseudo_label", "fixmatch")
 # 160 stripes, 32 a step: 5 steps an epoch; checkpoints at steps 3, 5, 6, 9, 10; loops of

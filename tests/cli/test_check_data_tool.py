@@ -9,7 +9,7 @@ import pytest
 from llp_tf.data.sources.registry import load_source
 from llp_tf.data.splits import exclusions
 from tests.data.helpers import write_image_folder
-from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
+from tests.cli.tool_main import ROOT, load_tool, run_main, tool_path
 
 CHECK_DATA = load_tool("check_data.py")
 

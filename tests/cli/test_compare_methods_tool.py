@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 SMALL = ("--", "--data_percent=10", "--width=0.25", "--global_batch_size=50",
          "--warmup_epochs=1", "--lr_drop_epochs=1", "--steps_per_loop=4", "--epochs=1")

@@ -9,7 +9,7 @@ import pytest
 
 from llp_tf.after_training import trained_run
 from tests.runs import file_contents
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 
 

@@ -10,9 +10,9 @@ came from (`flag_origins`): the command line, a --flagfile, or the default.
 absl's `app.run` is not used: the tools that had its --verbosity flag (train,
 compare_propagation, linear_probe, make_splits, build_tfrecords, check_data)
 define it with `define_verbosity`, and `run` hides absl INFO logs unless it
-is given. This module imports only absl (llp_tf only inside the functions
-that report its errors), so `tools/predict.py` still runs where llp_tf is
-not installed.
+is given. This module imports only absl (the rest of llp_tf only inside the
+functions that report its errors), so predict runs where only TensorFlow and
+llp_tf are installed.
 """
 
 import json

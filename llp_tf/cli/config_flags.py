@@ -10,7 +10,7 @@ import typing
 
 from absl import flags
 
-import tool_cli
+from llp_tf.cli import command_line
 from llp_tf.training import config
 
 
@@ -45,7 +45,7 @@ def define_config_flags(flag_values=flags.FLAGS):
         _define(name, field, config.field_type(section, field), flag_values,
                 method=section if section in methods else None)
     for old, name in config.renamed_settings().items():
-        tool_cli.define_deprecated_alias(flag_values, old, name)
+        command_line.define_deprecated_alias(flag_values, old, name)
 
 
 def config_from_flags(flag_values=flags.FLAGS, **overrides):

@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from tests.tools.tool_main import ROOT, load_tool, tool_path
-
-quiet_start = load_tool("quiet_start.py")
+from llp_tf.cli import quiet_start
+from tests.cli.tool_main import ROOT, tool_path
 
 # Tools that import no TensorFlow at all (the launcher only starts processes),
 # so starting them quietly would only cost TensorFlow's import.
@@ -102,8 +101,8 @@ def test_libjpeg_lines_go_only_where_the_decode_fails():
 def test_a_tools_stderr_is_filtered_for_its_whole_run_and_nothing_is_lost_at_exit():
     # Echoes written after the start, a real warning, a progress bar's partial
     # line, and a last line written just before the process exits.
-    script = (f"import os, sys; sys.path.insert(0, {os.path.join(ROOT, 'tools')!r}); "
-              "import quiet_start; quiet_start.import_tensorflow(['tool']); "
+    script = ("import os, sys; "
+              "from llp_tf.cli import quiet_start; quiet_start.import_tensorflow(['tool']); "
               f"os.write(2, {''.join(ECHOES[:3]) + KEPT[0]!r}.encode()); "
               "os.write(2, b'\\r 50%'); import time; time.sleep(0.3); "
               f"os.write(2, {''.join(ECHOES[3:]) + KEPT[1]!r}.encode()); "
@@ -139,11 +138,14 @@ def test_a_tool_starts_quietly_unless_verbosity_asks():
 
 
 def _top_level_order(source):
-    """('call' or an imported module's top name) of a module's top-level statements."""
+    """('call' or an imported module's top name, `quiet_start` by its own name) of a
+    module's top-level statements."""
     order = []
     for node in ast.parse(source).body:
         if isinstance(node, ast.Import):
             order += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["quiet_start"]:
+            order.append("quiet_start")
         elif isinstance(node, ast.ImportFrom):
             order.append((node.module or "").split(".")[0])
         elif isinstance(node, ast.Expr) and "quiet_start.import_tensorflow" in ast.unparse(node):
@@ -184,7 +186,7 @@ def _imports_of_help(path):
 
 
 def test_every_tool_and_benchmark_starts_quietly_before_anything_imports_tensorflow():
-    scripts = _scripts("tools") + _scripts("benchmarks")
+    scripts = _scripts(os.path.join("llp_tf", "cli")) + _scripts("benchmarks")
     assert len(scripts) >= 15
     heavy = {"llp_tf", "tensorflow", "keras", "numpy", "config_flags", "jpeg_sets", "step_cost"}
     for path in scripts:

@@ -6,7 +6,7 @@ import inspect
 import os
 import re
 
-from tests.tools.tool_main import ROOT, load_tool, run_main
+from tests.cli.tool_main import ROOT, load_tool, run_main
 
 NOT_TOOLS = ("config_flags.py", "quiet_start.py", "tool_cli.py")
 RUN_DIR = re.compile(r"--run_dir=(runs/[\w.-]+)")

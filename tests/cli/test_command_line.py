@@ -1,4 +1,4 @@
-"""The flags and helpers the tools share (tools/tool_cli.py)."""
+"""The flags and helpers the tools share (llp_tf/cli/command_line.py)."""
 
 import io
 import json
@@ -9,13 +9,11 @@ import pytest
 from absl import flags
 
 from llp_tf.errors import ConfigError
-from tests.tools.tool_main import load_tool
-
-tool_cli = load_tool("tool_cli.py")
+from llp_tf.cli import command_line
 
 
 def test_free_ports_are_distinct_and_bindable():
-    ports = tool_cli.free_ports(3)
+    ports = command_line.free_ports(3)
     assert len(set(ports)) == 3
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -23,26 +21,26 @@ def test_free_ports_are_distinct_and_bindable():
 
 
 def test_a_deprecated_alias_sets_the_flag_and_warns():
-    values = tool_cli.new_flag_values()
+    values = command_line.new_flag_values()
     flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=values)
-    tool_cli.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
+    command_line.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
     stdout, stderr = io.StringIO(), io.StringIO()
-    _, code = tool_cli.parse(values, ["tool", "--labeled_per_class=7"], "usage", stdout, stderr)
+    _, code = command_line.parse(values, ["tool", "--labeled_per_class=7"], "usage", stdout, stderr)
     assert code is None and values.labelled_per_class == 7
     assert stderr.getvalue() == ("warning: --labeled_per_class is deprecated; use "
                                  "--labelled_per_class.\n")
-    again = tool_cli.new_flag_values()
+    again = command_line.new_flag_values()
     flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=again)
-    tool_cli.define_deprecated_alias(again, "labeled_per_class", "labelled_per_class")
+    command_line.define_deprecated_alias(again, "labeled_per_class", "labelled_per_class")
     stderr = io.StringIO()
-    tool_cli.parse(again, ["tool", "--labelled_per_class=3"], "usage", stdout, stderr)
+    command_line.parse(again, ["tool", "--labelled_per_class=3"], "usage", stdout, stderr)
     assert again.labelled_per_class == 3 and stderr.getvalue() == ""
 
 
 def _negation_flags():
-    values = tool_cli.new_flag_values()
+    values = command_line.new_flag_values()
     flags.DEFINE_boolean("trajectory", True, "T.", flag_values=values)
-    tool_cli.define_deprecated_negation(values, "no_trajectory", "trajectory")
+    command_line.define_deprecated_negation(values, "no_trajectory", "trajectory")
     return values
 
 
@@ -56,13 +54,13 @@ def _negation_flags():
 ])
 def test_a_deprecated_negation_sets_the_opposite_and_warns(args, trajectory, stderr):
     values, out, err = _negation_flags(), io.StringIO(), io.StringIO()
-    _, code = tool_cli.parse(values, ["tool", *args], "usage", out, err)
+    _, code = command_line.parse(values, ["tool", *args], "usage", out, err)
     assert (code, values.trajectory, err.getvalue()) == (None, trajectory, stderr)
 
 
 def test_a_deprecated_negation_given_with_its_flag_is_an_error():
     values, out, err = _negation_flags(), io.StringIO(), io.StringIO()
-    _, code = tool_cli.parse(values, ["tool", "--trajectory", "--no_trajectory"], "usage", out,
+    _, code = command_line.parse(values, ["tool", "--trajectory", "--no_trajectory"], "usage", out,
                              err)
     assert code == 1
     assert err.getvalue() == ("error: give --trajectory or --notrajectory, not also "
@@ -70,17 +68,17 @@ def test_a_deprecated_negation_given_with_its_flag_is_an_error():
 
 
 def test_a_default_above_what_is_available_is_lowered_with_a_note():
-    values = tool_cli.new_flag_values()
+    values = command_line.new_flag_values()
     flags.DEFINE_integer("classes", 5, "C.", flag_values=values)
     stream = io.StringIO()
-    tool_cli.parse(values, ["tool"], "usage", stream, stream)
-    assert tool_cli.default_at_most(values, "classes", 9, stream, "there are 9") == 5
+    command_line.parse(values, ["tool"], "usage", stream, stream)
+    assert command_line.default_at_most(values, "classes", 9, stream, "there are 9") == 5
     assert stream.getvalue() == ""
-    assert tool_cli.default_at_most(values, "classes", 3, stream, "there are 3") == 3
+    assert command_line.default_at_most(values, "classes", 3, stream, "there are 3") == 3
     assert stream.getvalue() == ("note: there are 3; using --classes=3 instead of the default 5 "
                                  "(give --classes to choose).\n")
-    tool_cli.parse(values, ["tool", "--classes=5"], "usage", stream, stream)
-    assert tool_cli.default_at_most(values, "classes", 3, io.StringIO(), "there are 3") == 5
+    command_line.parse(values, ["tool", "--classes=5"], "usage", stream, stream)
+    assert command_line.default_at_most(values, "classes", 3, io.StringIO(), "there are 3") == 5
 
 
 def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
@@ -93,23 +91,23 @@ def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
     with open(folder / "checkpoint", "w") as f:
         f.write(f'model_checkpoint_path: "{paths[1]}"\n' + "".join(
             f'all_model_checkpoint_paths: "{path}"\n' for path in paths))
-    assert tool_cli.resolve_checkpoint(str(run), None) is None
-    assert tool_cli.resolve_checkpoint(str(run), "31") == paths[0]
-    assert tool_cli.resolve_checkpoint(str(run), paths[1]) == paths[1]
+    assert command_line.resolve_checkpoint(str(run), None) is None
+    assert command_line.resolve_checkpoint(str(run), "31") == paths[0]
+    assert command_line.resolve_checkpoint(str(run), paths[1]) == paths[1]
     with pytest.raises(ConfigError, match="no checkpoint at step 40; .* steps: 31, 62"):
-        tool_cli.resolve_checkpoint(str(run), "40")
+        command_line.resolve_checkpoint(str(run), "40")
     with pytest.raises(ConfigError, match="is not a checkpoint"):
-        tool_cli.resolve_checkpoint(str(run), os.path.join(str(folder), "ckpt-9"))
+        command_line.resolve_checkpoint(str(run), os.path.join(str(folder), "ckpt-9"))
 
 
 def _origin_flags():
-    values = tool_cli.new_flag_values()
+    values = command_line.new_flag_values()
     flags.DEFINE_integer("epochs", 300, "E.", flag_values=values)
     flags.DEFINE_integer("warmup_epochs", 10, "W.", flag_values=values)
     flags.DEFINE_integer("verbosity", -1, "V.", short_name="v", flag_values=values)
     flags.DEFINE_boolean("small_inputs", False, "S.", flag_values=values)
     flags.DEFINE_integer("labelled_limit", 0, "L.", flag_values=values)
-    tool_cli.define_deprecated_alias(values, "labeled_limit", "labelled_limit")
+    command_line.define_deprecated_alias(values, "labeled_limit", "labelled_limit")
     return values
 
 
@@ -123,12 +121,12 @@ def test_flag_origins_follow_absl_the_last_setting_wins(tmp_path):
             "4", "-v", "0", "--", "--warmup_epochs=1"]
     values(argv)
     assert (values.epochs, values.verbosity, values.labelled_limit) == (40, 0, 4)
-    assert tool_cli.flag_origins(values, argv) == {
+    assert command_line.flag_origins(values, argv) == {
         "help": "default", "epochs": f"from {tmp_path / 'regime.flags'}",
         "warmup_epochs": f"from {tmp_path / 'regime.flags'}",
         "small_inputs": f"from {tmp_path / 'regime.flags'}", "verbosity": "command line",
         "labelled_limit": "command line"}
-    named = tool_cli.flag_origins(values, ["tool", "--flagfile", str(tmp_path / "inner.flags")],
+    named = command_line.flag_origins(values, ["tool", "--flagfile", str(tmp_path / "inner.flags")],
                                   {str(tmp_path / "inner.flags"): "flags/inner.flags"})
     assert named["verbosity"] == "from flags/inner.flags"
 
@@ -136,12 +134,12 @@ def test_flag_origins_follow_absl_the_last_setting_wins(tmp_path):
 @pytest.mark.parametrize("spelling", ["--helpfull", "-helpfull", "--helpshort"])
 def test_absls_other_help_spellings_print_the_help(spelling):
     values, out, err = _origin_flags(), io.StringIO(), io.StringIO()
-    rest, code = tool_cli.parse(values, ["tool", spelling, "--epochs=3"], "usage", out, err)
+    rest, code = command_line.parse(values, ["tool", spelling, "--epochs=3"], "usage", out, err)
     assert (rest, code, err.getvalue()) == (None, 0, "")
     assert out.getvalue().startswith("usage\nFlags:\n") and "--epochs: E." in out.getvalue()
     # After "--" it is an argument like any other.
     values, out = _origin_flags(), io.StringIO()
-    rest, code = tool_cli.parse(values, ["tool", "--", "--helpfull"], "usage", out, err,
+    rest, code = command_line.parse(values, ["tool", "--", "--helpfull"], "usage", out, err,
                                 positional=True)
     assert (rest, code, out.getvalue()) == (["--helpfull"], None, "")
 
@@ -152,7 +150,7 @@ def test_a_settings_error_of_a_tool_names_where_each_value_came_from():
                           settings={"warmup_epochs": 10, "epochs": values.epochs})
 
     err = io.StringIO()
-    code = tool_cli.run(["tool", "--epochs=3"], io.StringIO(), err, _origin_flags(), "usage",
+    code = command_line.run(["tool", "--epochs=3"], io.StringIO(), err, _origin_flags(), "usage",
                         body)
     assert code == 1 and err.getvalue() == (
         "error: --warmup_epochs=10 (default) cannot exceed --epochs=3 (command line).\n")
@@ -160,13 +158,13 @@ def test_a_settings_error_of_a_tool_names_where_each_value_came_from():
 
 def test_a_results_file_replaces_only_an_earlier_result_of_the_tool(tmp_path):
     path = tmp_path / "results.json"
-    tool_cli.write_json_atomically(str(path), {"top1": 0.5, "seeds": [0]}, ("top1",))
-    tool_cli.write_json_atomically(str(path), {"top1": 0.75}, ("top1",))  # an earlier result
+    command_line.write_json_atomically(str(path), {"top1": 0.5, "seeds": [0]}, ("top1",))
+    command_line.write_json_atomically(str(path), {"top1": 0.75}, ("top1",))  # an earlier result
     assert json.loads(path.read_text()) == {"top1": 0.75}
     for text in ('{"run": {"run_dir": "runs/demo"}}', '["top1"]', "top1: 0.5"):
         path.write_text(text)
         with pytest.raises(ConfigError) as error:
-            tool_cli.write_json_atomically(str(path), {"top1": 0.75}, ("top1",))
+            command_line.write_json_atomically(str(path), {"top1": 0.75}, ("top1",))
         assert str(error.value) == (f"{path} exists and is not an earlier result of this tool "
                                     "(a JSON object with top1), so it is not replaced: give "
                                     "another --output.")

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from llp_tf.after_training.export import saved_model
 from llp_tf.data.augmentation import eval_transform
-from tests.tools.tool_main import load_tool, run_main, tool_path
+from tests.cli.tool_main import load_tool, run_main, tool_path
 
 PREDICT = tool_path("predict.py")
 FRESH_PROCESS_TIMEOUT_SECONDS = 120

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
+from tests.cli.tool_main import ROOT, load_tool, run_main, tool_path
 
 launch_local = load_tool("launch_local.py")
 

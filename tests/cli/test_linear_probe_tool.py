@@ -9,7 +9,7 @@ import pytest
 from absl import flags
 
 from tests.runs import file_contents
-from tests.tools.tool_main import run_main
+from tests.cli.tool_main import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "linear_probe.py")

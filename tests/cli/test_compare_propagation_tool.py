@@ -9,7 +9,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from llp_tf.after_training.transduction import methods, protocol
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 METHOD_TITLES = ("LLP (local kNN, K=10, T=25)", "weighted kNN (K=10)",
                  "label spreading (sklearn)", "label propagation (sklearn)",

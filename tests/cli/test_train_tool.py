@@ -12,7 +12,7 @@ from absl import logging
 
 from llp_tf.training.config import settings_fields
 from tests.runs import file_contents
-from tests.tools.tool_main import load_tool, run_main
+from tests.cli.tool_main import load_tool, run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "tools", "train.py")

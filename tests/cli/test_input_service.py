@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.runs import assert_same_state, tiny_config
-from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
+from tests.cli.tool_main import ROOT, load_tool, run_main, tool_path
 
 input_service = load_tool("input_service.py")
 
@@ -66,7 +66,7 @@ def _announced_address(process, lines, timeout):
 @pytest.fixture
 def launcher():
     """A launcher process with a dispatcher and one worker on 127.0.0.1."""
-    port = input_service.tool_cli.free_ports(1)[0]
+    port = input_service.command_line.free_ports(1)[0]
     env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
         [sys.executable, tool_path("input_service.py"), f"--dispatcher_port={port}",

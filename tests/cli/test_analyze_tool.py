@@ -8,7 +8,7 @@ import pytest
 
 from llp_tf.training import config, run_record
 from tests.runs import file_contents
-from tests.tools.tool_main import ROOT, load_tool, run_main, tool_path
+from tests.cli.tool_main import ROOT, load_tool, run_main, tool_path
 
 ANALYZE = tool_path("analyze.py")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

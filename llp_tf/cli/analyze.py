@@ -1,0 +1,121 @@
+"""Analyse the embedding of a trained LLP run: aggregation scores and a 2-D MDS.
+
+  tools/analyze.py --run_dir=runs/demo
+  tools/analyze.py --run_dir=runs/demo --classes=3 --points_per_class=200 --notrajectory
+
+Reads the run's memory bank (an LLP run; the supervised baseline keeps no
+bank and is refused) and writes into --output_dir (default RUN_DIR/analysis):
+aggregation_histogram.png, aggregation_trajectory.png, mds.png,
+analysis_summary.txt and analysis.json. The aggregation score of a class is
+the norm of the mean of its examples' bank rows (true classes); the
+trajectory restores every kept checkpoint and reads metrics.jsonl. Prints the
+summary and the written paths.
+"""
+
+import os
+import sys
+
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402
+
+from llp_tf.cli import command_line  # noqa: E402
+
+DEFAULT_MDS_CLASSES = 5
+DEFAULT_POINTS_PER_CLASS = 100
+OUTPUT_SUBDIR = "analysis"
+
+
+def make_flags():
+    """The tool's flags, on their own `FlagValues`.
+
+    Not the global ``absl.flags.FLAGS``: tests run several tools' `main` in
+    one process, where tools defining the same flag names would clash.
+    """
+    values = command_line.new_flag_values()
+    command_line.define_run_dir(values, "(LLP, finished or running) to analyse")
+    flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
+                        "and analysis.json; default RUN_DIR/analysis. Files of those names "
+                        "are replaced only if they are an earlier analysis (its "
+                        "analysis.json); other files there are left alone.",
+                        flag_values=values)
+    flags.DEFINE_integer("classes", DEFAULT_MDS_CLASSES, "Classes drawn in the MDS plot (a "
+                         "seeded random choice; see --class_ids). Left at its default, it is "
+                         "lowered to the classes the run's bank holds, with a note.",
+                         lower_bound=1, flag_values=values)
+    flags.DEFINE_list("class_ids", None, "Exact classes for the MDS plot, e.g. 0,3,7 (class "
+                      "numbers); overrides --classes.", flag_values=values)
+    flags.DEFINE_integer("points_per_class", DEFAULT_POINTS_PER_CLASS, "Bank rows per class in "
+                         "the MDS plot (all labelled ones first); MDS time grows with the "
+                         "square of the total.", lower_bound=1, flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the MDS class choice, row sample and layout.",
+                         flag_values=values)
+    flags.DEFINE_boolean("trajectory", True, "Score every kept checkpoint (restoring each); "
+                         "--notrajectory scores the latest one only (faster on big runs), and "
+                         "the trajectory plot then shows metrics.jsonl alone.",
+                         flag_values=values)
+    command_line.define_deprecated_negation(values, "no_trajectory", "trajectory")
+    return values
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
+    the exit code."""
+    argv = sys.argv if argv is None else argv
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    values = make_flags()
+    exit_code = command_line.parse_run_tool(values, argv, __doc__, "an LLP training run", stdout,
+                                        stderr)
+    if exit_code is not None:
+        return exit_code
+    class_ids = None
+    if values.class_ids:
+        try:
+            class_ids = [int(c) for c in values.class_ids]
+        except ValueError:
+            stderr.write(f"error: --class_ids must be class numbers, e.g. 0,3,7; got "
+                         f"{','.join(values.class_ids)}.\n")
+            return 1
+
+    # These import TensorFlow: only once the flags are valid.
+    from llp_tf.after_training.analysis.report import (  # noqa: PLC0415
+        check_output_dir, write_report)
+    from llp_tf.after_training.analysis.run_analysis import analyze_run  # noqa: PLC0415
+    from llp_tf.after_training.analysis.summary import summary_text  # noqa: PLC0415
+    from llp_tf.counted_nouns import counted  # noqa: PLC0415
+    from llp_tf.errors import LLPError  # noqa: PLC0415
+
+    def report(line):
+        stdout.write(line + "\n")
+        stdout.flush()
+
+    def mds_classes_for(available):
+        return command_line.default_at_most(
+            values, "classes", available, stdout,
+            f"the run's bank holds examples of {counted(available, 'class')}")
+
+    output_dir = values.output_dir or os.path.join(values.run_dir, OUTPUT_SUBDIR)
+    try:
+        check_output_dir(output_dir)
+        result = analyze_run(
+            values.run_dir, num_mds_classes=values.classes,
+            points_per_class=values.points_per_class, seed=values.seed,
+            trajectory=values.trajectory, class_ids=class_ids, report=report,
+            mds_classes_for=mds_classes_for)
+        written = write_report(result, output_dir)
+    except LLPError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    except OSError as error:
+        stderr.write(f"error: cannot write the analysis: {error}\n")
+        return 1
+    stdout.write("\n" + summary_text(result) + "\nWritten:\n")
+    for path in written.values():
+        stdout.write(f"  {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,149 @@
+"""Trains several methods on one regime over several seeds and tabulates top-1.
+
+  tools/compare_methods.py                      # docs/methods.md's table: every method, the demo
+  tools/compare_methods.py --methods=llp,fixmatch --seeds=0 -- --epochs=10
+
+Each (method, seed) is one run of tools/train.py, one after the other, in
+--runs_dir/METHOD_seedS with `--regime=REGIME --method=METHOD --seed=S` and
+the arguments after `--`, which override the regime's flags for every run.
+A finished run is not trained again (rerunning the command resumes the
+unfinished ones), so the table can be rebuilt at any time. The table (one
+row per method: val_top1, the validation softmax top-1 as a fraction, of
+the last evaluation per seed, their mean and spread, max - min) is printed
+as Markdown and written as JSON to --output. Runs made before today's metric
+names are read under them. Imports no TensorFlow.
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+
+from absl import flags
+
+from llp_tf.cli import command_line
+
+#: What the table reports of a run: the last evaluation's validation softmax
+#: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
+METRIC = "val_top1"
+#: Keys of the table's JSON file that mark an earlier one, which --output replaces.
+RESULT_KEYS = ("regime", "seeds", "metric")
+
+
+class ComparisonError(Exception):
+    """A run that failed or left no evaluation."""
+
+
+def make_flags():
+    """The tool's `flags.FlagValues`."""
+    from llp_tf.training.methods import METHODS  # noqa: PLC0415 -- imports no TensorFlow
+
+    values = command_line.new_flag_values()
+    flags.DEFINE_string("regime", "demo", "Name of a flagfile in flags/ every run starts from.",
+                        flag_values=values)
+    flags.DEFINE_list("methods", list(METHODS), "Methods to train, in the table's order.",
+                      flag_values=values)
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (--seed of each run; one column each).",
+                      flag_values=values)
+    flags.DEFINE_string("runs_dir", "runs/methods", "Directory of the runs, one subdirectory "
+                        "METHOD_seedS each.", flag_values=values)
+    flags.DEFINE_string("output", None, "JSON file of the table (default: "
+                        "--runs_dir/methods_table.json); an existing file is replaced only if "
+                        "it is an earlier table.", flag_values=values)
+    return values
+
+
+def run_dir(runs_dir, method, seed):
+    return os.path.join(runs_dir, f"{method}_seed{seed}")
+
+
+def last_evaluation(directory):
+    """The last evaluation row of a run's metrics.jsonl under today's names (a
+    torn last line is skipped), or None; ComparisonError for a damaged file."""
+    from llp_tf.errors import DataError  # noqa: PLC0415 -- imports no TensorFlow
+    from llp_tf.training.run_directory import RunDirectory  # noqa: PLC0415 -- nor this
+
+    try:
+        rows = RunDirectory(directory).read_metrics(drop_torn_last_line=True)
+    except DataError as error:
+        raise ComparisonError(str(error)) from None
+    rows = [row for row in rows if METRIC in row]
+    return rows[-1] if rows else None
+
+
+def train(method, seed, values, extra_args, stderr):
+    """Runs tools/train.py for one (method, seed) and returns its last evaluation."""
+    directory = run_dir(values.runs_dir, method, seed)
+    command = [sys.executable, "-m", "llp_tf.cli.train", f"--regime={values.regime}",
+               f"--method={method}", f"--seed={seed}", f"--run_dir={directory}", *extra_args]
+    stderr.write(f"[{method}, seed {seed}] {shlex.join(command[1:])}\n")
+    stderr.flush()
+    code = subprocess.run(command, check=False).returncode
+    row = last_evaluation(directory)
+    if code != 0 or row is None:
+        raise ComparisonError(f"{method}, seed {seed}: tools/train.py exited {code}"
+                              + ("" if row else " and left no evaluation")
+                              + f" (run directory {directory}).")
+    return row
+
+
+def table(results, seeds):
+    """The Markdown table of ``results`` {method: {seed: val_top1}}."""
+    lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
+             "| --- |" + " --- |" * (len(seeds) + 2)]
+    for method, by_seed in results.items():
+        scores = [by_seed[s] for s in seeds]
+        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in scores)
+                     + f" | {sum(scores) / len(scores):.3f} | {max(scores) - min(scores):.3f} |")
+    return "\n".join(lines)
+
+
+def compare(values, extra_args, stdout, stderr):
+    """Trains every (method, seed) and writes the table; returns the exit code.
+
+    Raises:
+      ConfigError: --output exists and is not an earlier table (before any training).
+    """
+    from llp_tf.training.methods import METHODS  # noqa: PLC0415
+
+    unknown = [m for m in values.methods if m not in METHODS]
+    if unknown:
+        stderr.write(f"error: unknown method {unknown[0]!r}; known: {', '.join(METHODS)}.\n")
+        return 1
+    output = values.output or os.path.join(values.runs_dir, "methods_table.json")
+    command_line.check_result_file(output, RESULT_KEYS)
+    results = {method: {} for method in values.methods}
+    for method in values.methods:
+        for seed in values.seeds:
+            try:
+                results[method][seed] = float(train(method, seed, values, extra_args,
+                                                    stderr)[METRIC])
+            except ComparisonError as error:
+                stderr.write(f"error: {error}\n")
+                return 1
+    command_line.write_json_atomically(output, {
+        "regime": values.regime, "train_args": extra_args, "metric": METRIC,
+        "seeds": values.seeds, METRIC: results}, RESULT_KEYS)
+    stdout.write(table(results, values.seeds) + "\n")
+    stdout.write(f"Written to {output}.\n")
+    return 0
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
+    the exit code."""
+    argv = sys.argv if argv is None else argv
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    argv = list(argv)
+    extra_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    values = make_flags()
+    _, exit_code = command_line.parse(values, argv, __doc__, stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    return command_line.exit_code_of(
+        lambda: command_line.ExitCode(compare(values, extra_args, stdout, stderr)), stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,326 @@
+"""Compare LLP's label propagation with other propagation methods (paper Table 5).
+
+  tools/compare_propagation.py --run_dir=runs/demo --classes=10
+  tools/compare_propagation.py --run_dir=runs/r50_p10_q100        # 50 x 50, 5 labelled
+  tools/compare_propagation.py --run_dir=runs/demo_supervised --embed_split=validation --classes=10
+  tools/compare_propagation.py --features=feats.npy --labels=labels.npy
+
+Draws --draws random subsets of --classes classes x --images_per_class
+images from a fixed set of embeddings, keeps the labels of
+--labelled_per_class images per class, propagates them to the rest with LLP
+(locally weighted kNN), the plain weighted kNN, label spreading, label
+propagation and the DLP diffusion, and prints each method's accuracy on the
+unlabelled drawn images (a fraction; mean and standard deviation over the
+draws) next to the paper's Table 5. The embeddings are a run's memory bank (scored with
+the dataset's true training labels), a split embedded with the run's model
+(--embed_split), or any features file. Results go to a JSON file.
+"""
+
+import os
+import sys
+import warnings
+
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402
+
+from llp_tf.cli import command_line  # noqa: E402
+
+from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
+from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
+from llp_tf.counted_nouns import counted  # noqa: E402
+
+OUTPUT_NAME = "propagation_comparison.json"
+#: Keys of the results file that mark an earlier one, which --output replaces.
+RESULT_KEYS = ("methods", "paper_table5_unmatched")
+
+
+def make_flags():
+    """The tool's own `flags.FlagValues`."""
+    values = command_line.new_flag_values()
+    command_line.define_run_dir(values, "whose embeddings are compared: its memory bank by "
+                            "default (scored with the dataset's true training labels of the "
+                            "bank rows), or see --embed_split")
+    command_line.define_checkpoint(values)
+    flags.DEFINE_enum("embed_split", None, ["train", "validation"], "Instead of the memory bank, "
+                      "embed this split's images with the run's model (eval preprocessing) and "
+                      "use their true labels; needed for supervised runs, which have no bank.",
+                      flag_values=values)
+    command_line.define_data_dir(values, "the run's dataset, if not where the run's config says "
+                             "(used for the true labels and --embed_split)")
+    flags.DEFINE_integer("batch_size", 256, "Images per batch with --embed_split.",
+                         flag_values=values)
+    flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (rows are "
+                        "L2-normalised before use); needs --labels. Alternative to --run_dir.",
+                        flag_values=values)
+    flags.DEFINE_string("labels", None, "A .npy file of the true integer classes [N] of "
+                        "--features.", flag_values=values)
+    flags.DEFINE_integer("classes", protocol_lib.PAPER_CLASSES, "S: classes per draw (the "
+                         "paper's 50). Left at its default, it is lowered to the classes "
+                         "available, with a note.", flag_values=values)
+    flags.DEFINE_integer("images_per_class", protocol_lib.PAPER_IMAGES_PER_CLASS, "I: images drawn "
+                         "per class (the paper's 50).", flag_values=values)
+    flags.DEFINE_integer("labelled_per_class", protocol_lib.PAPER_LABELLED_PER_CLASS, "L: drawn "
+                         "images per class whose label is kept (the paper's 5); the other I - L "
+                         "are scored.", flag_values=values)
+    command_line.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
+    flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
+                         "paper's 10).", flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.",
+                         flag_values=values)
+    flags.DEFINE_integer("k", None, "K: labelled neighbours voting in LLP and the weighted kNN "
+                         "(default: the run's setting, else the paper's 10).", flag_values=values)
+    flags.DEFINE_integer("t", None, "T: neighbours in LLP's local density, taken within each "
+                         "draw (default: the run's setting, else the paper's 25).",
+                         flag_values=values)
+    flags.DEFINE_float("temperature", None, "tau of LLP and the kNN; label spreading and label "
+                       "propagation use the RBF kernel exp(-||a-b||^2 / (2 tau)), the same "
+                       "similarity scale (default: the run's setting, else the paper's 0.07).",
+                       flag_values=values)
+    flags.DEFINE_string("output", None, "JSON file of the results (default: "
+                        f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
+                        "--features); an existing file is replaced only if it is an earlier "
+                        "comparison's results.", flag_values=values)
+    command_line.define_verbosity(values)
+    return values
+
+
+def _fail(message):
+    from llp_tf.errors import ConfigError
+    raise ConfigError(message)
+
+
+# -- where the embeddings come from -------------------------------------------
+
+def _load_array(path, what):
+    import numpy as np
+
+    from llp_tf.errors import DataError
+    if not os.path.isfile(path):
+        raise DataError(f"The {what} file {path} does not exist.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise DataError(f"Cannot read the {what} file {path} as a numpy .npy array "
+                        f"({error}); save it with numpy.save.") from None
+
+
+def features_from_files(features_path, labels_path):
+    """(features float [N, D], labels int64 [N], description dict) from .npy files."""
+    import numpy as np
+
+    from llp_tf.errors import DataError
+    features = _load_array(features_path, "features")
+    labels = _load_array(labels_path, "labels")
+    if features.ndim != 2 or not np.issubdtype(features.dtype, np.number):
+        raise DataError(f"{features_path} must hold a numeric [N, D] array; it holds "
+                        f"{features.dtype} {features.shape}.")
+    if labels.ndim != 1 or len(labels) != len(features):
+        raise DataError(f"{labels_path} must hold one label per feature row ([{len(features)}]"
+                        f"); it holds {labels.shape}.")
+    if not np.issubdtype(labels.dtype, np.integer):
+        if not (np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels))):
+            raise DataError(f"{labels_path} must hold integer classes; it holds "
+                            f"{labels.dtype}.")
+    return (features.astype(np.float32), labels.astype(np.int64),
+            {"features": os.path.abspath(features_path), "labels": os.path.abspath(labels_path)})
+
+
+def embed_split(run, source, split, batch_size, stream):
+    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
+    in index order."""
+    from llp_tf.after_training.features import extract_features
+
+    embedded = extract_features(run.model, source, split, run.config.data.image_size,
+                                batch_size, stream, output="embedding")
+    return embedded.features, embedded.labels
+
+
+def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
+    """(features, labels, description dict, run config) of a run's bank or split."""
+    from llp_tf.after_training import trained_run
+    from llp_tf.training.methods import method_class
+
+    config = trained_run.read_config(run_dir)
+    if split is None and not method_class(config.method.name).keeps_bank:
+        _fail(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
+              "--embed_split=train or --embed_split=validation to embed images with its model.")
+    run, source = trained_run.load_run_with_data(
+        run_dir, command_line.resolve_checkpoint(run_dir, checkpoint), data_dir)
+    description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
+                   "step": run.step, "dataset": config.data.dataset}
+    if split is not None:
+        features, labels = embed_split(run, source, split, batch_size, stream)
+        description["embeddings"] = f"{split} split embedded by the model"
+        return features, labels, description, config
+    labels = source.train_labels()[run.used_index]
+    description["embeddings"] = "memory bank (true training labels)"
+    return run.bank.embeddings.numpy(), labels, description, config
+
+
+# -- output ---------------------------------------------------------------------
+
+def default_output(run_dir, features_path):
+    if run_dir is not None:
+        return os.path.join(run_dir, OUTPUT_NAME)
+    return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
+
+
+
+def format_table(comparison):
+    """str: one line per method: title, mean accuracy, std, the paper's Table 5
+    row (fractions, as every accuracy: llp_tf.training.metrics)."""
+    header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"
+    lines = [header, "-" * len(header)]
+    for method in comparison.methods:
+        paper = (f"{method.paper_accuracy:.3f} ({method.paper_name})"
+                 if method.paper_accuracy is not None else "-")
+        lines.append(f"{method.title:<32} {comparison.mean(method.name):>8.4f} "
+                     f"{comparison.std(method.name):>6.4f}   {paper}")
+    return "\n".join(lines)
+
+
+def results_json(comparison, protocol, settings, source):
+    from llp_tf.after_training.transduction import methods
+    return {
+        "source": source,
+        "protocol": protocol,
+        "settings": settings,
+        "methods": {
+            m.name: {
+                "title": m.title,
+                "accuracy_mean": comparison.mean(m.name),
+                "accuracy_std": comparison.std(m.name),
+                "accuracy_per_draw": [float(a) for a in comparison.accuracy[m.name]],
+                "seconds": comparison.seconds[m.name],
+                "paper_table5": ({"name": m.paper_name, "accuracy": m.paper_accuracy}
+                                 if m.paper_accuracy is not None else None),
+            } for m in comparison.methods},
+        "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
+        "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
+                           "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
+                           "labelled_per_class": protocol_lib.PAPER_LABELLED_PER_CLASS,
+                           "draws": protocol_lib.PAPER_DRAWS},
+    }
+
+
+# -- main -----------------------------------------------------------------------
+
+def read_embeddings(options, stream):
+    """(features [N, D], labels int64 [N], description dict, run config or None)
+    from --run_dir or --features, after the checks that need no data."""
+    if (options.run_dir is None) == (options.features is None):
+        _fail("Give either --run_dir (a training run) or --features with --labels.")
+    if options.features is not None and options.labels is None:
+        _fail("--features needs --labels, the true class of each feature row.")
+    if options.features is not None and options.embed_split is not None:
+        _fail("--embed_split applies to --run_dir only.")
+    if options.run_dir is not None and not os.path.isdir(options.run_dir):
+        _fail(f"--run_dir {options.run_dir} is not a directory.")
+    if options.batch_size < 1:
+        _fail(f"--batch_size must be positive, got {options.batch_size}.")
+    if options.run_dir is not None:
+        return features_from_run(options.run_dir, options.checkpoint, options.embed_split,
+                                 options.data_dir, options.batch_size, stream)
+    return features_from_files(options.features, options.labels) + (None,)
+
+
+def classes_per_draw(options, labels, stream):
+    """S: --classes, lowered to the classes present when left at its default."""
+    import numpy as np
+    available = len(np.unique(labels))
+    return command_line.default_at_most(options, "classes", available, stream,
+                                    f"the labels have {counted(available, 'class')}")
+
+
+def method_settings(methods, k, t, temperature):
+    """dict: every method's settings, for the results file (``methods``: the
+    `transduction.methods` module, imported late because it loads TensorFlow)."""
+    from llp_tf.after_training.transduction import dlp_diffusion
+
+    return {"k": int(k), "t": int(t), "temperature": float(temperature),
+            "rbf_gamma": methods.rbf_gamma(temperature),
+            "label_spreading": {"alpha": methods.LABEL_SPREADING_ALPHA,
+                                "max_iter": methods.LABEL_SPREADING_MAX_ITER,
+                                "tol": methods.SKLEARN_TOLERANCE},
+            "label_propagation": {"max_iter": methods.LABEL_PROPAGATION_MAX_ITER,
+                                  "tol": methods.SKLEARN_TOLERANCE},
+            "dlp": {"k": dlp_diffusion.DLP_K, "gamma": dlp_diffusion.DLP_GAMMA,
+                    "alpha": dlp_diffusion.DLP_ALPHA, "max_iter": dlp_diffusion.DLP_MAX_ITER,
+                    "tol": dlp_diffusion.DLP_TOLERANCE}}
+
+
+def run_comparison(options, stream=sys.stdout):
+    """Reads the embeddings, runs the comparison, prints and writes the results.
+
+    Returns the `transduction.protocol.Comparison`.
+    """
+    features, labels, source, config = read_embeddings(options, stream)
+    num_classes = classes_per_draw(options, labels, stream)
+    images, labelled, draws = options.images_per_class, options.labelled_per_class, options.draws
+    protocol_lib.check_protocol(labels, num_classes, images, labelled, draws)
+    # Imported once the input is known to be usable: it loads TensorFlow.
+    from llp_tf.after_training.transduction import methods
+    from llp_tf.training.methods import method_class
+
+    # Unset propagation flags take a bank run's own settings, else the paper's.
+    defaults = {"k": hyperparameters.K, "t": hyperparameters.T,
+                "temperature": hyperparameters.TEMPERATURE}
+    if config is not None and method_class(config.method.name).keeps_bank:
+        method = config.method_settings
+        defaults = {"k": method.k, "t": method.t, "temperature": method.temperature}
+    k, t, temperature = (options[name].value if options[name].value is not None else defaults[name]
+                         for name in ("k", "t", "temperature"))
+    protocol = {"classes": int(num_classes), "images_per_class": images,
+                "labelled_per_class": labelled, "draws": draws, "seed": options.seed,
+                "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
+    settings = method_settings(methods, k, t, temperature)
+    output = options.output or default_output(options.run_dir, options.features)
+    command_line.check_result_file(output, RESULT_KEYS)
+
+    stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
+                 f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
+                 f"{counted(num_classes, 'class')} x {counted(images, 'image')}, {labelled} "
+                 f"labelled per class, {num_classes * (images - labelled)} scored per draw; "
+                 f"K={k} T={t} tau={temperature:g}\n")
+    stream.flush()
+
+    def on_draw(number, total, accuracy, seconds):
+        scores = " ".join(f"{name} {value:.4f}" for name, value in accuracy.items())
+        stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
+        stream.flush()
+
+    # scikit-learn warns when an iteration stops at its cap; one note each.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comparison = protocol_lib.compare_methods(
+            features, labels, methods.standard_methods(k, t, temperature), num_classes, images,
+            labelled, draws, options.seed, on_draw=on_draw)
+    for message in sorted({str(w.message) for w in caught
+                           if issubclass(w.category, (UserWarning, RuntimeWarning))}):
+        stream.write(f"note: a method warned: {message}\n")
+
+    stream.write("\n" + format_table(comparison) + "\n")
+    stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over {draws} "
+                 f"draws. The paper's numbers are for ImageNet ResNet-50 features with 50 "
+                 f"classes x 50 images, 5 labelled (its LP_DMT, "
+                 f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
+                 f"the ranking, not the values.\n")
+    command_line.write_json_atomically(output, results_json(comparison, protocol, settings, source),
+                                   RESULT_KEYS)
+    stream.write(f"wrote {output}\n")
+    return comparison
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
+    the exit code (2: unexpected arguments)."""
+    argv = sys.argv if argv is None else argv
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
+                        lambda options, out, err: run_comparison(options, out),
+                        stray_exit_code=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

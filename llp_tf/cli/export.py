@@ -1,0 +1,157 @@
+"""Export a trained run as a TensorFlow SavedModel for inference and fine-tuning.
+
+  tools/export.py --run_dir=runs/demo
+  tools/export.py --run_dir=runs/demo --knn --output_dir=/models/demo --overwrite
+  tools/export.py --run_dir=runs/demo --checkpoint=1829
+  tools/export.py --run_dir=runs/demo --onnx
+
+Writes --output_dir (default RUN_DIR/export): a SavedModel whose signatures
+take raw uint8 images of any size (the evaluation preprocessing of training
+is inside them) and export_info.json describing them. Signatures: embed
+(embedding and pooled features), classify (probabilities and the top five
+classes with their names; also serving_default) and, with --knn, knn (the
+nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
+with plain TensorFlow (no llp_tf needed) and with TensorFlow's C++ loader
+(saved_model_cli run; TF Serving uses the same): see tools/predict.py,
+llp_tf/after_training/export/saved_model.py for the signatures and docs/after-training.md,
+"Export and predict", for Keras fine-tuning with TFSMLayer. With --onnx the
+directory also holds model.onnx, the network for ONNX Runtime: it takes
+images already preprocessed, float32 [B, S, S, 3] (NHWC), and returns
+probabilities and embedding (docs/onnx.md).
+The export is written to a temporary directory and renamed into place.
+--overwrite replaces an earlier export (a folder of saved_model.pb,
+export_info.json and the other files an export writes) or an empty folder,
+nothing else: a training run or any other folder is refused.
+"""
+
+import os
+import sys
+
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402
+
+from llp_tf.cli import command_line  # noqa: E402
+
+EXPORT_SUBDIR = "export"
+_BYTES_PER_MB = 1024 * 1024
+
+
+def make_flags():
+    """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
+    that tests can run several tools' `main` in one process)."""
+    values = command_line.new_flag_values()
+    command_line.define_run_dir(values, "(LLP or supervised) to export")
+    command_line.define_checkpoint(values)
+    flags.DEFINE_string("output_dir", None, "SavedModel directory to write; default "
+                        "RUN_DIR/export.", flag_values=values)
+    flags.DEFINE_boolean("knn", False, "Also store the memory bank (embeddings and the class "
+                         "of each row) and add the knn signature (LLP runs only).",
+                         flag_values=values)
+    flags.DEFINE_boolean("onnx", False, "Also write model.onnx into --output_dir: the network "
+                         "(converted with tf2onnx) for ONNX Runtime, taking preprocessed "
+                         "float32 images [B, S, S, 3] (NHWC, S the run's image size) and "
+                         "returning probabilities [B, C] and embedding [B, D]; the caller "
+                         "does the preprocessing (docs/onnx.md).", flag_values=values)
+    flags.DEFINE_boolean("overwrite", False, "Replace an earlier export in --output_dir (only "
+                         "once the new export is complete): a folder holding saved_model.pb, "
+                         "export_info.json and nothing an export does not write, or an empty "
+                         "one. Any other folder (a training run among them) is refused.",
+                         flag_values=values)
+    return values
+
+
+def _directory_megabytes(path):
+    total = 0
+    for folder, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
+    return total / _BYTES_PER_MB
+
+
+def describe_signatures(info):
+    """Lines naming each signature of an export info dict and its outputs."""
+    lines = []
+    for name, outputs in info["signatures"].items():
+        alias = " (also serving_default)" if name == info.get("serving_default") else ""
+        lines.append(f"  {name}(images uint8 [B, H, W, C]){alias} ->")
+        for output, spec in outputs.items():
+            lines.append(f"    {output}: {spec['dtype']} {spec['shape']}  {spec['doc']}")
+    return lines
+
+
+def describe_onnx(onnx_info, output_dir):
+    """The line naming the ONNX model of an export info's "onnx" entry."""
+    (name, spec), = onnx_info["input"].items()
+    outputs = ", ".join(f"{output} {output_spec['dtype']} {output_spec['shape']}"
+                        for output, output_spec in onnx_info["outputs"].items())
+    return (f"ONNX model {os.path.join(output_dir, onnx_info['file'])} (opset "
+            f"{onnx_info['opset']}): {name} {spec['dtype']} {spec['shape']} preprocessed "
+            f"(docs/onnx.md) -> {outputs}")
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
+    the exit code."""
+    argv = sys.argv if argv is None else argv
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    values = make_flags()
+    exit_code = command_line.parse_run_tool(values, argv, __doc__, "a training run", stdout, stderr)
+    if exit_code is not None:
+        return exit_code
+    output_dir = os.path.abspath(values.output_dir or os.path.join(values.run_dir,
+                                                                   EXPORT_SUBDIR))
+    if os.path.lexists(output_dir) and not values.overwrite:
+        stderr.write(f"error: {output_dir} already exists; pass --overwrite to replace it, "
+                     "or choose another --output_dir.\n")
+        return 1
+
+    from llp_tf.after_training import trained_run
+    from llp_tf.after_training.export import onnx_model, saved_model
+    from llp_tf.errors import LLPError  # noqa: PLC0415
+
+    def report(line):
+        stdout.write(line + "\n")
+        stdout.flush()
+
+    try:
+        saved_model.check_output_dir(output_dir, values.overwrite)
+        if values.onnx:
+            onnx_model.require_converter()
+        config = trained_run.read_config(values.run_dir)
+        checkpoint = command_line.resolve_checkpoint(values.run_dir, values.checkpoint)
+        run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
+        info = source.info
+        module = saved_model.build_inference_module(run, info.class_names, include_knn=values.knn)
+        report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "
+               f"{run.step}), {config.method.name} {config.model.architecture}, "
+               f"{info.num_classes} classes of {config.data.dataset}, "
+               f"{config.data.image_size} px"
+               + (", with the memory bank for knn" if values.knn else ""))
+        report("Tracing the signatures and writing the SavedModel"
+               + (" and model.onnx ..." if values.onnx else " ..."))
+        written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite,
+                                          include_onnx=values.onnx)
+    except LLPError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    except OSError as error:
+        stderr.write(f"error: cannot write the export: {error}\n")
+        return 1
+    report(f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
+           f"{saved_model.EXPORT_INFO_FILE}")
+    report(f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "
+           f"call), C = 1 or 3; resized and centre-cropped to {written['image_size']} px "
+           "inside.")
+    report("Signatures:")
+    for line in describe_signatures(written):
+        report(line)
+    if values.onnx:
+        report(describe_onnx(written["onnx"], output_dir))
+    report(f"Try it: tools/predict.py --model_dir={output_dir} IMAGE.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

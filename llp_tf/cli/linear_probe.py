@@ -1,0 +1,269 @@
+"""Linear probe of a trained run's frozen trunk on another dataset (transfer).
+
+  tools/linear_probe.py --run_dir=runs/demo --dataset=digits
+  tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=places205:/data/places205 \\
+      --cache_dir=/scratch/probe_cache --protocol=online
+
+Computes the pooled features of the dataset's validation split, and with the
+default --protocol=cached its train split (at most --max_train_examples of
+it), once (evaluation preprocessing, one centre crop at the run's image size)
+into a disk cache (--cache_dir: N x F x 4 bytes per split, e.g. 20 GB for
+Places205's 2.45M training images and ResNet-50's F = 2048; memory stays
+flat), and trains a linear softmax readout on them with SGD from
+--learning_rate, dropping the rate x0.1 when validation top-1 (val_top1)
+saturates (at most --max_drops times). --protocol=online trains the readout as the paper
+does, through the frozen trunk on freshly augmented images at every step.
+The same is done on a randomly initialised trunk of the same architecture as
+a contrast. Prints a table and writes the results as JSON (default
+``<run_dir>/linear_probe_<dataset>.json``); accuracies are fractions.
+"""
+
+import os
+import re
+import sys
+
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402
+
+from llp_tf.cli import command_line  # noqa: E402
+
+from llp_tf.after_training import trained_run  # noqa: E402
+from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
+from llp_tf.after_training.probe import linear_probe, readout  # noqa: E402
+from llp_tf.counted_nouns import counted  # noqa: E402
+
+#: Keys of the results file that mark an earlier one, which --output replaces.
+RESULT_KEYS = ("run_dir", "trained", "random")
+
+
+def define_flags(flag_values):
+    """Defines the tool's flags on ``flag_values`` (its own `flags.FlagValues`,
+    so tools that share flag names run in one process)."""
+    def string(name, default, help_text):
+        flags.DEFINE_string(name, default, help_text, flag_values=flag_values)
+
+    def integer(name, default, help_text):
+        flags.DEFINE_integer(name, default, help_text, flag_values=flag_values)
+
+    def real(name, default, help_text):
+        flags.DEFINE_float(name, default, help_text, flag_values=flag_values)
+
+    def boolean(name, default, help_text):
+        flags.DEFINE_boolean(name, default, help_text, flag_values=flag_values)
+
+    command_line.define_run_dir(flag_values, "whose trunk is probed")
+    command_line.define_checkpoint(flag_values)
+    string("dataset", None, 'Probe dataset, with its own classes: "digits", "mnist5k" '
+           '(embedded, offline), "tfds:<name>" (e.g. tfds:places365_small), '
+           '"tfrecord:<folder>", "folder:<folder>", "list:<image root>?train=<list file>&'
+           'validation=<list file>[&classes=<file>]" (lines "<path> <label>") or '
+           '"places205:<folder>" (Places205 as distributed: images256/ and '
+           'trainvalsplit_places205/). It needs train and validation splits.')
+    command_line.define_data_dir(flag_values, "the probe dataset")
+    integer("batch_size", DEFAULT_BATCH_SIZE, "Examples per SGD step of the "
+            "readout, and images per forward pass of the feature extraction.")
+    integer("epochs", readout.DEFAULT_EPOCHS, "Maximum epochs of readout training (passes "
+            "over the training examples); the plateau rule usually stops it earlier.")
+    define_protocol_flags(flag_values)
+    real("learning_rate", readout.DEFAULT_LEARNING_RATE, "Initial SGD learning rate (the "
+         "paper's 0.01).")
+    real("momentum", readout.DEFAULT_MOMENTUM, "SGD momentum (the paper's network "
+         "training used 0.9; it does not state the readout's).")
+    integer("patience", readout.DEFAULT_PATIENCE, "Epochs without a new best validation "
+            "top-1 before the learning rate drops x0.1 (after --max_drops drops: before "
+            "training stops).")
+    integer("max_drops", readout.DEFAULT_MAX_DROPS, "Most learning-rate drops (the "
+            "paper's two).")
+    integer("seed", 0, "Seed of the readout's batch order, of the --max_train_examples draw, "
+            "of the online protocol's augmentation and of the random trunk.")
+    boolean("standardize", False, "Standardise each feature by the training split's mean and "
+            "standard deviation before the readout (streamed over the cache). Not in the "
+            "paper, and --protocol=cached only; the readout stays linear, but SGD converges "
+            "far faster, so the numbers depend less on how long it trains (recommended on "
+            "small datasets and for the random-trunk contrast).")
+    boolean("skip_random", False, "Skip the contrast probe on a randomly initialised trunk of "
+            "the same architecture.")
+    string("output", None, "JSON file of the results; default "
+           "<run_dir>/linear_probe_<dataset>.json. Written atomically (write, then rename); "
+           "an existing file is replaced only if it is an earlier probe's results.")
+
+
+def define_protocol_flags(flag_values):
+    """Defines --protocol and the flags of the feature caches on ``flag_values``."""
+    flags.DEFINE_enum(
+        "protocol", "cached", list(readout.PROTOCOLS), "cached: train the readout on the "
+        "features of one centre crop per training image, computed once into the cache (fast; "
+        "no augmentation). online: the paper's protocol, every SGD step through the frozen "
+        "trunk (batch norm in inference mode) on images augmented as in the run's training; "
+        "one trunk pass per image per epoch. Validation uses the cached features of one "
+        "centre crop either way.", flag_values=flag_values)
+    flags.DEFINE_string(
+        "cache_dir", None, "Folder of the feature caches (default <run_dir>/probe_cache); each "
+        "probe keeps <dataset>/<trunk>-<split>/ there: features.npy (N x F float32, N x F x 4 "
+        "bytes on disk), labels, index and manifest.json (the trunk's weights hash, dataset, "
+        "split, image size, examples). Built under a .partial name and renamed when complete.",
+        flag_values=flag_values)
+    flags.DEFINE_boolean(
+        "reuse_cache", True, "Reuse existing caches in --cache_dir; one made from other "
+        "weights, data or --max_train_examples is an error naming the difference. "
+        "--noreuse_cache rebuilds them, replacing only a cache (a folder of features.npy, "
+        "labels.npy, index.npy and manifest.json, nothing else); another folder in its place "
+        "is refused.", flag_values=flag_values)
+    flags.DEFINE_integer(
+        "max_train_examples", None, "Use at most this many training images, a uniform draw "
+        "fixed by --seed, chosen before any image is read (a quicker or smaller probe, e.g. "
+        "100000 of Places205's 2.45M); unset: all of them.", flag_values=flag_values)
+
+
+def dataset_slug(name):
+    """A file-name part for a dataset name: "tfds:places365_small" ->
+    "tfds_places365_small", "folder:/data/scenes/" -> "folder_scenes"."""
+    kind, _, rest = name.partition(":")
+    if rest:
+        name = f"{kind}_{os.path.basename(os.path.normpath(rest))}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
+
+
+def output_path(run_dir, dataset, output):
+    """The results file, checked writable (and, if it exists, an earlier result,
+    `RESULT_KEYS`) before any work is done."""
+    from llp_tf.errors import ConfigError
+    path = output or os.path.join(run_dir, f"linear_probe_{dataset_slug(dataset)}.json")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"--output {path} is a directory; give a file name.")
+    if not os.path.isdir(folder):
+        try:
+            os.makedirs(folder)
+        except OSError as error:
+            raise ConfigError(f"Cannot create the folder of --output {path}: {error}.") from None
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"Cannot write {path}: its folder is not writable; give another "
+                          "--output.")
+    command_line.check_result_file(path, RESULT_KEYS)
+    return path
+
+
+def format_table(rows):
+    """The summary table; rows: list of (trunk name, ProbeResult). Accuracies are
+    fractions under their metric names (llp_tf.training.metrics)."""
+    header = (f"{'trunk':<8} {'val_top1':>8} {'val_top5':>8} {'best_val_top1':>13} "
+              f"{'at epoch':>8} {'epochs':>6} {'drops':>5} {'train s':>7}")
+    lines = [header]
+    for name, result in rows:
+        lines.append(f"{name:<8} {result.val_top1:8.4f} {result.val_top5:8.4f} "
+                     f"{result.best_val_top1:13.4f} {result.best_epoch:8d} "
+                     f"{result.epochs:6d} {result.drops:5d} {result.seconds:7.1f}")
+    return "\n".join(lines)
+
+
+PROTOCOL_DESCRIPTIONS = {
+    "cached": "frozen trunk; pooled features of one centre crop per image, computed once "
+              "into a disk cache; linear softmax readout trained on them with SGD and "
+              "plateau drops",
+    "online": "frozen trunk (batch norm in inference mode); linear softmax readout trained "
+              "with SGD and plateau drops on the pooled features of augmented training "
+              "images, computed at every step; validation on one centre crop",
+}
+
+
+def probe_settings(options):
+    """`ProbeSettings` of the parsed flags (ConfigError when they are invalid)."""
+    from llp_tf.errors import ConfigError
+    if not options.run_dir:
+        raise ConfigError("Give --run_dir, the directory of a run made by tools/train.py.")
+    if not options.dataset:
+        raise ConfigError("Give --dataset, the probe dataset (e.g. digits, mnist5k, "
+                          "places205:/data/places205).")
+    return readout.ProbeSettings(
+        epochs=options.epochs, batch_size=options.batch_size, learning_rate=options.learning_rate,
+        momentum=options.momentum, patience=options.patience, max_drops=options.max_drops,
+        seed=options.seed, standardize=options.standardize, protocol=options.protocol,
+        max_train_examples=options.max_train_examples)
+
+
+def probe_trunks(options, run, source, settings, cache_dir, stream):
+    """(results dict by trunk name, table rows, facts of the last probe)."""
+    trunks = [("trained", run.model)]
+    if not options.skip_random:
+        trunks.append(("random", None))
+    results, rows, facts = {}, [], {}
+    for name, model in trunks:
+        if model is None:
+            model = linear_probe.random_trunk_model(run.config, run.num_classes, options.seed)
+        trunk = "trained" if name == "trained" else f"random-seed{options.seed}"
+        description = (f"checkpoint {run.checkpoint}" if name == "trained" else
+                       f"random {run.config.model.architecture} trunk, seed {options.seed}")
+        result, facts = linear_probe.probe_trunk(
+            model, source, run.config.data.image_size, settings, cache_dir=cache_dir,
+            trunk=trunk, trunk_description=description, reuse_cache=options.reuse_cache,
+            augmentation=run.config.data.augmentation,
+            min_crop_area=run.config.data.min_crop_area, stream=stream,
+            description=f"{name} trunk readout")
+        results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"],
+                             cache=facts["cache"], cache_reused=facts["cache_reused"])
+        rows.append((name, result))
+    return results, rows, facts
+
+
+def run_probe(options, stream):
+    """Does the work of `main` with parsed flags ``options``; returns the results
+    dict written to --output."""
+    import dataclasses
+
+    from llp_tf.data.sources.registry import load_source
+    settings = probe_settings(options)
+    trained_run.read_config(options.run_dir)  # no run there: said before --output is made
+    path = output_path(options.run_dir, options.dataset, options.output)
+    source = load_source(options.dataset, options.data_dir)
+    run = trained_run.load_run(options.run_dir,
+                                command_line.resolve_checkpoint(options.run_dir, options.checkpoint))
+    info = source.info
+    cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
+        options.run_dir, "probe_cache")), dataset_slug(options.dataset))
+    stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
+                 f"{info.name}: {counted(info.num_classes, 'class')}, {info.num_train} train / "
+                 f"{info.num_validation} validation images at {run.config.data.image_size} px; "
+                 f"{settings.protocol} protocol, caches in {cache_dir}.\n")
+    stream.flush()
+    results, rows, facts = probe_trunks(options, run, source, settings, cache_dir, stream)
+    payload = {
+        "run_dir": os.path.abspath(options.run_dir), "checkpoint": run.checkpoint,
+        "step": run.step, "method": run.config.method.name, "dataset": info.name,
+        "num_classes": info.num_classes, "image_size": run.config.data.image_size,
+        "feature_dim": facts["feature_dim"], "num_train": facts["num_train"],
+        "num_validation": facts["num_validation"], "protocol": settings.protocol,
+        "protocol_description": PROTOCOL_DESCRIPTIONS[settings.protocol],
+        "cache_dir": cache_dir, "max_train_examples": settings.max_train_examples,
+        "settings": dataclasses.asdict(settings),
+        "trained": results["trained"], "random": results.get("random"),
+    }
+    command_line.write_json_atomically(path, payload, RESULT_KEYS)
+    note = (f"(val_top5 is top-{rows[0][1].top5_k}: the dataset has "
+            f"{counted(info.num_classes, 'class')})\n"
+            if info.num_classes < readout.TOP_K else "")
+    stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")
+    stream.flush()
+    return payload
+
+
+def run(options, stdout, stderr):
+    """Runs the probe with parsed flags; returns the exit status (1: bad input)."""
+    return command_line.exit_code_of(lambda: run_probe(options, stdout), stderr)
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
+    the exit code (2: unexpected arguments)."""
+    argv = sys.argv if argv is None else argv
+    options = command_line.new_flag_values()
+    define_flags(options)
+    command_line.define_verbosity(options)
+    return command_line.run(argv, stdout, stderr, options, __doc__,
+                        lambda values, out, err: run_probe(values, out), stray_exit_code=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,144 @@
+"""Train with Local Label Propagation (or the supervised baseline).
+
+  tools/train.py --regime=demo
+  tools/train.py --regime=r18_p10_q100 --data_dir=/data/tfds
+  tools/train.py --flagfile=my.flags --epochs=20
+
+`--regime=NAME` reads flags/NAME.flags (the paper's runs and `demo`); every
+other flag on the command line overrides the file, before or after --regime.
+Rerunning the same command resumes the run in --run_dir from its latest
+checkpoint, with the split saved there; a run directory without a checkpoint,
+or --overwrite, starts afresh. SIGTERM (a scheduler's preemption) or Ctrl-C
+stops the run after its current loop of steps with a checkpoint, exit code
+143 or 130 (128 + the signal's number); a second Ctrl-C aborts at once,
+without a checkpoint, exit code 130. Several workers: tools/launch_local.py,
+or TF_CONFIG / --cluster=slurm (docs/multi-worker.md).
+"""
+
+import os
+import signal
+import sys
+
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402
+
+from llp_tf.cli import config_flags  # noqa: E402
+from llp_tf.cli import command_line  # noqa: E402
+
+#: A run stopped by a signal, with a checkpoint or not, exits with 128 + the
+#: signal's number, as a shell reports a process the signal ended: 143 after
+#: SIGTERM (what a scheduler expects of a job it asked to stop), 130 after Ctrl-C.
+SIGNAL_EXIT_CODE_BASE = 128
+ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same command to resume "
+           "from the run's latest one.")
+#: The regimes' flagfiles: llp_tf/flags/ in an installed package (the wheel maps the
+#: repository's flags/ there: pyproject.toml), else flags/ at the repository's root.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGS_DIR = next((path for path in (os.path.join(_PACKAGE_DIR, "flags"),
+                                    os.path.join(os.path.dirname(_PACKAGE_DIR), "flags"))
+                  if os.path.isdir(path)), os.path.join(_PACKAGE_DIR, "flags"))
+
+
+def make_flags():
+    """The tool's `flags.FlagValues`: --regime and one flag per training setting,
+    with the defaults, choices and help of llp_tf/training/config.py."""
+    values = command_line.new_flag_values()
+    flags.DEFINE_string("regime", None, "Name of a flagfile in flags/ (e.g. demo, r18_p10_q100); "
+                        "its settings apply first, and every other flag on the command line "
+                        "overrides them, wherever it stands.",
+                        flag_values=values)
+    config_flags.define_config_flags(values)
+    flags.DEFINE_boolean("overwrite", False, "Start the run in --run_dir afresh: delete what "
+                         "training wrote there (config.json, config_history.jsonl, split.npz, "
+                         "checkpoints/, metrics.jsonl, tensorboard/; nothing else) instead of "
+                         "resuming it. A run directory without a checkpoint starts afresh "
+                         "without it. Only a training run's files are deleted: a --run_dir "
+                         "holding files of those names without a config.json of a run is "
+                         "refused. Keep it out of a command a scheduler reruns after "
+                         "preemption: each rerun would start over.", flag_values=values)
+    command_line.define_verbosity(values)
+    return values
+
+
+def known_regimes():
+    return sorted(name[:-len(".flags")] for name in os.listdir(FLAGS_DIR)
+                  if name.endswith(".flags"))
+
+
+def expand_regime(argv, stderr):
+    """``argv`` with ``--regime=NAME`` (or ``--regime NAME``) read first, as
+    ``--flagfile=flags/NAME.flags`` right after the program name, so every other
+    flag on the command line overrides the regime's wherever it stands. None
+    after an error on ``stderr``."""
+    program, rest, regimes = argv[:1], [], []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--regime":
+            arg = "--regime=" + next(args, "")
+        if arg.startswith("--regime="):
+            regimes.append(arg)
+        else:
+            rest.append(arg)
+    if len(regimes) > 1:
+        stderr.write(f"Give --regime once; the command line has {' '.join(regimes)}.\n")
+        return None
+    for arg in regimes:
+        name = arg.split("=", 1)[1]
+        path = os.path.join(FLAGS_DIR, name + ".flags")
+        if not os.path.exists(path):
+            stderr.write(f"Unknown regime {name!r}. Known regimes: "
+                         f"{', '.join(known_regimes())}.\n")
+            return None
+        program += [f"--flagfile={path}", arg]
+    return program + rest
+
+
+def config_from_flags(values):
+    """The `TrainConfig` of parsed flags (the run directory defaults to runs/REGIME)."""
+    run_dir = values.run_dir or (os.path.join("runs", values.regime) if values.regime else None)
+    if run_dir is None:
+        from llp_tf.errors import ConfigError
+        raise ConfigError("Give --run_dir (or --regime, whose run directory is runs/REGIME).")
+    return config_flags.config_from_flags(values, run_dir=run_dir)
+
+
+def flag_origins(values, argv):
+    """`command_line.flag_origins`, the regime's flagfile named flags/NAME.flags."""
+    regime = values.regime
+    return command_line.flag_origins(values, argv, regime and {
+        os.path.join(FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
+
+
+def train(values, stdout, stderr):
+    config = config_from_flags(values)
+    # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
+    # configured before TensorFlow touches a device.
+    from llp_tf.training import run_training  # noqa: PLC0415
+    from llp_tf.training.preemption import TrainingStopped  # noqa: PLC0415
+    try:
+        run_training(config, stdout, overwrite=values.overwrite)
+    except TrainingStopped as stopped:
+        stdout.write(f"{stopped}\n")
+        return command_line.ExitCode(SIGNAL_EXIT_CODE_BASE + stopped.signal)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop of steps
+        stdout.flush()
+        stderr.write(ABORTED + "\n")
+        return command_line.ExitCode(SIGNAL_EXIT_CODE_BASE + signal.SIGINT)
+    return None
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
+    the exit code (2: an unknown regime or unexpected arguments)."""
+    argv = sys.argv if argv is None else argv
+    argv = expand_regime(argv, stderr or sys.stderr)
+    if argv is None:
+        return 2
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__, train, stray_exit_code=2,
+                        origins=flag_origins)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
