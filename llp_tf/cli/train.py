@@ -33,12 +33,9 @@ from llp_tf.cli import command_line  # noqa: E402
 SIGNAL_EXIT_CODE_BASE = 128
 ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same command to resume "
            "from the run's latest one.")
-#: The regimes' flagfiles: llp_tf/flags/ in an installed package (the wheel maps the
-#: repository's flags/ there: pyproject.toml), else flags/ at the repository's root.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLAGS_DIR = next((path for path in (os.path.join(_PACKAGE_DIR, "flags"),
-                                    os.path.join(os.path.dirname(_PACKAGE_DIR), "flags"))
-                  if os.path.isdir(path)), os.path.join(_PACKAGE_DIR, "flags"))
+#: The regimes' flagfiles: llp_tf/flags, a link to the repository's flags/ that the
+#: wheel holds as a copy (package data, pyproject.toml).
+FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 
 
 def make_flags():
