@@ -20,32 +20,12 @@ launcher is killed with SIGKILL). TensorFlow's gRPC servers listen on every
 interface. POSIX only; imports no TensorFlow.
 """
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
 import sys
-import threading
-import time
 
 from absl import flags
 
-from llp_tf.cli import command_line  # noqa: E402
-
-PROGRAM = "launch_local"
-HOST = "127.0.0.1"
-# Seconds between SIGTERM and SIGKILL when stopping workers.
-GRACE_SECONDS = 5.0
-# Seconds between two looks at the workers.
-POLL_SECONDS = 0.1
-# Seconds to wait for the rest of a stopped worker's output.
-DRAIN_SECONDS = 5.0
-TIMEOUT_EXIT_CODE = 124
-
-
-class LaunchError(Exception):
-    """A worker that cannot be started."""
+from llp_tf.cli import command_line
+from llp_tf.training import local_launcher
 
 
 def make_flags():
@@ -67,193 +47,6 @@ def split_command(argv):
     return list(argv[:position]), list(argv[position + 1:])
 
 
-def tf_config(ports, index):
-    """The TF_CONFIG JSON of worker ``index`` of a cluster on ``ports``."""
-    return json.dumps({"cluster": {"worker": [f"{HOST}:{port}" for port in ports]},
-                       "task": {"type": "worker", "index": index}})
-
-
-def worker_command(command):
-    """``command``, run with this Python when its first word is a .py script."""
-    if command[0].endswith(".py"):
-        return [sys.executable, *command]
-    return list(command)
-
-
-def describe(returncode):
-    """(exit code to pass on, words) of a worker's ``Popen.returncode``."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return 128 - returncode, f"was killed by {name} (exit code {128 - returncode})"
-    return returncode, f"exited with code {returncode}"
-
-
-def _forward(pipe, stream, prefix, lock):
-    """Copies ``pipe`` to ``stream`` line by line, each line whole under
-    ``lock`` and prefixed; reads to the end even when ``stream`` fails, so the
-    worker never blocks on a full pipe."""
-    with pipe:
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", "replace")
-            if not line.endswith("\n"):
-                line += "\n"
-            with lock:
-                try:
-                    stream.write(prefix + line)
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass  # a closed stream: the output is lost, not the worker
-
-
-def _signal_group(process, signum):
-    """Sends ``signum`` to the process group of ``process`` (its own: see
-    `Workers.start`), if any member of it is left."""
-    try:
-        os.killpg(process.pid, signum)
-    except OSError:
-        pass  # the group is gone
-
-
-class Workers:
-    """The worker processes of one launch and the threads forwarding their output."""
-
-    def __init__(self, stdout, stderr):
-        self.stdout, self.stderr = stdout, stderr
-        self.lock = threading.Lock()
-        self.processes, self.threads = [], []
-
-    def write(self, text):
-        """Writes a line of the launcher's own to its stderr, between whole worker lines."""
-        with self.lock:
-            self.stderr.write(text + "\n")
-            self.stderr.flush()
-
-    def start(self, command, ports):
-        """Starts one worker per port, each in a new session (its own process
-        group, which `stop` signals; Ctrl-C at a terminal reaches the launcher
-        only, which stops the workers itself).
-
-        Raises:
-          LaunchError: the command cannot be run (the workers started stay in
-          `processes`, for `stop`).
-        """
-        for index in range(len(ports)):
-            env = dict(os.environ, TF_CONFIG=tf_config(ports, index))
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            try:
-                process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           start_new_session=True)
-            except OSError as error:
-                raise LaunchError(f"cannot start worker {index} ({' '.join(command)}): "
-                                  f"{error.strerror or error}") from None
-            self.processes.append(process)
-            prefix = f"[worker {index}] "
-            for pipe, stream in ((process.stdout, self.stdout), (process.stderr, self.stderr)):
-                thread = threading.Thread(target=_forward, args=(pipe, stream, prefix, self.lock),
-                                          name=f"{PROGRAM}-worker-{index}", daemon=True)
-                thread.start()
-                self.threads.append(thread)
-
-    def poll(self):
-        """The workers' return codes, None for those still running."""
-        return [process.poll() for process in self.processes]
-
-    def stop(self, grace_seconds):
-        """Stops every worker and all it started: SIGTERM to the groups of the
-        running ones, SIGKILL to every group after ``grace_seconds``; waits for
-        the workers and the rest of their output."""
-        running = [process for process in self.processes if process.poll() is None]
-        for process in running:
-            _signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + grace_seconds
-        for process in running:
-            with contextlib.suppress(subprocess.TimeoutExpired):  # killed below
-                process.wait(max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
-            _signal_group(process, signal.SIGKILL)
-        for process in self.processes:
-            try:
-                process.wait(DRAIN_SECONDS)
-            except subprocess.TimeoutExpired:
-                pass  # not even SIGKILL ended it (a process in the kernel): nothing more to do
-        deadline = time.monotonic() + DRAIN_SECONDS
-        for thread in self.threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def wait(workers, timeout_seconds, received):
-    """Waits until all workers exit 0, one fails, ``timeout_seconds`` (0: no
-    limit) pass or a signal number appears in ``received``.
-
-    Returns:
-      (exit code, None or the launcher's last line).
-    """
-    deadline = time.monotonic() + timeout_seconds if timeout_seconds > 0 else None
-    while True:
-        codes = workers.poll()
-        for index, code in enumerate(codes):
-            if code not in (None, 0):
-                exit_code, words = describe(code)
-                return exit_code, (f"{PROGRAM}: worker {index} {words}; stopped the other "
-                                   "workers.")
-        if all(code == 0 for code in codes):
-            return 0, None
-        if received:
-            name = signal.Signals(received[0]).name
-            return 128 + received[0], f"{PROGRAM}: got {name}; stopped the workers."
-        if deadline is not None and time.monotonic() >= deadline:
-            return TIMEOUT_EXIT_CODE, (f"{PROGRAM}: timed out after {timeout_seconds:g} "
-                                       "seconds; stopped the workers.")
-        time.sleep(POLL_SECONDS)
-
-
-class _CatchSignals:
-    """Within: SIGINT, SIGTERM and SIGHUP (a closed terminal) append their
-    number to ``received`` instead of ending the launcher, which would leave
-    the workers running. Only in the main thread, where Python handles
-    signals; a signal ignored already (nohup) stays ignored."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self, received):
-        self.received, self.previous = received, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                if signal.getsignal(signum) is signal.SIG_IGN:
-                    continue
-                self.previous[signum] = signal.signal(
-                    signum, lambda number, frame: self.received.append(number))
-        return self
-
-    def __exit__(self, *exc_info):
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
-def launch(values, command, stdout, stderr):
-    """Starts the workers, waits for them and stops what is left on every way
-    out; returns the exit code."""
-    workers, received = Workers(stdout, stderr), []
-    code, message = 1, None
-    with _CatchSignals(received):
-        try:
-            workers.start(worker_command(command), command_line.free_ports(values.workers))
-            code, message = wait(workers, values.timeout_seconds, received)
-        except LaunchError as error:
-            message = f"{PROGRAM}: {error}"
-        finally:
-            workers.stop(GRACE_SECONDS)
-    if message:
-        workers.write(message)
-    return code
-
-
 def main(argv=None, stdout=None, stderr=None):
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code: the workers' (see the module docstring), 1 after an error of the
@@ -272,7 +65,8 @@ def main(argv=None, stdout=None, stderr=None):
         stderr.write("error: give the worker command after --, e.g. "
                      "tools/launch_local.py --workers=2 -- tools/train.py --regime=demo\n")
         return 1
-    return launch(values, command, stdout, stderr)
+    return local_launcher.launch(command, command_line.free_ports(values.workers),
+                                 values.timeout_seconds, stdout, stderr)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from llp_tf.training import run_training
+from llp_tf.training import local_launcher, run_training
 from llp_tf.training.run_directory import RunDirectory
 from tests import numerics
 from tests.runs import assert_same_state, checkpoint_state, tiny_config
@@ -153,7 +153,7 @@ def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_res
 def _worker(config, ports, index):
     """tools/train.py as worker ``index`` of a cluster on ``ports`` (as on two hosts,
     without the launcher that stops the others when one dies)."""
-    env = dict(os.environ, TF_CONFIG=load_tool("launch_local.py").tf_config(ports, index))
+    env = dict(os.environ, TF_CONFIG=local_launcher.tf_config(ports, index))
     return subprocess.Popen([sys.executable, tool_path("train.py"), *_flags(config)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
