@@ -1,0 +1,153 @@
+"""A tf.data service for the training input: a dispatcher and/or workers, started
+and stopped here (`llp_tf.data.pipeline.data_service` reads from it).
+
+`ServiceSettings` says what to start; `plan` checks it (ValueError naming the flag)
+and picks the worker ports; `serve` starts the servers, announces the address to
+train with (``--input_service=grpc://...``) and runs until SIGTERM, SIGINT or
+SIGHUP. Imports TensorFlow only when the servers start.
+"""
+
+import dataclasses
+import signal
+import threading
+
+from llp_tf.counted_nouns import counted
+from llp_tf.data import service_address
+
+PROGRAM = "input_service"
+# Seconds between two looks for a stop signal.
+POLL_SECONDS = 0.2
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSettings:
+    """What to start (the flags of tools/input_service.py): join the dispatcher at
+    ``dispatcher_address``, or start one on ``dispatcher_port`` (0: a free port)
+    listing ``worker_addresses`` (host:port each; empty: the workers started here),
+    journalling in ``work_dir`` (empty: none); ``workers`` workers on
+    ``worker_ports`` (str each; empty: free ports), all reached as ``host``."""
+
+    dispatcher_address: str = ""
+    dispatcher_port: int = 5050
+    workers: int = 1
+    worker_ports: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    worker_addresses: tuple[str, ...] = ()
+    work_dir: str = ""
+
+
+def plan(values, free_ports):
+    """(dispatcher address to join or None, worker ports, dispatcher's worker
+    list or None) of ``values`` (`ServiceSettings`), the worker ports
+    ``free_ports(count)`` (a list of int) when none are given; raises ValueError
+    naming a bad flag."""
+    joining = values.dispatcher_address
+    if joining:
+        problem = service_address.address_problem(joining)
+        if problem:
+            raise ValueError(f"--dispatcher_address: {problem}.")
+        if values.workers == 0:
+            raise ValueError("--dispatcher_address joins workers to a dispatcher; give "
+                             "--workers of 1 or more.")
+        if values.worker_addresses or values.work_dir:
+            raise ValueError("--worker_addresses and --work_dir configure the dispatcher "
+                             "started here; not with --dispatcher_address.")
+    try:
+        ports = [int(port) for port in values.worker_ports]
+    except ValueError:
+        raise ValueError(f"--worker_ports must be integers, not {values.worker_ports}.") from None
+    if ports and len(ports) != values.workers:
+        raise ValueError(f"--worker_ports names {counted(len(ports), 'port')} for --workers="
+                         f"{values.workers}.")
+    ports = ports or free_ports(values.workers)
+    here = [f"{values.host}:{port}" for port in ports]
+    listed = list(values.worker_addresses) or here
+    missing = [address for address in here if address not in listed]
+    if missing and not joining:
+        raise ValueError(f"--worker_addresses must list the workers started here; it lacks "
+                         f"{', '.join(missing)}.")
+    if not joining and not listed:
+        raise ValueError("A dispatcher without workers: give --workers or --worker_addresses.")
+    return joining or None, ports, None if joining else listed
+
+
+def start_servers(values, joining, ports, listed):
+    """(dispatcher or None, workers, the address to train with) of ``values``
+    (`ServiceSettings`) and its `plan`."""
+    import tensorflow as tf  # noqa: PLC0415
+    service = tf.data.experimental.service
+    dispatcher = None
+    if joining is None:
+        dispatcher = service.DispatchServer(service.DispatcherConfig(
+            port=values.dispatcher_port, worker_addresses=listed,
+            work_dir=values.work_dir or None, fault_tolerant_mode=bool(values.work_dir)))
+        port = int(dispatcher.target.rsplit(":", 1)[1])
+        joining = f"{values.host}:{port}"
+    joining = joining.split("://")[-1]
+    workers = []
+    try:
+        for port in ports:
+            workers.append(service.WorkerServer(service.WorkerConfig(
+                dispatcher_address=joining, worker_address=f"{values.host}:{port}", port=port)))
+    except Exception:
+        stop_servers(dispatcher, workers)
+        raise
+    return dispatcher, workers, "grpc://" + joining
+
+
+def stop_servers(dispatcher, workers):
+    """Stops the workers, then the dispatcher."""
+    for server in workers + ([dispatcher] if dispatcher else []):
+        server.stop()
+
+
+class StopSignals:
+    """Within: SIGINT, SIGTERM and SIGHUP set ``event`` instead of ending the
+    process, so the servers are stopped in order. Only in the main thread,
+    where Python handles signals."""
+
+    def __init__(self, event):
+        self.event, self.previous = event, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self.previous[signum] = signal.signal(
+                    signum, lambda number, frame: self.event.set())
+        return self
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def serve(values, free_ports, stdout, stderr, stop=None):
+    """Starts the servers of ``values`` (`ServiceSettings`; `plan` for
+    ``free_ports``), announces them on ``stdout`` and runs until ``stop`` (a
+    `threading.Event`, set by a stop signal) is set; returns the exit code (0, or 1
+    after an error at start, written on ``stderr``)."""
+    stop = stop or threading.Event()
+    try:
+        joining, ports, listed = plan(values, free_ports)
+    except ValueError as error:
+        stderr.write(f"error: {error}\n")
+        return 1
+    with StopSignals(stop):
+        try:
+            dispatcher, workers, address = start_servers(values, joining, ports, listed)
+        except Exception as error:  # noqa: BLE001 -- TensorFlow's bind and config errors
+            stderr.write(f"error: cannot start the service: {error}\n")
+            return 1
+        where = "started here" if dispatcher else "joined"
+        stdout.write(f"{PROGRAM}: dispatcher {address} ({where}); workers here: "
+                     f"{', '.join(f'{values.host}:{port}' for port in ports) or 'none'}"
+                     f"{'; dispatcher lists ' + ', '.join(listed) if listed else ''}\n"
+                     f"train with --input_service={address}\n")
+        stdout.flush()
+        while not stop.wait(POLL_SECONDS):
+            pass
+        stop_servers(dispatcher, workers)
+    stdout.write(f"{PROGRAM}: stopped.\n")
+    stdout.flush()
+    return 0
