@@ -96,7 +96,7 @@ def define_run_dir(values, role):
 
 
 def define_checkpoint(values):
-    """Defines --checkpoint, read back by `resolve_checkpoint`."""
+    """Defines --checkpoint, read back by `llp_tf.training.run_directory.resolve_checkpoint`."""
     flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read: a checkpoint path "
                         "of the run, or its step number (e.g. 1829); the latest when unset.",
                         flag_values=values)
@@ -107,33 +107,6 @@ def define_data_dir(values, role="the dataset"):
     flags.DEFINE_string("data_dir", None, f"Data folder of {role}: TFDS's data_dir (TFDS's "
                         "default when unset), and the folder relative tfrecord:, folder:, list: "
                         "and places205: paths are taken from.", flag_values=values)
-
-
-def resolve_checkpoint(run_dir, checkpoint):
-    """A --checkpoint value (None, a step number or a path) as a checkpoint path or None.
-
-    Raises:
-      ConfigError: a step the run has no kept checkpoint of, or a path that
-        is not a checkpoint.
-    """
-    from llp_tf.errors import ConfigError  # noqa: PLC0415 -- see the module docstring
-    from llp_tf.training.run_directory import RunDirectory, checkpoint_step  # noqa: PLC0415
-    if checkpoint is None:
-        return None
-    if checkpoint.isdigit():
-        by_step = {checkpoint_step(path): path
-                   for path in RunDirectory(run_dir).checkpoint_paths()}
-        if int(checkpoint) not in by_step:
-            kept = ", ".join(str(step) for step in sorted(by_step)) or "none"
-            raise ConfigError(f"The run {run_dir} has no checkpoint at step {checkpoint}; "
-                              f"its kept checkpoints are at steps: {kept}.")
-        return by_step[int(checkpoint)]
-    # A checkpoint is a prefix: its files are PATH.index and PATH.data-*.
-    if not os.path.isfile(checkpoint + ".index"):
-        raise ConfigError(f"{checkpoint} is not a checkpoint (there is no "
-                          f"{checkpoint}.index); give a path from {run_dir}/checkpoints "
-                          "without its extension, or a step number.")
-    return checkpoint
 
 
 def default_at_most(values, name, available, stream, reason):

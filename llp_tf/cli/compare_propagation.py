@@ -27,6 +27,7 @@ from absl import flags  # noqa: E402
 
 from llp_tf.cli import command_line  # noqa: E402
 
+from llp_tf.after_training.transduction import embeddings, report  # noqa: E402 -- no TF
 from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 from llp_tf.counted_nouns import counted  # noqa: E402
@@ -91,118 +92,12 @@ def _fail(message):
     raise ConfigError(message)
 
 
-# -- where the embeddings come from -------------------------------------------
-
-def _load_array(path, what):
-    import numpy as np
-
-    from llp_tf.errors import DataError
-    if not os.path.isfile(path):
-        raise DataError(f"The {what} file {path} does not exist.")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
-        raise DataError(f"Cannot read the {what} file {path} as a numpy .npy array "
-                        f"({error}); save it with numpy.save.") from None
-
-
-def features_from_files(features_path, labels_path):
-    """(features float [N, D], labels int64 [N], description dict) from .npy files."""
-    import numpy as np
-
-    from llp_tf.errors import DataError
-    features = _load_array(features_path, "features")
-    labels = _load_array(labels_path, "labels")
-    if features.ndim != 2 or not np.issubdtype(features.dtype, np.number):
-        raise DataError(f"{features_path} must hold a numeric [N, D] array; it holds "
-                        f"{features.dtype} {features.shape}.")
-    if labels.ndim != 1 or len(labels) != len(features):
-        raise DataError(f"{labels_path} must hold one label per feature row ([{len(features)}]"
-                        f"); it holds {labels.shape}.")
-    if not np.issubdtype(labels.dtype, np.integer):
-        if not (np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels))):
-            raise DataError(f"{labels_path} must hold integer classes; it holds "
-                            f"{labels.dtype}.")
-    return (features.astype(np.float32), labels.astype(np.int64),
-            {"features": os.path.abspath(features_path), "labels": os.path.abspath(labels_path)})
-
-
-def embed_split(run, source, split, batch_size, stream):
-    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
-    in index order."""
-    from llp_tf.after_training.features import extract_features
-
-    embedded = extract_features(run.model, source, split, run.config.data.image_size,
-                                batch_size, stream, output="embedding")
-    return embedded.features, embedded.labels
-
-
-def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
-    """(features, labels, description dict, run config) of a run's bank or split."""
-    from llp_tf.after_training import trained_run
-    from llp_tf.training.methods import method_class
-
-    config = trained_run.read_config(run_dir)
-    if split is None and not method_class(config.method.name).keeps_bank:
-        _fail(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
-              "--embed_split=train or --embed_split=validation to embed images with its model.")
-    run, source = trained_run.load_run_with_data(
-        run_dir, command_line.resolve_checkpoint(run_dir, checkpoint), data_dir)
-    description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
-                   "step": run.step, "dataset": config.data.dataset}
-    if split is not None:
-        features, labels = embed_split(run, source, split, batch_size, stream)
-        description["embeddings"] = f"{split} split embedded by the model"
-        return features, labels, description, config
-    labels = source.train_labels()[run.used_index]
-    description["embeddings"] = "memory bank (true training labels)"
-    return run.bank.embeddings.numpy(), labels, description, config
-
-
 # -- output ---------------------------------------------------------------------
 
 def default_output(run_dir, features_path):
     if run_dir is not None:
         return os.path.join(run_dir, OUTPUT_NAME)
     return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
-
-
-
-def format_table(comparison):
-    """str: one line per method: title, mean accuracy, std, the paper's Table 5
-    row (fractions, as every accuracy: llp_tf.training.metrics)."""
-    header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"
-    lines = [header, "-" * len(header)]
-    for method in comparison.methods:
-        paper = (f"{method.paper_accuracy:.3f} ({method.paper_name})"
-                 if method.paper_accuracy is not None else "-")
-        lines.append(f"{method.title:<32} {comparison.mean(method.name):>8.4f} "
-                     f"{comparison.std(method.name):>6.4f}   {paper}")
-    return "\n".join(lines)
-
-
-def results_json(comparison, protocol, settings, source):
-    from llp_tf.after_training.transduction import methods
-    return {
-        "source": source,
-        "protocol": protocol,
-        "settings": settings,
-        "methods": {
-            m.name: {
-                "title": m.title,
-                "accuracy_mean": comparison.mean(m.name),
-                "accuracy_std": comparison.std(m.name),
-                "accuracy_per_draw": [float(a) for a in comparison.accuracy[m.name]],
-                "seconds": comparison.seconds[m.name],
-                "paper_table5": ({"name": m.paper_name, "accuracy": m.paper_accuracy}
-                                 if m.paper_accuracy is not None else None),
-            } for m in comparison.methods},
-        "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
-        "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
-                           "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
-                           "labelled_per_class": protocol_lib.PAPER_LABELLED_PER_CLASS,
-                           "draws": protocol_lib.PAPER_DRAWS},
-    }
 
 
 # -- main -----------------------------------------------------------------------
@@ -221,9 +116,10 @@ def read_embeddings(options, stream):
     if options.batch_size < 1:
         _fail(f"--batch_size must be positive, got {options.batch_size}.")
     if options.run_dir is not None:
-        return features_from_run(options.run_dir, options.checkpoint, options.embed_split,
-                                 options.data_dir, options.batch_size, stream)
-    return features_from_files(options.features, options.labels) + (None,)
+        return embeddings.features_from_run(options.run_dir, options.checkpoint,
+                                            options.embed_split, options.data_dir,
+                                            options.batch_size, stream)
+    return embeddings.features_from_files(options.features, options.labels) + (None,)
 
 
 def classes_per_draw(options, labels, stream):
@@ -232,23 +128,6 @@ def classes_per_draw(options, labels, stream):
     available = len(np.unique(labels))
     return command_line.default_at_most(options, "classes", available, stream,
                                     f"the labels have {counted(available, 'class')}")
-
-
-def method_settings(methods, k, t, temperature):
-    """dict: every method's settings, for the results file (``methods``: the
-    `transduction.methods` module, imported late because it loads TensorFlow)."""
-    from llp_tf.after_training.transduction import dlp_diffusion
-
-    return {"k": int(k), "t": int(t), "temperature": float(temperature),
-            "rbf_gamma": methods.rbf_gamma(temperature),
-            "label_spreading": {"alpha": methods.LABEL_SPREADING_ALPHA,
-                                "max_iter": methods.LABEL_SPREADING_MAX_ITER,
-                                "tol": methods.SKLEARN_TOLERANCE},
-            "label_propagation": {"max_iter": methods.LABEL_PROPAGATION_MAX_ITER,
-                                  "tol": methods.SKLEARN_TOLERANCE},
-            "dlp": {"k": dlp_diffusion.DLP_K, "gamma": dlp_diffusion.DLP_GAMMA,
-                    "alpha": dlp_diffusion.DLP_ALPHA, "max_iter": dlp_diffusion.DLP_MAX_ITER,
-                    "tol": dlp_diffusion.DLP_TOLERANCE}}
 
 
 def run_comparison(options, stream=sys.stdout):
@@ -275,7 +154,7 @@ def run_comparison(options, stream=sys.stdout):
     protocol = {"classes": int(num_classes), "images_per_class": images,
                 "labelled_per_class": labelled, "draws": draws, "seed": options.seed,
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
-    settings = method_settings(methods, k, t, temperature)
+    settings = report.method_settings(methods, k, t, temperature)
     output = options.output or default_output(options.run_dir, options.features)
     command_line.check_result_file(output, RESULT_KEYS)
 
@@ -301,14 +180,14 @@ def run_comparison(options, stream=sys.stdout):
                            if issubclass(w.category, (UserWarning, RuntimeWarning))}):
         stream.write(f"note: a method warned: {message}\n")
 
-    stream.write("\n" + format_table(comparison) + "\n")
+    stream.write("\n" + report.format_table(comparison) + "\n")
     stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over {draws} "
                  f"draws. The paper's numbers are for ImageNet ResNet-50 features with 50 "
                  f"classes x 50 images, 5 labelled (its LP_DMT, "
                  f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
                  f"the ranking, not the values.\n")
-    command_line.write_json_atomically(output, results_json(comparison, protocol, settings, source),
-                                   RESULT_KEYS)
+    command_line.write_json_atomically(
+        output, report.results_json(comparison, protocol, settings, source), RESULT_KEYS)
     stream.write(f"wrote {output}\n")
     return comparison
 

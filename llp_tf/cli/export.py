@@ -110,6 +110,7 @@ def main(argv=None, stdout=None, stderr=None):
     from llp_tf.after_training import trained_run
     from llp_tf.after_training.export import onnx_model, saved_model
     from llp_tf.errors import LLPError  # noqa: PLC0415
+    from llp_tf.training import run_directory
 
     def report(line):
         stdout.write(line + "\n")
@@ -120,7 +121,7 @@ def main(argv=None, stdout=None, stderr=None):
         if values.onnx:
             onnx_model.require_converter()
         config = trained_run.read_config(values.run_dir)
-        checkpoint = command_line.resolve_checkpoint(values.run_dir, values.checkpoint)
+        checkpoint = run_directory.resolve_checkpoint(values.run_dir, values.checkpoint)
         run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
         info = source.info
         module = saved_model.build_inference_module(run, info.class_names, include_knn=values.knn)

@@ -33,6 +33,7 @@ from llp_tf.after_training import trained_run  # noqa: E402
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
 from llp_tf.after_training.probe import linear_probe, readout  # noqa: E402
 from llp_tf.counted_nouns import counted  # noqa: E402
+from llp_tf.training import run_directory  # noqa: E402
 
 #: Keys of the results file that mark an earlier one, which --output replaces.
 RESULT_KEYS = ("run_dir", "trained", "random")
@@ -219,7 +220,7 @@ def run_probe(options, stream):
     path = output_path(options.run_dir, options.dataset, options.output)
     source = load_source(options.dataset, options.data_dir)
     run = trained_run.load_run(options.run_dir,
-                                command_line.resolve_checkpoint(options.run_dir, options.checkpoint))
+                               run_directory.resolve_checkpoint(options.run_dir, options.checkpoint))
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
         options.run_dir, "probe_cache")), dataset_slug(options.dataset))

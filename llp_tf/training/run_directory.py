@@ -301,3 +301,29 @@ def _is_summary_after(record: bytes, step: int) -> bool:
 def checkpoint_step(path: str) -> int:
     """int: the global step a checkpoint path was saved at (its number)."""
     return int(path.rsplit("-", 1)[-1])
+
+
+def resolve_checkpoint(run_dir: str, checkpoint: Optional[str]) -> Optional[str]:
+    """A --checkpoint value (None, a step number or a path) as a checkpoint path of the
+    run in ``run_dir``, or None.
+
+    Raises:
+      ConfigError: a step the run has no kept checkpoint of, or a path that
+        is not a checkpoint.
+    """
+    if checkpoint is None:
+        return None
+    if checkpoint.isdigit():
+        by_step = {checkpoint_step(path): path
+                   for path in RunDirectory(run_dir).checkpoint_paths()}
+        if int(checkpoint) not in by_step:
+            kept = ", ".join(str(step) for step in sorted(by_step)) or "none"
+            raise ConfigError(f"The run {run_dir} has no checkpoint at step {checkpoint}; "
+                              f"its kept checkpoints are at steps: {kept}.")
+        return by_step[int(checkpoint)]
+    # A checkpoint is a prefix: its files are PATH.index and PATH.data-*.
+    if not os.path.isfile(checkpoint + ".index"):
+        raise ConfigError(f"{checkpoint} is not a checkpoint (there is no "
+                          f"{checkpoint}.index); give a path from {run_dir}/checkpoints "
+                          "without its extension, or a step number.")
+    return checkpoint

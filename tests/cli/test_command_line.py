@@ -81,24 +81,6 @@ def test_a_default_above_what_is_available_is_lowered_with_a_note():
     assert command_line.default_at_most(values, "classes", 3, io.StringIO(), "there are 3") == 5
 
 
-def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
-    run = tmp_path / "run"
-    folder = run / "checkpoints"
-    folder.mkdir(parents=True)
-    paths = [str(folder / f"ckpt-{step}") for step in (31, 62)]
-    for path in paths:
-        open(path + ".index", "w").close()
-    with open(folder / "checkpoint", "w") as f:
-        f.write(f'model_checkpoint_path: "{paths[1]}"\n' + "".join(
-            f'all_model_checkpoint_paths: "{path}"\n' for path in paths))
-    assert command_line.resolve_checkpoint(str(run), None) is None
-    assert command_line.resolve_checkpoint(str(run), "31") == paths[0]
-    assert command_line.resolve_checkpoint(str(run), paths[1]) == paths[1]
-    with pytest.raises(ConfigError, match="no checkpoint at step 40; .* steps: 31, 62"):
-        command_line.resolve_checkpoint(str(run), "40")
-    with pytest.raises(ConfigError, match="is not a checkpoint"):
-        command_line.resolve_checkpoint(str(run), os.path.join(str(folder), "ckpt-9"))
-
 
 def _origin_flags():
     values = command_line.new_flag_values()

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.run_directory import (RENAMED, RunDirectory, checkpoint_step, current_names,
-                                           start_afresh)
+                                           resolve_checkpoint, start_afresh)
 from tests.runs import file_contents
 from tests.cli.tool_main import ROOT
 
@@ -205,3 +205,22 @@ def test_records_past_the_resumed_step_are_dropped(tmp_path):
     assert _event_steps(run.tensorboard_dir) == [("train/loss", s) for s in range(1, 16)]
     assert run.drop_records_after(15) == 0  # nothing past: nothing changes
     assert len(run.read_metrics()) == 2
+
+
+def test_a_checkpoint_is_named_by_its_step_or_its_path(tmp_path):
+    run = tmp_path / "run"
+    folder = run / "checkpoints"
+    folder.mkdir(parents=True)
+    paths = [str(folder / f"ckpt-{step}") for step in (31, 62)]
+    for path in paths:
+        open(path + ".index", "w").close()
+    with open(folder / "checkpoint", "w") as f:
+        f.write(f'model_checkpoint_path: "{paths[1]}"\n' + "".join(
+            f'all_model_checkpoint_paths: "{path}"\n' for path in paths))
+    assert resolve_checkpoint(str(run), None) is None
+    assert resolve_checkpoint(str(run), "31") == paths[0]
+    assert resolve_checkpoint(str(run), paths[1]) == paths[1]
+    with pytest.raises(ConfigError, match="no checkpoint at step 40; .* steps: 31, 62"):
+        resolve_checkpoint(str(run), "40")
+    with pytest.raises(ConfigError, match="is not a checkpoint"):
+        resolve_checkpoint(str(run), os.path.join(str(folder), "ckpt-9"))

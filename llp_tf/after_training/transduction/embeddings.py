@@ -1,0 +1,78 @@
+"""The embeddings Table 5's comparison draws from: a run's memory bank (with the
+dataset's true training labels of its rows), a split embedded by the run's model, or
+features and labels in .npy files. Each source gives (features float32 [N, D], labels
+int64 [N], a description dict for the results file); TensorFlow is imported only to
+read a run.
+"""
+
+import os
+
+def _load_array(path, what):
+    import numpy as np
+
+    from llp_tf.errors import DataError
+    if not os.path.isfile(path):
+        raise DataError(f"The {what} file {path} does not exist.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise DataError(f"Cannot read the {what} file {path} as a numpy .npy array "
+                        f"({error}); save it with numpy.save.") from None
+
+
+def features_from_files(features_path, labels_path):
+    """(features float [N, D], labels int64 [N], description dict) from .npy files."""
+    import numpy as np
+
+    from llp_tf.errors import DataError
+    features = _load_array(features_path, "features")
+    labels = _load_array(labels_path, "labels")
+    if features.ndim != 2 or not np.issubdtype(features.dtype, np.number):
+        raise DataError(f"{features_path} must hold a numeric [N, D] array; it holds "
+                        f"{features.dtype} {features.shape}.")
+    if labels.ndim != 1 or len(labels) != len(features):
+        raise DataError(f"{labels_path} must hold one label per feature row ([{len(features)}]"
+                        f"); it holds {labels.shape}.")
+    if not np.issubdtype(labels.dtype, np.integer):
+        if not (np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels))):
+            raise DataError(f"{labels_path} must hold integer classes; it holds "
+                            f"{labels.dtype}.")
+    return (features.astype(np.float32), labels.astype(np.int64),
+            {"features": os.path.abspath(features_path), "labels": os.path.abspath(labels_path)})
+
+
+def embed_split(run, source, split, batch_size, stream):
+    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
+    in index order."""
+    from llp_tf.after_training.features import extract_features
+
+    embedded = extract_features(run.model, source, split, run.config.data.image_size,
+                                batch_size, stream, output="embedding")
+    return embedded.features, embedded.labels
+
+
+def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
+    """(features, labels, description dict, run config) of a run's bank or, with
+    ``split`` ("train" or "validation"), that split embedded by the run's model at
+    ``checkpoint`` (a step number or a checkpoint path, as str; None: the latest)."""
+    from llp_tf.after_training import trained_run
+    from llp_tf.errors import ConfigError
+    from llp_tf.training.methods import method_class
+    from llp_tf.training.run_directory import resolve_checkpoint
+
+    config = trained_run.read_config(run_dir)
+    if split is None and not method_class(config.method.name).keeps_bank:
+        raise ConfigError(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
+                          "--embed_split=train or --embed_split=validation to embed images "
+                          "with its model.")
+    run, source = trained_run.load_run_with_data(
+        run_dir, resolve_checkpoint(run_dir, checkpoint), data_dir)
+    description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
+                   "step": run.step, "dataset": config.data.dataset}
+    if split is not None:
+        features, labels = embed_split(run, source, split, batch_size, stream)
+        description["embeddings"] = f"{split} split embedded by the model"
+        return features, labels, description, config
+    labels = source.train_labels()[run.used_index]
+    description["embeddings"] = "memory bank (true training labels)"
+    return run.bank.embeddings.numpy(), labels, description, config
