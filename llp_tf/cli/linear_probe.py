@@ -19,7 +19,6 @@ a contrast. Prints a table and writes the results as JSON (default
 """
 
 import os
-import re
 import sys
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
@@ -31,7 +30,7 @@ from llp_tf.cli import command_line  # noqa: E402
 
 from llp_tf.after_training import trained_run  # noqa: E402
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
-from llp_tf.after_training.probe import linear_probe, readout  # noqa: E402
+from llp_tf.after_training.probe import readout, trunk_probes  # noqa: E402
 from llp_tf.counted_nouns import counted  # noqa: E402
 from llp_tf.training import run_directory  # noqa: E402
 
@@ -118,20 +117,12 @@ def define_protocol_flags(flag_values):
         "100000 of Places205's 2.45M); unset: all of them.", flag_values=flag_values)
 
 
-def dataset_slug(name):
-    """A file-name part for a dataset name: "tfds:places365_small" ->
-    "tfds_places365_small", "folder:/data/scenes/" -> "folder_scenes"."""
-    kind, _, rest = name.partition(":")
-    if rest:
-        name = f"{kind}_{os.path.basename(os.path.normpath(rest))}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
-
-
 def output_path(run_dir, dataset, output):
     """The results file, checked writable (and, if it exists, an earlier result,
     `RESULT_KEYS`) before any work is done."""
     from llp_tf.errors import ConfigError
-    path = output or os.path.join(run_dir, f"linear_probe_{dataset_slug(dataset)}.json")
+    slug = trunk_probes.dataset_slug(dataset)
+    path = output or os.path.join(run_dir, f"linear_probe_{slug}.json")
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ConfigError(f"--output {path} is a directory; give a file name.")
@@ -145,29 +136,6 @@ def output_path(run_dir, dataset, output):
                           "--output.")
     command_line.check_result_file(path, RESULT_KEYS)
     return path
-
-
-def format_table(rows):
-    """The summary table; rows: list of (trunk name, ProbeResult). Accuracies are
-    fractions under their metric names (llp_tf.training.metrics)."""
-    header = (f"{'trunk':<8} {'val_top1':>8} {'val_top5':>8} {'best_val_top1':>13} "
-              f"{'at epoch':>8} {'epochs':>6} {'drops':>5} {'train s':>7}")
-    lines = [header]
-    for name, result in rows:
-        lines.append(f"{name:<8} {result.val_top1:8.4f} {result.val_top5:8.4f} "
-                     f"{result.best_val_top1:13.4f} {result.best_epoch:8d} "
-                     f"{result.epochs:6d} {result.drops:5d} {result.seconds:7.1f}")
-    return "\n".join(lines)
-
-
-PROTOCOL_DESCRIPTIONS = {
-    "cached": "frozen trunk; pooled features of one centre crop per image, computed once "
-              "into a disk cache; linear softmax readout trained on them with SGD and "
-              "plateau drops",
-    "online": "frozen trunk (batch norm in inference mode); linear softmax readout trained "
-              "with SGD and plateau drops on the pooled features of augmented training "
-              "images, computed at every step; validation on one centre crop",
-}
 
 
 def probe_settings(options):
@@ -185,35 +153,9 @@ def probe_settings(options):
         max_train_examples=options.max_train_examples)
 
 
-def probe_trunks(options, run, source, settings, cache_dir, stream):
-    """(results dict by trunk name, table rows, facts of the last probe)."""
-    trunks = [("trained", run.model)]
-    if not options.skip_random:
-        trunks.append(("random", None))
-    results, rows, facts = {}, [], {}
-    for name, model in trunks:
-        if model is None:
-            model = linear_probe.random_trunk_model(run.config, run.num_classes, options.seed)
-        trunk = "trained" if name == "trained" else f"random-seed{options.seed}"
-        description = (f"checkpoint {run.checkpoint}" if name == "trained" else
-                       f"random {run.config.model.architecture} trunk, seed {options.seed}")
-        result, facts = linear_probe.probe_trunk(
-            model, source, run.config.data.image_size, settings, cache_dir=cache_dir,
-            trunk=trunk, trunk_description=description, reuse_cache=options.reuse_cache,
-            augmentation=run.config.data.augmentation,
-            min_crop_area=run.config.data.min_crop_area, stream=stream,
-            description=f"{name} trunk readout")
-        results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"],
-                             cache=facts["cache"], cache_reused=facts["cache_reused"])
-        rows.append((name, result))
-    return results, rows, facts
-
-
 def run_probe(options, stream):
     """Does the work of `main` with parsed flags ``options``; returns the results
     dict written to --output."""
-    import dataclasses
-
     from llp_tf.data.sources.registry import load_source
     settings = probe_settings(options)
     trained_run.read_config(options.run_dir)  # no run there: said before --output is made
@@ -223,29 +165,22 @@ def run_probe(options, stream):
                                run_directory.resolve_checkpoint(options.run_dir, options.checkpoint))
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
-        options.run_dir, "probe_cache")), dataset_slug(options.dataset))
+        options.run_dir, "probe_cache")), trunk_probes.dataset_slug(options.dataset))
     stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
                  f"{info.name}: {counted(info.num_classes, 'class')}, {info.num_train} train / "
                  f"{info.num_validation} validation images at {run.config.data.image_size} px; "
                  f"{settings.protocol} protocol, caches in {cache_dir}.\n")
     stream.flush()
-    results, rows, facts = probe_trunks(options, run, source, settings, cache_dir, stream)
-    payload = {
-        "run_dir": os.path.abspath(options.run_dir), "checkpoint": run.checkpoint,
-        "step": run.step, "method": run.config.method.name, "dataset": info.name,
-        "num_classes": info.num_classes, "image_size": run.config.data.image_size,
-        "feature_dim": facts["feature_dim"], "num_train": facts["num_train"],
-        "num_validation": facts["num_validation"], "protocol": settings.protocol,
-        "protocol_description": PROTOCOL_DESCRIPTIONS[settings.protocol],
-        "cache_dir": cache_dir, "max_train_examples": settings.max_train_examples,
-        "settings": dataclasses.asdict(settings),
-        "trained": results["trained"], "random": results.get("random"),
-    }
+    results, rows, facts = trunk_probes.probe_trunks(
+        run, source, settings, cache_dir, stream, skip_random=options.skip_random,
+        seed=options.seed, reuse_cache=options.reuse_cache)
+    payload = trunk_probes.results(options.run_dir, run, info, settings, cache_dir, results,
+                                   facts)
     command_line.write_json_atomically(path, payload, RESULT_KEYS)
     note = (f"(val_top5 is top-{rows[0][1].top5_k}: the dataset has "
             f"{counted(info.num_classes, 'class')})\n"
             if info.num_classes < readout.TOP_K else "")
-    stream.write("\n" + format_table(rows) + "\n" + note + f"Wrote {path}\n")
+    stream.write("\n" + trunk_probes.format_table(rows) + "\n" + note + f"Wrote {path}\n")
     stream.flush()
     return payload
 

@@ -1,4 +1,3 @@
-import importlib.util
 import json
 import os
 import re
@@ -9,19 +8,14 @@ import pytest
 from absl import flags
 
 from tests.runs import file_contents
-from tests.cli.tool_main import run_main
+from tests.cli.tool_main import load_tool, run_main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = os.path.join(ROOT, "tools", "linear_probe.py")
 
 
 @pytest.fixture(scope="module")
 def tool():
-    """The tool's module (tools/ is not a package); importing it defines no flags."""
-    spec = importlib.util.spec_from_file_location("linear_probe_tool", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The tool's module; importing it defines no flags."""
+    return load_tool("linear_probe.py")
 
 
 def _run(tool, *args):

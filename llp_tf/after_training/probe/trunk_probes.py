@@ -1,0 +1,91 @@
+"""A run's trunk probed (`probe_trunks`: the trained trunk, and a random one of its
+architecture for contrast), the summary table of the results (`format_table`) and the
+results file's dict (`results`)."""
+
+import dataclasses
+import os
+import re
+
+from llp_tf.after_training.probe import linear_probe
+
+
+def dataset_slug(name):
+    """A file-name part for a dataset name: "tfds:places365_small" ->
+    "tfds_places365_small", "folder:/data/scenes/" -> "folder_scenes"."""
+    kind, _, rest = name.partition(":")
+    if rest:
+        name = f"{kind}_{os.path.basename(os.path.normpath(rest))}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
+
+
+def format_table(rows):
+    """The summary table; rows: list of (trunk name, ProbeResult). Accuracies are
+    fractions under their metric names (llp_tf.training.metrics)."""
+    header = (f"{'trunk':<8} {'val_top1':>8} {'val_top5':>8} {'best_val_top1':>13} "
+              f"{'at epoch':>8} {'epochs':>6} {'drops':>5} {'train s':>7}")
+    lines = [header]
+    for name, result in rows:
+        lines.append(f"{name:<8} {result.val_top1:8.4f} {result.val_top5:8.4f} "
+                     f"{result.best_val_top1:13.4f} {result.best_epoch:8d} "
+                     f"{result.epochs:6d} {result.drops:5d} {result.seconds:7.1f}")
+    return "\n".join(lines)
+
+
+PROTOCOL_DESCRIPTIONS = {
+    "cached": "frozen trunk; pooled features of one centre crop per image, computed once "
+              "into a disk cache; linear softmax readout trained on them with SGD and "
+              "plateau drops",
+    "online": "frozen trunk (batch norm in inference mode); linear softmax readout trained "
+              "with SGD and plateau drops on the pooled features of augmented training "
+              "images, computed at every step; validation on one centre crop",
+}
+
+
+def probe_trunks(run, source, settings, cache_dir, stream, skip_random=False, seed=0,
+                 reuse_cache=True):
+    """Probes the trunk of ``run`` (a `trained_run.TrainedRun`) on ``source`` with
+    ``settings`` (`readout.ProbeSettings`), then, unless ``skip_random``, a random
+    trunk of its architecture (initialised with ``seed``); caches in ``cache_dir``
+    (``reuse_cache``: `linear_probe.probe_trunk`).
+
+    Returns:
+      (results dict by trunk name, table rows for `format_table`, facts of the last
+      probe).
+    """
+    trunks = [("trained", run.model)]
+    if not skip_random:
+        trunks.append(("random", None))
+    results, rows, facts = {}, [], {}
+    for name, model in trunks:
+        if model is None:
+            model = linear_probe.random_trunk_model(run.config, run.num_classes, seed)
+        trunk = "trained" if name == "trained" else f"random-seed{seed}"
+        description = (f"checkpoint {run.checkpoint}" if name == "trained" else
+                       f"random {run.config.model.architecture} trunk, seed {seed}")
+        result, facts = linear_probe.probe_trunk(
+            model, source, run.config.data.image_size, settings, cache_dir=cache_dir,
+            trunk=trunk, trunk_description=description, reuse_cache=reuse_cache,
+            augmentation=run.config.data.augmentation,
+            min_crop_area=run.config.data.min_crop_area, stream=stream,
+            description=f"{name} trunk readout")
+        results[name] = dict(result.to_json(), extraction_seconds=facts["extraction_seconds"],
+                             cache=facts["cache"], cache_reused=facts["cache_reused"])
+        rows.append((name, result))
+    return results, rows, facts
+
+
+def results(run_dir, run, info, settings, cache_dir, results_by_trunk, facts):
+    """The results file's dict: the probe of ``run`` (from ``run_dir``) on the dataset
+    of ``info`` (`SourceInfo`) with ``settings``, caches in ``cache_dir``, and
+    `probe_trunks`' results and facts."""
+    return {
+        "run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
+        "step": run.step, "method": run.config.method.name, "dataset": info.name,
+        "num_classes": info.num_classes, "image_size": run.config.data.image_size,
+        "feature_dim": facts["feature_dim"], "num_train": facts["num_train"],
+        "num_validation": facts["num_validation"], "protocol": settings.protocol,
+        "protocol_description": PROTOCOL_DESCRIPTIONS[settings.protocol],
+        "cache_dir": cache_dir, "max_train_examples": settings.max_train_examples,
+        "settings": dataclasses.asdict(settings),
+        "trained": results_by_trunk["trained"], "random": results_by_trunk.get("random"),
+    }
