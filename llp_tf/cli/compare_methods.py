@@ -15,23 +15,19 @@ names are read under them. Imports no TensorFlow.
 """
 
 import os
-import shlex
-import subprocess
 import sys
 
 from absl import flags
 
 from llp_tf.cli import command_line
+from llp_tf.training import method_comparison
+from llp_tf.training.method_comparison import METRIC
 
-#: What the table reports of a run: the last evaluation's validation softmax
-#: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
-METRIC = "val_top1"
+#: How each run starts: tools/train.py's module, with this Python.
+TRAIN_COMMAND = (sys.executable, "-m", "llp_tf.cli.train")
+
 #: Keys of the table's JSON file that mark an earlier one, which --output replaces.
 RESULT_KEYS = ("regime", "seeds", "metric")
-
-
-class ComparisonError(Exception):
-    """A run that failed or left no evaluation."""
 
 
 def make_flags():
@@ -53,51 +49,6 @@ def make_flags():
     return values
 
 
-def run_dir(runs_dir, method, seed):
-    return os.path.join(runs_dir, f"{method}_seed{seed}")
-
-
-def last_evaluation(directory):
-    """The last evaluation row of a run's metrics.jsonl under today's names (a
-    torn last line is skipped), or None; ComparisonError for a damaged file."""
-    from llp_tf.errors import DataError  # noqa: PLC0415 -- imports no TensorFlow
-    from llp_tf.training.run_directory import RunDirectory  # noqa: PLC0415 -- nor this
-
-    try:
-        rows = RunDirectory(directory).read_metrics(drop_torn_last_line=True)
-    except DataError as error:
-        raise ComparisonError(str(error)) from None
-    rows = [row for row in rows if METRIC in row]
-    return rows[-1] if rows else None
-
-
-def train(method, seed, values, extra_args, stderr):
-    """Runs tools/train.py for one (method, seed) and returns its last evaluation."""
-    directory = run_dir(values.runs_dir, method, seed)
-    command = [sys.executable, "-m", "llp_tf.cli.train", f"--regime={values.regime}",
-               f"--method={method}", f"--seed={seed}", f"--run_dir={directory}", *extra_args]
-    stderr.write(f"[{method}, seed {seed}] {shlex.join(command[1:])}\n")
-    stderr.flush()
-    code = subprocess.run(command, check=False).returncode
-    row = last_evaluation(directory)
-    if code != 0 or row is None:
-        raise ComparisonError(f"{method}, seed {seed}: tools/train.py exited {code}"
-                              + ("" if row else " and left no evaluation")
-                              + f" (run directory {directory}).")
-    return row
-
-
-def table(results, seeds):
-    """The Markdown table of ``results`` {method: {seed: val_top1}}."""
-    lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
-             "| --- |" + " --- |" * (len(seeds) + 2)]
-    for method, by_seed in results.items():
-        scores = [by_seed[s] for s in seeds]
-        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in scores)
-                     + f" | {sum(scores) / len(scores):.3f} | {max(scores) - min(scores):.3f} |")
-    return "\n".join(lines)
-
-
 def compare(values, extra_args, stdout, stderr):
     """Trains every (method, seed) and writes the table; returns the exit code.
 
@@ -116,15 +67,16 @@ def compare(values, extra_args, stdout, stderr):
     for method in values.methods:
         for seed in values.seeds:
             try:
-                results[method][seed] = float(train(method, seed, values, extra_args,
-                                                    stderr)[METRIC])
-            except ComparisonError as error:
+                results[method][seed] = float(method_comparison.train(
+                    TRAIN_COMMAND, values.regime, method, seed, values.runs_dir, extra_args,
+                    stderr)[METRIC])
+            except method_comparison.ComparisonError as error:
                 stderr.write(f"error: {error}\n")
                 return 1
     command_line.write_json_atomically(output, {
         "regime": values.regime, "train_args": extra_args, "metric": METRIC,
         "seeds": values.seeds, METRIC: results}, RESULT_KEYS)
-    stdout.write(table(results, values.seeds) + "\n")
+    stdout.write(method_comparison.table(results, values.seeds) + "\n")
     stdout.write(f"Written to {output}.\n")
     return 0
 

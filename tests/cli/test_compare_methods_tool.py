@@ -11,33 +11,6 @@ SMALL = ("--", "--data_percent=10", "--width=0.25", "--global_batch_size=50",
          "--warmup_epochs=1", "--lr_drop_epochs=1", "--steps_per_loop=4", "--epochs=1")
 
 
-def test_the_table_has_each_runs_last_top1_their_mean_and_spread(tmp_path):
-    tool = load_tool("compare_methods.py")
-    results = {"llp": {"0": 0.8, "1": 0.9}, "supervised": {"0": 0.7, "1": 0.6}}
-    assert tool.table(results, ["0", "1"]).splitlines() == [
-        "| method | seed 0 | seed 1 | mean | spread |",
-        "| --- | --- | --- | --- | --- |",
-        "| llp | 0.800 | 0.900 | 0.850 | 0.100 |",
-        "| supervised | 0.700 | 0.600 | 0.650 | 0.100 |"]
-    # The last evaluation row counts; a torn last line (a run killed mid-write) does not.
-    (tmp_path / "metrics.jsonl").write_text(
-        '{"epoch": 1, "val_top1": 0.5}\n{"epoch": 2, "nan": 1}\n{"epoch": 2, "val_top1": 0.75}'
-        '\n{"epo')
-    assert tool.last_evaluation(str(tmp_path)) == {"epoch": 2, "val_top1": 0.75}
-    assert tool.last_evaluation(str(tmp_path / "absent")) is None
-
-
-def test_a_run_of_an_earlier_version_is_read_under_todays_names(tmp_path):
-    tool = load_tool("compare_methods.py")
-    (tmp_path / "metrics.jsonl").write_text(
-        '{"epoch": 2, "step": 10, "train_loss": 1.5, "top1": 0.75, "examples": 40.0}\n')
-    assert tool.last_evaluation(str(tmp_path)) == {"epoch": 2, "step": 10, "loss": 1.5,
-                                                   "val_top1": 0.75, "val_examples": 40}
-    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "val_top1": 0.5}\n{"epo\n{}\n')
-    with pytest.raises(tool.ComparisonError, match=r"Line 2 of .*metrics.jsonl is not JSON"):
-        tool.last_evaluation(str(tmp_path))
-
-
 @pytest.mark.slow  # 35 s: four tiny runs
 def test_runs_every_method_and_seed_and_a_finished_run_is_not_trained_again(tmp_path):
     tool = load_tool("compare_methods.py")

@@ -1,0 +1,68 @@
+"""Training methods compared on one regime over several seeds: each (method, seed) is
+one run of tools/train.py in a process of its own, one after the other; the table
+reports each run's last validation top-1 (`METRIC`), their mean and spread.
+
+`train` runs one (a run already finished resumes, so it is not trained again),
+`last_evaluation` reads a run's last evaluation, `table` is the Markdown table of the
+results. Imports no TensorFlow.
+"""
+
+import os
+import shlex
+import subprocess
+
+#: What the table reports of a run: the last evaluation's validation softmax
+#: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
+METRIC = "val_top1"
+
+
+class ComparisonError(Exception):
+    """A run that failed or left no evaluation."""
+
+
+def run_dir(runs_dir, method, seed):
+    """The run directory of (``method``, ``seed``) in ``runs_dir``."""
+    return os.path.join(runs_dir, f"{method}_seed{seed}")
+
+
+def last_evaluation(directory):
+    """The last evaluation row of a run's metrics.jsonl under today's names (a
+    torn last line is skipped), or None; ComparisonError for a damaged file."""
+    from llp_tf.errors import DataError  # noqa: PLC0415 -- imports no TensorFlow
+    from llp_tf.training.run_directory import RunDirectory  # noqa: PLC0415 -- nor this
+
+    try:
+        rows = RunDirectory(directory).read_metrics(drop_torn_last_line=True)
+    except DataError as error:
+        raise ComparisonError(str(error)) from None
+    rows = [row for row in rows if METRIC in row]
+    return rows[-1] if rows else None
+
+
+def train(train_command, regime, method, seed, runs_dir, extra_args, stderr):
+    """Runs ``train_command`` (the words that start tools/train.py) on ``regime`` for
+    one (``method``, ``seed``) in its directory of ``runs_dir``, with ``extra_args``,
+    and returns its last evaluation; the command goes to ``stderr`` first."""
+    directory = run_dir(runs_dir, method, seed)
+    command = [*train_command, f"--regime={regime}", f"--method={method}", f"--seed={seed}",
+               f"--run_dir={directory}", *extra_args]
+    stderr.write(f"[{method}, seed {seed}] {shlex.join(command[1:])}\n")
+    stderr.flush()
+    code = subprocess.run(command, check=False).returncode
+    row = last_evaluation(directory)
+    if code != 0 or row is None:
+        raise ComparisonError(f"{method}, seed {seed}: tools/train.py exited {code}"
+                              + ("" if row else " and left no evaluation")
+                              + f" (run directory {directory}).")
+    return row
+
+
+def table(results, seeds):
+    """The Markdown table of ``results`` {method: {seed: val_top1}}."""
+    lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
+             "| --- |" + " --- |" * (len(seeds) + 2)]
+    for method, by_seed in results.items():
+        scores = [by_seed[s] for s in seeds]
+        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in scores)
+                     + f" | {sum(scores) / len(scores):.3f} | {max(scores) - min(scores):.3f} |")
+    return "\n".join(lines)

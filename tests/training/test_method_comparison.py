@@ -1,0 +1,31 @@
+"""llp_tf/training/method_comparison.py: the table and each run's last evaluation (the
+runs themselves: tests/cli/test_compare_methods_tool.py)."""
+
+import pytest
+
+from llp_tf.training import method_comparison
+
+
+def test_the_table_has_each_runs_last_top1_their_mean_and_spread(tmp_path):
+    results = {"llp": {"0": 0.8, "1": 0.9}, "supervised": {"0": 0.7, "1": 0.6}}
+    assert method_comparison.table(results, ["0", "1"]).splitlines() == [
+        "| method | seed 0 | seed 1 | mean | spread |",
+        "| --- | --- | --- | --- | --- |",
+        "| llp | 0.800 | 0.900 | 0.850 | 0.100 |",
+        "| supervised | 0.700 | 0.600 | 0.650 | 0.100 |"]
+    # The last evaluation row counts; a torn last line (a run killed mid-write) does not.
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"epoch": 1, "val_top1": 0.5}\n{"epoch": 2, "nan": 1}\n{"epoch": 2, "val_top1": 0.75}'
+        '\n{"epo')
+    assert method_comparison.last_evaluation(str(tmp_path)) == {"epoch": 2, "val_top1": 0.75}
+    assert method_comparison.last_evaluation(str(tmp_path / "absent")) is None
+
+
+def test_a_run_of_an_earlier_version_is_read_under_todays_names(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"epoch": 2, "step": 10, "train_loss": 1.5, "top1": 0.75, "examples": 40.0}\n')
+    assert method_comparison.last_evaluation(str(tmp_path)) == {"epoch": 2, "step": 10, "loss": 1.5,
+                                                   "val_top1": 0.75, "val_examples": 40}
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "val_top1": 0.5}\n{"epo\n{}\n')
+    with pytest.raises(method_comparison.ComparisonError, match=r"Line 2 of .*metrics.jsonl is not JSON"):
+        method_comparison.last_evaluation(str(tmp_path))
