@@ -15,7 +15,6 @@ functions that report its errors), so predict runs where only TensorFlow and
 llp_tf are installed.
 """
 
-import json
 import os
 import socket
 import sys
@@ -286,39 +285,6 @@ def check_run_dir(run_dir, what, stderr, origin="command line"):
                      f"{what}.\n")
         return False
     return True
-
-
-def check_result_file(path, keys):
-    """Raises ConfigError unless a results file may be written to ``path``: it
-    does not exist, or it is an earlier result of the tool, a JSON object
-    holding ``keys`` (the tool's own). Nothing else there is replaced."""
-    from llp_tf.errors import ConfigError  # noqa: PLC0415 -- see the module docstring
-    if not os.path.lexists(path):
-        return
-    try:
-        with open(path) as f:
-            content = json.load(f)
-    except (OSError, ValueError):
-        content = None
-    if not isinstance(content, dict) or not set(keys) <= set(content):
-        raise ConfigError(f"{path} exists and is not an earlier result of this tool (a JSON "
-                          f"object with {', '.join(keys)}), so it is not replaced: give "
-                          "another --output.")
-
-
-def write_json_atomically(path, content, keys):
-    """Writes ``content`` as indented JSON to ``path`` through a temporary file
-    in the same folder, so a crash never leaves a half-written file. A file
-    at ``path`` is replaced only if it is an earlier result holding ``keys``
-    (`check_result_file`, which the tool also asks before its work)."""
-    check_result_file(path, keys)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    with open(temporary, "w") as f:
-        json.dump(content, f, indent=2)
-        f.write("\n")
-    os.replace(temporary, path)
 
 
 def free_ports(count, host="127.0.0.1"):

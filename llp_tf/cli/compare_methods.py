@@ -19,6 +19,7 @@ import sys
 
 from absl import flags
 
+from llp_tf import result_files
 from llp_tf.cli import command_line
 from llp_tf.training import method_comparison
 from llp_tf.training.method_comparison import METRIC
@@ -62,7 +63,7 @@ def compare(values, extra_args, stdout, stderr):
         stderr.write(f"error: unknown method {unknown[0]!r}; known: {', '.join(METHODS)}.\n")
         return 1
     output = values.output or os.path.join(values.runs_dir, "methods_table.json")
-    command_line.check_result_file(output, RESULT_KEYS)
+    result_files.check_result_file(output, RESULT_KEYS)
     results = {method: {} for method in values.methods}
     for method in values.methods:
         for seed in values.seeds:
@@ -73,7 +74,7 @@ def compare(values, extra_args, stdout, stderr):
             except method_comparison.ComparisonError as error:
                 stderr.write(f"error: {error}\n")
                 return 1
-    command_line.write_json_atomically(output, {
+    result_files.write_json_atomically(output, {
         "regime": values.regime, "train_args": extra_args, "metric": METRIC,
         "seeds": values.seeds, METRIC: results}, RESULT_KEYS)
     stdout.write(method_comparison.table(results, values.seeds) + "\n")

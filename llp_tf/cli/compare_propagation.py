@@ -25,6 +25,7 @@ quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
 
+from llp_tf import result_files  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
 from llp_tf.after_training.transduction import embeddings, report  # noqa: E402 -- no TF
@@ -156,7 +157,7 @@ def run_comparison(options, stream=sys.stdout):
                 "feature_rows": int(len(labels)), "feature_dim": int(features.shape[1])}
     settings = report.method_settings(methods, k, t, temperature)
     output = options.output or default_output(options.run_dir, options.features)
-    command_line.check_result_file(output, RESULT_KEYS)
+    result_files.check_result_file(output, RESULT_KEYS)
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
@@ -186,7 +187,7 @@ def run_comparison(options, stream=sys.stdout):
                  f"classes x 50 images, 5 labelled (its LP_DMT, "
                  f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
                  f"the ranking, not the values.\n")
-    command_line.write_json_atomically(
+    result_files.write_json_atomically(
         output, report.results_json(comparison, protocol, settings, source), RESULT_KEYS)
     stream.write(f"wrote {output}\n")
     return comparison

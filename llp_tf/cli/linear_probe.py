@@ -26,6 +26,7 @@ quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
 
 from absl import flags  # noqa: E402
 
+from llp_tf import result_files  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
 from llp_tf.after_training import trained_run  # noqa: E402
@@ -134,7 +135,7 @@ def output_path(run_dir, dataset, output):
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"Cannot write {path}: its folder is not writable; give another "
                           "--output.")
-    command_line.check_result_file(path, RESULT_KEYS)
+    result_files.check_result_file(path, RESULT_KEYS)
     return path
 
 
@@ -176,7 +177,7 @@ def run_probe(options, stream):
         seed=options.seed, reuse_cache=options.reuse_cache)
     payload = trunk_probes.results(options.run_dir, run, info, settings, cache_dir, results,
                                    facts)
-    command_line.write_json_atomically(path, payload, RESULT_KEYS)
+    result_files.write_json_atomically(path, payload, RESULT_KEYS)
     note = (f"(val_top5 is top-{rows[0][1].top5_k}: the dataset has "
             f"{counted(info.num_classes, 'class')})\n"
             if info.num_classes < readout.TOP_K else "")

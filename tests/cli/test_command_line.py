@@ -1,8 +1,6 @@
 """The flags and helpers the tools share (llp_tf/cli/command_line.py)."""
 
 import io
-import json
-import os
 import socket
 
 import pytest
@@ -136,18 +134,3 @@ def test_a_settings_error_of_a_tool_names_where_each_value_came_from():
                         body)
     assert code == 1 and err.getvalue() == (
         "error: --warmup_epochs=10 (default) cannot exceed --epochs=3 (command line).\n")
-
-
-def test_a_results_file_replaces_only_an_earlier_result_of_the_tool(tmp_path):
-    path = tmp_path / "results.json"
-    command_line.write_json_atomically(str(path), {"top1": 0.5, "seeds": [0]}, ("top1",))
-    command_line.write_json_atomically(str(path), {"top1": 0.75}, ("top1",))  # an earlier result
-    assert json.loads(path.read_text()) == {"top1": 0.75}
-    for text in ('{"run": {"run_dir": "runs/demo"}}', '["top1"]', "top1: 0.5"):
-        path.write_text(text)
-        with pytest.raises(ConfigError) as error:
-            command_line.write_json_atomically(str(path), {"top1": 0.75}, ("top1",))
-        assert str(error.value) == (f"{path} exists and is not an earlier result of this tool "
-                                    "(a JSON object with top1), so it is not replaced: give "
-                                    "another --output.")
-        assert path.read_text() == text and os.listdir(tmp_path) == ["results.json"]
