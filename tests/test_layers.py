@@ -21,8 +21,8 @@ HELPERS = "llp_tf (top-level modules)"
 # From the bottom up; the parts in one layer do not import each other. The top-level
 # modules of llp_tf (config_fields, counted_nouns, errors, lazy_attributes, result_files,
 # types) are one part, `HELPERS`; llp_tf's own __init__ names the public API from core
-# and data;
-# llp_tf.cli, the entry points (flags read, one call into the library), is the top.
+# and data; llp_tf.cli, the entry points (flags read, one call into the library), is
+# the top.
 LAYERS = (
     (HELPERS,),
     ("llp_tf.core",),
