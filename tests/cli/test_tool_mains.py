@@ -1,4 +1,4 @@
-"""Every tool in tools/ (but the shared modules) has a ``main(argv, stdout,
+"""Every tool of tools/ (its module in llp_tf/cli) has a ``main(argv, stdout,
 stderr)`` that runs in this process and answers --help (and absl's --helpfull)."""
 
 import glob
@@ -8,13 +8,12 @@ import re
 
 from tests.cli.tool_main import ROOT, load_tool, run_main
 
-NOT_TOOLS = ("config_flags.py", "quiet_start.py", "tool_cli.py")
 RUN_DIR = re.compile(r"--run_dir=(runs/[\w.-]+)")
 
 
 def _tools():
     return sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
-                  if name.endswith(".py") and name not in NOT_TOOLS)
+                  if name.endswith(".py"))
 
 
 def _readme_commands():
