@@ -15,8 +15,9 @@ Subpackages: `core` (the above, and the statistics of a bank's state),
 `data`, `models`, `training` and `after_training` (a run read back, and its
 `export`, `probe`, `transduction` and `analysis`; docs/architecture.md).
 The library never reads flags; the entry points, `cli` (run from tools/ or as
-console scripts), turn flags into one frozen config and pass explicit arguments. Names are loaded on first use, so
-importing a light module such as `llp_tf.errors` does not import TensorFlow.
+console scripts), turn flags into one frozen config and pass explicit
+arguments. Names are loaded on first use, so importing a light module such as
+`llp_tf.errors` does not import TensorFlow.
 """
 
 from llp_tf.lazy_attributes import lazy_getattr

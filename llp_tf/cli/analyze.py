@@ -67,7 +67,7 @@ def main(argv=None, stdout=None, stderr=None):
     stderr = stderr or sys.stderr
     values = make_flags()
     exit_code = command_line.parse_run_tool(values, argv, __doc__, "an LLP training run", stdout,
-                                        stderr)
+                                            stderr)
     if exit_code is not None:
         return exit_code
     class_ids = None

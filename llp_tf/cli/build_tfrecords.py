@@ -83,7 +83,7 @@ def main(argv=None, stdout=None, stderr=None):
     the exit code."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__, build,
-                        error_prefix="build_tfrecords: ")
+                            error_prefix="build_tfrecords: ")
 
 
 if __name__ == "__main__":

@@ -106,8 +106,8 @@ def main(argv=None, stdout=None, stderr=None):
     the exit code (1: a bad image, or an error)."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda values, out, err: check(values, out),
-                        error_prefix="check_data: ")
+                            lambda values, out, err: check(values, out),
+                            error_prefix="check_data: ")
 
 
 if __name__ == "__main__":

@@ -42,15 +42,15 @@ def make_flags():
     """The tool's own `flags.FlagValues`."""
     values = command_line.new_flag_values()
     command_line.define_run_dir(values, "whose embeddings are compared: its memory bank by "
-                            "default (scored with the dataset's true training labels of the "
-                            "bank rows), or see --embed_split")
+                                "default (scored with the dataset's true training labels of the "
+                                "bank rows), or see --embed_split")
     command_line.define_checkpoint(values)
     flags.DEFINE_enum("embed_split", None, ["train", "validation"], "Instead of the memory bank, "
                       "embed this split's images with the run's model (eval preprocessing) and "
                       "use their true labels; needed for supervised runs, which have no bank.",
                       flag_values=values)
     command_line.define_data_dir(values, "the run's dataset, if not where the run's config says "
-                             "(used for the true labels and --embed_split)")
+                                 "(used for the true labels and --embed_split)")
     flags.DEFINE_integer("batch_size", 256, "Images per batch with --embed_split.",
                          flag_values=values)
     flags.DEFINE_string("features", None, "A .npy file of features float [N, D] (rows are "
@@ -128,7 +128,7 @@ def classes_per_draw(options, labels, stream):
     import numpy as np
     available = len(np.unique(labels))
     return command_line.default_at_most(options, "classes", available, stream,
-                                    f"the labels have {counted(available, 'class')}")
+                                        f"the labels have {counted(available, 'class')}")
 
 
 def run_comparison(options, stream=sys.stdout):
@@ -198,8 +198,8 @@ def main(argv=None, stdout=None, stderr=None):
     the exit code (2: unexpected arguments)."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda options, out, err: run_comparison(options, out),
-                        stray_exit_code=2)
+                            lambda options, out, err: run_comparison(options, out),
+                            stray_exit_code=2)
 
 
 if __name__ == "__main__":

@@ -162,8 +162,8 @@ def run_probe(options, stream):
     trained_run.read_config(options.run_dir)  # no run there: said before --output is made
     path = output_path(options.run_dir, options.dataset, options.output)
     source = load_source(options.dataset, options.data_dir)
-    run = trained_run.load_run(options.run_dir,
-                               run_directory.resolve_checkpoint(options.run_dir, options.checkpoint))
+    checkpoint = run_directory.resolve_checkpoint(options.run_dir, options.checkpoint)
+    run = trained_run.load_run(options.run_dir, checkpoint)
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
         options.run_dir, "probe_cache")), trunk_probes.dataset_slug(options.dataset))
@@ -199,7 +199,7 @@ def main(argv=None, stdout=None, stderr=None):
     define_flags(options)
     command_line.define_verbosity(options)
     return command_line.run(argv, stdout, stderr, options, __doc__,
-                        lambda values, out, err: run_probe(values, out), stray_exit_code=2)
+                            lambda values, out, err: run_probe(values, out), stray_exit_code=2)
 
 
 if __name__ == "__main__":

@@ -118,8 +118,8 @@ def main(argv=None, stdout=None, stderr=None):
     the exit code."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
-                        lambda values, out, err: out.write(make(values, err) + "\n"),
-                        error_prefix="make_splits: ")
+                            lambda values, out, err: out.write(make(values, err) + "\n"),
+                            error_prefix="make_splits: ")
 
 
 if __name__ == "__main__":

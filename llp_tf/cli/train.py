@@ -134,7 +134,7 @@ def main(argv=None, stdout=None, stderr=None):
     if argv is None:
         return 2
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__, train, stray_exit_code=2,
-                        origins=flag_origins)
+                            origins=flag_origins)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ def test_the_table_has_each_runs_last_top1_their_mean_and_spread(tmp_path):
 def test_a_run_of_an_earlier_version_is_read_under_todays_names(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         '{"epoch": 2, "step": 10, "train_loss": 1.5, "top1": 0.75, "examples": 40.0}\n')
-    assert method_comparison.last_evaluation(str(tmp_path)) == {"epoch": 2, "step": 10, "loss": 1.5,
-                                                   "val_top1": 0.75, "val_examples": 40}
+    assert method_comparison.last_evaluation(str(tmp_path)) == {
+        "epoch": 2, "step": 10, "loss": 1.5, "val_top1": 0.75, "val_examples": 40}
     (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "val_top1": 0.5}\n{"epo\n{}\n')
-    with pytest.raises(method_comparison.ComparisonError, match=r"Line 2 of .*metrics.jsonl is not JSON"):
+    with pytest.raises(method_comparison.ComparisonError,
+                       match=r"Line 2 of .*metrics.jsonl is not JSON"):
         method_comparison.last_evaluation(str(tmp_path))
