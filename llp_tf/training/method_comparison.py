@@ -11,6 +11,9 @@ import os
 import shlex
 import subprocess
 
+from llp_tf.errors import DataError
+from llp_tf.training.run_directory import RunDirectory
+
 #: What the table reports of a run: the last evaluation's validation softmax
 #: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
 METRIC = "val_top1"
@@ -28,9 +31,6 @@ def run_dir(runs_dir, method, seed):
 def last_evaluation(directory):
     """The last evaluation row of a run's metrics.jsonl under today's names (a
     torn last line is skipped), or None; ComparisonError for a damaged file."""
-    from llp_tf.errors import DataError  # noqa: PLC0415 -- imports no TensorFlow
-    from llp_tf.training.run_directory import RunDirectory  # noqa: PLC0415 -- nor this
-
     try:
         rows = RunDirectory(directory).read_metrics(drop_torn_last_line=True)
     except DataError as error:

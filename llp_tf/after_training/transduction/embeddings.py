@@ -7,10 +7,12 @@ read a run.
 
 import os
 
-def _load_array(path, what):
-    import numpy as np
+import numpy as np
 
-    from llp_tf.errors import DataError
+from llp_tf.errors import ConfigError, DataError
+
+
+def _load_array(path, what):
     if not os.path.isfile(path):
         raise DataError(f"The {what} file {path} does not exist.")
     try:
@@ -22,9 +24,6 @@ def _load_array(path, what):
 
 def features_from_files(features_path, labels_path):
     """(features float [N, D], labels int64 [N], description dict) from .npy files."""
-    import numpy as np
-
-    from llp_tf.errors import DataError
     features = _load_array(features_path, "features")
     labels = _load_array(labels_path, "labels")
     if features.ndim != 2 or not np.issubdtype(features.dtype, np.number):
@@ -56,7 +55,6 @@ def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     ``split`` ("train" or "validation"), that split embedded by the run's model at
     ``checkpoint`` (a step number or a checkpoint path, as str; None: the latest)."""
     from llp_tf.after_training import trained_run
-    from llp_tf.errors import ConfigError
     from llp_tf.training.methods import method_class
     from llp_tf.training.run_directory import resolve_checkpoint
 
