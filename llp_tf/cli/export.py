@@ -35,7 +35,6 @@ from absl import flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
 EXPORT_SUBDIR = "export"
-_BYTES_PER_MB = 1024 * 1024
 
 
 def make_flags():
@@ -62,34 +61,6 @@ def make_flags():
     return values
 
 
-def _directory_megabytes(path):
-    total = 0
-    for folder, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
-    return total / _BYTES_PER_MB
-
-
-def describe_signatures(info):
-    """Lines naming each signature of an export info dict and its outputs."""
-    lines = []
-    for name, outputs in info["signatures"].items():
-        alias = " (also serving_default)" if name == info.get("serving_default") else ""
-        lines.append(f"  {name}(images uint8 [B, H, W, C]){alias} ->")
-        for output, spec in outputs.items():
-            lines.append(f"    {output}: {spec['dtype']} {spec['shape']}  {spec['doc']}")
-    return lines
-
-
-def describe_onnx(onnx_info, output_dir):
-    """The line naming the ONNX model of an export info's "onnx" entry."""
-    (name, spec), = onnx_info["input"].items()
-    outputs = ", ".join(f"{output} {output_spec['dtype']} {output_spec['shape']}"
-                        for output, output_spec in onnx_info["outputs"].items())
-    return (f"ONNX model {os.path.join(output_dir, onnx_info['file'])} (opset "
-            f"{onnx_info['opset']}): {name} {spec['dtype']} {spec['shape']} preprocessed "
-            f"(docs/onnx.md) -> {outputs}")
-
-
 def main(argv=None, stdout=None, stderr=None):
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code."""
@@ -108,7 +79,7 @@ def main(argv=None, stdout=None, stderr=None):
         return 1
 
     from llp_tf.after_training import trained_run
-    from llp_tf.after_training.export import onnx_model, saved_model
+    from llp_tf.after_training.export import export_summary, onnx_model, saved_model
     from llp_tf.errors import LLPError  # noqa: PLC0415
     from llp_tf.training import run_directory
 
@@ -140,17 +111,8 @@ def main(argv=None, stdout=None, stderr=None):
     except OSError as error:
         stderr.write(f"error: cannot write the export: {error}\n")
         return 1
-    report(f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
-           f"{saved_model.EXPORT_INFO_FILE}")
-    report(f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "
-           f"call), C = 1 or 3; resized and centre-cropped to {written['image_size']} px "
-           "inside.")
-    report("Signatures:")
-    for line in describe_signatures(written):
+    for line in export_summary.written_lines(written, output_dir, values.onnx):
         report(line)
-    if values.onnx:
-        report(describe_onnx(written["onnx"], output_dir))
-    report(f"Try it: tools/predict.py --model_dir={output_dir} IMAGE.png")
     return 0
 
 

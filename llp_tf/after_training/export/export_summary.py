@@ -1,0 +1,54 @@
+"""What an export wrote, in the lines tools/export.py prints: the folder and its size,
+the input of the signatures, each signature's outputs, the ONNX model's input and
+outputs, and how to try it, from the export info dict `saved_model.save_module`
+returns."""
+
+import os
+
+from llp_tf.after_training.export.saved_model import EXPORT_INFO_FILE
+
+_BYTES_PER_MB = 1024 * 1024
+
+
+def _directory_megabytes(path):
+    total = 0
+    for folder, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
+    return total / _BYTES_PER_MB
+
+
+def describe_signatures(info):
+    """Lines naming each signature of an export info dict and its outputs."""
+    lines = []
+    for name, outputs in info["signatures"].items():
+        alias = " (also serving_default)" if name == info.get("serving_default") else ""
+        lines.append(f"  {name}(images uint8 [B, H, W, C]){alias} ->")
+        for output, spec in outputs.items():
+            lines.append(f"    {output}: {spec['dtype']} {spec['shape']}  {spec['doc']}")
+    return lines
+
+
+def describe_onnx(onnx_info, output_dir):
+    """The line naming the ONNX model of an export info's "onnx" entry."""
+    (name, spec), = onnx_info["input"].items()
+    outputs = ", ".join(f"{output} {output_spec['dtype']} {output_spec['shape']}"
+                        for output, output_spec in onnx_info["outputs"].items())
+    return (f"ONNX model {os.path.join(output_dir, onnx_info['file'])} (opset "
+            f"{onnx_info['opset']}): {name} {spec['dtype']} {spec['shape']} preprocessed "
+            f"(docs/onnx.md) -> {outputs}")
+
+
+def written_lines(info, output_dir, include_onnx):
+    """The lines (list of str) about the export in ``output_dir`` with the export info
+    dict ``info``; with ``include_onnx``, its model.onnx too."""
+    lines = [f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
+             f"{EXPORT_INFO_FILE}",
+             f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "
+             f"call), C = 1 or 3; resized and centre-cropped to {info['image_size']} px "
+             "inside.",
+             "Signatures:"]
+    lines += describe_signatures(info)
+    if include_onnx:
+        lines.append(describe_onnx(info["onnx"], output_dir))
+    lines.append(f"Try it: tools/predict.py --model_dir={output_dir} IMAGE.png")
+    return lines
