@@ -1,5 +1,7 @@
-"""Loading a tool or benchmark script and running its ``main`` in this process."""
+"""Loading a tool's module (llp_tf.cli) or a benchmark script and running its ``main``
+in this process."""
 
+import importlib
 import importlib.util
 import io
 import os
@@ -14,15 +16,15 @@ def tool_path(file_name):
 
 
 def load_tool(file_name):
-    """The module of tools/<file_name> (see `load_script`)."""
-    return load_script(tool_path(file_name), "_tool")
+    """The module llp_tf.cli.<name> that tools/<file_name> runs."""
+    return importlib.import_module("llp_tf.cli." + os.path.splitext(file_name)[0])
 
 
 def load_script(path, suffix):
-    """The module of the script at ``path`` (tools/ and benchmarks/ are not
-    packages), loaded under its name plus ``suffix`` so it cannot clash with a
-    module of the same name. Its folder goes on the import path (for
-    `tool_cli`, `bench_cli`), also for tests outside the folder's tests."""
+    """The module of the script at ``path`` (benchmarks/ is not a package),
+    loaded under its name plus ``suffix`` so it cannot clash with a module of
+    the same name. Its folder goes on the import path (for `bench_cli`), also
+    for tests outside the folder's tests."""
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
