@@ -193,8 +193,9 @@ def test_every_tool_and_benchmark_starts_quietly_before_anything_imports_tensorf
         name = os.path.basename(path)
         source = open(path).read()
         if name in NO_TENSORFLOW:
-            # Nothing to quieten: it must then import nothing that imports TensorFlow
-            # (of llp_tf, the method registry, which names methods without importing them).
+            # Nothing to quieten: it must then import nothing that imports TensorFlow (of
+            # llp_tf: the method registry, which names methods without importing them, the
+            # launcher and the comparison's runs).
             assert not (heavy - {"llp_tf"}) & _all_imports(source), name
             assert _imports_of_help(path) == [], name
             continue
