@@ -18,7 +18,6 @@ the dataset's true training labels), a split embedded with the run's model
 
 import os
 import sys
-import warnings
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -159,34 +158,8 @@ def run_comparison(options, stream=sys.stdout):
     output = options.output or default_output(options.run_dir, options.features)
     result_files.check_result_file(output, RESULT_KEYS)
 
-    stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
-                 f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
-                 f"{counted(num_classes, 'class')} x {counted(images, 'image')}, {labelled} "
-                 f"labelled per class, {num_classes * (images - labelled)} scored per draw; "
-                 f"K={k} T={t} tau={temperature:g}\n")
-    stream.flush()
-
-    def on_draw(number, total, accuracy, seconds):
-        scores = " ".join(f"{name} {value:.4f}" for name, value in accuracy.items())
-        stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
-        stream.flush()
-
-    # scikit-learn warns when an iteration stops at its cap; one note each.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        comparison = protocol_lib.compare_methods(
-            features, labels, methods.standard_methods(k, t, temperature), num_classes, images,
-            labelled, draws, options.seed, on_draw=on_draw)
-    for message in sorted({str(w.message) for w in caught
-                           if issubclass(w.category, (UserWarning, RuntimeWarning))}):
-        stream.write(f"note: a method warned: {message}\n")
-
-    stream.write("\n" + report.format_table(comparison) + "\n")
-    stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over {draws} "
-                 f"draws. The paper's numbers are for ImageNet ResNet-50 features with 50 "
-                 f"classes x 50 images, 5 labelled (its LP_DMT, "
-                 f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
-                 f"the ranking, not the values.\n")
+    comparison = report.run_and_report(features, labels, source, num_classes, images, labelled,
+                                       draws, options.seed, k, t, temperature, stream)
     result_files.write_json_atomically(
         output, report.results_json(comparison, protocol, settings, source), RESULT_KEYS)
     stream.write(f"wrote {output}\n")
