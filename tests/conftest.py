@@ -66,9 +66,9 @@ def tiny_llp_run(tiny_llp_training):
 
 @pytest.fixture(scope="module")
 def run(tiny_llp_run):
-    """`trained_run.TrainedRun` of `tiny_llp_run`, one per test module (tests may change it)."""
-    from llp_tf.after_training import trained_run
-    return trained_run.load_run(tiny_llp_run)
+    """`run_loader.TrainedRun` of `tiny_llp_run`, one per test module (tests may change it)."""
+    from llp_tf.after_training import run_loader
+    return run_loader.load_run(tiny_llp_run)
 
 
 @pytest.fixture(scope="module")

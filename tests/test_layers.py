@@ -98,7 +98,7 @@ def test_every_module_has_a_layer():
 
 def test_the_check_finds_upward_and_sideways_imports():
     graph = {"llp_tf.core.losses": {"llp_tf.errors", "llp_tf.training.schedule"},
-             "llp_tf.errors": {"llp_tf.types"},
+             "llp_tf.errors": {"llp_tf.tensor_types"},
              "llp_tf.data.sources.base": {"llp_tf.models.config", "llp_tf.data.config"},
              "llp_tf.data.splits.regime": {"llp_tf.data.augmentation.views"},
              "llp_tf.data.pipeline.streams": {"llp_tf.data.splits.regime"},

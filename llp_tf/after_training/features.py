@@ -24,9 +24,9 @@ from llp_tf.data.augmentation import eval_transform
 from llp_tf.data.decoding.decode import data_errors
 from llp_tf.data.sources.base import Source
 from llp_tf.errors import ConfigError
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.progress import EpochProgress
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 #: The project's global batch (the paper's 128): images per forward pass.
 DEFAULT_BATCH_SIZE = 128
@@ -113,7 +113,7 @@ def example_batches(source: Source, split: str, image_size: int, batch_size: int
     return examples.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
-def output_batches(model: LLPModel, source: Source, split: str, image_size: int,
+def output_batches(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                    batch_size: int = DEFAULT_BATCH_SIZE, index: Array | None = None,
                    output: str = "features",
                    stream: TextIO | None = None) -> Iterator[tuple[Array, Array, Array]]:
@@ -150,7 +150,7 @@ def output_batches(model: LLPModel, source: Source, split: str, image_size: int,
             progress.update(step, {})
 
 
-def extract_features(model: LLPModel, source: Source, split: str, image_size: int,
+def extract_features(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                      batch_size: int = DEFAULT_BATCH_SIZE, stream: TextIO | None = None,
                      output: str = "features", index: Array | None = None) -> FeatureSet:
     """A model output of every example of a split (or of ``index``), in memory:

@@ -78,7 +78,7 @@ def main(argv=None, stdout=None, stderr=None):
                      "or choose another --output_dir.\n")
         return 1
 
-    from llp_tf.after_training import trained_run
+    from llp_tf.after_training import run_loader
     from llp_tf.after_training.export import export_summary, onnx_model, saved_model
     from llp_tf.errors import LLPError  # noqa: PLC0415
     from llp_tf.training import run_directory
@@ -91,9 +91,9 @@ def main(argv=None, stdout=None, stderr=None):
         saved_model.check_output_dir(output_dir, values.overwrite)
         if values.onnx:
             onnx_model.require_converter()
-        config = trained_run.read_config(values.run_dir)
+        config = run_loader.read_config(values.run_dir)
         checkpoint = run_directory.resolve_checkpoint(values.run_dir, values.checkpoint)
-        run, source = trained_run.load_run_with_data(values.run_dir, checkpoint)
+        run, source = run_loader.load_run_with_data(values.run_dir, checkpoint)
         info = source.info
         module = saved_model.build_inference_module(run, info.class_names, include_knn=values.knn)
         report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "

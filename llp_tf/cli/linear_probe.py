@@ -29,7 +29,7 @@ from absl import flags  # noqa: E402
 from llp_tf import result_files  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
-from llp_tf.after_training import trained_run  # noqa: E402
+from llp_tf.after_training import run_loader  # noqa: E402
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
 from llp_tf.after_training.probe import readout, trunk_probes  # noqa: E402
 from llp_tf.counted_nouns import counted  # noqa: E402
@@ -159,11 +159,11 @@ def run_probe(options, stream):
     dict written to --output."""
     from llp_tf.data.sources.registry import load_source
     settings = probe_settings(options)
-    trained_run.read_config(options.run_dir)  # no run there: said before --output is made
+    run_loader.read_config(options.run_dir)  # no run there: said before --output is made
     path = output_path(options.run_dir, options.dataset, options.output)
     source = load_source(options.dataset, options.data_dir)
     checkpoint = run_directory.resolve_checkpoint(options.run_dir, options.checkpoint)
-    run = trained_run.load_run(options.run_dir, checkpoint)
+    run = run_loader.load_run(options.run_dir, checkpoint)
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
         options.run_dir, "probe_cache")), trunk_probes.dataset_slug(options.dataset))

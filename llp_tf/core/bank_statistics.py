@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from llp_tf.core import label_encoding
-from llp_tf.types import Array, BoolTensor, FloatTensor, IntTensor
+from llp_tf.tensor_types import Array, BoolTensor, FloatTensor, IntTensor
 
 # Rows summed per chunk: bounds the float64 copy of a million-row bank.
 SUM_CHUNK_ROWS = 65536

@@ -13,7 +13,7 @@ discrimination. (The authors' release stored ``N + class`` for classes and
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.types import Array, BoolTensor, IntTensor
+from llp_tf.tensor_types import Array, BoolTensor, IntTensor
 
 
 def instance_labels(indices: IntTensor, num_classes: int | IntTensor) -> IntTensor:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding
-from llp_tf.types import FloatTensor, IntTensor
+from llp_tf.tensor_types import FloatTensor, IntTensor
 
 
 #: Bank rows per block of `aggregation_loss`. Its forward pass keeps the

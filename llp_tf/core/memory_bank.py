@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding
-from llp_tf.types import Array, FloatTensor, IntTensor
+from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
 def _validate_split(num_examples, num_classes, labelled_index, labelled_classes):

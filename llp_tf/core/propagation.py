@@ -12,7 +12,7 @@ import math
 import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding
-from llp_tf.types import FloatTensor, IntTensor
+from llp_tf.tensor_types import FloatTensor, IntTensor
 
 DEFAULT_BLOCK_ROWS = 262_144
 

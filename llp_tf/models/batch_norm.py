@@ -32,7 +32,7 @@ import keras
 from keras import ops
 
 from llp_tf.models.config import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
-from llp_tf.types import FloatTensor
+from llp_tf.tensor_types import FloatTensor
 
 # The recorder of the forward pass running in this thread, and whether its
 # moving statistics are kept: MirroredStrategy runs each replica's step in its

@@ -1,7 +1,7 @@
 """The model section of a run's config, and the choices and defaults it reads.
 
 Architectures, the embedding size, the batch-norm settings and the precision
-names are defined here once; the network code (`factory`, `llp_model`,
+names are defined here once; the network code (`factory`, `embedding_classifier`,
 `batch_norm`, `precision`) takes its defaults from here. Imports no
 TensorFlow, so the config tree can be read without it.
 """

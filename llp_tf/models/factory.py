@@ -1,11 +1,11 @@
-"""Build an `LLPModel` from an architecture name."""
+"""Build an `EmbeddingClassifier` from an architecture name."""
 
 from collections.abc import Sequence
 
 from llp_tf.errors import ConfigError
 from llp_tf.models.config import (ARCHITECTURES, BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM,
                                   EMBEDDING_DIM, ModelConfig)
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.models.precision import dtype_policy
 from llp_tf.models.resnet_v2 import ResNetV2
 
@@ -17,8 +17,8 @@ def build_model(architecture: str, num_classes: int,
                 sync_batch_norm: bool = False,
                 batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
                 batch_norm_epsilon: float = BATCH_NORM_EPSILON,
-                precision: str = "float32") -> LLPModel:
-    """An unbuilt `LLPModel` (its weights are created on the first call).
+                precision: str = "float32") -> EmbeddingClassifier:
+    """An unbuilt `EmbeddingClassifier` (its weights are created on the first call).
 
     Args:
       architecture: one of `ARCHITECTURES`, e.g. "resnet18", "resnet50".
@@ -62,13 +62,13 @@ def _build(spec, num_classes, embedding_dim, width, small_inputs, blocks_per_sta
         sync_batch_norm=sync_batch_norm,
         batch_norm_momentum=batch_norm_momentum,
         batch_norm_epsilon=batch_norm_epsilon)
-    return LLPModel(trunk, num_classes=num_classes,
+    return EmbeddingClassifier(trunk, num_classes=num_classes,
                     embedding_dim=embedding_dim)
 
 
 def build_model_from_config(model_config: ModelConfig, num_classes: int,
-                            image_size: int, precision: str = "float32") -> LLPModel:
-    """The `LLPModel` a run's model settings describe, with its weights created.
+                            image_size: int, precision: str = "float32") -> EmbeddingClassifier:
+    """The `EmbeddingClassifier` a run's model settings describe, with its weights created.
 
     Args:
       model_config: the run's `ModelConfig`.

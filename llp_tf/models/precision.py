@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from llp_tf.errors import ConfigError
 from llp_tf.models.config import PRECISION_POLICIES, PRECISIONS
-from llp_tf.types import FloatTensor
+from llp_tf.tensor_types import FloatTensor
 
 
 def policy_name(precision: str) -> str:

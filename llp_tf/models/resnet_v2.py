@@ -27,7 +27,7 @@ import tensorflow as tf
 from llp_tf.errors import ConfigError
 from llp_tf.models.batch_norm import BatchNormalization, batch_norm
 from llp_tf.models.config import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
-from llp_tf.types import FloatTensor
+from llp_tf.tensor_types import FloatTensor
 
 # Filters of the first stage at width 1.
 BASE_FILTERS = 64

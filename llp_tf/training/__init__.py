@@ -10,7 +10,7 @@ __all__ = ["TrainingDiverged", "run_training"]
 
 def __getattr__(name):
     if name == "run_training":
-        from llp_tf.training.training_run import run_training  # noqa: PLC0415
+        from llp_tf.training.assembly import run_training  # noqa: PLC0415
         return run_training
     if name == "TrainingDiverged":
         from llp_tf.training.actions import TrainingDiverged  # noqa: PLC0415

@@ -10,7 +10,7 @@ NaN guard, the metrics file, the plateau rule). After each loop it asks
 whether to stop (`preemption.PreemptionWatch`: SIGTERM or Ctrl-C on any
 worker), and then saves a checkpoint and raises `TrainingStopped`. Every
 worker of a cluster runs the same loop; what only the chief writes is
-decided by the checkpoints, writer and actions it is given (`training_run`).
+decided by the checkpoints, writer and actions it is given (`assembly`).
 Nothing in it depends on the method.
 """
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 class EpochTotals(tf.Module):

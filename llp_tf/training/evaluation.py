@@ -27,9 +27,9 @@ import tensorflow as tf
 
 from llp_tf.core import bank_statistics
 from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training import metrics as metrics_lib
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 class Evaluator:
@@ -37,14 +37,14 @@ class Evaluator:
 
     Args:
       strategy: the run's `tf.distribute.Strategy`.
-      model: `LLPModel`.
+      model: `EmbeddingClassifier`.
       bank: `MemoryBank`, or None (supervised baseline: validation accuracy only).
       bank_true_labels: int64 [N], the true class of each bank row (-1 where
         unknown); used for NN accuracy, pseudo-label accuracy and aggregation.
       num_classes: int, C.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  bank: Optional[MemoryBank], bank_true_labels: Array, num_classes: int) -> None:
         self.strategy = strategy
         self.model = model

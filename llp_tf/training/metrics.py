@@ -42,7 +42,7 @@ bank's state are `llp_tf.core.bank_statistics`.
 import tensorflow as tf
 
 from llp_tf.core import propagation
-from llp_tf.types import BoolTensor, FloatTensor, IntTensor
+from llp_tf.tensor_types import BoolTensor, FloatTensor, IntTensor
 
 #: The prefix of a metric measured on the validation split.
 VALIDATION_PREFIX = "val_"

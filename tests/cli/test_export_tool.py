@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from tests.runs import file_contents
 from tests.cli.tool_main import load_tool, run_main
 
@@ -68,7 +68,7 @@ def test_overwrite_replaces_an_export_with_an_older_checkpoint(tiny_llp_run, knn
                                                                tmp_path):
     output_dir = tmp_path / "model"
     shutil.copytree(knn_export[0], output_dir)  # an earlier export, with knn and model.onnx
-    oldest = trained_run.checkpoint_step(trained_run.checkpoint_paths(tiny_llp_run)[0])
+    oldest = run_loader.checkpoint_step(run_loader.checkpoint_paths(tiny_llp_run)[0])
     code, stdout, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}",
                                 f"--checkpoint={oldest}", "--overwrite")
     assert code == 0, stderr
@@ -168,8 +168,8 @@ def test_a_run_dir_that_is_a_file_is_a_clear_error(tmp_path):
 def test_bad_checkpoint_and_non_run_directory_are_clear_errors(tiny_llp_run, tmp_path):
     code, _, stderr = _run(f"--run_dir={tiny_llp_run}", f"--output_dir={tmp_path / 'a'}",
                            "--checkpoint=999")
-    steps = sorted(trained_run.checkpoint_step(p)
-                   for p in trained_run.checkpoint_paths(tiny_llp_run))
+    steps = sorted(run_loader.checkpoint_step(p)
+                   for p in run_loader.checkpoint_paths(tiny_llp_run))
     assert code == 1 and stderr == (
         f"error: The run {tiny_llp_run} has no checkpoint at step 999; its kept checkpoints "
         f"are at steps: {', '.join(map(str, steps))}.\n")

@@ -138,7 +138,7 @@ def test_main_runs_in_process(tool, tmp_path):
 
 def test_caches_are_reused_and_a_cache_of_another_checkpoint_is_an_error(tool, tiny_llp_run,
                                                                          stripes, tmp_path):
-    from llp_tf.after_training import trained_run
+    from llp_tf.after_training import run_loader
     common = [f"--run_dir={tiny_llp_run}", f"--dataset={stripes}", "--epochs=2",
               "--batch_size=32", "--skip_random", f"--cache_dir={tmp_path / 'caches'}"]
     first = _run(tool, *common, f"--output={tmp_path / 'a.json'}", "--max_train_examples=100")
@@ -158,7 +158,7 @@ def test_caches_are_reused_and_a_cache_of_another_checkpoint_is_an_error(tool, t
     assert again.returncode == 0 and "features of" not in again.stdout
     with open(tmp_path / "b.json") as f:
         assert json.load(f)["trained"]["cache_reused"] == {"validation": True, "train": True}
-    older = trained_run.checkpoint_paths(tiny_llp_run)[0]
+    older = run_loader.checkpoint_paths(tiny_llp_run)[0]
     other = _run(tool, *common, f"--checkpoint={older}", "--max_train_examples=100",
                  f"--output={tmp_path / 'c.json'}")
     assert other.returncode == 1 and "weights_sha256" in other.stderr

@@ -1,4 +1,4 @@
-"""LLPModel under a 2-replica MirroredStrategy (two logical CPUs)."""
+"""EmbeddingClassifier under a 2-replica MirroredStrategy (two logical CPUs)."""
 
 import numpy as np
 import tensorflow as tf

@@ -5,7 +5,7 @@ import pytest
 from llp_tf.errors import ConfigError, LLPError
 from llp_tf.models.config import ARCHITECTURES
 from llp_tf.models.factory import build_model
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 
 
 @pytest.mark.parametrize("name, blocks, bottleneck", [
@@ -18,7 +18,7 @@ from llp_tf.models.llp_model import LLPModel
 ])
 def test_known_architectures(name, blocks, bottleneck):
     model = build_model(name, num_classes=5, width=0.125)
-    assert isinstance(model, LLPModel)
+    assert isinstance(model, EmbeddingClassifier)
     assert model.trunk.blocks_per_stage == blocks
     assert model.trunk.bottleneck is bottleneck
     assert len(model.trunk.blocks) == sum(blocks)

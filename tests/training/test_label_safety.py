@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.data.splits import regime
-from llp_tf.training import training_run
+from llp_tf.training import assembly
 from llp_tf.training.methods import METHODS, SupervisedMethod, method_class
 from llp_tf.training.methods.base import InputSpec, Stream
 from tests.runs import PATTERNS, checkpoint_state, tiny_config
@@ -55,7 +55,7 @@ def _final_state(tmp_path, datasets, key, method):
     dataset, split_file = datasets[key]
     config = tiny_config(tmp_path / key, dataset, split_file=split_file, method=method,
                          **SETTINGS)
-    training_run.run_training(config, stream=io.StringIO())
+    assembly.run_training(config, stream=io.StringIO())
     return checkpoint_state(config.run_dir)
 
 
@@ -98,6 +98,6 @@ class _EveryLabelRead(SupervisedMethod):
 def test_a_method_that_reads_every_batch_label_still_sees_only_labelled_ones(
         tmp_path, datasets, monkeypatch):
     assert method_class("supervised") is SupervisedMethod
-    monkeypatch.setattr(training_run, "method_class", lambda name: _EveryLabelRead)
+    monkeypatch.setattr(assembly, "method_class", lambda name: _EveryLabelRead)
     true = _final_state(tmp_path, datasets, "true", "supervised")
     _assert_bit_identical(true, _final_state(tmp_path, datasets, "permuted", "supervised"))

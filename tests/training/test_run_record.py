@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from llp_tf.errors import ConfigError
 from llp_tf.training import run_record
 from llp_tf.training.config import TrainConfig
@@ -66,7 +66,7 @@ def test_changes_are_recorded_with_their_step_and_config_json_keeps_the_start(tm
     assert (current.methods["llp"].k, current.optimization.epochs,
             current.optimization.lr_drop_epochs) == (7, 12, (4, 10))
     # Tools that read the run see the settings it trains with now.
-    assert trained_run.read_config(str(tmp_path)) == current
+    assert run_loader.read_config(str(tmp_path)) == current
 
 
 def test_a_directory_without_config_has_no_record(tmp_path):
@@ -74,7 +74,7 @@ def test_a_directory_without_config_has_no_record(tmp_path):
     assert run_record.current_config(str(tmp_path)) is None
     run_record.check_resumable(_config(tmp_path))
     with pytest.raises(ConfigError, match="not a training run directory"):
-        trained_run.read_config(str(tmp_path))
+        run_loader.read_config(str(tmp_path))
 
 
 def test_invalid_settings_read_from_a_run_name_the_file_each_came_from(tmp_path):
@@ -91,6 +91,6 @@ def test_invalid_settings_read_from_a_run_name_the_file_each_came_from(tmp_path)
     settings["optimization"]["epochs"] = 1
     started.write_text(json.dumps(settings))
     with pytest.raises(ConfigError) as raised:
-        trained_run.read_config(str(tmp_path))
+        run_loader.read_config(str(tmp_path))
     assert f"--warmup_epochs=2 (from {started}) cannot exceed --epochs=1 (from {started}): " \
         in str(raised.value)

@@ -13,7 +13,7 @@ import numpy as np
 
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 # SMACOF iterations of the MDS (scikit-learn's default); the classical-MDS
 # start makes it converge in far fewer on the small samples drawn here.

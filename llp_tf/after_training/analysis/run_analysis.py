@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from llp_tf.after_training.analysis.mds import MDSProjection, mds_classes, project_classes
 from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
                                          aggregation_scores, pseudo_label_stats)
@@ -31,7 +31,7 @@ from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods import method_class
 from llp_tf.training.run_directory import RunDirectory
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +59,7 @@ class BankState:
     all_rows_score: float
 
 
-def bank_state(run: trained_run.TrainedRun, true_classes: Array,
+def bank_state(run: run_loader.TrainedRun, true_classes: Array,
                steps_per_epoch: int) -> BankState:
     """`BankState` of the checkpoint currently restored in ``run`` (a `TrainedRun`).
 
@@ -82,7 +82,7 @@ def bank_state(run: trained_run.TrainedRun, true_classes: Array,
             embeddings, np.zeros(len(embeddings), np.int64), 1).per_class[0]))
 
 
-def checkpoint_trajectory(run: trained_run.TrainedRun, true_classes: Array,
+def checkpoint_trajectory(run: run_loader.TrainedRun, true_classes: Array,
                           steps_per_epoch: int,
                           report: Callable[[str], None] | None = None) -> list[BankState]:
     """`BankState` at every kept checkpoint of the run, oldest first.
@@ -97,7 +97,7 @@ def checkpoint_trajectory(run: trained_run.TrainedRun, true_classes: Array,
       report: optional callable taking a progress line (str).
     """
     original = run.checkpoint
-    paths = trained_run.checkpoint_paths(run.run_dir)
+    paths = run_loader.checkpoint_paths(run.run_dir)
     states = []
     try:
         for number, path in enumerate(paths, 1):
@@ -183,14 +183,14 @@ class RunAnalysis:
 def _run_data(run_dir, report):
     """(config, dataset info, used_index, true class of each bank row) of an LLP run,
     checking that the dataset still is the one the run trained on."""
-    config = trained_run.read_config(run_dir)
+    config = run_loader.read_config(run_dir)
     if not method_class(config.method.name).keeps_bank:
         raise ConfigError(
             f"{run_dir} is a {config.method.name} run, which keeps no memory bank: the embedding "
             "analysis reads the bank of a run that keeps one (LLP). Give the --run_dir of such a "
             "run.")
     report(f"Opening the dataset {config.data.dataset}.")
-    source = trained_run.open_dataset(config)
+    source = run_loader.open_dataset(config)
     train_labels = source.train_labels()
     _, used_index = regime.load_splits(RunDirectory(run_dir).split_path, train_labels,
                                        source.info.name)
@@ -243,7 +243,7 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
     # Bad MDS settings fail here, before the slow restores.
     class_ids = _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for)
     report(f"Restoring the latest checkpoint of {run_dir}.")
-    run = trained_run.load_run(run_dir, num_classes=info.num_classes)
+    run = run_loader.load_run(run_dir, num_classes=info.num_classes)
     steps_per_epoch = max(input_fns.steps_per_epoch(len(used_index),
                                                     config.optimization.global_batch_size), 1)
     latest = bank_state(run, true_classes, steps_per_epoch)

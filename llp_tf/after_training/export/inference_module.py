@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding, propagation
 from llp_tf.data.augmentation import eval_transform
-from llp_tf.types import Array, FloatTensor, IntTensor, Tensor
+from llp_tf.tensor_types import Array, FloatTensor, IntTensor, Tensor
 
 # The paper reports top-1 and top-5 accuracy; classify returns the five best.
 TOP_CLASSES = 5
@@ -47,7 +47,7 @@ class InferenceModule(tf.Module):
     """The exported functions of a trained model (see the module docstring).
 
     Args:
-      model: a built `LLPModel` (any layer returning the dict of `LLPModel`).
+      model: a built `EmbeddingClassifier` (any layer returning the dict of `EmbeddingClassifier`).
       image_size: int S, the side the evaluation transform crops to.
       class_names: sequence of C str.
       bank_embeddings: optional float32 [N, D], memory-bank rows; with

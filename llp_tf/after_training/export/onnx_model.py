@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from llp_tf.data.augmentation import eval_transform, weak
 from llp_tf.errors import ConfigError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 ONNX_FILE = "model.onnx"
 # Opset 17 (ONNX 1.12) has every op of the network; tf2onnx 1.17 writes up to 18.
@@ -85,7 +85,7 @@ def write_onnx_model(model: keras.layers.Layer, image_size: int, class_names: Se
     """Converts ``model`` (`network_function`) and writes the ONNX file ``path``.
 
     Args:
-      model: a built `LLPModel` (the run's exported model).
+      model: a built `EmbeddingClassifier` (the run's exported model).
       image_size: int S.
       class_names: sequence of C str, stored in the file's metadata.
       path: str, the .onnx file to write.

@@ -51,7 +51,7 @@ import tensorflow as tf
 from llp_tf.after_training.export import onnx_model
 from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN, TOP_CLASSES,
                                                            InferenceModule, bank_classes)
-from llp_tf.after_training.trained_run import TrainedRun
+from llp_tf.after_training.run_loader import TrainedRun
 from llp_tf.counted_nouns import listed
 from llp_tf.data.augmentation import eval_transform, weak
 from llp_tf.errors import ConfigError

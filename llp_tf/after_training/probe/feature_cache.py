@@ -41,8 +41,8 @@ from llp_tf.after_training.probe.npy_rows import NpyRows, NpyRowWriter
 from llp_tf.counted_nouns import counted, listed
 from llp_tf.data.sources.base import Source
 from llp_tf.errors import ConfigError, DataError
-from llp_tf.models.llp_model import LLPModel
-from llp_tf.types import Array
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.tensor_types import Array
 
 FEATURES_FILE = "features.npy"
 LABELS_FILE = "labels.npy"
@@ -58,7 +58,7 @@ MATCHED = ("version", "weights_sha256", "dataset", "split", "image_size",
            "num_split_examples", "num_rows", "index_sha256")
 
 
-def weights_fingerprint(model: LLPModel) -> str:
+def weights_fingerprint(model: EmbeddingClassifier) -> str:
     """str: SHA-256 of every variable of ``model`` (names, shapes and values),
     which determine its features; two checkpoints differ here."""
     digest = hashlib.sha256()
@@ -69,7 +69,7 @@ def weights_fingerprint(model: LLPModel) -> str:
     return digest.hexdigest()
 
 
-def cache_request(model: LLPModel, source: Source, split: str, image_size: int,
+def cache_request(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                   index: Array | None = None, trunk: str = "") -> dict[str, Any]:
     """The manifest a cache of these features must have (`MATCHED` entries plus
     ``trunk``, a description such as the checkpoint, for messages).
@@ -199,7 +199,7 @@ def _check_replaceable(folder, marker):
                       "give another --cache_dir.")
 
 
-def build_cache(model: LLPModel, source: Source, split: str, image_size: int, directory: str,
+def build_cache(model: EmbeddingClassifier, source: Source, split: str, image_size: int, directory: str,
                 request: dict[str, Any], index: Array | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE,
                 stream: TextIO | None = None) -> FeatureCache:
@@ -207,7 +207,7 @@ def build_cache(model: LLPModel, source: Source, split: str, image_size: int, di
     (replacing one there), atomically: see the module docstring.
 
     Args:
-      model: `LLPModel`, frozen (``training=False``).
+      model: `EmbeddingClassifier`, frozen (``training=False``).
       source, split, image_size: what to compute (`features.output_batches`).
       directory: str, the cache's folder; its parent is created.
       request: `cache_request` of the same arguments (the manifest's core).
@@ -243,7 +243,7 @@ def build_cache(model: LLPModel, source: Source, split: str, image_size: int, di
     return cache
 
 
-def cached_features(model: LLPModel, source: Source, split: str, image_size: int,
+def cached_features(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                     directory: str, index: Array | None = None,
                     batch_size: int = DEFAULT_BATCH_SIZE, reuse: bool = True, trunk: str = "",
                     stream: TextIO | None = None) -> FeatureCache:

@@ -12,7 +12,7 @@ readout.
 
 import numpy as np
 
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 #: Floor of a feature's standard deviation when standardising (a constant
 #: feature, e.g. a dead ReLU channel, is then left at 0 instead of NaN).

@@ -25,14 +25,14 @@ from llp_tf.after_training.probe.readout import ProbeResult, ProbeSettings, trai
 from llp_tf.data.config import MIN_CROP_AREA, PAPER
 from llp_tf.data.sources.base import TRAIN, VALIDATION, Source
 from llp_tf.models.factory import build_model_from_config
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.config import TrainConfig
 
 # -- trunks --------------------------------------------------------------------
 
 
-def random_trunk_model(config: TrainConfig, num_classes: int, seed: int) -> LLPModel:
-    """An unrestored `LLPModel` of a run's architecture, initialised from ``seed``.
+def random_trunk_model(config: TrainConfig, num_classes: int, seed: int) -> EmbeddingClassifier:
+    """An unrestored `EmbeddingClassifier` of a run's architecture, initialised from ``seed``.
 
     Sets Keras's global random seed (`keras.utils.set_random_seed`), which the
     initialisers draw from, so the same seed gives the same weights. Its
@@ -66,7 +66,7 @@ def _train(model, source, image_size, settings, caches, probe, stream, descripti
     return result
 
 
-def probe_trunk(model: LLPModel, source: Source, image_size: int,
+def probe_trunk(model: EmbeddingClassifier, source: Source, image_size: int,
                 settings: ProbeSettings = ProbeSettings(), cache_dir: str | None = None,
                 trunk: str = "trunk", trunk_description: str = "", reuse_cache: bool = True,
                 augmentation: str = PAPER, min_crop_area: float = MIN_CROP_AREA,
@@ -76,7 +76,7 @@ def probe_trunk(model: LLPModel, source: Source, image_size: int,
     the readout by ``settings.protocol`` (see the module docstring).
 
     Args:
-      model: `LLPModel`.
+      model: `EmbeddingClassifier`.
       source: `Source` with train and validation splits; C is its
         number of classes (independent of the model's).
       image_size: int, the run's image size.

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 def _contiguous_runs(sorted_rows):

@@ -28,8 +28,8 @@ from llp_tf.data.decoding.decode import data_errors
 from llp_tf.data.pipeline import input_fns
 from llp_tf.data.sources.base import TRAIN, Source
 from llp_tf.errors import ConfigError
-from llp_tf.models.llp_model import LLPModel
-from llp_tf.types import Array, FloatTensor
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.tensor_types import Array, FloatTensor
 
 #: images float32 [B, S, S, 3] -> pooled features float32 [B, F].
 FeaturesFn = Callable[[FloatTensor], FloatTensor]
@@ -51,7 +51,7 @@ def online_batches(source: Source, batch_size: int, image_size: int, seed: int, 
         labelled_index=np.arange(source.info.num_train))(None)
 
 
-def frozen_features_fn(model: LLPModel, image_size: int) -> FeaturesFn:
+def frozen_features_fn(model: EmbeddingClassifier, image_size: int) -> FeaturesFn:
     """tf.function images float32 [B, S, S, 3] -> pooled features float32 [B, F],
     the model called with ``training=False``."""
     signature = [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)]
@@ -91,7 +91,7 @@ def online_epoch(readout: LinearReadout, features_fn: FeaturesFn, dataset: tf.da
     return float(np.mean(losses)), hits / seen
 
 
-def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet,
+def train_online_readout(model: EmbeddingClassifier, source: Source, validation: FeatureSet,
                          num_classes: int, image_size: int,
                          settings: ProbeSettings = ProbeSettings(),
                          augmentation: str = PAPER,
@@ -102,7 +102,7 @@ def train_online_readout(model: LLPModel, source: Source, validation: FeatureSet
     module docstring).
 
     Args:
-      model: `LLPModel`, frozen.
+      model: `EmbeddingClassifier`, frozen.
       source: `Source` whose train split is trained on (at most
         ``settings.max_train_examples`` of it, `features.subsample_index`).
       validation: `FeatureSet` of the validation split's centre crops (float32

@@ -29,7 +29,7 @@ from llp_tf.after_training.probe.feature_statistics import all_finite, standardi
 from llp_tf.errors import ConfigError
 from llp_tf.training.progress import EpochProgress
 from llp_tf.training.schedule import PlateauTracker
-from llp_tf.types import Array, FloatTensor, IntTensor
+from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 #: The paper's initial learning rate of the Places205 readout.
 DEFAULT_LEARNING_RATE = 0.01

@@ -43,7 +43,7 @@ PROTOCOL_DESCRIPTIONS = {
 
 def probe_trunks(run, source, settings, cache_dir, stream, skip_random=False, seed=0,
                  reuse_cache=True):
-    """Probes the trunk of ``run`` (a `trained_run.TrainedRun`) on ``source`` with
+    """Probes the trunk of ``run`` (a `run_loader.TrainedRun`) on ``source`` with
     ``settings`` (`readout.ProbeSettings`), then, unless ``skip_random``, a random
     trunk of its architecture (initialised with ``seed``); caches in ``cache_dir``
     (``reuse_cache``: `linear_probe.probe_trunk`).

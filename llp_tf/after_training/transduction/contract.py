@@ -11,7 +11,7 @@ unlabelled points matter. `check_inputs` checks the arguments and
 
 import numpy as np
 
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 def check_inputs(embeddings: Array, labelled_mask: Array, labels: Array,

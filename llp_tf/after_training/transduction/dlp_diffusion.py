@@ -15,7 +15,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from llp_tf.after_training.transduction.contract import check_inputs, with_labelled
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 # DLP (Iscen et al. 2019 and their release, ahmetius/LP-DeepSSL): 50
 # neighbours per point, similarities cubed, alpha = 0.99, conjugate gradient

@@ -54,16 +54,16 @@ def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
     """(features, labels, description dict, run config) of a run's bank or, with
     ``split`` ("train" or "validation"), that split embedded by the run's model at
     ``checkpoint`` (a step number or a checkpoint path, as str; None: the latest)."""
-    from llp_tf.after_training import trained_run
+    from llp_tf.after_training import run_loader
     from llp_tf.training.methods import method_class
     from llp_tf.training.run_directory import resolve_checkpoint
 
-    config = trained_run.read_config(run_dir)
+    config = run_loader.read_config(run_dir)
     if split is None and not method_class(config.method.name).keeps_bank:
         raise ConfigError(f"The run {run_dir} ({config.method.name}) has no memory bank; pass "
                           "--embed_split=train or --embed_split=validation to embed images "
                           "with its model.")
-    run, source = trained_run.load_run_with_data(
+    run, source = run_loader.load_run_with_data(
         run_dir, resolve_checkpoint(run_dir, checkpoint), data_dir)
     description = {"run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
                    "step": run.step, "dataset": config.data.dataset}

@@ -25,7 +25,7 @@ from llp_tf.after_training.transduction import contract
 from llp_tf.after_training.transduction.dlp_diffusion import DLP_K, dlp_diffusion
 from llp_tf.core import hyperparameters, propagation
 from llp_tf.errors import ConfigError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 # Label spreading: scikit-learn's defaults, alpha = 0.2 and 30 steps (0.2^30

@@ -18,7 +18,7 @@ import numpy as np
 
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 if TYPE_CHECKING:  # for the annotations only: this module needs no TensorFlow
     from llp_tf.after_training.transduction.methods import PropagationMethod

@@ -8,7 +8,7 @@ Images come in as uint8 [H, W, 3] and leave as float32 [size, size, 3].
 import tensorflow as tf
 
 from llp_tf.data.augmentation.weak import normalize
-from llp_tf.types import FloatTensor, IntTensor
+from llp_tf.tensor_types import FloatTensor, IntTensor
 
 EVAL_RESIZE_RATIO = 256.0 / 224.0
 

@@ -54,7 +54,7 @@ import tensorflow as tf
 from llp_tf.data.augmentation.weak import (
     CROP_AREA_RANGE, adjust_brightness, adjust_contrast, adjust_saturation, check_policy)
 from llp_tf.data.config import LIGHT, PAPER
-from llp_tf.types import FloatTensor, IntTensor, Tensor
+from llp_tf.tensor_types import FloatTensor, IntTensor, Tensor
 
 NUM_OPS = 2
 #: Grey of the area geometric ops uncover and of the Cutout square.

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from llp_tf.data.augmentation import rand_augment, weak
 from llp_tf.data.config import PAPER
-from llp_tf.types import FloatTensor, Tensor
+from llp_tf.tensor_types import FloatTensor, Tensor
 
 
 def _on_picked(function, images, arguments, picked):

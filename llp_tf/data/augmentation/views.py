@@ -38,7 +38,7 @@ from llp_tf.data.augmentation import rand_augment, rand_augment_device, weak, we
 from llp_tf.data.config import AUGMENT_ON, DEVICE, HOST
 from llp_tf.data.sources.base import Record, Source
 from llp_tf.errors import ConfigError
-from llp_tf.types import FloatTensor, IntTensor
+from llp_tf.tensor_types import FloatTensor, IntTensor
 
 WEAK, STRONG = "weak", "strong"
 VIEW_POLICIES = (WEAK, STRONG)

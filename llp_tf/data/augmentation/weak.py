@@ -29,7 +29,7 @@ import math
 import tensorflow as tf
 
 from llp_tf.data.config import AUGMENTATIONS, MIN_CROP_AREA, PAPER
-from llp_tf.types import FloatTensor, IntTensor, Tensor
+from llp_tf.tensor_types import FloatTensor, IntTensor, Tensor
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

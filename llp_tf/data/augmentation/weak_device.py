@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from llp_tf.data.augmentation import weak
 from llp_tf.data.config import PAPER
-from llp_tf.types import FloatTensor, IntTensor, Tensor
+from llp_tf.tensor_types import FloatTensor, IntTensor, Tensor
 
 # Adjustment indices of `weak.jitter_with`'s ``order``.
 _BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from llp_tf.data.decoding import decode
-from llp_tf.types import IntTensor, StringTensor
+from llp_tf.tensor_types import IntTensor, StringTensor
 
 #: image shape (int32 [3], height and width first) -> (top, left, height,
 #: width), int32 scalars: a window inside the image.

@@ -24,7 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from llp_tf.errors import DataError
-from llp_tf.types import IntTensor, StringTensor, Tensor
+from llp_tf.tensor_types import IntTensor, StringTensor, Tensor
 
 _MARK_OPEN = "<<LLP_DATA_ERROR:"
 _MARK_CLOSE = ":LLP_DATA_ERROR>>"

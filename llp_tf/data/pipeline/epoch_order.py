@@ -27,7 +27,7 @@ import tensorflow as tf
 from llp_tf.data.sources.base import TRAIN, Source
 from llp_tf.data.splits.regime import check_index_set
 from llp_tf.errors import ConfigError
-from llp_tf.types import Array, IntTensor
+from llp_tf.tensor_types import Array, IntTensor
 
 DEFAULT_CYCLE_LENGTH = 16
 # Tags that keep the seeds of different random decisions apart.

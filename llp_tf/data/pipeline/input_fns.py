@@ -49,7 +49,7 @@ from llp_tf.data.sources.base import TRAIN, VALIDATION, Source
 from llp_tf.data.splits import exclusions
 from llp_tf.data.splits.regime import check_index_set
 from llp_tf.errors import ConfigError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 #: The training label of an example outside the run's labelled set.
 UNLABELLED = -1

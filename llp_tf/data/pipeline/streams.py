@@ -32,7 +32,7 @@ from llp_tf.data.pipeline import input_fns
 from llp_tf.data.pipeline.epoch_order import DEFAULT_CYCLE_LENGTH
 from llp_tf.data.sources.base import Source
 from llp_tf.errors import ConfigError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 # A salted seed is the run's seed plus a multiple of this: it meets no run seed below it.
 _SALT_UNIT = 2 ** 32

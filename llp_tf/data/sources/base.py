@@ -30,7 +30,7 @@ import tensorflow as tf
 from llp_tf.counted_nouns import counted
 from llp_tf.data.decoding import crop_decode, decode
 from llp_tf.errors import DataError
-from llp_tf.types import Array, IntTensor, StringTensor, Tensor
+from llp_tf.tensor_types import Array, IntTensor, StringTensor, Tensor
 
 TRAIN = "train"
 VALIDATION = "validation"

@@ -31,7 +31,7 @@ from etils import epath
 
 from llp_tf.data.sources.tfds import TFDSSource
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 VALIDATION_EVERY = 5
 PERMUTATION_SEED = 0

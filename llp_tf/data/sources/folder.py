@@ -23,7 +23,7 @@ import numpy as np
 from llp_tf.counted_nouns import counted
 from llp_tf.data.sources.base import TRAIN, VALIDATION, FileSource, SourceInfo
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 VALIDATION_FOLDERS = ("validation", "val")

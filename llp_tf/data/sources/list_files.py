@@ -41,7 +41,7 @@ from llp_tf.counted_nouns import counted
 from llp_tf.data.sources.base import (TRAIN, VALIDATION, FileSource, SourceInfo,
                                 check_inferred_classes, resolve_path)
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 #: The keys of a ``list:`` name's query, e.g. ``list:ROOT?train=FILE``.
 QUERY_KEYS = ("train", "validation", "classes", "check_files")

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.errors import DataError
-from llp_tf.types import Array, StringTensor, Tensor
+from llp_tf.tensor_types import Array, StringTensor, Tensor
 
 CACHE_MIN_BYTES = 64 * 1024 * 1024
 _SCAN_BATCH = 4096

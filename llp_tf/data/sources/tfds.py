@@ -32,7 +32,7 @@ from llp_tf.data.sources import shards
 from llp_tf.data.sources.base import (NAME_FORMS, SPLITS, TRAIN, VALIDATION, ShardFileSource,
                                 SourceInfo, validate_labels)
 from llp_tf.errors import DataError
-from llp_tf.types import Array, IntTensor
+from llp_tf.tensor_types import Array, IntTensor
 
 _VALIDATION_SPLITS = ("validation", "test")
 

@@ -30,7 +30,7 @@ from llp_tf.data.sources import shards
 from llp_tf.data.sources.base import (SPLITS, TRAIN, VALIDATION, ShardFileSource, SourceInfo,
                                 check_inferred_classes, validate_labels)
 from llp_tf.errors import DataError
-from llp_tf.types import IntTensor
+from llp_tf.tensor_types import IntTensor
 
 IMAGE_FEATURE = "images"
 LABEL_FEATURE = "labels"

@@ -28,7 +28,7 @@ import tensorflow as tf
 from llp_tf.data.sources.base import SPLITS, TRAIN, VALIDATION, FileSource, Source
 from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 _BY_INDEX = re.compile(rf"^({'|'.join(SPLITS)})\s+(\d+)\s*(#.*)?$")
 

@@ -19,7 +19,7 @@ from llp_tf.data.decoding import decode
 from llp_tf.data.sources.base import Source
 from llp_tf.data.splits import exclusions
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 #: Records checked between two progress reports.
 BATCH = 256

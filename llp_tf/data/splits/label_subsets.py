@@ -30,7 +30,7 @@ import numpy as np
 from llp_tf.data.sources.base import Source
 from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 #: Names of the published lists and TFDS's names for them (its SUBSET2FILES keys).
 PUBLISHED = {"1percent": "1pct", "10percent": "10pct"}

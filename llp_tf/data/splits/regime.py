@@ -31,7 +31,7 @@ import numpy as np
 
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 SPLIT_FORMAT = "llp-split-v1"
 #: Header keys naming the files a split was made from (`save_splits`).

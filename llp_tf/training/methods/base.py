@@ -33,8 +33,8 @@ from llp_tf.core import losses
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models import batch_norm, precision
-from llp_tf.models.llp_model import LLPModel
-from llp_tf.types import FloatTensor, Tensor
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.tensor_types import FloatTensor, Tensor
 
 #: forward(batch) -> (loss float32 [], metric shares {name: float32 []},
 #: update: a nest of tensors, computed without gradient, for `Finish`).
@@ -79,7 +79,7 @@ class Method(abc.ABC):
 
     Args:
       strategy: the `tf.distribute.Strategy` the variables live in.
-      model: `LLPModel`, built in ``strategy.scope()``.
+      model: `EmbeddingClassifier`, built in ``strategy.scope()``.
       optimizer: a Keras optimizer built for the model's trainable variables
         (a `LossScaleOptimizer` scales the loss: `precision.wrap_optimizer`).
       num_classes: int, C.
@@ -112,7 +112,7 @@ class Method(abc.ABC):
     #: probe and the analysis read (`checkpoint_items`' names, or "model").
     exported_item: ClassVar[str] = "model"
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
                  global_batch_size: int, weight_decay: float,
                  jit_compile: bool = False) -> None:
@@ -126,7 +126,7 @@ class Method(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, config: Any, strategy: tf.distribute.Strategy, model: LLPModel,
+    def from_config(cls, config: Any, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                     optimizer: keras.optimizers.Optimizer, num_classes: int,
                     split: TrainingSplit) -> "Method":
         """The method of the `TrainConfig` ``config`` (its settings are
@@ -193,7 +193,7 @@ class Method(abc.ABC):
         """The `MemoryBank` evaluation reads, or None."""
         return None
 
-    def evaluated_models(self) -> Dict[str, LLPModel]:
+    def evaluated_models(self) -> Dict[str, EmbeddingClassifier]:
         """The models evaluation reports, by metric-name prefix: "" for the
         model whose metrics keep their plain names (and feed the plateau rule),
         which is the one the exported item holds."""

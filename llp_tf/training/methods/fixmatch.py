@@ -26,7 +26,7 @@ import tensorflow as tf
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
 from llp_tf.data.augmentation.views import STRONG, WEAK
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods.base import (
     Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
 
@@ -73,7 +73,7 @@ class FixMatchMethod(Method):
     Settings = FixMatchSettings
     METRICS = {"fixmatch": ("loss", "labelled", "unlabelled", "mask", "weight_decay")}
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
                  global_batch_size: int, weight_decay: float, threshold: float = 0.95,
                  unlabelled_ratio: int = 7, unlabelled_weight: float = 1.0,

@@ -37,9 +37,9 @@ from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
                                           TrainingSplit)
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.run_directory import RunDirectory
-from llp_tf.types import Array
+from llp_tf.tensor_types import Array
 
 
 #: Where LLP's pseudo labels come from: the locally weighted kNN (eq. 7-8),
@@ -124,7 +124,7 @@ class LLPMethod(Method):
     }
     RATIOS = {"confidence": ("confidence_sum", "pseudo_labelled")}
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, bank: MemoryBank, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
                  temperature: float, k: int, t: int, propagation_method: str,

@@ -61,9 +61,9 @@ from llp_tf.core import losses
 from llp_tf.data.augmentation import views
 from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models.factory import build_model_from_config
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods.base import Finish, Forward, InputSpec, Method, TrainingSplit
-from llp_tf.types import FloatTensor, IntTensor
+from llp_tf.tensor_types import FloatTensor, IntTensor
 
 #: How the student's softmax is compared with the teacher's.
 CONSISTENCY_TYPES = ("mse", "kl")
@@ -171,7 +171,7 @@ class MeanTeacherMethod(Method):
     """Mean Teacher (see the module docstring).
 
     Args (besides `Method`'s):
-      teacher: `LLPModel` of the student's architecture and precision, built
+      teacher: `EmbeddingClassifier` of the student's architecture and precision, built
         in ``strategy.scope()``; its weights are set to the student's here.
       consistency_weight: float, w_max (already scaled by the labelled share).
       consistency_type: one of `CONSISTENCY_TYPES`.
@@ -187,8 +187,8 @@ class MeanTeacherMethod(Method):
     METRICS = {"mean_teacher": ("loss", "categorisation", "consistency", "consistency_weight",
                                 "ema_decay", "weight_decay")}
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
-                 optimizer: keras.optimizers.Optimizer, teacher: LLPModel, *,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
+                 optimizer: keras.optimizers.Optimizer, teacher: EmbeddingClassifier, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
                  consistency_weight: float, consistency_type: str,
                  consistency_rampup_steps: int, ema_decay_during_rampup: float,
@@ -242,7 +242,7 @@ class MeanTeacherMethod(Method):
     def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
         return {"teacher": self.teacher, "teacher_updates": self.teacher_updates}
 
-    def evaluated_models(self) -> dict[str, LLPModel]:
+    def evaluated_models(self) -> dict[str, EmbeddingClassifier]:
         return {"": self.teacher, "student": self.model}
 
     def batch_norm_layers(self) -> list[keras.layers.Layer]:

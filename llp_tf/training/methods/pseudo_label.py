@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods.base import (
     Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
 
@@ -117,7 +117,7 @@ class PseudoLabelMethod(Method):
     METRICS = {"pseudo_label": ("loss", "labelled", "unlabelled", "unlabelled_weight",
                                 "mask", "weight_decay")}
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
                  global_batch_size: int, weight_decay: float, final_weight: float = 3.0,
                  ramp_start_epoch: float = 100.0, ramp_end_epoch: float = 600.0,

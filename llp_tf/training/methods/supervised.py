@@ -5,7 +5,7 @@ augmentation as LLP, trained on the labelled set alone (no memory bank). An
 epoch has as many steps as an epoch of the used set, so both methods share
 one schedule; the labelled set is read in passes that may run into each
 other (a stream that repeats), and when it is small its records are held in
-memory (the training input decides: `llp_tf.training.training_run`).
+memory (the training input decides: `llp_tf.training.assembly`).
 """
 
 import dataclasses
@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 
 from llp_tf.core import losses
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods.base import Forward, InputSpec, Method, Stream, TrainingSplit
 
 
@@ -35,7 +35,7 @@ class SupervisedMethod(Method):
     Settings = SupervisedSettings
     METRICS = {"supervised": ("loss", "categorisation", "weight_decay")}
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: LLPModel,
+    def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
                  global_batch_size: int, weight_decay: float,
                  jit_compile: bool = False) -> None:

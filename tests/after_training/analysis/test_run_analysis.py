@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from llp_tf.after_training.analysis import report, run_analysis
 from llp_tf.training import config, run_record
 from llp_tf.data.sources.registry import load_source
@@ -26,7 +26,7 @@ def _bank_tensor(path, name):
 
 
 def _true_classes(run_dir):
-    run_config = trained_run.read_config(run_dir)
+    run_config = run_loader.read_config(run_dir)
     _, used = regime.read_split_indices(os.path.join(run_dir, "split.npz"))
     return load_source(run_config.data.dataset, run_config.data.data_dir).train_labels()[used]
 
@@ -49,7 +49,7 @@ def _metrics_lines(run_dir):
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_llp_run):
-    return trained_run.load_run(tiny_llp_run, num_classes=4)
+    return run_loader.load_run(tiny_llp_run, num_classes=4)
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +90,10 @@ def test_mean_is_the_evaluators_and_the_last_logged_aggregation_score(tiny_run, 
 
 def test_trajectory_scores_every_kept_checkpoint_and_restores_the_latest(tiny_run,
                                                                          true_classes):
-    paths = trained_run.checkpoint_paths(tiny_run.run_dir)
+    paths = run_loader.checkpoint_paths(tiny_run.run_dir)
     lines = []
     states = run_analysis.checkpoint_trajectory(tiny_run, true_classes, 5, report=lines.append)
-    assert [s.step for s in states] == [trained_run.checkpoint_step(p) for p in paths]
+    assert [s.step for s in states] == [run_loader.checkpoint_step(p) for p in paths]
     assert [s.step for s in states] == [3, 5, 6, 9, 10, 12, 15]
     assert [s.epoch for s in states] == [0.6, 1.0, 1.2, 1.8, 2.0, 2.4, 3.0]
     assert len(lines) == len(paths) and "checkpoint 7/7 (step 15)" in lines[-1]

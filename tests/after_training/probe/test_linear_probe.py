@@ -1,13 +1,13 @@
 import numpy as np
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from llp_tf.after_training.probe import linear_probe
 
 NUM_CLASSES = 4
 
 
 def test_random_trunk_is_seeded_and_untrained(tiny_llp_run):
-    config = trained_run.read_config(tiny_llp_run)
+    config = run_loader.read_config(tiny_llp_run)
     first = linear_probe.random_trunk_model(config, NUM_CLASSES, seed=0)
     again = linear_probe.random_trunk_model(config, NUM_CLASSES, seed=0)
     other = linear_probe.random_trunk_model(config, NUM_CLASSES, seed=1)

@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from llp_tf.after_training.features import FeatureSet
 from llp_tf.after_training.probe import readout as readout_lib
 from llp_tf.errors import ConfigError
@@ -142,9 +142,9 @@ def test_standardize_trains_on_standardised_features():
 
 def test_bad_inputs_are_clear_errors(tiny_llp_run, tmp_path):
     with pytest.raises(ConfigError, match="not a training run directory"):
-        trained_run.load_run(str(tmp_path))
+        run_loader.load_run(str(tmp_path))
     with pytest.raises(ConfigError, match="Cannot read the checkpoint"):
-        trained_run.load_run(tiny_llp_run, checkpoint=str(tmp_path / "ckpt-7"))
+        run_loader.load_run(tiny_llp_run, checkpoint=str(tmp_path / "ckpt-7"))
     with pytest.raises(ConfigError, match="epochs must be a positive integer.*learning_rate"):
         readout_lib.ProbeSettings(epochs=0, learning_rate=-1.0)
     with pytest.raises(ConfigError, match="momentum must lie in"):

@@ -378,9 +378,9 @@ def test_settings_defaults_and_their_problems():
 @pytest.mark.parametrize("method_name, item", [("mean_teacher", "teacher"),
                                                ("supervised", "model")])
 def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_name, item):
-    """trained_run (what export, predict, the probe and the analysis load) restores
+    """run_loader (what export, predict, the probe and the analysis load) restores
     the method's exported item: Mean Teacher's teacher, not its student."""
-    from llp_tf.after_training import trained_run
+    from llp_tf.after_training import run_loader
     from llp_tf.data.splits import regime
     from llp_tf.training import run_record
     from llp_tf.training.run_directory import RunDirectory
@@ -397,7 +397,7 @@ def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_nam
     StepRunner(method).run(_iterator(method.strategy, _data()), 2, "mean_teacher")
     models = {"model": method.model, "teacher": method.teacher}
     tf.train.Checkpoint(**models).save(os.path.join(config.run_dir, "checkpoints", "ckpt"))
-    run = trained_run.load_run(config.run_dir)
+    run = run_loader.load_run(config.run_dir)
     assert run.num_classes == C and run.step == 1
     for restored, want in zip(run.model.weights, models[item].weights, strict=True):
         np.testing.assert_array_equal(restored.numpy(), want.numpy(), err_msg=want.path)
@@ -476,7 +476,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
 
 
 def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
-    from llp_tf.after_training import trained_run
+    from llp_tf.after_training import run_loader
     from llp_tf.data.augmentation import eval_transform
     from tests.cli.tool_main import load_tool, run_main
     config = mean_teacher_run[0]
@@ -488,7 +488,7 @@ def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
     images = np.random.default_rng(0).integers(0, 256, (3, SIZE * 2, SIZE * 2, 3), np.uint8)
     probabilities = tf.saved_model.load(output_dir).signatures["classify"](
         images=tf.constant(images))["probabilities"].numpy()
-    run = trained_run.load_run(config.run_dir)
+    run = run_loader.load_run(config.run_dir)
     inputs = tf.stack([eval_transform.eval_preprocess(tf.constant(image), config.data.image_size)
                        for image in images])
     logits = run.model(inputs, training=False)["logits"]

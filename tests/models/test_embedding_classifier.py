@@ -1,11 +1,11 @@
-"""LLPModel: outputs, batch norm, weight decay, tf.function, checkpoints."""
+"""EmbeddingClassifier: outputs, batch norm, weight decay, tf.function, checkpoints."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.models.resnet_v2 import ResNetV2
 from tests.models.helpers import (TINY_EMBEDDING_DIM, TINY_NUM_CLASSES,
                                   tiny_model)
@@ -175,7 +175,7 @@ def test_invalid_head_sizes(setting, value):
     trunk = ResNetV2((1,), bottleneck=False)
     arguments = {"num_classes": 10, "embedding_dim": 8, setting: value}
     with pytest.raises(ConfigError, match=setting):
-        LLPModel(trunk, **arguments)
+        EmbeddingClassifier(trunk, **arguments)
 
 
 def test_create_weights_then_restore(images, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from llp_tf.models import precision
-from llp_tf.training import actions, run_directory, run_record, training_run
+from llp_tf.training import actions, run_directory, run_record, assembly
 from llp_tf.training.methods import StepRunner
 from llp_tf.errors import ConfigError, DataError
 from tests.runs import assert_same_state, checkpoint_state, tiny_config as _config
@@ -22,7 +22,7 @@ def instance_run(tmp_path_factory, stripes):
     """`TrainConfig` of a finished run of 2 instance-recognition epochs (no LLP
     epoch); tests may try to change it, but not train it further."""
     config = _config(tmp_path_factory.mktemp("instance"), stripes, warmup_epochs=2, epochs=2)
-    training_run.run_training(config, stream=open(os.devnull, "w"))
+    assembly.run_training(config, stream=open(os.devnull, "w"))
     return config
 
 
@@ -52,12 +52,12 @@ def test_run_writes_its_files_and_final_metrics(tiny_llp_training, tmp_path):
     # Rerunning a finished run (a copy: the shared run stays untouched) resumes
     # at its end and trains no further.
     rerun = config.replace(run_dir=str(shutil.copytree(config.run_dir, tmp_path / "run")))
-    assert training_run.run_training(rerun, stream=open(os.devnull, "w")) == {}
+    assert assembly.run_training(rerun, stream=open(os.devnull, "w")) == {}
     assert len(_metrics(rerun.run_dir)) == 3
 
 
 def test_the_final_table_prints_integers_as_integers_and_the_learning_rate_in_full():
-    assert training_run.format_table({
+    assert assembly.format_table({
         "epoch": 40, "phase": "llp", "learning_rate": 0.00375, "confidence": 1.0,
         "val_examples": 1000}).splitlines() == [
         "metric         value", "-------------  ------", "epoch          40",
@@ -79,10 +79,10 @@ def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tin
 
     monkeypatch.setattr(StepRunner, "run", crash_in_the_second_llp_epoch)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        training_run.run_training(crashed, stream=open(os.devnull, "w"))
+        assembly.run_training(crashed, stream=open(os.devnull, "w"))
     assert checkpoint_state(crashed.run_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"] == 12
     monkeypatch.setattr(StepRunner, "run", real_train)
-    training_run.run_training(crashed, stream=open(os.devnull, "w"))
+    assembly.run_training(crashed, stream=open(os.devnull, "w"))
 
     # The shared run has the same settings, uninterrupted.
     assert_same_state(crashed.run_dir, tiny_llp_run)
@@ -104,7 +104,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, str
     monkeypatch.setattr(StepRunner, "run", diverge)
     with pytest.raises(actions.TrainingDiverged, match=r"loss became nan at step 8.*"
                        r"last good checkpoint.*ckpt-6"):
-        training_run.run_training(config, stream=open(os.devnull, "w"))
+        assembly.run_training(config, stream=open(os.devnull, "w"))
     state = checkpoint_state(config.run_dir)
     assert state["step/.ATTRIBUTES/VARIABLE_VALUE"] == 6
     # Everything trained is finite (the plateau tracker's best starts at -inf).
@@ -123,7 +123,7 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
     # ten epochs raised it by only 0.09-0.12.
     config = _config(tmp_path, stripes, warmup_epochs=10, epochs=30, steps_per_loop=5,
                      checkpoint_every=100)
-    training_run.run_training(config, stream=open(os.devnull, "w"))
+    assembly.run_training(config, stream=open(os.devnull, "w"))
     llp = [row for row in _metrics(config.run_dir) if row["phase"] == "llp"]
     first, last = llp[0], llp[-3:]
     assert np.mean([row["loss"] for row in last]) < first["loss"] - 1.0
@@ -134,12 +134,12 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
 
 def test_supervised_baseline_and_warm_start(tmp_path, stripes, instance_run):
     supervised = _config(tmp_path / "sup", stripes, method="supervised", epochs=2)
-    final = training_run.run_training(supervised, stream=open(os.devnull, "w"))
+    final = assembly.run_training(supervised, stream=open(os.devnull, "w"))
     assert final["phase"] == "supervised" and "val_nn_top1" not in final
 
     llp = _config(tmp_path / "llp", stripes, warmup_epochs=2, epochs=3,
                   warm_start=instance_run.run_dir)
-    final = training_run.run_training(llp, stream=open(os.devnull, "w"))
+    final = assembly.run_training(llp, stream=open(os.devnull, "w"))
     rows = _metrics(llp.run_dir)
     assert [row["phase"] for row in rows] == ["llp"] and final["step"] == 15
     # The LLP run starts from the instance-recognition run's weights and bank.
@@ -150,7 +150,7 @@ def test_supervised_baseline_and_warm_start(tmp_path, stripes, instance_run):
 
 def test_changed_settings_in_an_existing_run_dir_are_refused(instance_run):
     with pytest.raises(ConfigError, match="embedding_dim"):
-        training_run.run_training(instance_run.replace(embedding_dim=8),
+        assembly.run_training(instance_run.replace(embedding_dim=8),
                                    stream=open(os.devnull, "w"))
 
 
@@ -163,12 +163,12 @@ def test_a_start_that_wrote_no_checkpoint_is_retried_afresh_with_other_settings(
     image.write_bytes(b"not an image")
     config = _config(tmp_path, f"folder:{folder}", warmup_epochs=1, epochs=1)
     with pytest.raises(DataError, match="005.png"):
-        training_run.run_training(config, stream=open(os.devnull, "w"))
+        assembly.run_training(config, stream=open(os.devnull, "w"))
     run = run_directory.RunDirectory(config.run_dir)
     assert run.training_record() == ["config.json", "split.npz", "tensorboard"]
     image.write_bytes(good)
     log = io.StringIO()
-    final = training_run.run_training(config.replace(embedding_dim=8), stream=log)
+    final = assembly.run_training(config.replace(embedding_dim=8), stream=log)
     assert log.getvalue().splitlines()[0] == (
         f"{config.run_dir} holds no checkpoint (its start did not reach the first), so the "
         "run starts afresh; deleted its config.json, split.npz, tensorboard.")
@@ -184,7 +184,7 @@ def test_overwrite_starts_a_trained_run_afresh_and_names_what_it_left(tmp_path, 
     config = instance_run.replace(run_dir=str(run_dir), embedding_dim=8, warmup_epochs=1,
                                   epochs=1)
     log = io.StringIO()
-    final = training_run.run_training(config, stream=log, overwrite=True)
+    final = assembly.run_training(config, stream=log, overwrite=True)
     assert log.getvalue().splitlines()[0] == (
         f"--overwrite: deleted the run's config.json, split.npz, checkpoints, metrics.jsonl, "
         f"tensorboard in {run_dir}; it starts afresh. Left as they were: export.")
@@ -195,7 +195,7 @@ def test_overwrite_starts_a_trained_run_afresh_and_names_what_it_left(tmp_path, 
 
 def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
     config = _config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True, epochs=2)
-    final = training_run.run_training(config, stream=open(os.devnull, "w"))
+    final = assembly.run_training(config, stream=open(os.devnull, "w"))
     assert final["step"] == 10 and np.isfinite(final["loss"])
 
 
@@ -203,15 +203,15 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
         tmp_path, stripes):
     config = _config(tmp_path, stripes, epochs=2)
     run = run_directory.RunDirectory(config.run_dir)
-    training_run.run_training(config, stream=open(os.devnull, "w"))
+    assembly.run_training(config, stream=open(os.devnull, "w"))
     started = open(run.config_path).read()
 
     log = io.StringIO()
-    assert training_run.run_training(config.replace(epochs=1, k=5), stream=log) == {}
+    assert assembly.run_training(config.replace(epochs=1, k=5), stream=log) == {}
     assert ("has trained 2 epochs (step 10), more than the 1 asked (--epochs=1); nothing "
             "was trained or changed") in log.getvalue()
     log = io.StringIO()
-    assert training_run.run_training(config, stream=log) == {}
+    assert assembly.run_training(config, stream=log) == {}
     assert "has trained the 2 epochs asked (step 10); nothing to do" in log.getvalue()
     assert open(run.config_path).read() == started
     assert not os.path.exists(run.file(run_record.HISTORY_FILE))
@@ -220,7 +220,7 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
     with open(newest + ".data-00000-of-00001", "r+b") as f:
         f.truncate(100)
     log = io.StringIO()
-    final = training_run.run_training(config.replace(epochs=3, k=5), stream=log)
+    final = assembly.run_training(config.replace(epochs=3, k=5), stream=log)
     text = log.getvalue()
     assert f"the checkpoint {newest} cannot be read" in text
     assert "Resumed from" in text and "ckpt-9 (step 9)" in text
@@ -245,12 +245,12 @@ def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
     if not lows:
         pytest.skip("neither bfloat16 nor float16 can run here")
     config = _config(tmp_path, stripes, epochs=2, image_size=32)
-    training_run.run_training(config, stream=open(os.devnull, "w"))
+    assembly.run_training(config, stream=open(os.devnull, "w"))
     first = checkpoint_state(config.run_dir)
     assert {str(first[name].dtype) for name in first if name.startswith("model/")} == {"float32"}
     log = io.StringIO()
     changed = config.replace(epochs=3, mixed_precision=lows[0], jit_compile=True)
-    final = training_run.run_training(changed, stream=log)
+    final = assembly.run_training(changed, stream=log)
     assert ("Settings changed since the run last trained: epochs: 2 -> 3, mixed_precision: "
             f"'float32' -> '{lows[0]}', jit_compile: False -> True; recorded at step 10"
             ) in log.getvalue()
@@ -258,7 +258,7 @@ def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
     state = checkpoint_state(config.run_dir)
     assert set(state) == set(first)
     assert all(state[name].dtype == first[name].dtype for name in first)
-    final = training_run.run_training(changed.replace(epochs=4, mixed_precision=lows[-1],
+    final = assembly.run_training(changed.replace(epochs=4, mixed_precision=lows[-1],
                                                       jit_compile=False),
                                       stream=open(os.devnull, "w"))
     assert final["step"] == 20 and 0.0 <= final["val_top1"] <= 1.0
@@ -285,7 +285,7 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
     with pytest.raises(DataError, match=rf"^1 validation image of {dataset} cannot be "
                                         rf"read or decoded \(first: file {bad_validation} "
                                         r"\(validation example 1\)\)\."):
-        training_run.run_training(config, stream=io.StringIO())
+        assembly.run_training(config, stream=io.StringIO())
     assert not any(os.path.exists(os.path.join(config.run_dir, name))
                    for name in ("split.npz", "config.json"))
 
@@ -294,7 +294,7 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
         [("train", 32, f"file {bad_train}"), ("validation", 1, f"file {bad_validation}")],
         dataset))
     config = config.replace(exclude_list=str(listed))
-    final = training_run.run_training(config, stream=io.StringIO())
+    final = assembly.run_training(config, stream=io.StringIO())
     assert final["val_examples"] == 11 and final["step"] == 4  # 39 used examples, batches of 8
     split_path = os.path.join(config.run_dir, "split.npz")
     labelled, used = regime.load_splits(split_path, np.repeat(np.arange(4), 10))
@@ -308,12 +308,12 @@ def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path)
 
     # The same examples, listed in another file: the run resumes.
     copy = shutil.copy(listed, tmp_path / "copy.txt")
-    final = training_run.run_training(config.replace(epochs=2, exclude_list=str(copy)),
+    final = assembly.run_training(config.replace(epochs=2, exclude_list=str(copy)),
                                       stream=io.StringIO())
     assert final["step"] == 8 and final["val_examples"] == 11
     # Other exclusions (here none) are refused before anything is trained.
     with pytest.raises(DataError, match=r"was started excluding 1 training and 1 validation "
                                         r"examples .*; --exclude_list now excludes none\."):
-        training_run.run_training(config.replace(epochs=3, exclude_list=None),
+        assembly.run_training(config.replace(epochs=3, exclude_list=None),
                                   stream=io.StringIO())
     assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2]

@@ -47,7 +47,7 @@ from llp_tf.training.progress import format_value
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory, start_afresh
 from llp_tf.training.run_lock import RunLock
-from llp_tf.training.worker_loss import report_lost_worker
+from llp_tf.training.lost_worker import report_lost_worker
 
 _log = actions.log_line
 

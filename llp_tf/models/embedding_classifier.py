@@ -20,10 +20,10 @@ import tensorflow as tf
 from llp_tf.errors import ConfigError
 from llp_tf.models import batch_norm
 from llp_tf.models.config import EMBEDDING_DIM
-from llp_tf.types import FloatTensor
+from llp_tf.tensor_types import FloatTensor
 
 
-class LLPModel(keras.Model):
+class EmbeddingClassifier(keras.Model):
     """Trunk plus embedding and category heads.
 
     Args:
@@ -56,7 +56,7 @@ class LLPModel(keras.Model):
     """
 
     def __init__(self, trunk: keras.layers.Layer, num_classes: int,
-                 embedding_dim: int = EMBEDDING_DIM, name: str = "llp_model",
+                 embedding_dim: int = EMBEDDING_DIM, name: str = "embedding_classifier",
                  **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         for setting, value in (("num_classes", num_classes),
@@ -87,7 +87,7 @@ class LLPModel(keras.Model):
         """F, the size of the pooled trunk features."""
         return self.trunk.feature_dim
 
-    def create_weights(self, image_size: int = 32) -> "LLPModel":
+    def create_weights(self, image_size: int = 32) -> "EmbeddingClassifier":
         """Creates every weight by one inference call on a zero batch.
 
         Inference mode leaves the batch-norm moving statistics untouched.
@@ -129,7 +129,7 @@ class LLPModel(keras.Model):
         """
         if not self.built:
             raise ValueError(
-                "LLPModel.weight_decay_variables() needs a built model; call "
+                "EmbeddingClassifier.weight_decay_variables() needs a built model; call "
                 "the model on a batch of images first.")
         excluded = {id(variable) for variable in self.batch_norm_variables()}
         return [variable for variable in self.trainable_variables

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from llp_tf.after_training import trained_run
+from llp_tf.after_training import run_loader
 from llp_tf.errors import ConfigError
 
 
@@ -18,7 +18,7 @@ def _checkpoint_tensor(path, suffix):
 
 
 def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
-    run = trained_run.load_run(tiny_llp_run)
+    run = run_loader.load_run(tiny_llp_run)
     assert run.config.method.name == "llp" and run.num_classes == 4
     assert run.checkpoint == tf.train.latest_checkpoint(os.path.join(tiny_llp_run, "checkpoints"))
     assert run.step == 15  # 3 epochs of ceil(160 / 32) steps
@@ -37,19 +37,19 @@ def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
 
 
 def test_restore_moves_to_an_older_checkpoint(tiny_llp_run):
-    paths = trained_run.checkpoint_paths(tiny_llp_run)
-    assert [trained_run.checkpoint_step(p) for p in paths] == sorted(
-        trained_run.checkpoint_step(p) for p in paths)
-    run = trained_run.load_run(tiny_llp_run, num_classes=4)
+    paths = run_loader.checkpoint_paths(tiny_llp_run)
+    assert [run_loader.checkpoint_step(p) for p in paths] == sorted(
+        run_loader.checkpoint_step(p) for p in paths)
+    run = run_loader.load_run(tiny_llp_run, num_classes=4)
     run.restore(paths[0])
-    assert run.step == trained_run.checkpoint_step(paths[0]) < trained_run.checkpoint_step(paths[-1])
+    assert run.step == run_loader.checkpoint_step(paths[0]) < run_loader.checkpoint_step(paths[-1])
     np.testing.assert_array_equal(run.bank.embeddings.numpy(),
                                   _checkpoint_tensor(paths[0], "bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
 def test_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="not a training run directory"):
-        trained_run.load_run(str(tmp_path))
+        run_loader.load_run(str(tmp_path))
 
 
 def test_load_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
@@ -60,6 +60,6 @@ def test_load_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
     settings["data"]["dataset"] = f"folder:{tmp_path / 'gone'}"
     with open(copy / "config.json", "w") as f:
         json.dump(settings, f)
-    run = trained_run.load_run(str(copy))
+    run = run_loader.load_run(str(copy))
     assert run.config.data.dataset == f"folder:{tmp_path / 'gone'}"
     assert run.num_classes == 4 and run.step == 15

@@ -9,7 +9,7 @@ import typing
 import numpy as np
 import pytest
 
-from llp_tf import types
+from llp_tf import tensor_types
 
 
 def _package_modules():
@@ -61,9 +61,9 @@ def test_public_functions_are_annotated(module_name):
 
 
 def test_tensor_names_are_documentation_only():
-    assert all(issubclass(t, types.Tensor) for t in (types.FloatTensor, types.IntTensor,
-                                                     types.BoolTensor, types.StringTensor))
-    assert types.Array is np.ndarray
+    assert all(issubclass(t, tensor_types.Tensor) for t in (tensor_types.FloatTensor, tensor_types.IntTensor,
+                                                     tensor_types.BoolTensor, tensor_types.StringTensor))
+    assert tensor_types.Array is np.ndarray
 
 
 def test_every_module_is_checked():

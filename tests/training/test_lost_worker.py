@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from llp_tf.training.worker_loss import WorkerLost, lost_worker_message, report_lost_worker
+from llp_tf.training.lost_worker import WorkerLost, lost_worker_message, report_lost_worker
 
 # The reports a survivor got on this machine (TensorFlow 2.21, two CPU workers)
 # when the other one was killed with SIGKILL: worker 1 lost, then worker 0.

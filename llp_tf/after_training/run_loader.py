@@ -25,7 +25,7 @@ from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.models.factory import build_model_from_config
-from llp_tf.models.llp_model import LLPModel
+from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training import run_record
 from llp_tf.training.methods import method_class
 from llp_tf.training.config import TrainConfig
@@ -64,7 +64,7 @@ class TrainedRun:
       config: `TrainConfig`.
       checkpoint: str, the restored checkpoint's path.
       step: int, its global step.
-      model: `LLPModel` with the weights of the checkpoint's exported item.
+      model: `EmbeddingClassifier` with the weights of the checkpoint's exported item.
       bank: `MemoryBank` with the checkpoint's rows, labels, confidences and
         densities; None for the supervised baseline.
       labelled_index: int64 [M], dataset indices of the labelled examples.
@@ -77,7 +77,7 @@ class TrainedRun:
     config: TrainConfig
     checkpoint: str
     step: int
-    model: LLPModel
+    model: EmbeddingClassifier
     bank: MemoryBank | None
     labelled_index: np.ndarray
     used_index: np.ndarray
