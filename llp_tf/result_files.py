@@ -4,11 +4,12 @@ object holding the tool's own keys."""
 
 import json
 import os
+from typing import Iterable
 
 from llp_tf.errors import ConfigError
 
 
-def check_result_file(path, keys):
+def check_result_file(path: str, keys: Iterable[str]) -> None:
     """Raises ConfigError unless a results file may be written to ``path``: it
     does not exist, or it is an earlier result of the tool, a JSON object
     holding ``keys`` (the tool's own). Nothing else there is replaced."""

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+from typing import Sequence
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def _directory_images(directory):
     return sorted(found)
 
 
-def expand_arguments(arguments):
+def expand_arguments(arguments: Sequence[str]) -> list[str]:
     """The image paths of the arguments, in order, each once.
 
     Args:

@@ -27,7 +27,7 @@ DEFAULT_POINTS_PER_CLASS = 100
 OUTPUT_SUBDIR = "analysis"
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's flags, on their own `FlagValues`.
 
     Not the global ``absl.flags.FLAGS``: tests run several tools' `main` in

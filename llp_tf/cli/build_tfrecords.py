@@ -24,7 +24,7 @@ from absl import flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     flags.DEFINE_string("train_dir", None, "Folder of class sub-folders of training images "

@@ -30,7 +30,7 @@ from llp_tf.cli import command_line  # noqa: E402
 BAD_EXIT_CODE = 1
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     flags.DEFINE_string("dataset", None, 'Dataset name: "mnist5k", "digits", "tfds:<name>", '

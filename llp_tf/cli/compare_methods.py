@@ -31,7 +31,7 @@ TRAIN_COMMAND = (sys.executable, "-m", "llp_tf.cli.train")
 RESULT_KEYS = ("regime", "seeds", "metric")
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     from llp_tf.training.methods import METHODS  # noqa: PLC0415 -- imports no TensorFlow
 

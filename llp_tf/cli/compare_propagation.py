@@ -37,7 +37,7 @@ OUTPUT_NAME = "propagation_comparison.json"
 RESULT_KEYS = ("methods", "paper_table5_unmatched")
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's own `flags.FlagValues`."""
     values = command_line.new_flag_values()
     command_line.define_run_dir(values, "whose embeddings are compared: its memory bank by "

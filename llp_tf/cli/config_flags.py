@@ -38,7 +38,7 @@ def _define(name, field, annotation, flag_values, method=None):
         define(name, default, help_text, flag_values=flag_values)
 
 
-def define_config_flags(flag_values=flags.FLAGS):
+def define_config_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Defines one flag per training setting on ``flag_values``."""
     methods = config.method_sections()
     for name, (section, field) in config.settings_fields().items():

@@ -37,7 +37,7 @@ from llp_tf.cli import command_line  # noqa: E402
 EXPORT_SUBDIR = "export"
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
     that tests can run several tools' `main` in one process)."""
     values = command_line.new_flag_values()

@@ -30,7 +30,7 @@ from llp_tf.cli import command_line  # noqa: E402
 from llp_tf.data.pipeline import input_service  # noqa: E402
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     flags.DEFINE_string("dispatcher_address", "", "host:port of a dispatcher running elsewhere "

@@ -28,7 +28,7 @@ from llp_tf.cli import command_line
 from llp_tf.training import local_launcher
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     flags.DEFINE_integer("workers", 2, "Worker processes to start (at least 1); worker 0 is "

@@ -39,7 +39,7 @@ from llp_tf.training import run_directory  # noqa: E402
 RESULT_KEYS = ("run_dir", "trained", "random")
 
 
-def define_flags(flag_values):
+def define_flags(flag_values: flags.FlagValues) -> None:
     """Defines the tool's flags on ``flag_values`` (its own `flags.FlagValues`,
     so tools that share flag names run in one process)."""
     def string(name, default, help_text):

@@ -28,7 +28,7 @@ from absl import flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     flags.DEFINE_string("dataset", None, 'Dataset name: "mnist5k", "digits", "tfds:<name>", '

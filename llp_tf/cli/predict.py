@@ -38,7 +38,7 @@ from llp_tf.after_training.predict import (  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
     that tests can run several tools' `main` in one process)."""
     values = command_line.new_flag_values()

@@ -33,6 +33,7 @@ import time
 import select
 import signal
 import sys
+from typing import Sequence
 
 #: Start-up lines hidden without --verbosity: absl INFO lines (``I0000 ...``),
 #: absl's pre-initialisation banner, the CPU-feature notice's second line, and
@@ -43,7 +44,7 @@ NOTICE = re.compile(r"^(I\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] |"
                     r"E\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] failed call to cuInit: )")
 
 
-def requested_verbosity(argv):
+def requested_verbosity(argv: Sequence[str]) -> int:
     """int: the --verbosity (or -v) given on the command line (-1 if none).
 
     Reads the forms absl accepts: ``--verbosity=N``, ``--verbosity N``,

@@ -38,7 +38,7 @@ ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same comma
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 
 
-def make_flags():
+def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`: --regime and one flag per training setting,
     with the defaults, choices and help of llp_tf/training/config.py."""
     values = command_line.new_flag_values()

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Sequence
 
 PROGRAM = "launch_local"
 HOST = "127.0.0.1"
@@ -33,7 +34,7 @@ class LaunchError(Exception):
     """A worker that cannot be started."""
 
 
-def tf_config(ports, index):
+def tf_config(ports: Sequence[int], index: int) -> str:
     """The TF_CONFIG JSON of worker ``index`` of a cluster on ``ports``."""
     return json.dumps({"cluster": {"worker": [f"{HOST}:{port}" for port in ports]},
                        "task": {"type": "worker", "index": index}})

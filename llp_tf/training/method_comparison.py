@@ -23,7 +23,7 @@ class ComparisonError(Exception):
     """A run that failed or left no evaluation."""
 
 
-def run_dir(runs_dir, method, seed):
+def run_dir(runs_dir: str, method: str, seed: int) -> str:
     """The run directory of (``method``, ``seed``) in ``runs_dir``."""
     return os.path.join(runs_dir, f"{method}_seed{seed}")
 

@@ -4,6 +4,7 @@ outputs, and how to try it, from the export info dict `saved_model.save_module`
 returns."""
 
 import os
+from typing import Any, Mapping
 
 from llp_tf.after_training.export.saved_model import EXPORT_INFO_FILE
 
@@ -17,7 +18,7 @@ def _directory_megabytes(path):
     return total / _BYTES_PER_MB
 
 
-def describe_signatures(info):
+def describe_signatures(info: Mapping[str, Any]) -> list[str]:
     """Lines naming each signature of an export info dict and its outputs."""
     lines = []
     for name, outputs in info["signatures"].items():

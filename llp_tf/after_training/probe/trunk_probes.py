@@ -9,7 +9,7 @@ import re
 from llp_tf.after_training.probe import linear_probe
 
 
-def dataset_slug(name):
+def dataset_slug(name: str) -> str:
     """A file-name part for a dataset name: "tfds:places365_small" ->
     "tfds_places365_small", "folder:/data/scenes/" -> "folder_scenes"."""
     kind, _, rest = name.partition(":")

@@ -9,6 +9,8 @@ import os
 
 import numpy as np
 
+from llp_tf.tensor_types import Array
+
 from llp_tf.errors import ConfigError, DataError
 
 
@@ -22,7 +24,7 @@ def _load_array(path, what):
                         f"({error}); save it with numpy.save.") from None
 
 
-def features_from_files(features_path, labels_path):
+def features_from_files(features_path: str, labels_path: str) -> tuple[Array, Array, dict]:
     """(features float [N, D], labels int64 [N], description dict) from .npy files."""
     features = _load_array(features_path, "features")
     labels = _load_array(labels_path, "labels")

@@ -3,12 +3,13 @@
 results file's dict (`results_json`)."""
 
 import warnings
+from typing import Any, Mapping
 
 from llp_tf.after_training.transduction import protocol as protocol_lib
 from llp_tf.counted_nouns import counted
 
 
-def format_table(comparison):
+def format_table(comparison: Mapping[str, Any]) -> str:
     """str: one line per method: title, mean accuracy, std, the paper's Table 5
     row (fractions, as every accuracy: llp_tf.training.metrics)."""
     header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"

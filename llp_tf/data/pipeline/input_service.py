@@ -10,6 +10,7 @@ SIGHUP. Imports TensorFlow only when the servers start.
 import dataclasses
 import signal
 import threading
+from typing import Callable, Optional
 
 from llp_tf.counted_nouns import counted
 from llp_tf.data import service_address
@@ -37,7 +38,7 @@ class ServiceSettings:
     work_dir: str = ""
 
 
-def plan(values, free_ports):
+def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]) -> tuple[Optional[str], list[int], Optional[list[str]]]:
     """(dispatcher address to join or None, worker ports, dispatcher's worker
     list or None) of ``values`` (`ServiceSettings`), the worker ports
     ``free_ports(count)`` (a list of int) when none are given; raises ValueError
