@@ -54,12 +54,7 @@ def run(argv, stdout, stderr, values, usage, body, full_sizes=None):
 
 
 def paper_llp_settings():
-    """`LLPMethod`'s keyword arguments at the config's defaults (the paper's K,
-    T, tau, locally weighted propagation, confidence weights, categorisation)."""
+    """`LLPSettings` at the config's defaults (the paper's K, T, tau, locally weighted
+    propagation, confidence weights, categorisation), without the warm start."""
     from llp_tf.training.methods.llp import LLPSettings  # noqa: PLC0415 -- loads TensorFlow
-    method = LLPSettings()
-    return dict(temperature=method.temperature, k=method.k, t=method.t,
-                propagation_method=method.propagation,
-                weight_by_confidence=method.weight_by_confidence,
-                use_categorisation=method.use_categorisation,
-                density_chunk_size=method.density_chunk_size)
+    return LLPSettings(warmup_epochs=0)

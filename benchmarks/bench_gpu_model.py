@@ -80,7 +80,7 @@ def _method(values, step, architecture, bank):
     strategy = tf.distribute.get_strategy()
     if step == "supervised":
         return SupervisedMethod(strategy, model, optimizer, **common)
-    return LLPMethod(strategy, model, optimizer, bank, **bench_cli.paper_llp_settings(),
+    return LLPMethod(strategy, model, optimizer, bank, settings=bench_cli.paper_llp_settings(),
                      **common)
 
 

@@ -83,7 +83,7 @@ def _methods(values, strategy, rng, precision="float32", jit_compile=False):
     bank = MemoryBank(n, EMBEDDING_DIM, c, labelled, rng.integers(0, c, m))
     common = dict(num_classes=c, global_batch_size=b, weight_decay=1e-4,
                   jit_compile=jit_compile)
-    llp = LLPMethod(strategy, model, optimizer, bank, **bench_cli.paper_llp_settings(),
+    llp = LLPMethod(strategy, model, optimizer, bank, settings=bench_cli.paper_llp_settings(),
                     **common)
     llp.refresh_density()
     supervised = SupervisedMethod(strategy, model, optimizer, **common)

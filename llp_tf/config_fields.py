@@ -19,18 +19,15 @@ _NAMED = re.compile(r"\{(\w+)\}")
 
 
 def setting(default: Any, help: str, choices: Optional[Sequence[str]] = None,  # noqa: A002
-            flag: Optional[str] = None, state: bool = False,
-            aliases: Sequence[str] = ()) -> Any:
+            flag: Optional[str] = None, state: bool = False) -> Any:
     """A config field with its flag's help text, choices and (if not the field's) name.
 
     ``state``: the field shapes a run's saved state (data, split, model,
-    method), so a resumed run cannot change it. ``aliases``: earlier names of
-    the field and its flag, still read (from flags and ``config.json``) and
-    warned about.
+    method), so a resumed run cannot change it.
     """
     return dataclasses.field(default=default, metadata={
         "help": help, "choices": None if choices is None else tuple(choices), "flag": flag,
-        "state": state, "aliases": tuple(aliases)})
+        "state": state})
 
 
 def flag_name(field: dataclasses.Field) -> str:

@@ -9,15 +9,15 @@ from llp_tf.config_fields import choice_problems, flag_name, name_settings, sett
 @dataclasses.dataclass(frozen=True)
 class _Section:
     colour: str = setting("red", "A colour.", choices=["red", "blue"], state=True)
-    size: int = setting(3, "A size.", flag="size_px", aliases=("old_size",))
+    size: int = setting(3, "A size.", flag="size_px")
 
 
-def test_a_setting_carries_help_choices_flag_state_and_aliases():
+def test_a_setting_carries_help_choices_flag_and_state():
     colour, size = dataclasses.fields(_Section)
     assert colour.metadata == {"help": "A colour.", "choices": ("red", "blue"), "flag": None,
-                               "state": True, "aliases": ()}
+                               "state": True}
     assert (flag_name(colour), flag_name(size)) == ("colour", "size_px")
-    assert size.metadata["aliases"] == ("old_size",) and not size.metadata["state"]
+    assert not size.metadata["state"]
 
 
 def test_choice_problems_name_each_field_outside_its_choices():

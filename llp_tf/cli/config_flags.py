@@ -44,8 +44,6 @@ def define_config_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     for name, (section, field) in config.settings_fields().items():
         _define(name, field, config.field_type(section, field), flag_values,
                 method=section if section in methods else None)
-    for old, name in config.renamed_settings().items():
-        command_line.define_deprecated_alias(flag_values, old, name)
 
 
 def config_from_flags(flag_values=flags.FLAGS, **overrides):

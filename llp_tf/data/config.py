@@ -76,7 +76,7 @@ class DataConfig:
         "supervised baseline, and the labelled stream of the two-stream methods) holds their "
         "encoded records in memory, read once per epoch, when there are at most this many "
         "(ImageNet p1: 12,811 JPEGs, about 1.4 GB); otherwise every pass reads the whole "
-        "training split again. 0: never cache.", aliases=("cache_labeled_limit",))
+        "training split again. 0: never cache.")
     input_service: str = setting(
         "", "Address of a tf.data service dispatcher, host:port or grpc://host:port (as "
         "tools/input_service.py prints it), whose workers then build the training batches; "

@@ -17,9 +17,6 @@ methods, and with them TensorFlow.
 
 A run records its config as JSON (nested by section, `TrainConfig.to_json`)
 in ``config.json``, and its changes on resume beside it (`run_record`).
-``config.json`` files of earlier versions are read as well: flat
-``{flag name: value}`` objects, and nested ones whose "method" section held
-LLP's settings.
 """
 
 import dataclasses
@@ -151,22 +148,6 @@ def settings_fields() -> dict[str, tuple[str, dataclasses.Field]]:
     return fields
 
 
-def renamed_settings() -> dict[str, str]:
-    """dict earlier name -> flag name of the settings that were renamed."""
-    return {old: name for name, (_, field) in settings_fields().items()
-            for old in field.metadata["aliases"]}
-
-
-def _current_names(settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` with earlier names replaced by the current ones."""
-    renamed = renamed_settings()
-    current = {renamed.get(name, name): value for name, value in settings.items()}
-    both = sorted(name for name in settings if renamed.get(name) in settings)
-    if both:
-        raise ConfigError(f"Give {both[0]} or its new name {renamed[both[0]]}, not both.")
-    return current
-
-
 def field_type(section: str, field: dataclasses.Field) -> Any:
     """The resolved type annotation of a section's field."""
     return typing.get_type_hints(_section_classes()[section])[field.name]
@@ -227,26 +208,25 @@ def _default_method_settings() -> dict[str, Any]:
     return {name: settings() for name, settings in method_sections().items()}
 
 
-def _nested_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings, by flag name, of `TrainConfig.to_json`'s nested form, or of
-    an earlier nested form whose "method" section also held LLP's settings: a
-    name a static section does not know is read as the flag name it was.
-    Settings no section knows (any more) are left out."""
-    fields = settings_fields()
-    known = {*fields, *renamed_settings()}
-    by_field = {(section, name): flag for flag, (section, field) in fields.items()
-                for name in (field.name, *field.metadata["aliases"])}
+def _nested_settings(values: Any) -> dict[str, Any]:
+    """The settings, by flag name, of `TrainConfig.to_json`'s form; raises ConfigError for
+    anything else (a ``config.json`` of another version)."""
+    by_field = {(section, field.name): flag
+                for flag, (section, field) in settings_fields().items()}
+    if not (isinstance(values, dict)
+            and all(isinstance(values.get(section), dict) for section in (*SECTIONS, "methods"))):
+        raise ConfigError("This config.json is not in the form llp-tf writes (one object per "
+                          f"section: {', '.join(SECTIONS)}, methods); it was written by "
+                          "another version.")
     entries = [(section, values[section]) for section in SECTIONS]
-    entries += [(name, section) for name, section in values.get("methods", {}).items()]
-    settings = {}
-    for section, section_values in entries:
-        for name, value in section_values.items():
-            flag = by_field.get((section, name))
-            if flag is None and section in SECTIONS and name in known:
-                flag = name
-            if flag is not None:
-                settings[flag] = value
-    return settings
+    entries += list(values["methods"].items())
+    unknown = [f"{section}.{name}" for section, section_values in entries
+               for name in section_values if (section, name) not in by_field]
+    if unknown:
+        raise ConfigError(f"Unknown training setting(s) in config.json: {', '.join(unknown)} "
+                          "(written by another version of llp-tf).")
+    return {by_field[(section, name)]: value for section, section_values in entries
+            for name, value in section_values.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +256,6 @@ class TrainConfig:
     def from_settings(cls, **settings: Any) -> "TrainConfig":
         """A config from settings named by their flag names; the rest default."""
         fields = settings_fields()
-        settings = _current_names(settings)
         unknown = sorted(set(settings) - set(fields))
         if unknown:
             raise ConfigError(f"Unknown training setting(s): {', '.join(unknown)}.")
@@ -296,7 +275,7 @@ class TrainConfig:
 
     def replace(self, **settings: Any) -> "TrainConfig":
         """A copy with the given settings (by flag name) changed."""
-        return TrainConfig.from_settings(**{**self.settings(), **_current_names(settings)})
+        return TrainConfig.from_settings(**{**self.settings(), **settings})
 
     @property
     def run_dir(self) -> str:
@@ -313,10 +292,6 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "TrainConfig":
-        """Reads `to_json`'s nested form, or an earlier version's (see the module
-        docstring)."""
+        """Reads `to_json`'s form."""
         values = json.loads(text)
-        if not all(isinstance(values.get(section), dict) for section in SECTIONS):
-            known = {*settings_fields(), *renamed_settings()}
-            return cls.from_settings(**{k: v for k, v in values.items() if k in known})
         return cls.from_settings(**_nested_settings(values))

@@ -11,7 +11,7 @@ from llp_tf.config_fields import flag_name
 from llp_tf.errors import ConfigError
 from llp_tf.training import config as config_lib
 from llp_tf.training.config import SECTIONS, TrainConfig, settings_fields
-from llp_tf.training.methods import METHODS
+from llp_tf.training.methods import DEFAULT_METHOD, METHODS
 
 
 def _config(tmp_path, **settings):
@@ -35,8 +35,8 @@ def test_settings_land_in_their_sections(tmp_path):
 
 def test_method_choices_come_from_the_registry():
     _, field = settings_fields()["method"]
-    assert field.metadata["choices"] == tuple(METHODS) == (
-        "llp", "supervised", "pseudo_label", "mean_teacher", "fixmatch")
+    assert field.metadata["choices"] == tuple(METHODS)
+    assert field.default == DEFAULT_METHOD == "llp"  # the paper's method
 
 
 def test_json_round_trip_keeps_every_field(tmp_path):
@@ -48,24 +48,15 @@ def test_json_round_trip_keeps_every_field(tmp_path):
     assert TrainConfig.from_json(text) == config
 
 
-def test_config_json_of_earlier_versions_is_read(tmp_path):
-    # A flat config.json as written before the config tree.
-    flat = {"run_dir": str(tmp_path), "dataset": "digits", "image_size": 28, "method": "llp",
-            "lr_drop_epochs": [34], "blocks_per_stage": None, "label_percent": 1,
-            "epochs": 40, "warmup_epochs": 10, "k": 10, "removed_setting": 3}
-    config = TrainConfig.from_json(json.dumps(flat))
-    assert config.data.dataset == "digits" and config.data.image_size == 28
-    assert config.optimization.lr_drop_epochs == (34,)
-    assert config.data.label_percent == 1.0 and isinstance(config.data.label_percent, float)
-    assert config.optimization.epochs == 40 and config.method.name == "llp"
-    # A nested one whose method section also held LLP's settings and the cache limit.
-    nested = json.loads(_config(tmp_path, k=7, t=9, cache_labelled_limit=3).to_json())
-    del nested["methods"]
-    nested["method"].update(k=7, t=9, warm_start="w", cache_labelled_limit=3, gone=1)
-    del nested["data"]["cache_labelled_limit"]
-    config = TrainConfig.from_json(json.dumps(nested))
-    assert (config.method_settings.k, config.method_settings.t,
-            config.method_settings.warm_start, config.data.cache_labelled_limit) == (7, 9, "w", 3)
+def test_a_config_json_of_another_form_is_refused(tmp_path):
+    flat = {"run_dir": str(tmp_path), "dataset": "digits", "method": "llp"}
+    with pytest.raises(ConfigError, match="not in the form llp-tf writes"):
+        TrainConfig.from_json(json.dumps(flat))
+    nested = json.loads(_config(tmp_path, k=7).to_json())
+    nested["method"]["k"] = 7
+    with pytest.raises(ConfigError, match=r"Unknown training setting\(s\) in config.json: "
+                                          r"method.k \(written by another version"):
+        TrainConfig.from_json(json.dumps(nested))
 
 
 def test_a_method_section_is_checked_only_when_the_method_is_chosen(tmp_path):
@@ -93,7 +84,7 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
 
 @pytest.mark.parametrize("changes,problem", [
     (dict(method="semi"),
-     "--method=semi must be one of llp, supervised, pseudo_label, mean_teacher, fixmatch"),
+     f"--method=semi must be one of {', '.join(METHODS)}"),
     (dict(propagation="lp"), "--propagation=lp must be one of local, knn, classifier"),
     (dict(label_percent=0), "--label_percent=0.0 must lie in (0, 100]"),
     (dict(label_percent=20, data_percent=10),
@@ -271,20 +262,3 @@ def test_state_settings_are_the_fields_marked_as_state():
         "small_inputs"}
 
 
-def test_a_renamed_setting_is_read_by_its_earlier_name(tmp_path):
-    # cache_labeled_limit became cache_labelled_limit: flags, config.json
-    # (nested and flat) and the settings history still take the old name.
-    assert config_lib.renamed_settings() == {"cache_labeled_limit": "cache_labelled_limit"}
-    assert _config(tmp_path, cache_labeled_limit=7).data.cache_labelled_limit == 7
-    with pytest.raises(ConfigError, match="not both"):
-        _config(tmp_path, cache_labeled_limit=7, cache_labelled_limit=8)
-    nested = json.loads(_config(tmp_path).to_json())
-    nested["method"]["cache_labeled_limit"] = nested["data"].pop("cache_labelled_limit") + 1
-    assert TrainConfig.from_json(json.dumps(nested)).data.cache_labelled_limit == 20001
-    flat = {"run_dir": str(tmp_path), "cache_labeled_limit": 9}
-    assert TrainConfig.from_json(json.dumps(flat)).data.cache_labelled_limit == 9
-    assert _config(tmp_path).replace(cache_labeled_limit=3).data.cache_labelled_limit == 3
-    flag_values = flags.FlagValues()
-    config_flags.define_config_flags(flag_values)
-    flag_values(["train", "--run_dir=/r", "--cache_labeled_limit=11"])
-    assert config_flags.config_from_flags(flag_values).data.cache_labelled_limit == 11

@@ -8,6 +8,7 @@ from llp_tf.core import label_encoding
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod, TrainingSplit
+from llp_tf.training.methods.llp import LLPSettings
 from tests import numerics
 from tests.models.helpers import skip_unless_computable
 
@@ -36,9 +37,10 @@ def _setup(strategy, propagation="local", sync_batch_norm=True, weight_decay=1e-
                                              model.trainable_variables)
         bank = MemoryBank(N, D, C, LABELLED, LABELLED_CLASSES, seed=3)
     return LLPMethod(strategy, model, optimizer, bank, num_classes=C, global_batch_size=B,
-                     weight_decay=weight_decay, temperature=0.07, k=3, t=4,
-                     propagation_method=propagation, weight_by_confidence=True,
-                     use_categorisation=True, density_chunk_size=8, warmup_epochs=1,
+                     weight_decay=weight_decay,
+                     settings=LLPSettings(temperature=0.07, k=3, t=4, propagation=propagation,
+                                          weight_by_confidence=True, use_categorisation=True,
+                                          density_chunk_size=8, warmup_epochs=1),
                      jit_compile=jit_compile)
 
 

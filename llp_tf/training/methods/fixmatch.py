@@ -61,13 +61,7 @@ class FixMatchSettings:
 
 
 class FixMatchMethod(Method):
-    """FixMatch training (see the module docstring).
-
-    Args (besides `Method`'s):
-      threshold: float, tau.
-      unlabelled_ratio: int, mu.
-      unlabelled_weight: float, lambda_u.
-    """
+    """FixMatch training (see the module docstring), with its `FixMatchSettings`."""
 
     name = "fixmatch"
     Settings = FixMatchSettings
@@ -75,28 +69,24 @@ class FixMatchMethod(Method):
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, threshold: float = 0.95,
-                 unlabelled_ratio: int = 7, unlabelled_weight: float = 1.0,
+                 global_batch_size: int, weight_decay: float, settings: FixMatchSettings,
                  jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
-        self.threshold = float(threshold)
-        self.unlabelled_weight = float(unlabelled_weight)
+        self.threshold = float(settings.threshold)
+        self.unlabelled_weight = float(settings.unlabelled_weight)
         self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
-            self.global_batch_size, int(unlabelled_ratio))
+            self.global_batch_size, int(settings.unlabelled_ratio))
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
         del split  # The input reads the split (input_spec).
-        settings = config.method_settings
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   threshold=settings.threshold, unlabelled_ratio=settings.unlabelled_ratio,
-                   unlabelled_weight=settings.unlabelled_weight,
-                   jit_compile=config.run.jit_compile)
+                   settings=config.method_settings, jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "fixmatch"

@@ -94,24 +94,11 @@ class LLPSettings:
 
 
 class LLPMethod(Method):
-    """LLP with its instance-recognition warm start (see the module docstring).
+    """LLP with its instance-recognition warm start (see the module docstring), with its
+    `LLPSettings`.
 
-    Args (besides `Method`'s):
-      bank: `MemoryBank` created in ``strategy.scope()``.
-      temperature: float, tau.
-      k: int, voters per propagation.
-      t: int, neighbours of the density estimate.
-      propagation_method: one of `PROPAGATIONS`; "classifier" stores the
-        head's class as a real class (the variant the release intended; the
-        release stored it without its label offset, among the instance ids).
-      weight_by_confidence: bool, False for the "woc" ablation.
-      use_categorisation: bool, False to drop L_C.
-      density_chunk_size: int, query rows per chunk of the density refresh.
-      warmup_epochs: int, epochs of instance recognition.
-      warm_start: optional str, run directory or checkpoint of an
-        instance-recognition run to start the LLP phase from.
-      used_index: int64 [U], the run's used examples, to check that a
-        warm-start run used the same examples.
+    ``bank`` is a `MemoryBank` created in ``strategy.scope()``; ``used_index`` (int64 [U],
+    the run's used examples) checks that a warm-start run used the same examples.
     """
 
     name = "llp"
@@ -127,24 +114,21 @@ class LLPMethod(Method):
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, bank: MemoryBank, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
-                 temperature: float, k: int, t: int, propagation_method: str,
-                 weight_by_confidence: bool, use_categorisation: bool,
-                 density_chunk_size: int, warmup_epochs: int = 0,
-                 warm_start: Optional[str] = None, used_index: Optional[Array] = None,
+                 settings: LLPSettings, used_index: Optional[Array] = None,
                  jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
         self._bank = bank
-        self.temperature = float(temperature)
-        self.k = int(k)
-        self.t = int(t)
-        self.propagation_method = propagation_method
-        self.weight_by_confidence = bool(weight_by_confidence)
-        self.use_categorisation = bool(use_categorisation)
-        self.density_chunk_size = int(density_chunk_size)
-        self.warmup_epochs = int(warmup_epochs)
-        self.warm_start = warm_start
+        self.temperature = float(settings.temperature)
+        self.k = int(settings.k)
+        self.t = int(settings.t)
+        self.propagation_method = settings.propagation
+        self.weight_by_confidence = bool(settings.weight_by_confidence)
+        self.use_categorisation = bool(settings.use_categorisation)
+        self.density_chunk_size = int(settings.density_chunk_size)
+        self.warmup_epochs = int(settings.warmup_epochs)
+        self.warm_start = settings.warm_start
         self.used_index = used_index
         with strategy.scope():
             self.density_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False,
@@ -161,13 +145,8 @@ class LLPMethod(Method):
                               momentum=m.bank_momentum, seed=config.run.seed)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
-                   weight_decay=config.optimization.weight_decay, temperature=m.temperature,
-                   k=m.k, t=m.t, propagation_method=m.propagation,
-                   weight_by_confidence=m.weight_by_confidence,
-                   use_categorisation=m.use_categorisation,
-                   density_chunk_size=m.density_chunk_size, warmup_epochs=m.warmup_epochs,
-                   warm_start=m.warm_start, used_index=split.used_index,
-                   jit_compile=config.run.jit_compile)
+                   weight_decay=config.optimization.weight_decay, settings=m,
+                   used_index=split.used_index, jit_compile=config.run.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
 

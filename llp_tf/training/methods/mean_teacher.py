@@ -168,17 +168,11 @@ def ema_decay_at(steps_done: IntTensor, rampup_steps: int, during: float,
 
 
 class MeanTeacherMethod(Method):
-    """Mean Teacher (see the module docstring).
+    """Mean Teacher (see the module docstring), with its `MeanTeacherSettings`.
 
-    Args (besides `Method`'s):
-      teacher: `EmbeddingClassifier` of the student's architecture and precision, built
-        in ``strategy.scope()``; its weights are set to the student's here.
-      consistency_weight: float, w_max (already scaled by the labelled share).
-      consistency_type: one of `CONSISTENCY_TYPES`.
-      consistency_rampup_steps: int, T of the consistency ramp-up, in steps;
-        also the step at which the EMA decay switches.
-      ema_decay_during_rampup, ema_decay_after_rampup: floats, the teacher's
-        decay before and from step T.
+    ``teacher`` is an `EmbeddingClassifier` of the student's architecture and precision, built
+    in ``strategy.scope()``; its weights are set to the student's here. ``split`` (the run's
+    `TrainingSplit`) scales the consistency weight (`max_consistency_weight`).
     """
 
     name = "mean_teacher"
@@ -190,18 +184,17 @@ class MeanTeacherMethod(Method):
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, teacher: EmbeddingClassifier, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
-                 consistency_weight: float, consistency_type: str,
-                 consistency_rampup_steps: int, ema_decay_during_rampup: float,
-                 ema_decay_after_rampup: float, jit_compile: bool = False) -> None:
+                 settings: MeanTeacherSettings, split: TrainingSplit,
+                 jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
         self.teacher = teacher
-        self.consistency_weight = float(consistency_weight)
-        self.consistency_type = consistency_type
-        self.consistency_rampup_steps = int(consistency_rampup_steps)
-        self.ema_decay_during_rampup = float(ema_decay_during_rampup)
-        self.ema_decay_after_rampup = float(ema_decay_after_rampup)
+        self.consistency_weight = settings.max_consistency_weight(split)
+        self.consistency_type = settings.consistency_type
+        self.consistency_rampup_steps = int(settings.consistency_rampup_steps)
+        self.ema_decay_during_rampup = float(settings.ema_decay_during_rampup)
+        self.ema_decay_after_rampup = float(settings.ema_decay_after_rampup)
         with strategy.scope():
             for teacher_weight, weight in zip(teacher.weights, model.weights, strict=True):
                 teacher_weight.assign(weight)
@@ -212,7 +205,6 @@ class MeanTeacherMethod(Method):
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`
         (its labelled share scales the consistency weight)."""
-        settings = config.method_settings
         with strategy.scope():
             teacher = build_model_from_config(config.model, num_classes,
                                               config.data.image_size,
@@ -220,11 +212,7 @@ class MeanTeacherMethod(Method):
         return cls(strategy, model, optimizer, teacher, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   consistency_weight=settings.max_consistency_weight(split),
-                   consistency_type=settings.consistency_type,
-                   consistency_rampup_steps=settings.consistency_rampup_steps,
-                   ema_decay_during_rampup=settings.ema_decay_during_rampup,
-                   ema_decay_after_rampup=settings.ema_decay_after_rampup,
+                   settings=config.method_settings, split=split,
                    jit_compile=config.run.jit_compile)
 
     # ---- the Method interface ------------------------------------------------

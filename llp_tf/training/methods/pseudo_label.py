@@ -102,15 +102,8 @@ def ramp_weight(epoch: int, start: float, end: float, final: float) -> float:
 
 
 class PseudoLabelMethod(Method):
-    """Pseudo-label training (see the module docstring).
-
-    Args (besides `Method`'s):
-      final_weight: float, alpha_f.
-      ramp_start_epoch, ramp_end_epoch: float, T1 and T2 in epochs.
-      threshold: float, the confidence a pseudo label needs (0: all count).
-      unlabelled_ratio: int, unlabelled examples per labelled one in a step.
-      batch_norm: one of `BATCH_NORM_PASSES`.
-    """
+    """Pseudo-label training (see the module docstring), with its `PseudoLabelSettings`;
+    ``epochs`` (the run's) turns the ramp's fractions into T1 and T2."""
 
     name = "pseudo_label"
     Settings = PseudoLabelSettings
@@ -119,22 +112,21 @@ class PseudoLabelMethod(Method):
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, final_weight: float = 3.0,
-                 ramp_start_epoch: float = 100.0, ramp_end_epoch: float = 600.0,
-                 threshold: float = 0.0, unlabelled_ratio: int = 1,
-                 batch_norm: str = "separate", jit_compile: bool = False) -> None:
+                 global_batch_size: int, weight_decay: float, settings: PseudoLabelSettings,
+                 epochs: int, jit_compile: bool = False) -> None:
         super().__init__(strategy, model, optimizer, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
                          jit_compile=jit_compile)
-        self.final_weight = float(final_weight)
-        self.ramp_start_epoch = float(ramp_start_epoch)
-        self.ramp_end_epoch = float(ramp_end_epoch)
-        self.threshold = float(threshold)
-        if batch_norm not in BATCH_NORM_PASSES:
-            raise ValueError(f"batch_norm must be one of {BATCH_NORM_PASSES}, not {batch_norm!r}")
-        self.batch_norm = batch_norm
+        self.final_weight = float(settings.final_weight)
+        self.ramp_start_epoch = settings.ramp_start * epochs
+        self.ramp_end_epoch = settings.ramp_end * epochs
+        self.threshold = float(settings.threshold)
+        if settings.batch_norm not in BATCH_NORM_PASSES:
+            raise ValueError(f"batch_norm must be one of {BATCH_NORM_PASSES}, "
+                             f"not {settings.batch_norm!r}")
+        self.batch_norm = settings.batch_norm
         self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
-            self.global_batch_size, int(unlabelled_ratio))
+            self.global_batch_size, int(settings.unlabelled_ratio))
         with strategy.scope():
             # alpha(t) of the current epoch, set by before_epoch (not checkpointed:
             # a resumed run sets it again before its first step).
@@ -145,15 +137,11 @@ class PseudoLabelMethod(Method):
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
         del split  # The input reads the split (input_spec).
-        settings, epochs = config.method_settings, config.optimization.epochs
         return cls(strategy, model, optimizer, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   final_weight=settings.final_weight,
-                   ramp_start_epoch=settings.ramp_start * epochs,
-                   ramp_end_epoch=settings.ramp_end * epochs, threshold=settings.threshold,
-                   unlabelled_ratio=settings.unlabelled_ratio,
-                   batch_norm=settings.batch_norm, jit_compile=config.run.jit_compile)
+                   settings=config.method_settings, epochs=config.optimization.epochs,
+                   jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "pseudo_label"

@@ -20,8 +20,10 @@ def _method(strategy, threshold=0.95, weight_decay=1e-4, mixed_precision="float3
             unlabelled_weight=1.0, jit_compile=False):
     model, optimizer = tiny_model(strategy, mixed_precision)
     return FixMatchMethod(strategy, model, optimizer, num_classes=C, global_batch_size=G,
-                          weight_decay=weight_decay, threshold=threshold, unlabelled_ratio=MU,
-                          unlabelled_weight=unlabelled_weight, jit_compile=jit_compile)
+                          weight_decay=weight_decay,
+                          settings=FixMatchSettings(threshold=threshold, unlabelled_ratio=MU,
+                                                    unlabelled_weight=unlabelled_weight),
+                          jit_compile=jit_compile)
 
 
 def _run(method, data, steps=3):

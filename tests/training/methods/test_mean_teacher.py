@@ -24,6 +24,8 @@ C, SIZE = 4, 8
 G = 16  # a global batch
 # Where a step's labelled images sit ('vary' batches: anywhere, some steps none).
 LABELLED_AT = (1, 6, 7, 12)
+# The split a test method is given: its settings do not scale the consistency weight by it.
+_UNSCALED = TrainingSplit(np.array(LABELLED_AT), np.arange(G), np.arange(len(LABELLED_AT)))
 
 
 def _model(strategy, mixed_precision="float32", sync_batch_norm=False, size=SIZE):
@@ -49,9 +51,11 @@ def _method(strategy, ema_decay=(0.999, 0.999), consistency_weight=10.0,
     return MeanTeacherMethod(
         strategy, model, _optimizer(strategy, model, mixed_precision), teacher,
         num_classes=C, global_batch_size=G, weight_decay=weight_decay,
-        consistency_weight=consistency_weight, consistency_type=consistency_type,
-        consistency_rampup_steps=rampup_steps, ema_decay_during_rampup=ema_decay[0],
-        ema_decay_after_rampup=ema_decay[1], jit_compile=jit_compile)
+        settings=MeanTeacherSettings(
+            consistency_weight=consistency_weight, scale_consistency_by_labels=False,
+            consistency_type=consistency_type, consistency_rampup_steps=rampup_steps,
+            ema_decay_during_rampup=ema_decay[0], ema_decay_after_rampup=ema_decay[1]),
+        split=_UNSCALED, jit_compile=jit_compile)
 
 
 def _data(steps=4, seed=0, same_views=False, size=SIZE, unlabelled_steps=()):

@@ -15,16 +15,19 @@ from tests.training.methods.two_streams import (
     iterator, log_softmax, permute_unlabelled_labels, streams, tiny_model, weights)
 
 G = 16  # B = 8 labelled and U = 8 unlabelled examples a step
+EPOCHS = 8  # the ramps below, in epochs, are exact fractions of it
 
 
 def _method(strategy, threshold=0.0, weight_decay=1e-4, mixed_precision="float32",
             ramp=(1.0, 3.0), final_weight=3.0, batch_norm="separate", jit_compile=False):
     model, optimizer = tiny_model(strategy, mixed_precision)
     return PseudoLabelMethod(strategy, model, optimizer, num_classes=C, global_batch_size=G,
-                             weight_decay=weight_decay, final_weight=final_weight,
-                             ramp_start_epoch=ramp[0], ramp_end_epoch=ramp[1],
-                             threshold=threshold, unlabelled_ratio=1, batch_norm=batch_norm,
-                             jit_compile=jit_compile)
+                             weight_decay=weight_decay,
+                             settings=PseudoLabelSettings(
+                                 final_weight=final_weight, ramp_start=ramp[0] / EPOCHS,
+                                 ramp_end=ramp[1] / EPOCHS, threshold=threshold,
+                                 unlabelled_ratio=1, batch_norm=batch_norm),
+                             epochs=EPOCHS, jit_compile=jit_compile)
 
 
 def _run(method, data, epoch=2, steps=3):
