@@ -161,7 +161,7 @@ def is_written_list(path: str) -> bool:
 def check_resume(split_path: str, current: Exclusions) -> None:
     """Raises DataError unless the run whose split file is ``split_path``
     excluded exactly the examples ``current`` names."""
-    recorded = regime.read_split_header(split_path).get("exclude_list")
+    recorded = regime.read_made_from(split_path)["exclude_list"]
     excluded = regime.read_split_exclusions(split_path)
     if all(np.array_equal(excluded[split], current.of(split)) for split in SPLITS):
         return

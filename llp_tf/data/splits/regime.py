@@ -36,8 +36,7 @@ from llp_tf.tensor_types import Array
 SPLIT_FORMAT = "llp-split-v1"
 #: Header keys naming the files a split was made from (`save_splits`).
 MADE_FROM_KEYS = ("label_subset", "exclude_list")
-# Keys of the labelled set in that format, spelled as when it was fixed.
-_LABELLED_KEY, _NUM_LABELLED_KEY = "labeled_index", "num_labeled"
+_SPLITS = ("train", "validation")
 
 
 def _round_half_up(x):
@@ -268,9 +267,10 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
         used, e.g. label_percent with a subset list).
       made_from: JSON-able dict of the files the split was made from, added
         to the header: "label_subset" and "exclude_list", each {"path",
-        "sha256", ...} or None.
+        "sha256", ...} or None (the default).
       excluded: optional dict split -> sorted int64 [E], the examples left out
-        (`llp_tf.data.splits.exclusions`), stored as arrays "excluded_<split>_index".
+        (`llp_tf.data.splits.exclusions`), stored as arrays "excluded_<split>_index"
+        (empty by default).
     """
     train_labels = np.asarray(train_labels, np.int64)
     n = train_labels.size
@@ -282,17 +282,17 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
         "format": SPLIT_FORMAT, "dataset_name": dataset_name, "num_train": int(n),
         "train_labels_sha256": labels_fingerprint(train_labels),
         "label_percent": label_percent, "data_percent": data_percent, "seed": seed,
-        _NUM_LABELLED_KEY: int(labelled_index.size), "num_used": int(used_index.size),
-        **(made_from or {}),
+        "num_labelled": int(labelled_index.size), "num_used": int(used_index.size),
+        **dict.fromkeys(MADE_FROM_KEYS), **(made_from or {}),
     }
-    arrays = {f"excluded_{split}_index": np.asarray(index, np.int64)
-              for split, index in (excluded or {}).items()}
+    arrays = {f"excluded_{split}_index": np.asarray((excluded or {}).get(split, []), np.int64)
+              for split in _SPLITS}
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npz")
     try:
         with os.fdopen(handle, "wb") as f:
-            np.savez(f, **{_LABELLED_KEY: labelled_index}, used_index=used_index,
+            np.savez(f, labelled_index=labelled_index, used_index=used_index,
                      header=np.array(json.dumps(header)), **arrays)
         os.replace(temporary, path)
     except BaseException:
@@ -311,26 +311,21 @@ def read_split_indices(path: str) -> tuple[Array, Array]:
 
     For tools that read a finished run, whose split was checked when it trained.
     """
-    _, labelled_index, used_index = _read(path)
+    _, labelled_index, used_index, _ = _read(path)
     return labelled_index.astype(np.int64), used_index.astype(np.int64)
 
 
 def read_made_from(path: str) -> dict:
     """dict "label_subset"/"exclude_list" -> what the split file records of that
-    file ({"path", "sha256", ...}), or None: not used, or not recorded (files
-    written before these were)."""
+    file ({"path", "sha256", ...}), or None when not used."""
     header = read_split_header(path)
-    return {key: header.get(key) for key in MADE_FROM_KEYS}
+    return {key: header[key] for key in MADE_FROM_KEYS}
 
 
 def read_split_exclusions(path: str) -> dict[str, Array]:
     """dict "train"/"validation" -> sorted int64 [E]: the examples the split file
-    records as left out (none for files written before exclude lists)."""
-    _read(path)
-    with np.load(path, allow_pickle=False) as data:
-        return {split: data[f"excluded_{split}_index"].astype(np.int64)
-                if f"excluded_{split}_index" in data.files else np.zeros(0, np.int64)
-                for split in ("train", "validation")}
+    records as left out."""
+    return _read(path)[3]
 
 
 def _read(path):
@@ -340,13 +335,18 @@ def _read(path):
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(str(data["header"]))
-            labelled_index, used_index = data[_LABELLED_KEY], data["used_index"]
+            labelled_index, used_index = data["labelled_index"], data["used_index"]
+            excluded = {split: data[f"excluded_{split}_index"].astype(np.int64)
+                        for split in _SPLITS}
         if header.get("format") != SPLIT_FORMAT:
             raise ValueError(f"format is {header.get('format')!r}, not {SPLIT_FORMAT!r}")
+        missing = [key for key in MADE_FROM_KEYS if key not in header]
+        if missing:
+            raise ValueError(f"its header has no {missing[0]!r}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataError(f"{path} is not a readable split file ({error}). Write it again with "
                         "tools/make_splits.py.") from None
-    return header, labelled_index, used_index
+    return header, labelled_index, used_index, excluded
 
 
 def load_splits(path: str, train_labels: Array,
@@ -365,7 +365,7 @@ def load_splits(path: str, train_labels: Array,
       DataError: the file is missing or unreadable, or was made for another
         dataset (different N or different labels).
     """
-    header, labelled_index, used_index = _read(path)
+    header, labelled_index, used_index, _ = _read(path)
     train_labels = np.asarray(train_labels, np.int64)
     made_for = f"{header.get('dataset_name') or 'a dataset'} with {header.get('num_train')} " \
                "training examples"
