@@ -1,26 +1,10 @@
 """The regime split: which training examples are labelled and which are used.
 
-A regime ``pPP_qQQ`` labels PP% of the training images, balanced per class,
-and trains on QQ% of them. `make_splits`, per class c with n_c examples:
-
-- labelled: ``k_c = round(PP% * n_c)`` (round half up): the k_c lowest
-  indices of the class with ``seed=None`` (the release's rule), else a draw
-  without replacement by ``numpy.random.default_rng(seed)``, classes in
-  increasing order;
-- used: ``max(k_c, round(QQ% * n_c))``: the labelled ones plus the lowest
-  remaining indices, or a seeded draw of the rest.
-
-Excluded examples (an exclude list, `llp_tf.data.splits.exclusions`) are left out
-of both subsets, and n_c counts the others. A class with examples but no
-labelled one is an error (raise PP, or give the labelled set:
-`splits_from_labelled`); a class with no training example is skipped
-(`absent_classes_warning`). A run's split must not change on resume, so it
-is saved (`save_splits`, with the files it was made from and the excluded
-examples) and loaded (`load_splits`) with a check against the dataset: the
-same number of training examples and a SHA-256 fingerprint of
-``train_labels``. The bank holds only the used examples: original index
-``used_index[j]`` is bank row j (`dense_index`).
-"""
+A regime ``pPP_qQQ`` labels PP% of each class and trains on QQ% (`make_splits`). A run's split
+is saved with the files it was made from and its excluded examples (`save_splits`), and loaded
+with a check against the dataset: its number of training examples and a SHA-256 of
+``train_labels`` (`load_splits`). The bank holds only the used examples: original index
+``used_index[j]`` is bank row j (`dense_index`)."""
 
 import hashlib
 import json
@@ -40,8 +24,7 @@ _SPLITS = ("train", "validation")
 
 
 def _round_half_up(x):
-    # The small epsilon keeps e.g. 10% of 1300 (130.00000000000003 or
-    # 129.99999999999997 in floating point) at 130.
+    # The epsilon keeps e.g. 10% of 1300 at 130 despite float rounding.
     return int(np.floor(x + 0.5 + 1e-9))
 
 
@@ -71,8 +54,8 @@ def _check_percents(label_percent, data_percent):
 
 
 def _used_extra(members, chosen, count, rng):
-    """Up to ``count`` - len(chosen) more of a class's ``members``: the lowest
-    remaining indices (rng None) or a seeded draw of the rest."""
+    """Up to ``count`` - len(chosen) more of ``members``: the lowest left, or a draw by
+    ``rng``."""
     rest = np.setdiff1d(members, chosen)
     extra = max(0, count - len(chosen))
     if rng is None:
@@ -81,8 +64,7 @@ def _used_extra(members, chosen, count, rng):
 
 
 def _kept_members(labels, excluded):
-    """{class: its example indices in increasing order} over the examples not
-    ``excluded`` (int [E] or None)."""
+    """{class: its example indices in increasing order}, leaving out ``excluded``."""
     kept = np.ones(labels.size, bool)
     if excluded is not None:
         kept[np.asarray(excluded, np.int64)] = False
@@ -92,29 +74,17 @@ def _kept_members(labels, excluded):
 def make_splits(labels: Array, label_percent: float, data_percent: float, seed: int | None = None,
                 num_classes: int | None = None,
                 excluded: Array | None = None) -> tuple[Array, Array]:
-    """The labelled and used subsets of a regime (see the module docstring).
+    """(labelled_index, used_index), sorted int64, the first a subset of the second: per class
+    of n_c examples not ``excluded`` (int [E]), round(PP% n_c) labelled (half up) and max(that,
+    round(QQ% n_c)) used, the labelled ones plus more.
 
-    Args:
-      labels: int [N], the true class of each training example by index.
-      label_percent: PP, percentage of each class that is labelled.
-      data_percent: QQ >= PP, percentage of each class that is used.
-      seed: None for the release's lowest-index rule, or an int for a seeded
-        random draw.
-      num_classes: optional C; labels must then lie in [0, C). Classes of
-        [0, C) without any training example are skipped (see
-        `absent_classes_warning`).
-      excluded: optional int [E], examples that are neither labelled nor used
-        (`llp_tf.data.splits.exclusions`); the percentages count the others.
+    With ``seed=None`` the lowest indices (the release's rule), else draws without replacement
+    by ``numpy.random.default_rng(seed)``, classes in increasing order. ``labels``: int [N] by
+    index, in [0, ``num_classes``) if given; classes without a training example are skipped
+    (`absent_classes_warning`).
 
-    Returns:
-      (labelled_index, used_index): sorted int64 arrays of distinct example
-      indices; labelled_index is a subset of used_index.
-
-    Raises:
-      ConfigError: a percentage out of range, or QQ < PP.
-      DataError: a class with training examples would get no labelled
-        example; labels are invalid.
-    """
+    Raises ConfigError for a percentage outside (0, 100] or QQ < PP, DataError for invalid
+    labels or a class with examples but no labelled one."""
     _check_percents(label_percent, data_percent)
     labels = _check_labels(labels, num_classes)
     rng = None if seed is None else np.random.default_rng(seed)
@@ -150,24 +120,9 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
 def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: float,
                         seed: int | None = None, num_classes: int | None = None,
                         excluded: Array | None = None) -> tuple[Array, Array]:
-    """The used subset around a labelled set chosen elsewhere (a subset list).
-
-    Per class c with n_c examples, the used subset holds its labelled
-    examples plus further ones up to ``round(QQ% * n_c)``, chosen as in
-    `make_splits` (lowest remaining indices, or a seeded draw).
-
-    Args:
-      labels: int [N], the true class of each training example by index.
-      labelled_index: int [M], distinct indices of the labelled examples.
-      data_percent: QQ, percentage of each class that is used.
-      seed: None or int, as in `make_splits`.
-      num_classes: optional C; labels must then lie in [0, C).
-      excluded: optional int [E], examples that are neither labelled (they
-        leave the labelled set) nor used; n_c counts the others.
-
-    Returns:
-      (labelled_index, used_index): sorted int64 arrays.
-    """
+    """(labelled_index, used_index), sorted int64: the used subset around a labelled set chosen
+    elsewhere (``labelled_index``, int [M]), per class up to round(QQ% n_c) as in
+    `make_splits`; ``excluded`` examples leave both."""
     _check_percent("data_percent", data_percent)
     labels = _check_labels(labels, num_classes)
     labelled_index = np.unique(np.asarray(labelled_index, np.int64))
@@ -186,11 +141,7 @@ def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: flo
 
 
 def absent_classes_warning(labels: Array, num_classes: int) -> str | None:
-    """A one-line warning counting the classes of [0, C) with no training example, or None.
-
-    Such classes (a subset of a larger label space) get no labelled example;
-    the model keeps all C outputs.
-    """
+    """A one-line warning counting the classes of [0, C) with no training example, or None."""
     missing = np.setdiff1d(np.arange(num_classes), np.asarray(labels))
     if not missing.size:
         return None
@@ -215,15 +166,8 @@ def file_sha256(path: str) -> str:
 
 
 def dense_index(used_index: Array, index: Array) -> Array:
-    """Positions of original indices in ``used_index`` (bank rows when q < 100).
-
-    Args:
-      used_index: sorted int64 [U].
-      index: int [...], original indices, each in used_index.
-
-    Returns:
-      int64 [...], ``np.searchsorted(used_index, index)``.
-    """
+    """int64 [...]: the positions (bank rows) in ``used_index`` (sorted int64 [U]) of the
+    original indices ``index``; DataError for one not in it."""
     used_index = np.asarray(used_index, np.int64)
     index = np.asarray(index, np.int64)
     dense = np.searchsorted(used_index, index)
@@ -234,10 +178,7 @@ def dense_index(used_index: Array, index: Array) -> Array:
 
 
 def check_index_set(name: str, index: Array, num_examples: int) -> Array:
-    """Returns ``index`` as int64 after checking it is sorted, distinct, in range.
-
-    Raises DataError naming ``name`` otherwise.
-    """
+    """``index`` as int64 [M], or DataError naming ``name`` unless sorted, distinct, in range."""
     index = np.asarray(index)
     if index.ndim != 1 or (index.size and not np.issubdtype(index.dtype, np.integer)):
         raise DataError(f"{name} must be a 1-D integer array of example indices.")
@@ -256,22 +197,10 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
                 data_percent: float | None = None, seed: int | None = None,
                 made_from: dict | None = None,
                 excluded: dict[str, Array] | None = None) -> None:
-    """Writes a split file (NumPy .npz: the index arrays and a JSON header).
-
-    Args:
-      path: str, file to write (atomically: a temporary file then a rename).
-      labelled_index, used_index: sorted int64 arrays from `make_splits`.
-      train_labels: int [N], the dataset's training labels (fingerprinted).
-      dataset_name: str, recorded for messages.
-      label_percent, data_percent, seed: recorded for reference (None: not
-        used, e.g. label_percent with a subset list).
-      made_from: JSON-able dict of the files the split was made from, added
-        to the header: "label_subset" and "exclude_list", each {"path",
-        "sha256", ...} or None (the default).
-      excluded: optional dict split -> sorted int64 [E], the examples left out
-        (`llp_tf.data.splits.exclusions`), stored as arrays "excluded_<split>_index"
-        (empty by default).
-    """
+    """Writes a split file atomically: a NumPy .npz of the index arrays,
+    "excluded_<split>_index" (``excluded``: split -> sorted int64 [E], empty by default) and a
+    JSON header with a SHA-256 of ``train_labels``, the settings (None: not used) and
+    ``made_from``: "label_subset" and "exclude_list", each {"path", "sha256", ...} or None."""
     train_labels = np.asarray(train_labels, np.int64)
     n = train_labels.size
     labelled_index = check_index_set("labelled_index", labelled_index, n)
@@ -307,24 +236,21 @@ def read_split_header(path: str) -> dict:
 
 
 def read_split_indices(path: str) -> tuple[Array, Array]:
-    """(labelled_index, used_index) of a split file, without checking it against a dataset.
-
-    For tools that read a finished run, whose split was checked when it trained.
-    """
+    """(labelled_index, used_index) of a split file, unchecked: for tools reading a finished
+    run."""
     _, labelled_index, used_index, _ = _read(path)
     return labelled_index.astype(np.int64), used_index.astype(np.int64)
 
 
 def read_made_from(path: str) -> dict:
-    """dict "label_subset"/"exclude_list" -> what the split file records of that
-    file ({"path", "sha256", ...}), or None when not used."""
+    """dict "label_subset"/"exclude_list" -> what the split file records of that file ({"path",
+    "sha256", ...}), or None when not used."""
     header = read_split_header(path)
     return {key: header[key] for key in MADE_FROM_KEYS}
 
 
 def read_split_exclusions(path: str) -> dict[str, Array]:
-    """dict "train"/"validation" -> sorted int64 [E]: the examples the split file
-    records as left out."""
+    """dict "train"/"validation" -> sorted int64 [E]: the examples the split file leaves out."""
     return _read(path)[3]
 
 
@@ -351,20 +277,9 @@ def _read(path):
 
 def load_splits(path: str, train_labels: Array,
                 dataset_name: str = "") -> tuple[Array, Array]:
-    """Reads a split file and checks it against the dataset it is used with.
-
-    Args:
-      path: str.
-      train_labels: int [N], the training labels of the dataset in use.
-      dataset_name: str, for messages.
-
-    Returns:
-      (labelled_index, used_index): sorted int64 arrays.
-
-    Raises:
-      DataError: the file is missing or unreadable, or was made for another
-        dataset (different N or different labels).
-    """
+    """(labelled_index, used_index), sorted int64, of a split file checked against the
+    dataset's ``train_labels`` (int [N]); DataError if it is missing, unreadable or made for
+    another dataset."""
     header, labelled_index, used_index, _ = _read(path)
     train_labels = np.asarray(train_labels, np.int64)
     made_for = f"{header.get('dataset_name') or 'a dataset'} with {header.get('num_train')} " \
