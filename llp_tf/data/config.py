@@ -1,9 +1,5 @@
-"""The data section of a run's config, and the augmentation choices it reads.
-
-The augmentation policy names and the crop's smallest area are defined here
-once; the augmentation and the pipeline take them from here. Imports no
-TensorFlow, so the config tree can be read without it.
-"""
+"""The data section of a run's config, and the augmentation choices defined here once; imports
+no TensorFlow."""
 
 import dataclasses
 from typing import Optional

@@ -1,5 +1,4 @@
-"""Addresses of tf.data service dispatchers (``--input_service``): their check
-and normal form. Imports no TensorFlow (the config checks them)."""
+"""Addresses of tf.data service dispatchers (``--input_service``): their check and normal form."""
 
 import re
 
@@ -7,15 +6,13 @@ from llp_tf.errors import ConfigError
 
 #: The only transfer protocol the tf.data service speaks.
 SCHEME = "grpc://"
-# host:port with an optional grpc:// scheme; the host is a name, an IPv4
-# address or a bracketed IPv6 address.
+# [grpc://]host:port; the host a name, an IPv4 address or a bracketed IPv6 address.
 _ADDRESS = re.compile(r"(?:grpc://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]"
                       r"(?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(?P<port>[0-9]{1,5})")
 
 
 def address_problem(address: str) -> str | None:
-    """What is wrong with a dispatcher address, or None if it is well formed
-    (``host:port`` or ``grpc://host:port``, port in 1-65535)."""
+    """What is wrong with a dispatcher address, or None (``[grpc://]host:port``)."""
     match = _ADDRESS.fullmatch(address) if isinstance(address, str) else None
     if match is None:
         return (f"input_service must be a tf.data service dispatcher address, host:port or "
@@ -26,11 +23,7 @@ def address_problem(address: str) -> str | None:
 
 
 def check_address(address: str) -> str:
-    """The dispatcher address as ``grpc://host:port``.
-
-    Raises:
-      ConfigError: a malformed address (`address_problem`).
-    """
+    """The dispatcher address as ``grpc://host:port``; ConfigError if malformed."""
     problem = address_problem(address)
     if problem:
         raise ConfigError(f"Invalid setting: {problem}.")

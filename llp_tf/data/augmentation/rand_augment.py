@@ -1,50 +1,12 @@
-"""Strong augmentation: RandAugment as FixMatch used it, followed by Cutout.
+"""Strong augmentation: RandAugment as FixMatch used it (random magnitudes), then Cutout.
 
-Pure functions of one image, like `weak`: every random choice is a
-stateless op driven by an explicit ``seed`` (int32/int64 [2]), so an image's
-strong view is a function of (run seed, epoch, example index) and does not
-depend on tf.data's parallelism. `strong_augment` draws from its own stream
-of the seed (`strong_seeds`), so it may be given the same example seed as
-`weak.train_augment` without its draws repeating the crop's or flip's.
-
-Contract: images come in as float32 [H, W, 3] in [0, 1] (uint8 is scaled
-by 1/255), after the crop and flip and before `weak.normalize`, and leave
-as float32 [H, W, 3] in [0, 1].
-
-`strong_augment` (Sohn et al. 2020, FixMatch's RandAugment with random
-magnitude): ``NUM_OPS`` = 2 ops drawn uniformly, with replacement, from the
-policy's list, each with its own magnitude uniform in the op's range, always
-applied, in order; then Cutout, always: a grey square of side
-``round(L * min(H, W))``, L uniform in [0, max], centred on a uniform pixel
-and clipped at the border. Geometric ops map about the image centre with
-nearest-neighbour sampling (PIL's default, as in FixMatch's code); the area
-they uncover and the Cutout square are grey 0.5 (FixMatch's 128).
-
-Magnitude ranges. "paper": FixMatch's appendix table of the RandAugment
-ops (Table 12) and its Cutout side, L in [0, 0.5] of the image; "light":
-for the 28 px digit demos (docs/augmentation.md, "Strong augmentation"):
-
-| op            | magnitude                             | paper        | light           |
-|---------------|---------------------------------------|--------------|-----------------|
-| auto_contrast | (none)                                | yes          | yes             |
-| brightness    | blend factor with black, 1 = original | [0.05, 0.95] | [0.05, 0.95]    |
-| color         | blend factor with the luma image      | [0.05, 0.95] | left out        |
-| contrast      | blend factor with the mean luma       | [0.05, 0.95] | [0.05, 0.95]    |
-| equalize      | (none)                                | yes          | yes             |
-| identity      | (none)                                | yes          | yes             |
-| posterize     | bits kept of 8                        | {4, ..., 8}  | {4, ..., 8}     |
-| rotate        | degrees, counter-clockwise            | [-30, 30]    | [-15, 15]       |
-| sharpness     | blend factor with PIL's SMOOTH filter | [0.05, 0.95] | [0.05, 0.95]    |
-| shear_x/y     | rate R: x += R * (y - centre)         | [-0.3, 0.3]  | [-0.15, 0.15]   |
-| solarize      | T: invert where 255 x >= 256 T        | [0, 1]       | left out        |
-| translate_x/y | fraction of the width / height        | [-0.3, 0.3]  | [-0.125, 0.125] |
-| cutout        | side L of min(H, W)                   | [0, 0.5]     | [0, 0.25]       |
-
-Where FixMatch's code departs from that table (its CIFAR RandAugment
-applies each op with p = 0.5, on 10 magnitude levels, with enhancement
-factors 0.1 + 1.8 * level, shears about the top-left corner and a fixed
-half-side Cutout) this module follows the table.
-"""
+Pure functions of one image and a stateless ``seed`` (int32/int64 [2]), drawn from a stream
+of their own (`strong_seeds`). As FixMatch (Sohn et al. 2020) says: ``NUM_OPS`` = 2 ops drawn
+uniformly, with replacement, from the policy's list, each at a magnitude uniform in its range,
+then a grey Cutout square. "paper" is FixMatch's Table 12, "light" the digits' policy
+(docs/augmentation.md, "RandAugment's ops and magnitudes", also where FixMatch's code departs
+from it). Images come in as float32 [H, W, 3] in [0, 1] (uint8 is scaled by 1/255), after
+the crop and flip and before `weak.normalize`, and leave the same."""
 
 import math
 from typing import NamedTuple
@@ -57,17 +19,15 @@ from llp_tf.data.config import LIGHT, PAPER
 from llp_tf.tensor_types import FloatTensor, IntTensor, Tensor
 
 NUM_OPS = 2
-#: Grey of the area geometric ops uncover and of the Cutout square.
 FILL = 0.5
 INTERPOLATION = "NEAREST"
 
-# Folded into the example's seed before any draw: a stream of its own.
 _STRONG_SALT = 0x5752
 
 
 class OpRange(NamedTuple):
-    """An op of a policy and its magnitude range; an ``integer`` magnitude is
-    uniform over the integers low..high, a float one uniform in [low, high)."""
+    """An op and its magnitude range: uniform over the integers low..high (``integer``), else in
+    [low, high)."""
 
     name: str
     low: float = 0.0
@@ -79,7 +39,6 @@ _PHOTOMETRIC = (OpRange("auto_contrast"), OpRange("brightness", 0.05, 0.95),
                 OpRange("contrast", 0.05, 0.95), OpRange("equalize"), OpRange("identity"),
                 OpRange("posterize", 4, 8, integer=True), OpRange("sharpness", 0.05, 0.95))
 
-#: The ops of each policy, in a fixed order (an op's index is its position).
 POLICY_OPS = {
     PAPER: _PHOTOMETRIC + (
         OpRange("color", 0.05, 0.95), OpRange("rotate", -30.0, 30.0),
@@ -101,19 +60,14 @@ def _levels(image):
 
 
 def _from_levels(levels):
-    """float32 of the shape of ``levels`` (int32 in 0..255): level / 255.
-
-    A lookup of the correctly rounded quotients, not a division: in a
-    tf.function Grappler turns division by a constant into multiplication by
-    its reciprocal, which differs in the last bit for half of the levels."""
+    """float32 level / 255 of int32 levels 0..255, looked up: under Grappler a division by 255
+    becomes a multiplication, off by one bit for half the levels."""
     return tf.gather(tf.constant([level / 255.0 for level in range(256)], tf.float32), levels)
 
 
 def auto_contrast(image: FloatTensor) -> FloatTensor:
-    """Stretches each channel linearly so that its minimum becomes 0 and its
-    maximum 1 (PIL's autocontrast without its 8-bit rounding); a constant
-    channel is left as it is. float32 [..., H, W, 3] in [0, 1] -> same, each
-    image on its own."""
+    """float32 [..., H, W, 3] in [0, 1] -> same, each channel stretched to [0, 1] (PIL's
+    autocontrast without its 8-bit rounding); a constant channel is kept."""
     low = tf.reduce_min(image, axis=[-3, -2], keepdims=True)
     span = tf.reduce_max(image, axis=[-3, -2], keepdims=True) - low
     stretched = (image - low) / tf.where(span > 0.0, span, 1.0)
@@ -121,18 +75,10 @@ def auto_contrast(image: FloatTensor) -> FloatTensor:
 
 
 def equalize(image: FloatTensor) -> FloatTensor:
-    """PIL's histogram equalisation of each channel's 8-bit levels.
-
-    A level l maps to ``(step // 2 + number of pixels below l) // step``
-    (at most 255), where ``step = (pixels - pixels in the highest occupied
-    level) // 255``; a channel with ``step == 0`` is left as it is. The
-    output is quantised to 8-bit levels. float32 [..., H, W, 3] in [0, 1] ->
-    same, each image on its own.
-    """
+    """float32 [..., H, W, 3] in [0, 1] -> same: PIL's histogram equalisation of each channel's
+    8-bit levels (a channel with ``step == 0`` is kept), quantised to 8-bit levels."""
     shape = tf.shape(image)
     levels = tf.reshape(_levels(image), tf.concat([[-1], shape[-3:]], 0))
-    # One histogram of 256 bins per image and channel: level l of channel c of
-    # image n counts in bin (3 n + c) 256 + l.
     histograms = 3 * tf.shape(levels)[0]
     offsets = tf.reshape(tf.range(histograms, dtype=tf.int32) * 256, [-1, 1, 1, 3])
     flat_levels = levels + offsets
@@ -150,19 +96,16 @@ def equalize(image: FloatTensor) -> FloatTensor:
 
 
 def posterize(image: FloatTensor, bits: IntTensor | FloatTensor) -> FloatTensor:
-    """Keeps the ``bits`` (1..8, broadcast against the image) highest bits of
-    each 8-bit level. float32 [..., H, W, 3] in [0, 1] -> same, quantised to
-    8-bit levels."""
+    """float32 [..., H, W, 3] in [0, 1] -> same, each 8-bit level keeping its ``bits`` (1..8,
+    broadcast) highest bits."""
     shift = 8 - tf.cast(bits, tf.int32)
     kept = tf.bitwise.left_shift(tf.bitwise.right_shift(_levels(image), shift), shift)
     return _from_levels(kept)
 
 
 def solarize(image: FloatTensor, threshold: float | FloatTensor) -> FloatTensor:
-    """Inverts (x -> 1 - x) the values whose 8-bit level 255 x is at least
-    256 * ``threshold`` (PIL's solarize at threshold 256 T): T = 0 inverts
-    everything, T = 1 nothing. float32 [..., H, W, 3] in [0, 1], ``threshold``
-    broadcast against it -> same."""
+    """float32 [..., H, W, 3] in [0, 1] -> same, x -> 1 - x where 255 x >= 256 ``threshold``
+    (PIL's solarize at 256 T): T = 0 inverts everything, T = 1 nothing."""
     return tf.where(image * 255.0 >= 256.0 * threshold, 1.0 - image, image)
 
 
@@ -170,11 +113,8 @@ _SMOOTH_KERNEL = ((1.0, 1.0, 1.0), (1.0, 5.0, 1.0), (1.0, 1.0, 1.0))
 
 
 def sharpness(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
-    """PIL's sharpness: blends the image with its 3x3 SMOOTH filtering
-    (weights 1, centre 5, over 13; the border pixels are kept), ``factor``
-    1 = the image, 0 = the smoothed one. float32 [..., H, W, 3] in [0, 1], H
-    and W at least 3, ``factor`` broadcast against it -> same, each image on
-    its own."""
+    """float32 [..., H, W, 3] in [0, 1], H, W >= 3 -> same: PIL's sharpness, a blend with the 3x3
+    SMOOTH filtering (border kept); ``factor`` 1 is the image, 0 the smoothed one."""
     shape = tf.shape(image)
     images = tf.reshape(image, tf.concat([[-1], shape[-3:]], 0))
     kernel = tf.constant(_SMOOTH_KERNEL) / 13.0
@@ -188,17 +128,13 @@ def sharpness(image: FloatTensor, factor: float | FloatTensor) -> FloatTensor:
     return blended
 
 
-#: The geometric ops: each samples the image through an affine map about
-#: its centre (`affine_coefficients`).
 GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 
 
 def affine_coefficients(name: str, magnitude: float | FloatTensor, height: FloatTensor,
                         width: FloatTensor) -> tuple[FloatTensor, ...]:
-    """The map of geometric op ``name`` (in `GEOMETRIC`) with ``magnitude``
-    (float32, any shape) on images of ``height`` x ``width`` (float32,
-    broadcast against it): (a, b, c, d, shift_x, shift_y), float32 of the
-    magnitude's shape, for `projective_transform`."""
+    """(a, b, c, d, shift_x, shift_y), float32 of ``magnitude``'s shape: the map of geometric
+    op ``name`` on images of ``height`` x ``width`` (float32), for `projective_transform`."""
     magnitude = tf.cast(magnitude, tf.float32)
     one, zero = tf.ones_like(magnitude), tf.zeros_like(magnitude)
     if name == "rotate":
@@ -218,11 +154,9 @@ def affine_coefficients(name: str, magnitude: float | FloatTensor, height: Float
 
 def projective_transform(coefficients: tuple[FloatTensor, ...], height: FloatTensor,
                          width: FloatTensor) -> FloatTensor:
-    """float32 [..., 8], ImageProjectiveTransformV3's transforms for the
-    `affine_coefficients` (a, b, c, d, shift_x, shift_y), each float32 [...]:
-    output pixel p takes the input at ``((a, b), (c, d)) @ (p - centre) +
-    centre - shift`` (x, y pixel coordinates, the centre ((W - 1) / 2,
-    (H - 1) / 2))."""
+    """float32 [..., 8], ImageProjectiveTransformV3's transforms of `affine_coefficients` (each
+    [...]): output pixel p takes the input at ((a, b), (c, d)) @ (p - centre) + centre - shift,
+    in (x, y) pixels, the centre ((W - 1) / 2, (H - 1) / 2)."""
     a, b, c, d, shift_x, shift_y = coefficients
     centre_x = (width - 1.0) / 2.0
     centre_y = (height - 1.0) / 2.0
@@ -232,9 +166,8 @@ def projective_transform(coefficients: tuple[FloatTensor, ...], height: FloatTen
 
 
 def warp(images: FloatTensor, transforms: FloatTensor) -> FloatTensor:
-    """float32 [B, H, W, 3] -> same: each image sampled through its
-    `projective_transform` (float32 [B, 8]), nearest neighbour; outside the
-    image it is ``FILL``."""
+    """float32 [B, H, W, 3] -> same, each image sampled through its `projective_transform`
+    (float32 [B, 8]) by nearest neighbour, ``FILL`` outside."""
     moved = tf.raw_ops.ImageProjectiveTransformV3(
         images=images, transforms=transforms, output_shape=tf.shape(images)[1:3],
         fill_value=FILL, interpolation=INTERPOLATION, fill_mode="CONSTANT")
@@ -265,8 +198,7 @@ def shear_y(image: FloatTensor, rate: float | FloatTensor) -> FloatTensor:
 
 
 def translate_x(image: FloatTensor, fraction: float | FloatTensor) -> FloatTensor:
-    """Moves the content of [H, W, 3] right by ``fraction`` of its width
-    (rounded to whole pixels by the nearest-neighbour sampling)."""
+    """Moves the content of [H, W, 3] right by ``fraction`` of its width."""
     return _affine(image, "translate_x", fraction)
 
 
@@ -275,7 +207,6 @@ def translate_y(image: FloatTensor, fraction: float | FloatTensor) -> FloatTenso
     return _affine(image, "translate_y", fraction)
 
 
-#: Each op as a function of (image, magnitude).
 OP_FUNCTIONS = {
     "auto_contrast": lambda image, _: auto_contrast(image),
     "brightness": adjust_brightness,
@@ -295,25 +226,15 @@ OP_FUNCTIONS = {
 
 
 def strong_seeds(seed: IntTensor) -> tuple[IntTensor, IntTensor]:
-    """(ops seed, cutout seed), int [2] each: the sub-seeds of an example's
-    ``seed`` (int32/int64 [2]) that `strong_augment` draws with."""
+    """(ops seed, cutout seed), int [2] each: `strong_augment`'s sub-seeds of ``seed``."""
     salted = tf.random.experimental.stateless_fold_in(seed, _STRONG_SALT)
     ops_seed, cutout_seed = tf.unstack(tf.random.experimental.stateless_split(salted, num=2))
     return ops_seed, cutout_seed
 
 
 def sample_ops(seed: IntTensor, policy: str = PAPER) -> tuple[IntTensor, FloatTensor]:
-    """Draws the ops of one image and their magnitudes.
-
-    Args:
-      seed: int [2], stateless seed.
-      policy: "paper" or "light".
-
-    Returns:
-      (indices into ``POLICY_OPS[policy]``, int32 [NUM_OPS], uniform and
-      independent; magnitudes, float32 [NUM_OPS], each uniform in its op's
-      range, whole numbers for an integer op).
-    """
+    """(int32 [NUM_OPS] indices into ``POLICY_OPS[policy]``, float32 [NUM_OPS] magnitudes, each
+    uniform in its op's range), drawn from ``seed`` (int [2])."""
     check_policy(policy, CROP_AREA_RANGE[0])
     ops = POLICY_OPS[policy]
     choice_seed, magnitude_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
@@ -330,8 +251,8 @@ def sample_ops(seed: IntTensor, policy: str = PAPER) -> tuple[IntTensor, FloatTe
 
 def apply_op(image: FloatTensor, index: IntTensor, magnitude: FloatTensor,
              policy: str = PAPER) -> FloatTensor:
-    """Applies op ``POLICY_OPS[policy][index]`` (int32 []) with ``magnitude``
-    (float32 []) to float32 [H, W, 3] in [0, 1]; returns the same."""
+    """float32 [H, W, 3] in [0, 1] -> same: op ``POLICY_OPS[policy][index]`` (int32 []) at
+    ``magnitude`` (float32 [])."""
     branches = [lambda function=OP_FUNCTIONS[op.name]: function(image, magnitude)
                 for op in POLICY_OPS[policy]]
     return tf.switch_case(index, branches)
@@ -339,19 +260,9 @@ def apply_op(image: FloatTensor, index: IntTensor, magnitude: FloatTensor,
 
 def cutout_window(image_shape: IntTensor, seed: IntTensor,
                   max_fraction: float) -> tuple[IntTensor, IntTensor, IntTensor]:
-    """Draws Cutout's square.
-
-    Args:
-      image_shape: int [3] (or [2]), the image's height and width first.
-      seed: int [2], stateless seed.
-      max_fraction: the largest side, a fraction of min(H, W).
-
-    Returns:
-      (top, left, side), int32 scalars: the square's rows top..top+side-1
-      and columns left..left+side-1, which may reach outside the image.
-      side = round(L * min(H, W)) with L uniform in [0, max_fraction); the
-      centre pixel (top + side // 2, left + side // 2) is uniform over the image.
-    """
+    """(top, left, side), int32 scalars: Cutout's square, possibly reaching outside the image, in
+    an image of ``image_shape`` (int [3] or [2], height first). side = round(L * min(H, W)), L
+    uniform in [0, max_fraction); its centre (top + side // 2, left + side // 2) is uniform."""
     size_seed, centre_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     height_width = tf.cast(image_shape[:2], tf.float32)
     short_side = tf.reduce_min(height_width)
@@ -363,14 +274,13 @@ def cutout_window(image_shape: IntTensor, seed: IntTensor,
 
 
 def cutout(image: FloatTensor, seed: IntTensor, max_fraction: float) -> FloatTensor:
-    """Sets the pixels of the `cutout_window` square to ``FILL``.
-    float32 [H, W, 3] in [0, 1] -> same."""
+    """float32 [H, W, 3] in [0, 1] -> same, the `cutout_window` square set to ``FILL``."""
     return grey_squares(image, tf.stack(cutout_window(tf.shape(image), seed, max_fraction)))
 
 
 def grey_squares(image: FloatTensor, square: IntTensor) -> FloatTensor:
-    """float32 [..., H, W, 3] -> same, the pixels of each image's ``square``
-    (int32 [..., 3]: top, left, side, as `cutout_window` draws it) set to ``FILL``."""
+    """float32 [..., H, W, 3] -> same, each image's ``square`` (int32 [..., 3]: top, left, side,
+    as `cutout_window` draws it) set to ``FILL``."""
     shape = tf.shape(image)
     top, left, side = tf.unstack(square, axis=-1)
     rows, columns = tf.range(shape[-3]), tf.range(shape[-2])
@@ -382,16 +292,10 @@ def grey_squares(image: FloatTensor, square: IntTensor) -> FloatTensor:
 
 def strong_augment(image: IntTensor | FloatTensor, seed: IntTensor,
                    policy: str = PAPER) -> FloatTensor:
-    """The strong view: ``NUM_OPS`` ops of `sample_ops`, then `cutout`.
+    """The strong view: float32 [H, W, 3] in [0, 1] (or uint8) -> float32 [H, W, 3] in [0, 1].
 
-    Args:
-      image: float32 [H, W, 3] in [0, 1], or uint8 [H, W, 3].
-      seed: int32/int64 [2], this example's stateless seed.
-      policy: "paper" (FixMatch's RandAugment) or "light" (for digits).
-
-    Returns:
-      float32 [H, W, 3] in [0, 1].
-    """
+    ``seed``: int32/int64 [2], the example's; ``policy``: "paper" (FixMatch's RandAugment) or
+    "light" (for digits)."""
     check_policy(policy, CROP_AREA_RANGE[0])
     image = tf.convert_to_tensor(image)
     if image.dtype == tf.uint8:
@@ -401,12 +305,9 @@ def strong_augment(image: IntTensor | FloatTensor, seed: IntTensor,
 
 def draw_strong_params(seed: IntTensor, image_shape: IntTensor,
                        policy: str = PAPER) -> dict[str, Tensor]:
-    """`strong_augment`'s random choices for an image of ``image_shape`` (int
-    [3] or [2], height and width first), drawn from the example's ``seed`` (int
-    [2]) as it draws them: {"ops": int32 [NUM_OPS] and "magnitudes": float32
-    [NUM_OPS] (`sample_ops`), "cutout": int32 [3], the square's top, left and
-    side (`cutout_window`)}. Any batch of them (each with a leading axis [B])
-    is what `llp_tf.data.augmentation.rand_augment_device` applies."""
+    """`strong_augment`'s choices for an image of ``image_shape`` (int [3] or [2]) from ``seed``:
+    {"ops": int32 [NUM_OPS], "magnitudes": float32 [NUM_OPS], "cutout": int32 [3] (top, left,
+    side)}; batched ([B] leading), what `rand_augment_device` applies."""
     check_policy(policy, CROP_AREA_RANGE[0])
     ops_seed, cutout_seed = strong_seeds(seed)
     indices, magnitudes = sample_ops(ops_seed, policy)
@@ -417,7 +318,7 @@ def draw_strong_params(seed: IntTensor, image_shape: IntTensor,
 def apply_strong_params(image: FloatTensor, params: dict[str, Tensor],
                         policy: str = PAPER) -> FloatTensor:
     """float32 [H, W, 3] in [0, 1] -> same: the ops and Cutout of ``params``
-    (`draw_strong_params`) of ``policy``."""
+    (`draw_strong_params`)."""
     static_shape = image.shape
     for step in range(NUM_OPS):
         image = apply_op(image, params["ops"][step], params["magnitudes"][step], policy)

@@ -1,19 +1,7 @@
-"""The strong augmentation (RandAugment and Cutout) on a batch, on the
-accelerator: `rand_augment.apply_strong_params` of each example with its
-host-drawn choices (`rand_augment.draw_strong_params`), as whole-batch
-tensor ops (no loop over the examples).
-
-Each of the ``NUM_OPS`` steps gathers, for each photometric op some
-example chose, the examples that chose it, runs the op on them at once, and
-stitches the results back in place (`tf.dynamic_stitch`): the work is that
-of the per-example path, in a few kernels per op. The geometric ops of a
-step are one projective transform per example, sampled in a single
-`rand_augment.warp`. The ops' kernels are `rand_augment`'s own, which take a
-leading batch axis; an example's image is the per-example one to float
-rounding, and exactly where the op is exact (the 8-bit level ops, nearest
-neighbour geometry, Cutout). Not for XLA: ImageProjectiveTransformV3 has no
-XLA kernel (TensorFlow 2.21), and the gathered batches have dynamic sizes.
-"""
+"""The strong augmentation on a batch, on the accelerator: `rand_augment.apply_strong_params`
+of each example with its host-drawn choices, as whole-batch ops (each photometric op on the
+examples that chose it, the geometric ops as one warp), equal to the per-example path to float
+rounding. Not for XLA: ImageProjectiveTransformV3 has no XLA kernel."""
 
 import tensorflow as tf
 
@@ -23,16 +11,14 @@ from llp_tf.tensor_types import FloatTensor, Tensor
 
 
 def _on_picked(function, images, arguments, picked):
-    """``function(images[picked], arguments[picked])`` (float32 [n, H, W, 3])
-    for the examples ``picked`` (int32 [n]), run only if n > 0."""
+    """``function(images[picked], arguments[picked])``, run only if ``picked`` is not empty."""
     return tf.cond(tf.size(picked) > 0,
                    lambda: function(tf.gather(images, picked), tf.gather(arguments, picked)),
                    lambda: tf.zeros_like(images[:0]))
 
 
 def _apply_step(images, indices, magnitudes, policy):
-    """float32 [B, H, W, 3] -> same: each image's op ``indices`` (int32 [B],
-    into ``POLICY_OPS[policy]``) with its ``magnitudes`` (float32 [B])."""
+    """float32 [B, H, W, 3] -> same: each image's op ``indices`` (int32 [B]) at ``magnitudes``."""
     shape = tf.cast(tf.shape(images), tf.float32)
     height, width = shape[1], shape[2]
     coefficients = rand_augment.affine_coefficients("translate_x", tf.zeros_like(magnitudes),
@@ -58,11 +44,8 @@ def _apply_step(images, indices, magnitudes, policy):
 
 def strong_batch(images: FloatTensor, params: dict[str, Tensor],
                  policy: str = PAPER) -> FloatTensor:
-    """float32 [B, S, S, 3] in [0, 1] -> same: each image's RandAugment ops and
-    Cutout of ``params`` (`rand_augment.draw_strong_params`, each with a
-    leading axis [B]: "ops" int32 [B, NUM_OPS], indices into
-    ``POLICY_OPS[policy]``, "magnitudes" float32 [B, NUM_OPS], "cutout" int32
-    [B, 3])."""
+    """float32 [B, S, S, 3] in [0, 1] -> same: each image's RandAugment ops and Cutout of
+    ``params`` (`rand_augment.draw_strong_params`, each with a leading [B])."""
     weak.check_policy(policy, weak.CROP_AREA_RANGE[0])
     images = tf.convert_to_tensor(images, tf.float32)
     out = images

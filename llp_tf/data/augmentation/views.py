@@ -1,33 +1,11 @@
 """The views of a training example: several augmented images of one decode.
 
-A stream of the training input (`llp_tf.data.pipeline.streams`) names the views of
-its elements, element key -> policy:
-
-- ``"weak"``: the run's augmentation, "paper" or "light"
-  (`weak.train_augment_crop`).
-- ``"strong"``: the weak view before its normalisation
-  (`weak.train_augment_crop_unnormalised`: the same crop, and for "paper"
-  the same grayscale, jitter and flip), then
-  `rand_augment.strong_augment` with the policy of the run's augmentation
-  ("paper": FixMatch's RandAugment; "light": the digit demos'), then
-  `weak.normalize`.
-
-View v of an example has its own seed (`view_seeds`): view 0 the example's
-seed, so a one-view element is exactly the pipeline's image of that seed;
-view v > 0 the example's seed with v folded in. Each view draws its own crop
-window (`weak.crop_window` with `weak.crop_seed` of its seed). The
-example is decoded once (`load_views`): the union box of the views' windows,
-only that box of a JPEG with the fused crop (`llp_tf.data.decoding.crop_decode`: the
-same pixels as a full decode), and each view cuts its window from it and
-resizes it to uint8 [S, S, 3] (`resize_views`, `weak.resize_crop`).
-Every view leaves as float32 [S, S, 3], normalised.
-
-With ``augment_on="device"`` a view leaves as its resized crop, uint8 [S,
-S, 3] (`weak.resize_crop`), and the element adds ``"augment"``: view key
--> that view's random choices (`weak.draw_pixel_params`, and for a
-strong view `rand_augment.draw_strong_params` too); `finish_views` applies
-them to a batch of such elements in the replica step.
-"""
+A view is "weak" (the run's augmentation, `weak.train_augment_crop`) or "strong" (the weak view
+before normalising, then `rand_augment.strong_augment` with the run's policy, then
+`weak.normalize`). View 0 has the example's seed, view v > 0 that seed with v folded in; each
+draws its own crop window, and the union of the windows is decoded once (`load_views`). Views
+leave as float32 [S, S, 3], normalised, or with ``augment_on="device"`` as uint8 [S, S, 3]
+resized crops, their random choices under "augment" (`finish_views` applies them)."""
 
 import types
 from collections.abc import Mapping
@@ -49,9 +27,8 @@ RESERVED_KEYS = ("index", "label", "augment")
 
 
 def check_views(views: Mapping[str, str]) -> dict[str, str]:
-    """The views as a dict, in their order; ConfigError unless they are one or
-    more element keys (str, not in `RESERVED_KEYS`), each with a policy of
-    `VIEW_POLICIES`."""
+    """``views`` as a dict, in order; ConfigError unless one or more element keys (str, not in
+    `RESERVED_KEYS`), each with a policy of `VIEW_POLICIES`."""
     if not isinstance(views, Mapping) or not views:
         raise ConfigError(f"views must map element keys to policies {VIEW_POLICIES}; got "
                           f"{views!r}.")
@@ -66,16 +43,15 @@ def check_views(views: Mapping[str, str]) -> dict[str, str]:
 
 
 def view_seeds(example_seed: IntTensor, count: int) -> list[IntTensor]:
-    """The seeds, int [2] each, of an example's ``count`` views: view 0 the
-    example's ``example_seed`` (int [2]), view v > 0 with v folded in."""
+    """int [2] seeds of an example's ``count`` views, from its ``example_seed`` (int [2])."""
     return [example_seed] + [tf.random.experimental.stateless_fold_in(example_seed, view)
                              for view in range(1, count)]
 
 
 def view_windows(image_shape: IntTensor, seeds: list[IntTensor],
                  area_range: tuple[float, float]) -> IntTensor:
-    """int32 [V, 4]: the crop window (top, left, height, width) of each view
-    in an image of ``image_shape`` (int [3], height and width first)."""
+    """int32 [V, 4]: each view's crop window (top, left, height, width) in an image of
+    ``image_shape`` (int [3], height first)."""
     return tf.stack([tf.stack(weak.crop_window(image_shape, weak.crop_seed(seed),
                                                   area_range)) for seed in seeds])
 
@@ -90,18 +66,9 @@ def _union(windows):
 
 def load_views(source: Source, record: Record, seeds: list[IntTensor],
                area_range: tuple[float, float], fused: bool) -> tuple[IntTensor, IntTensor]:
-    """Decodes the union of the views' windows of a record's image once.
-
-    Args:
-      source: the record's `Source` (`Source.load_crop`).
-      seeds: the views' seeds (`view_seeds`).
-      area_range: (low, high), the crop area fractions.
-      fused: decode only the box of a JPEG.
-
-    Returns:
-      (box: uint8 [h, w, 3], the union box of the views' windows; windows:
-      int32 [V, 4], each view's window (top, left, height, width) inside it).
-    """
+    """(box: uint8 [h, w, 3], the union of the views' windows of the record's image, decoded
+    once (only that box of a JPEG if ``fused``); windows: int32 [V, 4], each view's window in
+    it)."""
     drawn = {}  # load_crop calls the window function once, in this graph (crop_decode)
 
     def union_window(shape):
@@ -115,8 +82,8 @@ def load_views(source: Source, record: Record, seeds: list[IntTensor],
 
 
 def resize_views(box: IntTensor, windows: IntTensor, size: int) -> IntTensor:
-    """uint8 [V, S, S, 3]: each view's window (`load_views`' ``windows``, int32
-    [V, 4]) cut from ``box`` (uint8 [h, w, 3]) and resized (`weak.resize_crop`)."""
+    """uint8 [V, S, S, 3]: each of ``windows`` (int32 [V, 4]) cut from ``box`` (uint8 [h, w,
+    3]) and resized (`weak.resize_crop`)."""
     def resized(window):
         top, left, height, width = tf.unstack(window)
         image = weak.resize_crop(box[top:top + height, left:left + width], size)
@@ -128,9 +95,8 @@ def resize_views(box: IntTensor, windows: IntTensor, size: int) -> IntTensor:
 
 def augment_view(resized: IntTensor, seed: IntTensor, augmentation: str,
                  policy: str) -> FloatTensor:
-    """uint8 [S, S, 3] resized crop window -> float32 [S, S, 3], normalised: the
-    view of ``policy`` (see the module docstring) with the run's ``augmentation``
-    (`weak.train_augment_crop` after its resize)."""
+    """uint8 [S, S, 3] resized crop -> float32 [S, S, 3], normalised: the view of ``policy``
+    with the run's ``augmentation``."""
     weak.check_policy(augmentation, weak.CROP_AREA_RANGE[0])
     pixels = weak.apply_pixel_params(weak.to_unit(resized), weak.draw_pixel_params(seed),
                                      augmentation)
@@ -148,7 +114,8 @@ def check_augment_on(augment_on: str) -> None:
 
 
 def view_params(seed: IntTensor, size: int, augmentation: str, policy: str) -> dict:
-    """A view's random choices for the device (see the module docstring)."""
+    """A view's random choices for the device: `weak.draw_pixel_params`, and for a strong view
+    `rand_augment.draw_strong_params` too."""
     params = weak.draw_pixel_params(seed)
     if policy == STRONG:
         params.update(rand_augment.draw_strong_params(seed, [size, size], augmentation))
@@ -157,10 +124,9 @@ def view_params(seed: IntTensor, size: int, augmentation: str, policy: str) -> d
 
 def make_views(resized: IntTensor, seeds: list[IntTensor], size: int, augmentation: str,
                views: Mapping[str, str], augment_on: str = HOST) -> dict:
-    """The views of one example from their ``resized`` crops (`resize_views`,
-    uint8 [V, S, S, 3]) and ``seeds`` (in the order of ``views``): key ->
-    float32 [S, S, 3], or with ``augment_on="device"`` key -> the uint8 [S,
-    S, 3] resized crop and ``"augment"`` (see the module docstring)."""
+    """An example's views from their ``resized`` crops (uint8 [V, S, S, 3]) and ``seeds`` (in
+    the order of ``views``): key -> float32 [S, S, 3], or with ``augment_on="device"`` key ->
+    its uint8 crop, plus "augment": key -> its random choices."""
     images, params = {}, {}
     for (key, policy), image, seed in zip(views.items(), tf.unstack(resized, len(seeds)),
                                           seeds):
@@ -173,9 +139,8 @@ def make_views(resized: IntTensor, seeds: list[IntTensor], size: int, augmentati
 
 
 def finish_views(element: dict, views: Mapping[str, str], augmentation: str) -> dict:
-    """A batch of device-side elements (`make_views` with ``augment_on="device"``,
-    batched) -> the host path's: each view float32 [b, S, S, 3], normalised,
-    and no ``"augment"``; an element without ``"augment"`` is returned as it is."""
+    """A batch of device-side elements (`make_views`, batched) -> the host path's: each view
+    float32 [b, S, S, 3], normalised, without "augment"; an element without it is kept as is."""
     if "augment" not in element:
         return element
     element = dict(element)

@@ -1,2 +1,1 @@
-"""Image decoding: encoded bytes to uint8 pixels, the whole image (`decode`) or only the
-window a random crop keeps (`crop_decode`), naming the file or record that fails."""
+"""Image decoding: encoded bytes to uint8 pixels, whole or a crop's window."""

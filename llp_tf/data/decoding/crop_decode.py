@@ -1,22 +1,6 @@
-"""Decoding only the window of an image that a random crop keeps.
-
-For JPEG bytes the window is drawn from the shape in the JPEG header
-(`tf.image.extract_jpeg_shape`, no decoding) and only the region around it
-is decoded (`tf.image.decode_and_crop_jpeg`, the window grown by
-``JPEG_MARGIN`` pixels that are cut off again); PNG, GIF and BMP are decoded
-whole and then cropped. The window is a function of the image's shape alone
-(``window_fn``), so for the same seed the fused and the full path crop the
-same window, and its pixels equal the full decode's (tolerance 0,
-tests/data/decoding/test_crop_decode.py). Images leave as uint8 [h, w, 3].
-
-Errors: bytes that are not an image, or a JPEG whose header or data up to
-the window is damaged, fail as the full decode does (and
-`decode.decode_checked` names the file or record). A JPEG cut short *below*
-a window decodes that window, whose data is intact; it fails on the first
-crop that reaches the missing rows.
-
-What it gains and why so little: docs/data.md, "Decoding only the crop", and docs/performance.md.
-"""
+"""Decoding only the window of an image that a random crop keeps: of a JPEG the region around
+it (``JPEG_MARGIN`` pixels cut off again), with the full decode's pixels; other formats whole,
+then cropped. Windows leave as uint8 [h, w, 3]."""
 
 import functools
 import struct
@@ -27,36 +11,21 @@ import tensorflow as tf
 from llp_tf.data.decoding import decode
 from llp_tf.tensor_types import IntTensor, StringTensor
 
-#: image shape (int32 [3], height and width first) -> (top, left, height,
-#: width), int32 scalars: a window inside the image.
+#: image shape (int32 [3], height first) -> (top, left, height, width), int32: a window.
 WindowFn = Callable[[IntTensor], tuple[IntTensor, IntTensor, IntTensor, IntTensor]]
 
-#: Pixels decoded on each side of the window and then cut off, so that
-#: chroma upsampling at the decoded region's border does not reach the window:
-#: there libjpeg has no neighbouring chroma sample and repeats the edge, and
-#: its upsampler reaches at most one chroma sample (<= 4 pixels for any
-#: standard subsampling) across.
+#: Pixels decoded around the window: chroma upsampling reaches at most 4 across its border.
 JPEG_MARGIN = 4
 
 
 def crop_image(image: IntTensor, window_fn: WindowFn) -> IntTensor:
-    """The window of a decoded image.
-
-    Args:
-      image: uint8 [H, W, 3].
-      window_fn: see `WindowFn`, called with ``tf.shape(image)``.
-
-    Returns:
-      uint8 [h, w, 3], ``image[top:top + h, left:left + w]``.
-    """
+    """uint8 [h, w, 3]: the window ``window_fn`` picks of ``image``, uint8 [H, W, 3]."""
     top, left, height, width = window_fn(tf.shape(image))
     return tf.image.crop_to_bounding_box(image, top, left, height, width)
 
 
 def _region(shape, window, margin):
-    """(box, row, column): the window (top, left, height, width) grown by
-    ``margin`` on each side and clipped to ``shape``, as decode_and_crop_jpeg's
-    int32 [4] crop window, and the window's offset inside it."""
+    """(decode_and_crop_jpeg's box: the window grown by ``margin``, clipped; row; column)."""
     top, left, height, width = window
     region_top = tf.maximum(top - margin, 0)
     region_left = tf.maximum(left - margin, 0)
@@ -69,18 +38,8 @@ def _region(shape, window, margin):
 
 def decode_jpeg_window(encoded: StringTensor, window_fn: WindowFn,
                        margin: int = JPEG_MARGIN) -> IntTensor:
-    """Decodes only the window of a JPEG (plus ``margin``, cut off again).
-
-    Args:
-      encoded: string [], JPEG bytes (colour, grayscale or CMYK).
-      window_fn: see `WindowFn`, called with the shape in the JPEG header,
-        int32 [3] (height, width, channels in the file).
-      margin: int >= 0, pixels decoded on each side of the window.
-
-    Returns:
-      uint8 [h, w, 3]: the window, grayscale expanded to three channels as
-      `decode.decode_image` does.
-    """
+    """uint8 [h, w, 3]: the window of JPEG bytes ``encoded`` (colour, grayscale or CMYK) that
+    ``window_fn`` picks from the header's shape, decoding only it and ``margin`` around it."""
     shape = tf.image.extract_jpeg_shape(encoded, output_type=tf.int32)
     _, _, height, width = window = window_fn(shape)
     box, row, column = _region(shape, window, margin)
@@ -92,33 +51,19 @@ def decode_jpeg_window(encoded: StringTensor, window_fn: WindowFn,
 
 @functools.cache
 def _stand_ins() -> tuple[bytes, bytes]:
-    """(JPEG, BMP) bytes of a 1x1 image: what the unused decode of
-    `decode_window` reads, cheaply, instead of the real bytes."""
-    # 24-bit 1x1 BMP: file header, BITMAPINFOHEADER, one 4-byte-padded row.
+    """(JPEG, BMP) bytes of a 1x1 image, decoded instead of the real bytes by the unused path."""
     bmp = (b"BM" + struct.pack("<IHHI", 58, 0, 0, 54)
            + struct.pack("<IiiHHIIiiII", 40, 1, 1, 1, 24, 0, 4, 2835, 2835, 0, 0)
            + bytes(4))
-    with tf.init_scope():  # eager even while a tf.data function is traced
+    with tf.init_scope():
         jpeg = tf.io.encode_jpeg(tf.zeros([1, 1, 1], tf.uint8)).numpy()
     return jpeg, bmp
 
 
 def decode_window(encoded: StringTensor, window_fn: WindowFn) -> IntTensor:
-    """The window of an encoded image, decoding only the window of a JPEG.
-
-    Both decodes run on every image, without control flow: the one the
-    format does not need reads a 1x1 stand-in instead (a tf.cond here cost
-    more, about 0.2 ms per image, than the fused decode saves).
-
-    Args:
-      encoded: string [], JPEG, PNG, GIF (first frame) or BMP bytes.
-      window_fn: see `WindowFn`, called once with the image's shape (int32 [3]).
-
-    Returns:
-      uint8 [h, w, 3]. For JPEG the pixels of `decode_jpeg_window`, equal to
-      the full decode's; for other formats ``crop_image(decode_image(encoded))``
-      exactly.
-    """
+    """uint8 [h, w, 3]: the window ``window_fn`` picks of an encoded JPEG, PNG, GIF or BMP
+    image; of a JPEG only the window is decoded (`decode_jpeg_window`'s pixels). Both decodes
+    run, without control flow, the unused one on a 1x1 stand-in."""
     stand_in_jpeg, stand_in_other = _stand_ins()
     is_jpeg = tf.io.is_jpeg(encoded)
     jpeg = tf.where(is_jpeg, encoded, stand_in_jpeg)
@@ -127,8 +72,6 @@ def decode_window(encoded: StringTensor, window_fn: WindowFn) -> IntTensor:
                      tf.shape(other))
     top, left, height, width = window = window_fn(shape)
     box, row, column = _region(shape, window, JPEG_MARGIN)
-    # The stand-in JPEG's region is its one pixel; the unused path's window
-    # has no rows, so the two windows concatenated are the used one.
     jpeg_height = tf.where(is_jpeg, height, 0)
     region = tf.image.decode_and_crop_jpeg(jpeg, tf.where(is_jpeg, box, [0, 0, 1, 1]),
                                            channels=3)

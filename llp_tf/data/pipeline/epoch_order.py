@@ -1,25 +1,10 @@
 """The training order of one epoch: which used example comes at which position.
 
-The order depends only on the source, ``used_index``, ``seed``, ``epoch``
-and the pass (never on the number of replicas or workers, on timing, or on
-TensorFlow's global seed). One pass over the used examples (`train_order`):
-
-1. shards in a permutation drawn from ``numpy.random.default_rng([seed,
-   epoch, pass])``, read ``cycle_length`` at a time, interleaved record by
-   record;
-2. records outside ``used_index`` dropped;
-3. a block shuffle: consecutive blocks of ``shuffle_block`` records (the whole
-   split for sources whose records are file paths) are each permuted by a
-   stateless random permutation seeded by (seed, epoch, pass, block).
-
-An epoch (`epoch_records`) is pass 0, then passes 1, 2, ... while it asks
-for more records, each in its own order; with ``cache_passes`` the used
-records are read once, in pass 0's read order, and every pass permutes all
-of them (`cached_passes`). Every record gains ``dense_index`` (int64 []: the
-original index, or its position in ``used_index``, the bank row) and
-``pass`` (int64 []). Each random decision of an epoch (shuffles here,
-augmentation in `llp_tf.data.pipeline.input_fns`) has its own seed tag (`augment_seed`).
-"""
+The order depends only on the source, ``used_index``, ``seed``, ``epoch`` and the pass, never
+on the replicas, workers or timing. A pass (`train_order`) reads the shards in a seeded
+permutation, interleaved, drops records outside ``used_index`` and permutes each block of
+``shuffle_block`` records; an epoch (`epoch_records`) runs passes 0, 1, ... while it needs
+records."""
 
 import numpy as np
 import tensorflow as tf
@@ -54,9 +39,8 @@ def check_seed_epoch(seed: int, epoch: int) -> None:
 
 
 def _block_shuffle(records, block, seed, pass_index):
-    """Permutes each block of ``block`` consecutive records (stateless, seeded);
-    sets ``pass`` to ``pass_index`` (int64 []) and, where records have none,
-    ``dense_index`` to ``index`` (per block: no function call per record)."""
+    """Each block of ``block`` records permuted by a stateless seed, with ``pass`` and (where
+    missing) ``dense_index`` = ``index`` set."""
     def permute(block_id, block_records):
         size = tf.shape(block_records["index"])[0]
         block_seed = tf.random.experimental.stateless_fold_in(seed, block_id)
@@ -65,7 +49,6 @@ def _block_shuffle(records, block, seed, pass_index):
         block_records.setdefault("dense_index", block_records["index"])
         return tf.nest.map_structure(lambda t: tf.gather(t, order), block_records)
 
-    # prefetch(1): the next block is read while this one is consumed.
     return records.batch(block).enumerate().map(permute).prefetch(1).unbatch()
 
 
@@ -89,11 +72,8 @@ def _shared_dense_table(source, used_index):
 
 
 def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, dense_table):
-    """Records of the used examples in the pass's shard order, before the block shuffle.
-
-    With ``used_index`` each record gains ``dense_index`` (int64 []); without,
-    `_block_shuffle` adds it. Returns (dataset, number of used examples).
-    """
+    """(records of the used examples in the pass's shard order, each with ``dense_index`` when
+    ``used_index`` is given; their number)."""
     check_seed_epoch(seed, epoch)
     source.require_split(TRAIN)
     dense = _dense_map(source, used_index)
@@ -114,7 +94,7 @@ def _used_records(source, seed, epoch, used_index, cycle_length, pass_index, den
 
 
 def _pass_shuffle_seed(seed, epoch, pass_index):
-    """int64 [2] seed of pass ``pass_index`` (int or int64 tensor) of an epoch's shuffle."""
+    """int64 [2] seed of pass ``pass_index`` of an epoch's shuffle."""
     return tf.random.experimental.stateless_fold_in(
         _epoch_seed(seed, epoch, _SHUFFLE_TAG), tf.cast(pass_index, tf.int64))
 
@@ -122,15 +102,9 @@ def _pass_shuffle_seed(seed, epoch, pass_index):
 def train_order(source: Source, seed: int, epoch: int, used_index: Array | None = None,
                 cycle_length: int = DEFAULT_CYCLE_LENGTH, shuffle_block: int | None = None,
                 pass_index: int = 0, dense_table: IntTensor | None = None) -> tf.data.Dataset:
-    """Records of one pass over the used examples in their training order.
-
-    Returns a tf.data.Dataset of records (see `llp_tf.data.sources.base`) plus
-    ``dense_index`` (int64 [], the index the pipeline yields) and ``pass``
-    (int64 [], ``pass_index``). All of the used examples are there once; the
-    pipeline drops the remainder. Pass p of an epoch has its own order.
-    ``dense_table`` (int64 [N] tensor of `_dense_map`) lets several passes
-    share one table instead of embedding a copy each.
-    """
+    """Dataset of one pass's records in training order, every used example once, each with
+    ``dense_index`` (int64 [], its bank row) and ``pass`` (int64 []); passes share
+    ``dense_table`` (int64 [N] of `_dense_map`) if given."""
     records, num_used = _used_records(source, seed, epoch, used_index, cycle_length,
                                       pass_index, dense_table)
     block = shuffle_block or source.shuffle_block or num_used
@@ -141,16 +115,8 @@ def train_order(source: Source, seed: int, epoch: int, used_index: Array | None 
 
 def cached_passes(cached_records: tf.data.Dataset, num_used: int, seed: int, epoch: int,
                   first_pass: int, last_pass: int) -> tf.data.Dataset:
-    """Passes ``first_pass..last_pass`` of an epoch, each one permutation of all cached records.
-
-    Args:
-      cached_records: the `_used_records` of pass 0 behind a ``cache()``, so
-        that every pass permutes records held in memory.
-      num_used: int, how many records it holds.
-
-    One dataset of all the passes (not a concatenation of one per pass, whose
-    construction cost grows with the number of passes).
-    """
+    """One dataset of passes ``first_pass..last_pass``, each a permutation of all ``num_used``
+    ``cached_records`` (pass 0's `_used_records` behind a ``cache()``)."""
     def one_pass(pass_index):
         return _block_shuffle(cached_records, num_used,
                               _pass_shuffle_seed(seed, epoch, pass_index), pass_index)
@@ -162,27 +128,11 @@ def epoch_records(source: Source, seed: int, epoch: int, begin: int, end: int,
                   global_batch_size: int, pass_records: int, used_index: Array | None = None,
                   cycle_length: int = DEFAULT_CYCLE_LENGTH, shuffle_block: int | None = None,
                   cache_passes: bool = False) -> tf.data.Dataset:
-    """Records of global batches [begin, end) of an epoch, pass after pass.
-
-    Record r of the epoch is record ``r mod pass_records`` of pass ``r //
-    pass_records`` (in the order of `train_order`, or of `cached_passes`
-    with ``cache_passes``).
-
-    Args:
-      source, seed, epoch, used_index, cycle_length, shuffle_block: as
-        `train_order`.
-      begin, end: int, the epoch's first global batch and the one after its
-        last.
-      global_batch_size: int G.
-      pass_records: int, records taken from each pass: whole batches of the
-        used examples, or every used example (then a global batch may span
-        two passes and hold an example twice).
-      cache_passes: read the used records once (pass 0's read order, wherever
-        the epoch begins) and make every pass a permutation of all of them.
-
-    Returns:
-      tf.data.Dataset of ``(end - begin) G`` records (none if end <= begin).
-    """
+    """Dataset of the ``(end - begin) G`` records of global batches [begin, end) of an epoch:
+    record r is record ``r mod pass_records`` of pass ``r // pass_records`` (`train_order`, or
+    `cached_passes` with ``cache_passes``). ``pass_records`` is whole batches of the used
+    examples, or all of them (then a global batch may span two passes and hold an example
+    twice)."""
     dense_table = _shared_dense_table(source, used_index)
     if begin >= end:
         return train_order(source, seed, epoch, used_index, cycle_length,
@@ -190,8 +140,7 @@ def epoch_records(source: Source, seed: int, epoch: int, begin: int, end: int,
     first, last = begin * global_batch_size, end * global_batch_size
     first_pass, last_pass = first // pass_records, (last - 1) // pass_records
     if cache_passes:
-        # Pass 0's read order whatever pass a resume starts in, so that a
-        # pass's order does not depend on where the epoch began.
+        # Pass 0's read order, wherever a resume starts.
         cached, num_used = _used_records(source, seed, epoch, used_index, cycle_length, 0,
                                          dense_table)
         records = cached_passes(cached.cache(), num_used, seed, epoch, first_pass, last_pass)

@@ -1,37 +1,9 @@
-"""Input pipelines: ``input_fn(input_context)`` for training and evaluation.
+"""Input pipelines: ``input_fn(input_context or None)`` for training and evaluation.
 
-Both return an ``input_fn`` for ``strategy.distribute_datasets_from_function``
-(or to call with None for one replica). Each input pipeline (worker) yields
-batches of the per-replica size b = global batch / replicas; one step's
-per-replica batches, concatenated in replica order, are the global batch.
-
-Training, one epoch: global batch k is elements ``[k G, (k + 1) G)`` of the
-epoch order (`llp_tf.data.pipeline.epoch_order`), ``floor(N_used / G)`` of them (the
-remainder dropped: static shapes, distinct indices), starting after
-``start_step``; worker w of W keeps the w-th of W equal parts of each. Each
-example is augmented with a stateless seed of (seed, epoch, pass, original
-index), so its image does not depend on the replica count, the parallelism
-or where the epoch was resumed. Of a JPEG only the crop's window is decoded
-(`llp_tf.data.decoding.crop_decode`); with ``input_service`` tf.data service workers
-build the batches (`llp_tf.data.pipeline.data_service`). Elements: {"image": float32
-[b, S, S, 3], "label": int64 [b], "index": int64 [b]}, ``index`` the bank
-row: the original index, or its position in ``used_index``; ``label`` the
-class of a labelled example and `UNLABELLED` (-1) for any other, so no
-training computation can read an unlabelled example's ground truth. With
-``views``, an element holds several augmented images of the example, one
-per view key, from one decode (`llp_tf.data.augmentation.views`; the first view is the
-"image" above). With ``augment_on="device"`` each view is its uint8 [b, S,
-S, 3] resized crop and the element adds ``"augment"``, the random choices
-`views.finish_views` applies in the replica step. A method's input of
-several such streams: `llp_tf.data.pipeline.streams`.
-
-Evaluation: every example of the split exactly once, in a fixed order,
-padded with copies of its first example to whole global batches. Elements
-add ``"mask"`` bool [b], False for the padding.
-
-Iterate inside `llp_tf.data.decoding.decode.data_errors()` to get a `DataError`
-naming the file, or shard and record, of an image that cannot be decoded.
-"""
+Each yields per-replica batches of b = G / replicas, for
+``strategy.distribute_datasets_from_function``; a step's per-replica batches, in replica order,
+are the global batch. Iterate inside `llp_tf.data.decoding.decode.data_errors()` for a
+`DataError` naming an image that cannot be decoded."""
 
 from collections.abc import Callable, Mapping
 
@@ -105,13 +77,8 @@ def _options():
 def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, start_step,
                             used_index, steps, batches_cross_passes, augmentation,
                             min_crop_area, input_service, augment_on):
-    """Checks `make_train_input_fn`'s settings (ConfigError, or DataError for the data).
-
-    Returns:
-      (used_index: checked int64 [U] or None, steps: int, the epoch's global
-      batches, pass_records: int, records of a pass: whole batches only or,
-      with ``batches_cross_passes``, every used example).
-    """
+    """Checks `make_train_input_fn`'s settings; returns (the checked used_index or None, the
+    epoch's steps, the records of a pass)."""
     epoch_order.check_seed_epoch(seed, epoch)
     if input_service:
         service_address.check_address(input_service)
@@ -146,18 +113,13 @@ def _checked_train_settings(source, global_batch_size, image_size, seed, epoch, 
 
 
 def _example_seed(augment_seed, record):
-    """int32 [2]: the example's seed, the record's pass and original index
-    folded into the epoch's ``augment_seed`` (int32 [2])."""
+    """int32 [2]: the epoch's ``augment_seed`` with the record's pass and original index."""
     pass_seed = tf.random.experimental.stateless_fold_in(augment_seed, record["pass"])
     return tf.random.experimental.stateless_fold_in(pass_seed, record["index"])
 
 
 def _labelled_mask(labelled_index, num_examples):
-    """bool [N]: whether each training example is labelled.
-
-    Raises:
-      ValueError: an index outside [0, N).
-    """
+    """bool [N]: whether each training example is labelled (ValueError outside [0, N))."""
     labelled_index = np.asarray(labelled_index, np.int64)
     if labelled_index.size and (labelled_index.min() < 0 or labelled_index.max() >= num_examples):
         raise ValueError(f"labelled_index must lie in [0, {num_examples}).")
@@ -168,16 +130,9 @@ def _labelled_mask(labelled_index, num_examples):
 
 def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_area,
                        fused_crop, labelled_index, views, augment_on):
-    """Dataset of records -> Dataset of training elements {view key: image,
-    "label", "index"}, one per record, in order; "label" is -1 for an example
-    not in ``labelled_index``.
-
-    The union of the views' random-resized-crop windows (`views.load_views`,
-    seeded by the example's seed) is decoded, only that box of JPEG bytes if
-    ``fused_crop``, each view's window resized (`views.resize_views`: of
-    static shape, so that the checked decode checks records in groups), and
-    each view is augmented (`views.make_views`).
-    """
+    """Dataset of records -> Dataset of training elements, one per record, in order: the union
+    of the views' crop windows decoded once (`views.load_views`), each view resized and
+    augmented."""
     area_range = (float(min_crop_area), 1.0)
     labelled = tf.constant(_labelled_mask(labelled_index, source.info.num_train))
 
@@ -220,41 +175,22 @@ def make_train_input_fn(source: Source, global_batch_size: int, image_size: int,
                         input_service: str = "", *, labelled_index: Array,
                         views: Mapping[str, str] = views_lib.ONE_VIEW,
                         augment_on: str = HOST) -> InputFn:
-    """``input_fn(input_context=None)`` for one training epoch (see the module docstring).
+    """``input_fn`` of one training epoch: global batch k is elements [k G, (k + 1) G) of the
+    epoch order (`epoch_order`) after ``start_step``, the remainder dropped, worker w of W
+    keeping the w-th of W parts of each; each example is augmented with a stateless seed of
+    (seed, epoch, pass, original index), whatever the replicas or the resume point.
 
-    Args:
-      source: a `Source`.
-      global_batch_size: int G, split evenly over the replicas.
-      image_size: int S, side of the augmented images.
-      seed: int, the run's seed.
-      epoch: int >= 0, selects the epoch's order and augmentation.
-      start_step: int, global batches of this epoch already done (resume).
-      used_index: optional sorted int64 [U]: train only on these examples and
-        yield their positions in it as ``index``.
-      steps: optional int, global batches in this epoch; default one pass,
-        ``steps_per_epoch(N_used, G)``. Fewer: the first ``steps`` batches of
-        the pass. More: further passes follow, pass p in its own order and with
-        its own augmentation (seeded by (seed, epoch, p)), each of whole
-        batches only, so a global batch never holds an example twice.
-      cycle_length, shuffle_block: shards read at once; records per shuffle
-        block (default the source's).
-      batches_cross_passes: with ``steps``, let passes run into each other, so
-        a global batch may hold an example twice: a set smaller than one batch
-        can be trained on; wrong wherever examples index a memory bank.
-      augmentation: the `weak.train_augment` policy, "paper" or "light".
-      min_crop_area: float in (0, 1], the smallest random-crop area fraction.
-      cache_passes: read the used records once per epoch and hold them in memory
-        (`epoch_order.cached_passes`), for a small set read in many passes.
-      fused_crop: decode only the crop windows of JPEGs (`llp_tf.data.decoding.crop_decode`).
-      input_service: address of a tf.data service dispatcher whose workers
-        build the batches (`llp_tf.data.pipeline.data_service`); "": built here.
-      labelled_index: int64 [L], the only examples whose label the batches carry.
-      views, augment_on: element key -> "weak" or "strong"; "host" or "device" (`views`).
+    Elements: {view key ("image" first; ``views``: key -> "weak" or "strong"): float32 [b, S,
+    S, 3], "label": int64 [b], `UNLABELLED` outside ``labelled_index``, "index": int64 [b], the
+    position in ``used_index`` (the bank row) or the original index}. With
+    ``augment_on="device"`` a view is its uint8 [b, S, S, 3] resized crop and "augment" holds
+    the choices `views.finish_views` applies.
 
-    Returns:
-      input_fn(input_context or None) -> tf.data.Dataset of ``steps -
-      start_step`` elements per replica (see the module docstring).
-    """
+    ``steps`` (default one pass): more start further passes, each in its own order and of whole
+    batches, unless ``batches_cross_passes`` (for a set smaller than a batch; never with a
+    memory bank). ``cache_passes`` holds the used records in memory; ``fused_crop`` decodes
+    only JPEG crop windows; ``input_service`` is a tf.data service dispatcher whose workers
+    build the batches ("": built here)."""
     used_index, steps, pass_records = _checked_train_settings(
         source, global_batch_size, image_size, seed, epoch, start_step, used_index, steps,
         batches_cross_passes, augmentation, min_crop_area, input_service, augment_on)
@@ -277,19 +213,10 @@ def make_eval_input_fn(source: Source, global_batch_size: int, image_size: int,
                        split: str = VALIDATION,
                        cycle_length: int = DEFAULT_CYCLE_LENGTH,
                        excluded_index: Array | None = None) -> InputFn:
-    """``input_fn(input_context=None)`` for one pass over ``split`` (see the module
-    docstring).
-
-    Args:
-      excluded_index: optional sorted int64 [E], examples of ``split`` left out
-        (`llp_tf.data.splits.exclusions`); N counts the others.
-
-    Returns:
-      input_fn(input_context or None) -> tf.data.Dataset of
-      {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b],
-      "mask": bool [b]} with ``eval_steps(N, G)`` elements per replica; the
-      examples with mask True are every example of the split once.
-    """
+    """``input_fn`` of one pass over ``split``: ``eval_steps(N, G)`` elements per replica of
+    {"image": float32 [b, S, S, 3], "label", "index": int64 [b], "mask": bool [b]}; the
+    examples with mask True are each example once (N counts those not in ``excluded_index``),
+    the rest copies of the first."""
     _check_positive("global_batch_size", global_batch_size)
     _check_positive("image_size", image_size)
     source.require_split(split)

@@ -1,23 +1,6 @@
-"""A training input of named streams: what a method reads per step.
-
-A method declares its input as streams (`Stream`): each reads its own set
-of training examples, ``batch_size`` of them per global step, with the
-views it names (`llp_tf.data.augmentation.views`). `make_streams_input_fn` builds each
-stream as the one-stream pipeline does (`input_fns.make_train_input_fn`:
-epoch order, this worker's part, the resume's start step, passes, caching,
-the tf.data service) and zips them: one element per step, ``{stream name:
-{"index": int64 [b_s], "label": int64 [b_s], view key: float32 [b_s, S, S,
-3], ...}}`` with b_s the stream's batch size / replicas; ``index`` is the
-position in the stream's ``index``; ``label`` is -1 (`input_fns.UNLABELLED`)
-for an example not labelled.
-
-Every stream reads with a seed of its own (`stream_seed`): the first stream
-with the run's seed, so that a one-stream method's batches are exactly the
-one-stream pipeline's; each other with the run's seed salted by its name.
-A stream's order and augmentation are thus a function of (run seed, stream,
-epoch, example), whatever the number of replicas or workers, and resuming
-at step k yields steps k.. of the epoch.
-"""
+"""A training input of named streams, what a method reads per step: each `Stream` is read as
+`input_fns.make_train_input_fn` reads, with a seed of its own (`stream_seed`), and the streams
+are zipped into one element per step (docs/data.md, "Input streams and views")."""
 
 import dataclasses
 import zlib
@@ -41,18 +24,10 @@ _SALTS = 2 ** 30
 
 @dataclasses.dataclass(frozen=True)
 class Stream:
-    """One stream of a method's training input (see the module docstring).
-
-    Attributes:
-      index: int64 [N_s], sorted dataset indices of the examples it reads.
-      batch_size: int, examples of this stream per global step; it must split
-        evenly over the replicas.
-      views: element key -> view policy, "weak" or "strong", in order (view 0
-        has the example's own seed).
-      repeats: let passes over ``index`` run into each other, so a set smaller
-        than a batch can be read (a batch may then hold an example twice);
-        never for a stream whose examples index a memory bank.
-    """
+    """One stream of a method's input: ``index`` (int64 [N_s], sorted dataset indices),
+    ``batch_size`` per global step (split over the replicas), ``views`` (element key -> "weak"
+    or "strong", view 0 with the example's own seed) and ``repeats`` (passes run into each
+    other, for a set smaller than a batch; never with a memory bank)."""
 
     index: np.ndarray
     batch_size: int
@@ -86,31 +61,11 @@ def make_streams_input_fn(source: Source, streams: Mapping[str, Stream], image_s
                           cycle_length: int = DEFAULT_CYCLE_LENGTH,
                           shuffle_block: int | None = None,
                           augment_on: str = HOST) -> input_fns.InputFn:
-    """``input_fn(input_context=None)`` of one training epoch of ``streams``.
-
-    Args:
-      source: a `Source`.
-      streams: stream name -> `Stream`, in order (the first reads with ``seed``).
-      image_size: int S.
-      seed, epoch: ints >= 0, the run's seed and the epoch.
-      start_step: int, global steps of this epoch already done (resume).
-      steps: int, global steps of the epoch; a stream that does not repeat
-        reads whole batches of each pass, pass after pass.
-      labelled_index: int64 [L], the only examples whose label the batches carry.
-      augmentation, min_crop_area, fused_crop, input_service, cycle_length,
-        shuffle_block, augment_on: as `input_fns.make_train_input_fn` (with
-        "device", `finish_batch` completes each step's batch).
-      cached: names of the streams whose records are read once per epoch and
-        held in memory (a small repeating set).
-
-    Returns:
-      input_fn(input_context or None) -> tf.data.Dataset of ``steps -
-      start_step`` elements per replica, each {stream name: its element}
-      (see the module docstring).
-
-    Raises:
-      ConfigError: no stream, or a stream's settings, naming the stream.
-    """
+    """``input_fn(input_context or None)`` of one training epoch of ``streams`` (name ->
+    `Stream`, the first read with ``seed``): ``steps - start_step`` elements per replica,
+    {stream name: `input_fns.make_train_input_fn`'s element}. ``cached`` names the streams held
+    in memory; the other settings are `input_fns.make_train_input_fn`'s. ConfigError for no
+    stream, or naming the stream whose settings are wrong."""
     if not streams:
         raise ConfigError("A training input needs at least one stream.")
     stream_fns = {}
@@ -137,8 +92,7 @@ def make_streams_input_fn(source: Source, streams: Mapping[str, Stream], image_s
 
 
 def finish_batch(batch: dict, streams: Mapping[str, Stream], augmentation: str) -> dict:
-    """A step's batch of device-side elements ({stream name: element}, made with
-    ``augment_on="device"``) with every stream's views finished on this device
-    (`views.finish_views`): the batch the host path gives."""
+    """A step's batch of device-side elements ({stream name: element}) with every stream's
+    views finished here (`views.finish_views`): the batch the host path gives."""
     return {name: views_lib.finish_views(batch[name], stream.views, augmentation)
             for name, stream in streams.items()}

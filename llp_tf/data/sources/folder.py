@@ -1,20 +1,10 @@
-"""Image folders read directly: one sub-folder per class.
+"""Image folders read directly, one sub-folder per class: ``root/train/<class>/<image>`` and
+optionally ``root/validation/...`` (or ``root/val/...``), or ``root/<class>/<image>`` (a train
+split only).
 
-Layouts:
-
-- ``root/train/<class>/<image>`` and optionally
-  ``root/validation/<class>/<image>`` (or ``root/val/...``);
-- ``root/<class>/<image>``: a train split only.
-
-Classes are the train split's sub-folder names in sorted order (label = position);
-a validation sub-folder must name one of them. Images are files ending in
-.jpg, .jpeg, .png, .gif or .bmp (any case); names starting with "." are
-skipped, any other file or a nested folder is an error rather than being
-silently left out. An example's stable index is its position in the listing
-sorted by class, then by file name, so it does not change while the folder
-does not. Files are read when an example is needed, so a corrupt file only
-shows up then (the error names it).
-"""
+Classes are the train split's sub-folders, sorted (label = position). Images end in .jpg,
+.jpeg, .png, .gif or .bmp (any case); names starting with "." are skipped, any other file or a
+nested folder is an error. An example's index is its position sorted by class, then file name."""
 
 import os
 
@@ -35,17 +25,8 @@ def _visible_entries(folder):
 
 def list_image_folder(folder: str, class_names: tuple[str, ...] | None = None
                       ) -> tuple[list[str], Array, tuple[str, ...]]:
-    """Lists a folder of class sub-folders.
-
-    Args:
-      folder: str, a folder whose sub-folders are classes.
-      class_names: optional tuple of str; when given, every sub-folder must be
-        one of them and labels are positions in it (for a validation split).
-
-    Returns:
-      (paths, labels, class_names): list of str sorted by class then file
-      name, int64 [N] labels, tuple of str.
-    """
+    """(paths sorted by class then file name, int64 [N] labels, class names) of ``folder``'s
+    class sub-folders; with ``class_names`` (a validation split) each must be one of them."""
     if not os.path.isdir(folder):
         raise DataError(f"Image folder {folder} does not exist or is not a folder.")
     entries = _visible_entries(folder)
@@ -89,7 +70,7 @@ def list_image_folder(folder: str, class_names: tuple[str, ...] | None = None
 
 
 class FolderSource(FileSource):
-    """Images read straight from class sub-folders (see the module docstring)."""
+    """Images read straight from class sub-folders."""
 
     def __init__(self, folder: str) -> None:
         folder = os.path.abspath(os.path.expanduser(folder))

@@ -1,35 +1,17 @@
-"""Image files named by list files: one line per image, its path and its label.
+"""Image files named by list files: one line per image, ``<path> <label>``, split at a comma if
+the line holds one, else at whitespace; blank and ``#`` lines are skipped.
 
-A list file line is ``<path> <label>`` (``a/abbey/00000001.jpg 0``,
-``b/bar/00000007.jpg,12``): split at the comma if the line holds one, else
-at whitespace, fields stripped; blank lines and ``#`` lines are skipped.
-Paths are relative to the image root (a leading "/" dropped, as some copies
-of Places205's lists have it) and compared as written; labels are integers
-in ``[0, C)``. The train list is required, the validation list optional. An
-example's stable index is its position among its list's valid lines, in the
-file's order.
-
-C is the class-name file's number of names (line i names class i), else
-``num_classes``, else the largest label of either split + 1; then every
-class of the train list must have an example (a gap means 1-based or stray
-labels: `base.check_inferred_classes`). Without a
-class-name file, a label whose images all lie in one folder (after
-``strip_components`` leading components) that no other label uses is named
-after it, by its last component (``abbey/x.jpg`` -> "abbey") when these are
-distinct across the labels, else by the whole folder path; any other label
-is "class_<i>".
-
-Opening raises `DataError` naming the file and line for a line without
-exactly two fields, a label that is not an integer in ``[0, C)``, a path
-listed twice in one list, an empty list, and (unless ``check_files`` is
-False) listed images that do not exist; that check lists each folder once
-instead of one stat call per image (docs/data.md).
-
-Dataset name form (`registry.load_source`), relative paths taken from
-``data_dir`` when given, else the working directory, with no "?" or "&"::
+Name form (`registry.load_source`), relative paths taken from ``data_dir`` when given::
 
     list:<image root>?train=<list file>[&validation=<list file>][&classes=<file>][&check_files=no]
-"""
+
+Paths are relative to the image root (a leading "/" dropped), labels integers in [0, C); an
+example's index is its position among its list's valid lines. C is the class-name file's number
+of names, else ``num_classes``, else the largest label + 1 (then every class needs a training
+example: `base.check_inferred_classes`). Without a class-name file, a label whose images all
+lie in one folder (after ``strip_components``) that no other label uses is named after it, by
+its last component if these are distinct, else by the whole path; any other label is
+"class_<i>"."""
 
 import collections
 import dataclasses
@@ -53,14 +35,8 @@ _MISSING_SHOWN = 3
 
 @dataclasses.dataclass(frozen=True)
 class ListFile:
-    """One parsed list file.
-
-    Attributes:
-      path: str, the list file.
-      paths: list of N str, image paths relative to the image root, by index.
-      labels: int64 [N], by index.
-      lines: int64 [N], the 1-based line number of each example.
-    """
+    """One parsed list file: its ``path``, and by index the image ``paths`` (N str, relative to
+    the image root), ``labels`` (int64 [N]) and 1-based ``lines`` (int64 [N])."""
 
     path: str
     paths: list
@@ -101,11 +77,8 @@ def _first_duplicate(list_file):
 
 
 def parse_list_file(path: str) -> ListFile:
-    """Reads and checks a list file (see the module docstring).
-
-    Raises:
-      DataError: unreadable file, bad line, duplicate path, no examples.
-    """
+    """The `ListFile` of ``path``; DataError for an unreadable file, a bad line, a path listed
+    twice or no examples."""
     paths, labels, lines = [], [], []
     try:
         with open(path, encoding="utf-8-sig") as f:
@@ -146,7 +119,7 @@ def read_class_names(path: str) -> tuple[str, ...]:
 
 def check_label_range(list_file: ListFile, num_classes: int, classes_from: str) -> None:
     """Raises DataError if a label of ``list_file`` is not below ``num_classes``
-    (``classes_from`` says where C comes from, for the message)."""
+    (``classes_from`` says where C comes from)."""
     bad = np.flatnonzero(list_file.labels >= num_classes)
     if bad.size:
         first = int(bad[0])
@@ -158,8 +131,8 @@ def check_label_range(list_file: ListFile, num_classes: int, classes_from: str) 
 
 
 def missing_images(root: str, paths: list[str]) -> list[int]:
-    """Positions in ``paths`` (relative to folder ``root``) of files that do not
-    exist, found by listing each folder once (see the module docstring)."""
+    """Positions in ``paths`` (relative to folder ``root``) of files that do not exist, listing
+    each folder once."""
     listings = {}
     missing = []
     for position, image in enumerate(paths):
@@ -177,8 +150,8 @@ def missing_images(root: str, paths: list[str]) -> list[int]:
 
 
 def check_images_exist(root: str, list_file: ListFile) -> None:
-    """Raises DataError naming the count and the first few listed images of
-    ``list_file`` that do not exist under ``root``."""
+    """Raises DataError naming the count and the first listed images of ``list_file`` missing
+    under ``root``."""
     missing = missing_images(root, list_file.paths)
     if missing:
         shown = "; ".join(f"line {int(list_file.lines[m])}: {list_file.paths[m]}"
@@ -206,8 +179,7 @@ def _folder_names(list_files, strip_components):
 
 def derive_class_names(list_files: list[ListFile], num_classes: int,
                        strip_components: int = 0) -> tuple[str, ...]:
-    """Tuple of ``num_classes`` str named after the images' folders (see the
-    module docstring)."""
+    """Tuple of ``num_classes`` str named after the images' folders (module docstring)."""
     folders = _folder_names(list_files, strip_components)
     uses = collections.Counter(folder for folder in folders.values() if folder is not None)
     shared = {folder for folder, count in uses.items() if count > 1}
@@ -220,19 +192,10 @@ def derive_class_names(list_files: list[ListFile], num_classes: int,
 
 
 class ListSource(FileSource):
-    """Image files named by list files (see the module docstring).
-
-    Args:
-      root: str, the image root: the folder listed paths are relative to.
-      train_list: str, the train split's list file.
-      validation_list: optional str, the validation split's list file.
-      class_names_file: optional str, one class name per line.
-      num_classes: optional int, C when there is no class-name file.
-      check_files: whether to check that every listed image exists.
-      strip_components: leading folder components dropped when class names
-        are derived from folders (1 for Places205's ``<letter>/<scene>``).
-      name: the source's name (``info.name``); default the ``list:`` form.
-    """
+    """Image files named by list files: the ``train_list`` and optional ``validation_list``
+    under the image ``root``, classes named by ``class_names_file`` or counted
+    (``num_classes``), and ``strip_components`` leading folder components dropped from derived
+    class names (1 for Places205). ``check_files``: check that every listed image exists."""
 
     def __init__(self, root: str, train_list: str, validation_list: str | None = None,
                  class_names_file: str | None = None, num_classes: int | None = None,
@@ -288,8 +251,8 @@ def list_name(root: str, train_list: str, validation_list: str | None = None,
 
 
 def parse_query(name: str, query: str, keys: tuple[str, ...]) -> dict[str, str]:
-    """The ``key=value`` pairs of a dataset name's query (after "?", joined by
-    "&"); DataError for a key not in ``keys``, a repeated key or a bad pair."""
+    """The ``key=value`` pairs of a dataset name's query (after "?", joined by "&"); DataError
+    for a key not in ``keys``, a repeated key or a bad pair."""
     pairs = {}
     for part in query.split("&") if query else []:
         key, equals, value = part.partition("=")
@@ -311,7 +274,7 @@ def check_files_option(pairs: dict[str, str]) -> bool:
 
 
 def from_name(rest: str, data_dir: str | None = None) -> ListSource:
-    """The `ListSource` of a name ``list:<rest>`` (see the module docstring)."""
+    """The `ListSource` of a name ``list:<rest>``."""
     name = f"list:{rest}"
     root, _, query = rest.partition("?")
     pairs = parse_query(name, query, QUERY_KEYS)

@@ -1,20 +1,6 @@
-"""Places205 as distributed: its image folder and its official list files.
-
-The release unpacks into a folder ROOT holding
-
-- the images, ``ROOT/images256/<letter>/<scene>/*.jpg`` or (as the archive
-  stores them) ``ROOT/data/vision/torralba/deeplearning/images256/...``;
-- the lists ``trainvalsplit_places205/train_places205.csv`` and
-  ``val_places205.csv``, in ROOT or beside ``images256``, of lines
-  ``a/abbey/00000001.jpg 0`` (paths relative to ``images256``).
-
-``places205:ROOT`` (optionally ``places205:ROOT?check_files=no``) opens it as
-a `list_files.ListSource` with 205 classes: the train split is the train
-list, the validation split the val list, classes are named after the scene
-folders without the letter (``a/abbey`` -> "abbey",
-``a/apartment_building/outdoor`` -> "apartment_building/outdoor"), and an
-example's index is its line's position among the list's lines.
-"""
+"""Places205 as distributed (its image folder and official train/val lists), opened as a
+`list_files.ListSource` of 205 scene classes named after their folders without the letter
+(docs/data.md, "List files and Places205")."""
 
 import os
 
@@ -35,12 +21,9 @@ def _first_existing(candidates, test):
 
 
 def find_layout(root: str) -> tuple[str, str, str]:
-    """(image root, train list, validation list): the paths of Places205's
-    parts under ``root``, the folder as distributed.
-
-    Raises:
-      DataError: naming every path tried, when a part is not found.
-    """
+    """(image root, train list, validation list): the paths of Places205's parts under
+    ``root``, the folder as distributed; DataError naming every path tried when one is
+    missing."""
     if not os.path.isdir(root):
         raise DataError(f"Places205 folder {root} does not exist or is not a folder. Give the "
                         "folder the release was unpacked into (holding images256/ or data/, and "
@@ -66,8 +49,8 @@ def find_layout(root: str) -> tuple[str, str, str]:
 
 
 def load(rest: str, data_dir: str | None = None) -> list_files.ListSource:
-    """The source of ``places205:<rest>``: ``rest`` is ROOT, optionally followed by
-    ``?check_files=no``; a relative ROOT is taken relative to ``data_dir``."""
+    """The source of ``places205:ROOT[?check_files=no]`` (``rest``); a relative ROOT is taken
+    relative to ``data_dir``."""
     name = f"places205:{rest}"
     root, _, query = rest.partition("?")
     pairs = list_files.parse_query(name, query, ("check_files",))

@@ -1,54 +1,28 @@
-"""Opening a data source by its ``--dataset`` name (`load_source`).
-
-Imports no TensorFlow itself: each source module is imported when its name
-form is asked for.
-"""
+"""Opening a data source by its ``--dataset`` name (`load_source`); each source module, and
+TensorFlow, is imported only when its name form is asked for."""
 
 from typing import TYPE_CHECKING
 
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import DataError
 
-if TYPE_CHECKING:  # for the annotations only
+if TYPE_CHECKING:
     from llp_tf.data.sources.base import Source, SourceInfo
 
 EMBEDDED = ("mnist5k", "digits")
 
 
 def load_source(name: str, data_dir: str | None = None) -> "Source":
-    """Opens a dataset by name.
-
-    Args:
-      name: one of
-        - "mnist5k", "digits": embedded datasets (prepared into ``data_dir``,
-          TFDS's default when None);
-        - "tfds:<name>": a TFDS dataset in ``data_dir`` (prepared if needed);
-        - "tfrecord:<folder>": shards in the authors' format;
-        - "folder:<folder>": class sub-folders of images;
-        - "list:<image root>?train=<list file>[&validation=<list file>]
-          [&classes=<file>][&check_files=no]": images named by list files
-          of ``<path> <label>`` lines (`list_files`);
-        - "places205:<folder>": Places205 as distributed (`places205`).
-        A relative folder or file is taken relative to ``data_dir`` when given.
-      data_dir: optional str.
-
-    Returns:
-      A `Source`.
-
-    Raises:
-      DataError: unknown name, missing path, empty or bad dataset, or one
-        of fewer than two classes (`_check_classes`).
-    """
+    """The `Source` of dataset ``name``, one of `base.NAME_FORMS` (a relative folder or file is
+    taken relative to ``data_dir`` if given). DataError for an unknown name, a missing path, an
+    empty or bad dataset, or fewer than two classes."""
     source = _open_source(name, data_dir)
     _check_classes(source.info, name)
     return source
 
 
 def _check_classes(info: "SourceInfo", name: str) -> None:
-    """Raises DataError when the dataset ``name`` (the --dataset value whose
-    `SourceInfo` is ``info``) has fewer than two classes: with one, every
-    prediction is right (top-1 1.0 whatever the network learns) and labels
-    carry nothing to propagate."""
+    """Raises DataError when dataset ``name`` has fewer than two classes."""
     if info.num_classes >= 2:
         return
     names = f" ({', '.join(map(repr, info.class_names))})" if info.class_names else ""

@@ -1,17 +1,7 @@
-"""Scanning TFRecord shards once for their small fields (labels, indices).
-
-Sources stored as TFRecord shards (the authors' format, TFDS) need every
-record's label, and the authors' format its ``index``, before training:
-for the split files, for pseudo-label accuracy, and to check the data (no
-duplicate index, no label out of range). That takes one pass over the
-shards, which for ImageNet reads its 140 GB. The result is therefore cached
-in ``$LLP_TF_CACHE_DIR`` (default ``~/.cache/llp_tf``) under a key made of
-the shards' paths, sizes and modification times, for sets of at least
-``CACHE_MIN_BYTES``; small sets are simply scanned again.
-
-A shard that cannot be read (truncated, bad checksum) or a record that cannot
-be parsed raises a `DataError` naming the shard and the record number.
-"""
+"""Scanning TFRecord shards once for their small fields (labels, indices), cached in
+``$LLP_TF_CACHE_DIR`` (default ``~/.cache/llp_tf``) under the shards' paths, sizes and times
+for sets of at least ``CACHE_MIN_BYTES``. A shard or record that cannot be read raises a
+`DataError` naming the shard and record number."""
 
 import concurrent.futures
 import hashlib
@@ -81,7 +71,7 @@ def _scan_one(path, parse_fn, what):
 
 
 def _as_field(values):
-    """int64 for numbers; str (fixed-width unicode, storable without pickling) for bytes."""
+    """int64 for numbers; str (fixed-width unicode, no pickling) for bytes."""
     if values.dtype == object or values.dtype.kind == "S":
         return np.char.decode(values.astype(bytes), "utf-8")
     return values.astype(np.int64)
@@ -89,21 +79,10 @@ def _as_field(values):
 
 def scan(files: Sequence[str], parse_fn: Callable[[StringTensor], dict[str, Tensor]],
          keys: tuple[str, ...], what: str, tag: str) -> tuple[Array, dict[str, Array]]:
-    """Reads the small fields of every record of a list of shards.
-
-    Args:
-      files: list of str, shard paths in shard order.
-      parse_fn: string [B] serialized records -> dict of int64 or string [B]
-        tensors with ``keys``.
-      keys: tuple of str.
-      what: str naming the dataset and split, for messages.
-      tag: str that identifies ``parse_fn`` in the cache key.
-
-    Returns:
-      (counts, fields): int64 [S] records per shard, and a dict key ->
-      [sum(counts)] array (int64, or str for string fields), records of all
-      shards in shard order.
-    """
+    """(counts: int64 [S] records per shard, fields: key -> [sum(counts)] int64 or str array)
+    of the shards ``files``, in shard order; ``parse_fn`` maps string [B] records to ``keys``
+    -> [B] tensors, ``what`` names the dataset and split, ``tag`` identifies ``parse_fn`` in
+    the cache."""
     total_bytes = sum(os.path.getsize(path) for path in files)
     cache_path = None
     if files and total_bytes >= CACHE_MIN_BYTES:

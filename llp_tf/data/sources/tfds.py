@@ -1,22 +1,10 @@
-"""TensorFlow Datasets image-classification datasets by name.
+"""TensorFlow Datasets image-classification datasets: ``tfds:name[/config][:version]``.
 
-``tfds:imagenet2012`` (with its archives in ``<data_dir>/downloads/manual``),
-``tfds:places365_small``, or any dataset with one image feature and one class
-label (``tfds:name``, ``tfds:name/config``, ``tfds:name:version`` as TFDS
-accepts). A dataset that is not prepared in ``data_dir`` is prepared first,
-as ``tfds.load`` does (which downloads unless the dataset needs a manual
-download); where that fails, the error says why. Before downloading, each
-host in the dataset's checksum list must take a connection within seconds,
-so that an offline machine gets that error at once rather than after TFDS's
-minutes of retries.
-
-The train split is "train"; the validation split is "validation", else
-"test", else none. The dataset must be stored as TFRecord shards (TFDS's
-default format), which are read directly: an example's stable index is the
-number of examples in the shards before its own plus its position in its
-shard, so it is fixed by the prepared files. Labels are read once by a scan
-(cached for large sets, see `llp_tf.data.sources.shards`).
-"""
+Any dataset with one image feature and one class label, stored as TFRecord shards (TFDS's
+default), prepared first if needed, as ``tfds.load`` does. Before a download each host in the
+checksum list must take a connection within seconds, so that an offline machine fails at once.
+The validation split is "validation", else "test", else none; an example's index is the number
+of examples in the shards before its own plus its position in its shard."""
 
 import os
 import socket
@@ -36,8 +24,6 @@ from llp_tf.tensor_types import Array, IntTensor
 
 _VALIDATION_SPLITS = ("validation", "test")
 
-# Offline, TFDS retries each download for minutes before it gives up; a
-# connection attempt to each host first takes seconds.
 REACHABILITY_TIMEOUT_SECONDS = 5.0
 
 
@@ -81,11 +67,8 @@ def download_hosts(builder: tfds.core.DatasetBuilder) -> list[tuple[str, int]]:
 
 def unreachable_host(urls: Iterable[str], timeout: float = REACHABILITY_TIMEOUT_SECONDS
                      ) -> tuple[str, OSError] | None:
-    """(host, OSError) of the first host of ``urls`` that takes no connection, or None.
-
-    None behind a proxy (set through the environment), which TFDS's
-    downloads use and a direct connection would not.
-    """
+    """(host, OSError) of the first host of ``urls`` that takes no connection, or None (always
+    behind a proxy, which TFDS's downloads would use)."""
     if urllib.request.getproxies():
         return None
     for host, port in url_hosts(urls):
@@ -110,12 +93,8 @@ def check_download_hosts(builder: tfds.core.DatasetBuilder,
 
 
 def check_manual_download(builder: tfds.core.DatasetBuilder, manual_dir: str) -> None:
-    """DataError with TFDS's whole instruction if ``manual_dir`` holds nothing.
-
-    Datasets such as imagenet2012 are prepared from archives the user
-    downloads by hand; TFDS's own error for a missing folder is several
-    lines, of which the archive names come last.
-    """
+    """DataError with TFDS's whole instruction (imagenet2012's archives) if ``manual_dir``
+    holds nothing."""
     if os.path.isdir(manual_dir) and any(not name.startswith(".")
                                          for name in os.listdir(manual_dir)):
         return
@@ -167,7 +146,7 @@ def _pick_features(builder):
 
 
 class TFDSSource(ShardFileSource):
-    """A prepared TFDS dataset (see the module docstring)."""
+    """A prepared TFDS dataset."""
 
     # TFDS decoded or encoded each image when it prepared the data.
     trusted_bytes = True
@@ -230,8 +209,7 @@ class TFDSSource(ShardFileSource):
         return counts, fields["label"]
 
     def file_names(self, split: str) -> Array:
-        """The dataset's ``file_name`` (or ``filename``) text feature by index, read
-        by one scan of the split's shards (cached like the labels)."""
+        """The ``file_name`` (or ``filename``) text feature by index, scanned once (cached)."""
         self.info.num_examples(split)
         features = self._builder.info.features
         key = next((k for k in ("file_name", "filename")

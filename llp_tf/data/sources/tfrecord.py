@@ -1,22 +1,11 @@
 """TFRecord folders in the format of the authors' release.
 
-A folder holds shards ``train-00000-of-01024`` ... and
-``validation-00000-of-00128`` ..., each a TFRecord file (uncompressed) of
-``tf.train.Example`` records with three features:
-
-- ``images``: bytes, the encoded image (JPEG in the release);
-- ``labels``: int64, the class in ``[0, C)``;
-- ``index``: int64, the example's index in ``[0, N)`` within its split.
-
-Across a split's shards the indices must be exactly ``0 .. N-1``, each once.
-Optionally a ``dataset_info.json`` beside the shards (written by
-``tools/build_tfrecords.py``) names the classes; without it the classes are
-``0 .. max label``, named by their numbers, and each needs a training
-example (a gap means 1-based or stray labels: `base.check_inferred_classes`).
-
-Opening a folder scans every record's label and index once (see
-`llp_tf.data.sources.shards`, which caches the scan for large sets) and checks them.
-"""
+Shards ``train-00000-of-01024`` ... and ``validation-...`` of uncompressed ``tf.train.Example``
+records: ``images`` (bytes, the encoded image), ``labels`` (int64 in [0, C)) and ``index``
+(int64; a split's indices are exactly 0..N-1). An optional ``dataset_info.json``
+(tools/build_tfrecords.py writes it) names the classes; without it they are 0..max label, each
+with a training example (`base.check_inferred_classes`). Opening a folder scans and checks
+every label and index once (`shards`)."""
 
 import glob
 import json
@@ -89,7 +78,7 @@ def _read_info(folder):
 
 
 class TFRecordSource(ShardFileSource):
-    """A folder of ``train-*`` / ``validation-*`` shards (see the module docstring)."""
+    """A folder of ``train-*`` / ``validation-*`` shards."""
 
     def __init__(self, folder: str) -> None:
         folder = os.path.abspath(os.path.expanduser(folder))

@@ -1,22 +1,10 @@
-"""Writes an image folder, or any source of image files, as TFRecord shards in
-the authors' format.
+"""Writes image files (a folder or a file source) as TFRecord shards in the authors' format.
 
-Like the release's builder: the training images are listed (classes sorted,
-files sorted), put in the order of ``numpy.random.RandomState(seed)
-.permutation`` (seed 0 by default), and numbered 0..N-1 in that order; the
-``index`` feature is that number and records are written in that order, so
-the shards are already shuffled. Validation images keep the listing order.
-Labels are the class folder's position in the sorted class list. A source of
-image files (`build_tfrecords_from_source`: folder:, list:, places205:) keeps
-its labels and class names, and its training images are numbered in the same
-seeded permutation of their source indices.
-
-JPEG files that TensorFlow decodes are stored as they are; other images
-(PNG, GIF, BMP) are decoded and stored as JPEG (quality 95). Every image is
-decoded once here, so a corrupt file stops the build with its name.
-Shards are ``train-SSSSS-of-TTTTT`` / ``validation-...`` (records split as
-evenly as possible), and ``dataset_info.json`` names the classes.
-"""
+As the release's builder does, training images are listed (classes and files sorted), put in
+the order of ``numpy.random.RandomState(seed).permutation`` and numbered 0..N-1 in it (the
+``index`` feature), so the shards are already shuffled; validation images keep their order.
+JPEGs are stored as they are, other images as JPEG (quality 95); every image is decoded once,
+so a corrupt file stops the build with its name. ``dataset_info.json`` names the classes."""
 
 import concurrent.futures
 import json
@@ -78,23 +66,10 @@ def build_tfrecords(train_dir: str, output_dir: str, validation_dir: str | None 
                     train_shards: int = 1024, validation_shards: int = 128, seed: int = 0,
                     num_threads: int | None = None,
                     log: Callable[[str], object] = print) -> dict:
-    """Writes ``train_dir`` (and ``validation_dir``) as shards into ``output_dir``.
-
-    Args:
-      train_dir: str, folder of class sub-folders of training images.
-      output_dir: str, created if needed; must hold no shards yet.
-      validation_dir: optional str, the same for validation images (its
-        classes must be training classes).
-      train_shards, validation_shards: int, shards per split (at most one per
-        image).
-      seed: int, seed of the training permutation.
-      num_threads: images encoded in parallel (default: CPU count).
-      log: callable taking a progress line.
-
-    Returns:
-      dict with num_train, num_validation, num_classes, train_shards,
-      validation_shards.
-    """
+    """Writes the class sub-folders of ``train_dir`` (and ``validation_dir``, with training
+    classes) as ``train_shards`` / ``validation_shards`` shards (at most one per image) into
+    ``output_dir``, which must hold no shards yet. Returns a dict of num_train, num_validation,
+    num_classes, train_shards and validation_shards."""
     _check_shard_counts(train_shards, validation_shards)
     paths, labels, class_names = list_image_folder(os.path.abspath(train_dir))
     splits = {TRAIN: (paths, labels)}
@@ -109,17 +84,9 @@ def build_tfrecords_from_source(source: Source, output_dir: str, train_shards: i
                                 validation_shards: int = 128, seed: int = 0,
                                 num_threads: int | None = None,
                                 log: Callable[[str], object] = print) -> dict:
-    """Writes a source of image files (folder:, list:, places205:) as shards into
-    ``output_dir``, as `build_tfrecords` does an image folder.
-
-    The source's class names and labels are kept; training images are
-    renumbered in the seeded permutation of their source indices (the new
-    index i is source index ``permutation[i]``), validation images keep
-    their indices. Arguments and result as `build_tfrecords`.
-
-    Raises:
-      DataError: the source is not read from image files.
-    """
+    """`build_tfrecords` of a source of image files (folder:, list:, places205:), keeping its
+    class names and labels; training image i is source index ``permutation[i]``. DataError for
+    a source not read from image files."""
     _check_shard_counts(train_shards, validation_shards)
     if not isinstance(source, FileSource):
         raise DataError(
@@ -155,8 +122,7 @@ def _build(splits, class_names, output_dir, shard_counts, seed, num_threads, log
             f"Output folder {output_dir} already holds shards or {INFO_FILE} ({existing[0]}, "
             "...). Remove them or choose an empty folder, so that old and new shards do not "
             "mix and no file is replaced.")
-    # Shards are written to a scratch folder and moved in at the end, so a
-    # failed build leaves no partial set behind.
+    # Moved in at the end: a failed build leaves no partial set behind.
     scratch = tempfile.mkdtemp(prefix=".incomplete-", dir=output_dir)
     try:
         written = {}

@@ -1,21 +1,10 @@
 """Exclude lists: examples a run never draws, and the record a run keeps of them.
 
-An excluded example keeps its index, so the dataset's example count and a
-run's split stay valid, but it is neither labelled nor used for training
-(it is left out of the labelled and used subsets, like the examples beyond
-q%: `regime.make_splits`) and not evaluated. tools/check_data.py writes
-the list of a dataset's undecodable images. A line names one example::
-
-    train 17                         # by split and example index
-    validation 4
-    /data/images/train/cat/1.jpg     # an image file of a folder:, list: or places205: source
-
-Blank lines and lines starting with ``#`` are skipped, and ``#`` after a
-split and index starts a comment. A run records the list's path and
-SHA-256 and the excluded indices in its ``split.npz``; a resume that would
-exclude other examples is refused (`check_resume`), since the run's split
-and memory bank were made without them.
-"""
+An excluded example keeps its index but is neither labelled, used nor evaluated. A line names
+one example: ``train 17`` or ``validation 4`` (a ``#`` comment may follow), or an image file of
+a folder:, list: or places205: source; blank and ``#`` lines are skipped. A run records the
+list and the excluded indices in its ``split.npz`` and resumes only with the same ones
+(`check_resume`)."""
 
 import dataclasses
 import os
@@ -35,13 +24,8 @@ _BY_INDEX = re.compile(rf"^({'|'.join(SPLITS)})\s+(\d+)\s*(#.*)?$")
 
 @dataclasses.dataclass(frozen=True)
 class Exclusions:
-    """The examples a run leaves out.
-
-    Attributes:
-      train, validation: sorted distinct int64 [E] example indices.
-      path: the exclude list's path, or None (nothing excluded).
-      sha256: its SHA-256 (hex), or None.
-    """
+    """The examples a run leaves out: ``train`` and ``validation``, sorted distinct int64 [E],
+    and the list's ``path`` and ``sha256`` (None without a list)."""
 
     train: Array
     validation: Array
@@ -98,11 +82,8 @@ def _parse(path, lines, source):
 
 
 def read_exclude_list(path: str, source: Source) -> Exclusions:
-    """The examples of ``source`` that the exclude list ``path`` names.
-
-    Raises:
-      DataError: an unreadable list, or a line naming no example of ``source``.
-    """
+    """`Exclusions` of ``source`` named by the list ``path``; DataError for an unreadable list
+    or a line naming no example."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             lines = [(number, line.strip()) for number, line in enumerate(f, 1)]
@@ -124,8 +105,8 @@ def load(path: str | None, source: Source) -> Exclusions:
 
 def drop_excluded(records: tf.data.Dataset, num_examples: int,
                   excluded_index: Array | None) -> tf.data.Dataset:
-    """``records`` (of a split of ``num_examples``) but those whose ``index`` is
-    in ``excluded_index`` (sorted distinct int [E], or None)."""
+    """``records`` of a split of ``num_examples`` without those whose ``index`` is in
+    ``excluded_index`` (sorted distinct int [E], or None)."""
     if excluded_index is None or not len(excluded_index):
         return records
     keep = np.ones(num_examples, bool)
@@ -139,8 +120,8 @@ _WRITTEN_BY = "be read or decoded (tools/check_data.py)."
 
 
 def format_exclude_list(examples: Iterable[tuple[str, int, str]], dataset_name: str) -> str:
-    """The text of an exclude list of ``examples`` ((split, index, where) each)
-    of dataset ``dataset_name``: one ``split index  # where`` line each."""
+    """The text of an exclude list of ``examples`` ((split, index, where) each): one ``split
+    index # where`` line each."""
     lines = [f"# Examples of {dataset_name} left out by --exclude_list: their images cannot "
              + _WRITTEN_BY]
     lines += [f"{split} {index}  # {where}" for split, index, where in examples]
@@ -148,8 +129,8 @@ def format_exclude_list(examples: Iterable[tuple[str, int, str]], dataset_name: 
 
 
 def is_written_list(path: str) -> bool:
-    """Whether ``path`` is an exclude list `format_exclude_list` wrote (by its
-    first line), which tools/check_data.py may replace; not one written by hand."""
+    """Whether ``path`` is an exclude list `format_exclude_list` wrote (by its first line), not
+    one written by hand."""
     try:
         with open(path, encoding="utf-8") as f:
             first = f.readline().rstrip("\n")
@@ -159,9 +140,9 @@ def is_written_list(path: str) -> bool:
 
 
 def check_resume(split_path: str, current: Exclusions) -> None:
-    """Raises DataError unless the run whose split file is ``split_path``
-    excluded exactly the examples ``current`` names."""
-    recorded = regime.read_split_header(split_path).get("exclude_list")
+    """Raises DataError unless the run whose split file is ``split_path`` excluded exactly the
+    examples of ``current``."""
+    recorded = regime.read_made_from(split_path)["exclude_list"]
     excluded = regime.read_split_exclusions(split_path)
     if all(np.array_equal(excluded[split], current.of(split)) for split in SPLITS):
         return

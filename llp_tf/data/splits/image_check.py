@@ -1,13 +1,6 @@
-"""Finding every image of a dataset that cannot be decoded, in one parallel pass.
-
-`find_bad_images` reads a split's records as the input pipeline does and
-decodes each image whole with the source's own decoder (`Source.load_image`,
-in parallel through `decode.decodable`), so an image it passes trains and
-evaluates. It names each failure by split, example index and file, or shard
-and record: what an exclude list (`llp_tf.data.splits.exclusions`) and a repair
-need. tools/check_data.py runs it over both splits; a new run runs it over
-the validation split before it writes anything (`require_decodable`).
-"""
+"""Finding every image of a dataset that cannot be decoded, in one parallel pass, with the
+source's own decoder (`Source.load_image`): tools/check_data.py checks both splits, a new run
+its validation split (`require_decodable`)."""
 
 import dataclasses
 from collections.abc import Callable
@@ -28,13 +21,8 @@ _SHOWN = 3
 
 @dataclasses.dataclass(frozen=True)
 class BadImage:
-    """An example whose image cannot be read or decoded.
-
-    Attributes:
-      split: "train" or "validation".
-      index: int, its stable example index.
-      where: str, its file ("file /data/cat/1.jpg") or shard and record.
-    """
+    """An example whose image cannot be read or decoded: its ``split``, ``index`` (int) and
+    ``where`` (str, its file or shard and record)."""
 
     split: str
     index: int
@@ -43,18 +31,9 @@ class BadImage:
 
 def find_bad_images(source: Source, split: str, skip: Array | None = None,
                     on_progress: Callable[[int, int], object] | None = None) -> list[BadImage]:
-    """The examples of ``split`` whose image cannot be read or decoded, by index.
-
-    Args:
-      source: a `Source`.
-      split: "train" or "validation" (it must have examples).
-      skip: optional int [K] example indices not to check (already excluded).
-      on_progress: optional callable(images checked, bad ones among them),
-        called after every `BATCH` images.
-
-    Returns:
-      list of `BadImage`, sorted by index.
-    """
+    """list of `BadImage`, sorted by index: the examples of ``split`` whose image cannot be
+    read or decoded, leaving out ``skip`` (int [K]); ``on_progress(checked, bad)`` is called
+    after every `BATCH` images."""
     records = exclusions.drop_excluded(source.records(split),
                                        source.info.num_examples(split), skip)
     checked = decode.decodable(records, source.load_image).map(
@@ -71,10 +50,8 @@ def find_bad_images(source: Source, split: str, skip: Array | None = None,
 
 
 def require_decodable(source: Source, split: str, skip: Array | None = None) -> None:
-    """Raises DataError naming the first few images of ``split`` that cannot be
-    decoded (see `find_bad_images`), with what to do about them. A split
-    without examples, and a source whose bytes were decoded when it was
-    written (``trusted_bytes``), pass unread."""
+    """Raises DataError naming the first images of ``split`` that cannot be decoded, and what
+    to do; a split without examples or a source with ``trusted_bytes`` passes unread."""
     if source.trusted_bytes or source.info.num_examples(split) == 0:
         return
     bad = find_bad_images(source, split, skip)

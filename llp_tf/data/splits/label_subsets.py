@@ -1,26 +1,6 @@
-"""Labelled sets given as lists of image file names: ImageNet's standard subsets.
-
-Semi-supervised ImageNet papers since SimCLR (BYOL, FixMatch, ...) label the
-fixed 1% and 10% subsets published with SimCLR as ``1percent.txt`` and
-``10percent.txt``: one training image file name per line, such as
-``n01440764_10026.JPEG``. TFDS's ``imagenet2012_subset`` builder downloads
-the same files. A run given such a list (``--label_subset``) labels exactly
-the listed images; its used subset (q%) is drawn around them as for a
-regime split (`regime.splits_from_labelled`), and the result is written to
-the run's ``split.npz`` like any other split.
-
-A list is a local file, or the name of a published list (``1percent``,
-``10percent``), fetched once through TFDS's download manager and kept as
-``<data_dir>/downloads/imagenet2012_<name>.txt`` (later runs find it there,
-offline too). A published list, fetched or found kept, must have the size
-and SHA-256 that TFDS records for it (`published_checksum`), so a truncated
-or damaged copy is refused. A list file may start with a UTF-8 byte-order
-mark (as Windows editors write).
-
-Names are matched to examples by file name without folders (a line may hold
-a path: its folder part is ignored), through `Source.file_names`: image
-folders and TFDS sets with a ``file_name`` feature (imagenet2012) have them.
-"""
+"""Labelled sets given as lists of image file names, such as ImageNet's 1% and 10% subsets
+published with SimCLR (docs/data.md, "ImageNet's standard 1% and 10% label subsets"); names are
+matched by file name without folders, through `Source.file_names`."""
 
 import os
 import shutil
@@ -44,8 +24,7 @@ def published_url(name: str) -> str:
 
 
 def published_checksum(name: str) -> tuple[int, str]:
-    """(size in bytes, SHA-256 hex) that TFDS's imagenet2012_subset checksum file
-    records for published list ``name``."""
+    """(size in bytes, SHA-256 hex) that TFDS records for published list ``name``."""
     from tensorflow_datasets.datasets.imagenet2012_subset import (  # noqa: PLC0415
         imagenet2012_subset_dataset_builder as subset_builder)
     info = subset_builder.Builder.url_infos[published_url(name)]
@@ -53,8 +32,7 @@ def published_checksum(name: str) -> tuple[int, str]:
 
 
 def check_published(path: str, name: str) -> None:
-    """Raises DataError unless the file ``path`` is published list ``name`` as
-    TFDS records it (`published_checksum`)."""
+    """Raises DataError unless ``path`` is published list ``name`` as TFDS records it."""
     size, sha256 = published_checksum(name)
     actual_size, actual_sha256 = os.path.getsize(path), regime.file_sha256(path)
     if (actual_size, actual_sha256) != (size, sha256):
@@ -67,22 +45,15 @@ def check_published(path: str, name: str) -> None:
 
 
 def _downloads_dir(data_dir):
-    import tensorflow_datasets as tfds  # noqa: PLC0415 -- heavy, only for published lists
+    import tensorflow_datasets as tfds  # noqa: PLC0415
     return os.path.join(os.path.expanduser(data_dir or tfds.core.constants.DATA_DIR),
                         "downloads")
 
 
 def resolve(spec: str, data_dir: str | None = None) -> str:
-    """Path of the list file ``spec`` names: a file, or a published list's name.
-
-    Args:
-      spec: str, a path (``~`` expanded), or "1percent" / "10percent".
-      data_dir: TFDS data_dir whose ``downloads`` folder keeps published lists.
-
-    Raises:
-      DataError: no such file, or a published list that cannot be fetched or
-        whose copy does not match TFDS's checksum.
-    """
+    """Path of the list file ``spec`` names: a file (``~`` expanded), or "1percent" /
+    "10percent", fetched once through TFDS into ``data_dir``'s ``downloads`` and checked
+    against TFDS's checksum. DataError if it is missing or cannot be fetched."""
     path = os.path.expanduser(spec)
     if os.path.isfile(path):
         return path
@@ -120,14 +91,8 @@ def resolve(spec: str, data_dir: str | None = None) -> str:
 
 
 def read_list(path: str) -> list[str]:
-    """The file names listed in ``path``, in file order, without folders.
-
-    Blank lines and lines starting with ``#`` are skipped; a repeated name
-    counts once; a leading UTF-8 byte-order mark is not part of the first name.
-
-    Returns:
-      list of str.
-    """
+    """list of str: the file names listed in ``path``, in order, without folders and repeats
+    (blank and ``#`` lines skipped, a UTF-8 byte-order mark allowed)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
@@ -143,19 +108,8 @@ def read_list(path: str) -> list[str]:
 
 def labelled_index(names: list[str], file_names: Array, list_path: str,
                   dataset_name: str) -> Array:
-    """Example indices of the listed file names.
-
-    Args:
-      names: list of str, from `read_list`.
-      file_names: str [N], the training split's file names by index.
-      list_path, dataset_name: str, for messages.
-
-    Returns:
-      int64 [len(names)] sorted indices.
-
-    Raises:
-      DataError: a listed name is not a training image, or names several.
-    """
+    """int64 sorted indices of the listed ``names`` in ``file_names`` (str [N], by index);
+    DataError for a name that is not a training image, or names several."""
     file_names = np.asarray(file_names, dtype=str)
     order = np.argsort(file_names, kind="stable")
     ordered = file_names[order]
@@ -182,18 +136,9 @@ def labelled_index(names: list[str], file_names: Array, list_path: str,
 def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int | None = None,
                        data_dir: str | None = None,
                        excluded: Array | None = None) -> tuple[Array, Array, str]:
-    """(labelled_index, used_index, list_path) of a run labelled by a subset list.
-
-    Args:
-      source: `Source` of the training data.
-      spec: str, a list file or published list name (see `resolve`).
-      data_percent: QQ, percentage of each class used.
-      seed: None or int: how the used examples beyond the labelled ones are
-        chosen (as in `regime.make_splits`).
-      data_dir: TFDS data_dir, where published lists are kept.
-      excluded: optional int [E], training examples left out: a listed one
-        is not labelled (`regime.splits_from_labelled`).
-    """
+    """(labelled_index, used_index, list_path) of a run labelled by subset list ``spec``
+    (`resolve`), its used subset drawn around it (`regime.splits_from_labelled`); a listed
+    example in ``excluded`` is not labelled."""
     path = resolve(spec, data_dir)
     labelled = labelled_index(read_list(path), source.file_names("train"), path,
                             source.info.name)
@@ -203,6 +148,6 @@ def make_subset_splits(source: Source, spec: str, data_percent: float, seed: int
 
 
 def list_record(spec: str, path: str) -> dict:
-    """What a split and a run record of the subset list ``spec`` read from
-    ``path``: {"list": spec, "path": absolute path, "sha256": hex}."""
+    """{"list": spec, "path": absolute path, "sha256": hex}: what a split and a run record of
+    the subset list ``spec`` read from ``path``."""
     return {"list": spec, "path": os.path.abspath(path), "sha256": regime.file_sha256(path)}

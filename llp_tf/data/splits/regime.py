@@ -1,26 +1,10 @@
 """The regime split: which training examples are labelled and which are used.
 
-A regime ``pPP_qQQ`` labels PP% of the training images, balanced per class,
-and trains on QQ% of them. `make_splits`, per class c with n_c examples:
-
-- labelled: ``k_c = round(PP% * n_c)`` (round half up): the k_c lowest
-  indices of the class with ``seed=None`` (the release's rule), else a draw
-  without replacement by ``numpy.random.default_rng(seed)``, classes in
-  increasing order;
-- used: ``max(k_c, round(QQ% * n_c))``: the labelled ones plus the lowest
-  remaining indices, or a seeded draw of the rest.
-
-Excluded examples (an exclude list, `llp_tf.data.splits.exclusions`) are left out
-of both subsets, and n_c counts the others. A class with examples but no
-labelled one is an error (raise PP, or give the labelled set:
-`splits_from_labelled`); a class with no training example is skipped
-(`absent_classes_warning`). A run's split must not change on resume, so it
-is saved (`save_splits`, with the files it was made from and the excluded
-examples) and loaded (`load_splits`) with a check against the dataset: the
-same number of training examples and a SHA-256 fingerprint of
-``train_labels``. The bank holds only the used examples: original index
-``used_index[j]`` is bank row j (`dense_index`).
-"""
+A regime ``pPP_qQQ`` labels PP% of each class and trains on QQ% (`make_splits`). A run's split
+is saved with the files it was made from and its excluded examples (`save_splits`), and loaded
+with a check against the dataset: its number of training examples and a SHA-256 of
+``train_labels`` (`load_splits`). The bank holds only the used examples: original index
+``used_index[j]`` is bank row j (`dense_index`)."""
 
 import hashlib
 import json
@@ -36,13 +20,11 @@ from llp_tf.tensor_types import Array
 SPLIT_FORMAT = "llp-split-v1"
 #: Header keys naming the files a split was made from (`save_splits`).
 MADE_FROM_KEYS = ("label_subset", "exclude_list")
-# Keys of the labelled set in that format, spelled as when it was fixed.
-_LABELLED_KEY, _NUM_LABELLED_KEY = "labeled_index", "num_labeled"
+_SPLITS = ("train", "validation")
 
 
 def _round_half_up(x):
-    # The small epsilon keeps e.g. 10% of 1300 (130.00000000000003 or
-    # 129.99999999999997 in floating point) at 130.
+    # The epsilon keeps e.g. 10% of 1300 at 130 despite float rounding.
     return int(np.floor(x + 0.5 + 1e-9))
 
 
@@ -72,8 +54,8 @@ def _check_percents(label_percent, data_percent):
 
 
 def _used_extra(members, chosen, count, rng):
-    """Up to ``count`` - len(chosen) more of a class's ``members``: the lowest
-    remaining indices (rng None) or a seeded draw of the rest."""
+    """Up to ``count`` - len(chosen) more of ``members``: the lowest left, or a draw by
+    ``rng``."""
     rest = np.setdiff1d(members, chosen)
     extra = max(0, count - len(chosen))
     if rng is None:
@@ -82,8 +64,7 @@ def _used_extra(members, chosen, count, rng):
 
 
 def _kept_members(labels, excluded):
-    """{class: its example indices in increasing order} over the examples not
-    ``excluded`` (int [E] or None)."""
+    """{class: its example indices in increasing order}, leaving out ``excluded``."""
     kept = np.ones(labels.size, bool)
     if excluded is not None:
         kept[np.asarray(excluded, np.int64)] = False
@@ -93,29 +74,17 @@ def _kept_members(labels, excluded):
 def make_splits(labels: Array, label_percent: float, data_percent: float, seed: int | None = None,
                 num_classes: int | None = None,
                 excluded: Array | None = None) -> tuple[Array, Array]:
-    """The labelled and used subsets of a regime (see the module docstring).
+    """(labelled_index, used_index), sorted int64, the first a subset of the second: per class
+    of n_c examples not ``excluded`` (int [E]), round(PP% n_c) labelled (half up) and max(that,
+    round(QQ% n_c)) used, the labelled ones plus more.
 
-    Args:
-      labels: int [N], the true class of each training example by index.
-      label_percent: PP, percentage of each class that is labelled.
-      data_percent: QQ >= PP, percentage of each class that is used.
-      seed: None for the release's lowest-index rule, or an int for a seeded
-        random draw.
-      num_classes: optional C; labels must then lie in [0, C). Classes of
-        [0, C) without any training example are skipped (see
-        `absent_classes_warning`).
-      excluded: optional int [E], examples that are neither labelled nor used
-        (`llp_tf.data.splits.exclusions`); the percentages count the others.
+    With ``seed=None`` the lowest indices (the release's rule), else draws without replacement
+    by ``numpy.random.default_rng(seed)``, classes in increasing order. ``labels``: int [N] by
+    index, in [0, ``num_classes``) if given; classes without a training example are skipped
+    (`absent_classes_warning`).
 
-    Returns:
-      (labelled_index, used_index): sorted int64 arrays of distinct example
-      indices; labelled_index is a subset of used_index.
-
-    Raises:
-      ConfigError: a percentage out of range, or QQ < PP.
-      DataError: a class with training examples would get no labelled
-        example; labels are invalid.
-    """
+    Raises ConfigError for a percentage outside (0, 100] or QQ < PP, DataError for invalid
+    labels or a class with examples but no labelled one."""
     _check_percents(label_percent, data_percent)
     labels = _check_labels(labels, num_classes)
     rng = None if seed is None else np.random.default_rng(seed)
@@ -151,24 +120,9 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
 def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: float,
                         seed: int | None = None, num_classes: int | None = None,
                         excluded: Array | None = None) -> tuple[Array, Array]:
-    """The used subset around a labelled set chosen elsewhere (a subset list).
-
-    Per class c with n_c examples, the used subset holds its labelled
-    examples plus further ones up to ``round(QQ% * n_c)``, chosen as in
-    `make_splits` (lowest remaining indices, or a seeded draw).
-
-    Args:
-      labels: int [N], the true class of each training example by index.
-      labelled_index: int [M], distinct indices of the labelled examples.
-      data_percent: QQ, percentage of each class that is used.
-      seed: None or int, as in `make_splits`.
-      num_classes: optional C; labels must then lie in [0, C).
-      excluded: optional int [E], examples that are neither labelled (they
-        leave the labelled set) nor used; n_c counts the others.
-
-    Returns:
-      (labelled_index, used_index): sorted int64 arrays.
-    """
+    """(labelled_index, used_index), sorted int64: the used subset around a labelled set chosen
+    elsewhere (``labelled_index``, int [M]), per class up to round(QQ% n_c) as in
+    `make_splits`; ``excluded`` examples leave both."""
     _check_percent("data_percent", data_percent)
     labels = _check_labels(labels, num_classes)
     labelled_index = np.unique(np.asarray(labelled_index, np.int64))
@@ -187,11 +141,7 @@ def splits_from_labelled(labels: Array, labelled_index: Array, data_percent: flo
 
 
 def absent_classes_warning(labels: Array, num_classes: int) -> str | None:
-    """A one-line warning counting the classes of [0, C) with no training example, or None.
-
-    Such classes (a subset of a larger label space) get no labelled example;
-    the model keeps all C outputs.
-    """
+    """A one-line warning counting the classes of [0, C) with no training example, or None."""
     missing = np.setdiff1d(np.arange(num_classes), np.asarray(labels))
     if not missing.size:
         return None
@@ -216,15 +166,8 @@ def file_sha256(path: str) -> str:
 
 
 def dense_index(used_index: Array, index: Array) -> Array:
-    """Positions of original indices in ``used_index`` (bank rows when q < 100).
-
-    Args:
-      used_index: sorted int64 [U].
-      index: int [...], original indices, each in used_index.
-
-    Returns:
-      int64 [...], ``np.searchsorted(used_index, index)``.
-    """
+    """int64 [...]: the positions (bank rows) in ``used_index`` (sorted int64 [U]) of the
+    original indices ``index``; DataError for one not in it."""
     used_index = np.asarray(used_index, np.int64)
     index = np.asarray(index, np.int64)
     dense = np.searchsorted(used_index, index)
@@ -235,10 +178,7 @@ def dense_index(used_index: Array, index: Array) -> Array:
 
 
 def check_index_set(name: str, index: Array, num_examples: int) -> Array:
-    """Returns ``index`` as int64 after checking it is sorted, distinct, in range.
-
-    Raises DataError naming ``name`` otherwise.
-    """
+    """``index`` as int64 [M], or DataError naming ``name`` unless sorted, distinct, in range."""
     index = np.asarray(index)
     if index.ndim != 1 or (index.size and not np.issubdtype(index.dtype, np.integer)):
         raise DataError(f"{name} must be a 1-D integer array of example indices.")
@@ -257,21 +197,10 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
                 data_percent: float | None = None, seed: int | None = None,
                 made_from: dict | None = None,
                 excluded: dict[str, Array] | None = None) -> None:
-    """Writes a split file (NumPy .npz: the index arrays and a JSON header).
-
-    Args:
-      path: str, file to write (atomically: a temporary file then a rename).
-      labelled_index, used_index: sorted int64 arrays from `make_splits`.
-      train_labels: int [N], the dataset's training labels (fingerprinted).
-      dataset_name: str, recorded for messages.
-      label_percent, data_percent, seed: recorded for reference (None: not
-        used, e.g. label_percent with a subset list).
-      made_from: JSON-able dict of the files the split was made from, added
-        to the header: "label_subset" and "exclude_list", each {"path",
-        "sha256", ...} or None.
-      excluded: optional dict split -> sorted int64 [E], the examples left out
-        (`llp_tf.data.splits.exclusions`), stored as arrays "excluded_<split>_index".
-    """
+    """Writes a split file atomically: a NumPy .npz of the index arrays,
+    "excluded_<split>_index" (``excluded``: split -> sorted int64 [E], empty by default) and a
+    JSON header with a SHA-256 of ``train_labels``, the settings (None: not used) and
+    ``made_from``: "label_subset" and "exclude_list", each {"path", "sha256", ...} or None."""
     train_labels = np.asarray(train_labels, np.int64)
     n = train_labels.size
     labelled_index = check_index_set("labelled_index", labelled_index, n)
@@ -282,17 +211,17 @@ def save_splits(path: str, labelled_index: Array, used_index: Array, train_label
         "format": SPLIT_FORMAT, "dataset_name": dataset_name, "num_train": int(n),
         "train_labels_sha256": labels_fingerprint(train_labels),
         "label_percent": label_percent, "data_percent": data_percent, "seed": seed,
-        _NUM_LABELLED_KEY: int(labelled_index.size), "num_used": int(used_index.size),
-        **(made_from or {}),
+        "num_labelled": int(labelled_index.size), "num_used": int(used_index.size),
+        **dict.fromkeys(MADE_FROM_KEYS), **(made_from or {}),
     }
-    arrays = {f"excluded_{split}_index": np.asarray(index, np.int64)
-              for split, index in (excluded or {}).items()}
+    arrays = {f"excluded_{split}_index": np.asarray((excluded or {}).get(split, []), np.int64)
+              for split in _SPLITS}
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npz")
     try:
         with os.fdopen(handle, "wb") as f:
-            np.savez(f, **{_LABELLED_KEY: labelled_index}, used_index=used_index,
+            np.savez(f, labelled_index=labelled_index, used_index=used_index,
                      header=np.array(json.dumps(header)), **arrays)
         os.replace(temporary, path)
     except BaseException:
@@ -307,30 +236,22 @@ def read_split_header(path: str) -> dict:
 
 
 def read_split_indices(path: str) -> tuple[Array, Array]:
-    """(labelled_index, used_index) of a split file, without checking it against a dataset.
-
-    For tools that read a finished run, whose split was checked when it trained.
-    """
-    _, labelled_index, used_index = _read(path)
+    """(labelled_index, used_index) of a split file, unchecked: for tools reading a finished
+    run."""
+    _, labelled_index, used_index, _ = _read(path)
     return labelled_index.astype(np.int64), used_index.astype(np.int64)
 
 
 def read_made_from(path: str) -> dict:
-    """dict "label_subset"/"exclude_list" -> what the split file records of that
-    file ({"path", "sha256", ...}), or None: not used, or not recorded (files
-    written before these were)."""
+    """dict "label_subset"/"exclude_list" -> what the split file records of that file ({"path",
+    "sha256", ...}), or None when not used."""
     header = read_split_header(path)
-    return {key: header.get(key) for key in MADE_FROM_KEYS}
+    return {key: header[key] for key in MADE_FROM_KEYS}
 
 
 def read_split_exclusions(path: str) -> dict[str, Array]:
-    """dict "train"/"validation" -> sorted int64 [E]: the examples the split file
-    records as left out (none for files written before exclude lists)."""
-    _read(path)
-    with np.load(path, allow_pickle=False) as data:
-        return {split: data[f"excluded_{split}_index"].astype(np.int64)
-                if f"excluded_{split}_index" in data.files else np.zeros(0, np.int64)
-                for split in ("train", "validation")}
+    """dict "train"/"validation" -> sorted int64 [E]: the examples the split file leaves out."""
+    return _read(path)[3]
 
 
 def _read(path):
@@ -340,32 +261,26 @@ def _read(path):
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(str(data["header"]))
-            labelled_index, used_index = data[_LABELLED_KEY], data["used_index"]
+            labelled_index, used_index = data["labelled_index"], data["used_index"]
+            excluded = {split: data[f"excluded_{split}_index"].astype(np.int64)
+                        for split in _SPLITS}
         if header.get("format") != SPLIT_FORMAT:
             raise ValueError(f"format is {header.get('format')!r}, not {SPLIT_FORMAT!r}")
+        missing = [key for key in MADE_FROM_KEYS if key not in header]
+        if missing:
+            raise ValueError(f"its header has no {missing[0]!r}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataError(f"{path} is not a readable split file ({error}). Write it again with "
                         "tools/make_splits.py.") from None
-    return header, labelled_index, used_index
+    return header, labelled_index, used_index, excluded
 
 
 def load_splits(path: str, train_labels: Array,
                 dataset_name: str = "") -> tuple[Array, Array]:
-    """Reads a split file and checks it against the dataset it is used with.
-
-    Args:
-      path: str.
-      train_labels: int [N], the training labels of the dataset in use.
-      dataset_name: str, for messages.
-
-    Returns:
-      (labelled_index, used_index): sorted int64 arrays.
-
-    Raises:
-      DataError: the file is missing or unreadable, or was made for another
-        dataset (different N or different labels).
-    """
-    header, labelled_index, used_index = _read(path)
+    """(labelled_index, used_index), sorted int64, of a split file checked against the
+    dataset's ``train_labels`` (int [N]); DataError if it is missing, unreadable or made for
+    another dataset."""
+    header, labelled_index, used_index, _ = _read(path)
     train_labels = np.asarray(train_labels, np.int64)
     made_for = f"{header.get('dataset_name') or 'a dataset'} with {header.get('num_train')} " \
                "training examples"

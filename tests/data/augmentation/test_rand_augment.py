@@ -2,6 +2,7 @@
 used), the op and magnitude distributions, Cutout's square, determinism."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from scipy import stats
 
 from llp_tf.data.augmentation import rand_augment, weak
 from llp_tf.data.config import LIGHT, PAPER
+from tests.cli.tool_main import ROOT
 
 # A chi-square test at this level fails a correct sampler once in 10,000 seeds sets.
 P_MIN = 1e-4
@@ -328,13 +330,16 @@ def test_unknown_policy_is_a_clear_error():
         rand_augment.strong_augment(tf.zeros([8, 8, 3]), _seed(0), "heavy")
 
 
-def _docstring_ranges():
-    """{policy: {op name: (low, high) or None}} read from the module's table."""
+def _documented_ranges():
+    """{policy: {op name: (low, high) or None}} read from docs/augmentation.md's table."""
     table = {PAPER: {}, LIGHT: {}}
-    for line in rand_augment.__doc__.splitlines():
+    with open(os.path.join(ROOT, "docs", "augmentation.md")) as f:
+        page = f.read()
+    section = page.split("### RandAugment's ops and magnitudes\n", 1)[1]
+    rows = next(part for part in section.split("\n\n") if part.startswith("| op ")).splitlines()
+    assert len(rows) == 15
+    for line in rows[2:]:
         cells = [cell.strip() for cell in line.strip("| ").split("|")]
-        if not line.startswith("| ") or cells[0] == "op":
-            continue
         names = [cells[0]] if "/" not in cells[0] else [
             cells[0][:-len("_x/y")] + suffix for suffix in ("_x", "_y")]
         for policy, cell in ((PAPER, cells[2]), (LIGHT, cells[3])):
@@ -345,8 +350,8 @@ def _docstring_ranges():
     return table
 
 
-def test_docstring_table_matches_the_policies():
-    for policy, documented in _docstring_ranges().items():
+def test_documented_table_matches_the_policies():
+    for policy, documented in _documented_ranges().items():
         assert documented.pop("cutout") == (0.0, rand_augment.CUTOUT_MAX_FRACTION[policy])
         ops = {op.name: (op.low, op.high) if op.high > op.low else None
                for op in rand_augment.POLICY_OPS[policy]}

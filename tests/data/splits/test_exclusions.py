@@ -94,8 +94,7 @@ def test_a_resume_must_exclude_the_same_examples(folder_source, tmp_path):
 
 
 def test_split_files_without_exclusions_resume_without_a_list(tmp_path, folder_source):
-    # As written before exclude lists: no arrays, no header keys.
-    split = str(tmp_path / "old.npz")
+    split = str(tmp_path / "split.npz")
     regime.save_splits(split, np.array([0]), np.arange(4), np.zeros(4, np.int64))
     assert regime.read_made_from(split) == {"label_subset": None, "exclude_list": None}
     assert all(index.size == 0 for index in regime.read_split_exclusions(split).values())

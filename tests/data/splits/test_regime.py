@@ -1,5 +1,7 @@
 """Regime splits: class balance, the lowest-index rule, seeded draws, split files."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -129,10 +131,12 @@ def test_save_and_load_round_trip(tmp_path):
     np.testing.assert_array_equal(loaded_used, used)
     header = regime.read_split_header(path)
     assert (header["dataset_name"], header["num_train"], header["seed"]) == ("toy", 82, 1)
-    # The file format keeps the keys it was fixed with, so older split files still read.
     with np.load(path) as data:
-        assert sorted(data.files) == ["header", "labeled_index", "used_index"]
-    assert header["num_labeled"] == labelled.size
+        assert sorted(data.files) == ["excluded_train_index", "excluded_validation_index",
+                                      "header", "labelled_index", "used_index"]
+        assert data["excluded_train_index"].size == data["excluded_validation_index"].size == 0
+    assert (header["num_labelled"], header["num_used"]) == (labelled.size, used.size)
+    assert regime.read_made_from(path) == {"label_subset": None, "exclude_list": None}
 
 
 @pytest.mark.parametrize("seed", [None, 2])
@@ -194,6 +198,19 @@ def test_missing_and_unreadable_split_files(tmp_path):
     bad.write_bytes(b"garbage")
     with pytest.raises(DataError, match="is not a readable split file"):
         regime.load_splits(str(bad), _labels())
+    # Files without one of today's keys, e.g. the labelled set spelled "labeled_index".
+    header = {"format": regime.SPLIT_FORMAT, "label_subset": None, "exclude_list": None}
+    arrays = {"labelled_index": [0], "used_index": [0, 1], "excluded_train_index": [],
+              "excluded_validation_index": []}
+    unknown = str(tmp_path / "unknown.npz")
+    for old, renamed in [("labelled_index", "labeled_index"), ("excluded_train_index", "x"),
+                         ("exclude_list", "x")]:
+        written = {(renamed if key == old else key): np.array(value, np.int64)
+                   for key, value in arrays.items()}
+        np.savez(unknown, **written, header=json.dumps(
+            {(renamed if key == old else key): value for key, value in header.items()}))
+        with pytest.raises(DataError, match=f"not a readable split file .*{old}"):
+            regime.read_made_from(unknown)
 
 
 def test_dense_index():
