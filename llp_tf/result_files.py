@@ -4,7 +4,7 @@ object holding the tool's own keys."""
 
 import json
 import os
-from typing import Iterable
+from typing import Any, Iterable
 
 from llp_tf.errors import ConfigError
 
@@ -26,7 +26,7 @@ def check_result_file(path: str, keys: Iterable[str]) -> None:
                           "another --output.")
 
 
-def write_json_atomically(path, content, keys):
+def write_json_atomically(path: str, content: Any, keys: Iterable[str]) -> None:
     """Writes ``content`` as indented JSON to ``path`` through a temporary file
     in the same folder, so a crash never leaves a half-written file. A file
     at ``path`` is replaced only if it is an earlier result holding ``keys``

@@ -13,9 +13,11 @@ import glob
 import json
 import os
 import re
-from typing import Sequence
+from typing import Callable, Sequence, TextIO
 
 import numpy as np
+
+from llp_tf.tensor_types import Array
 
 CLASSIFY = "classify"
 SAVED_MODEL_FILE = "saved_model.pb"
@@ -56,7 +58,7 @@ def _directory_images(directory):
     return sorted(found)
 
 
-def expand_arguments(arguments: Sequence[str]) -> list[str]:
+def expand_arguments(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
     """The image paths of the arguments, in order, each once.
 
     Args:
@@ -86,7 +88,7 @@ def expand_arguments(arguments: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(paths)), problems
 
 
-def read_image(path):
+def read_image(path: str) -> Array:
     """uint8 numpy array [H, W, 3] of an image file.
 
     Raises:
@@ -106,7 +108,7 @@ def read_image(path):
                            f"({reason})") from None
 
 
-def load_model(model_dir):
+def load_model(model_dir: str) -> tuple[Callable, list[str]]:
     """(classify function, class names as a list of str) of an exported SavedModel.
 
     Raises:
@@ -142,7 +144,7 @@ def _class_names(loaded, model_dir):
     return [str(name) for name in names] if isinstance(names, list) else None
 
 
-def predict(classify, images, batch_size):
+def predict(classify: Callable, images: Sequence[Array], batch_size: int) -> list[Array]:
     """Class probabilities of every image.
 
     Images of the same size are batched together (a call takes one size).
@@ -171,7 +173,8 @@ def predict(classify, images, batch_size):
     return probabilities
 
 
-def top_classes(probabilities, class_names, top):
+def top_classes(probabilities: Array, class_names: Sequence[str],
+                top: int) -> list[tuple[int, int, str, float]]:
     """[(rank, class number, name, probability)] of one image, best first.
 
     A stable sort keeps the lower class first at a tie, as classify's top5.
@@ -186,13 +189,13 @@ def top_classes(probabilities, class_names, top):
 class ResultWriter:
     """Writes each image's top classes to ``stream`` in ``output_format``."""
 
-    def __init__(self, stream, output_format):
+    def __init__(self, stream: TextIO, output_format: str) -> None:
         self.stream, self.format = stream, output_format
         self._csv = csv.writer(stream, lineterminator="\n") if output_format == "csv" else None
         if self._csv:
             self._csv.writerow(CSV_HEADER)
 
-    def write(self, path, ranked):
+    def write(self, path: str, ranked: Sequence[tuple[int, int, str, float]]) -> None:
         """``ranked``: from `top_classes`."""
         if self.format == "json":
             top = [{"rank": rank, "class": c, "name": name, "probability": probability}
@@ -208,7 +211,8 @@ class ResultWriter:
         self.stream.flush()
 
 
-def classify_files(paths, classify, class_names, batch_size, top, writer, stderr):
+def classify_files(paths: Sequence[str], classify: Callable, class_names: Sequence[str],
+                   batch_size: int, top: int, writer: ResultWriter, stderr: TextIO) -> int:
     """Classifies ``paths`` ``batch_size`` at a time, writing each image's ``top``
     classes with ``writer`` in path order and each bad file as an error line on
     ``stderr``; returns the number of bad files."""

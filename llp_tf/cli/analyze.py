@@ -14,6 +14,7 @@ summary and the written paths.
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -59,7 +60,8 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code."""
     argv = sys.argv if argv is None else argv

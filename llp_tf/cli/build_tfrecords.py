@@ -15,6 +15,7 @@ and written in that order; see llp_tf/data/sources/tfrecord_builder.py. Read the
 """
 
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -51,7 +52,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def build(values, stdout, stderr):
+def build(values: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> None:
     """Builds the shards and prints what was written."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data.sources import tfrecord_builder  # noqa: PLC0415 -- imports TF
@@ -78,7 +79,8 @@ def build(values, stdout, stderr):
                  f"{values.output_dir}\n")
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code."""
     argv = sys.argv if argv is None else argv

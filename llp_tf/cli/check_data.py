@@ -17,6 +17,7 @@ keeping their names (docs/data.md).
 
 import os
 import sys
+from typing import Sequence, TextIO
 import time
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
@@ -60,7 +61,7 @@ def _check_split(source, split, stdout):
         source, split, on_progress=lambda done, bad: progress.update(done, {"bad": bad}))
 
 
-def check(values, stdout):
+def check(values: flags.FlagValues, stdout: TextIO) -> command_line.ExitCode | None:
     """Checks the dataset; returns the tool's exit code."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data.sources.base import SPLITS  # noqa: PLC0415
@@ -101,7 +102,8 @@ def check(values, stdout):
     return command_line.ExitCode(BAD_EXIT_CODE) if bad else None
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code (1: a bad image, or an error)."""
     argv = sys.argv if argv is None else argv

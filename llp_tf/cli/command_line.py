@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import weakref
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from absl import flags, logging
 
@@ -28,14 +29,14 @@ from absl import flags, logging
 _DEPRECATED = weakref.WeakKeyDictionary()
 
 
-def define_deprecated_alias(values, old, new):
+def define_deprecated_alias(values: flags.FlagValues, old: str, new: str) -> None:
     """Defines --``old`` as a deprecated spelling of the flag --``new``: it
     still works, and `parse` warns on stderr when it is given."""
     flags.DEFINE_alias(old, new, flag_values=values)
     _DEPRECATED.setdefault(values, {})[old] = (new, False)
 
 
-def define_deprecated_negation(values, old, new):
+def define_deprecated_negation(values: flags.FlagValues, old: str, new: str) -> None:
     """Defines the boolean --``old`` as a deprecated spelling of --no``new``
     (e.g. --no_trajectory for --notrajectory, where an alias would mean the
     opposite): `parse` sets --``new`` to its negation and warns on stderr
@@ -66,7 +67,7 @@ def _apply_deprecated(values, stderr):
     return True
 
 
-def new_flag_values():
+def new_flag_values() -> flags.FlagValues:
     """A `flags.FlagValues` holding only --help/-h; define the tool's flags on it."""
     values = flags.FlagValues()
     flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
@@ -74,7 +75,7 @@ def new_flag_values():
     return values
 
 
-def define_verbosity(values):
+def define_verbosity(values: flags.FlagValues) -> None:
     """Defines absl's --verbosity (-v) on ``values``, with absl's help and default:
     given, it sets absl's logging verbosity (1: debug); `run` hides absl INFO
     logs without it, and `quiet_start` TensorFlow's start-up notices."""
@@ -87,28 +88,29 @@ def define_verbosity(values):
                          short_name="v", flag_values=values)
 
 
-def define_run_dir(values, role):
+def define_run_dir(values: flags.FlagValues, role: str) -> None:
     """Defines --run_dir: the directory of a training run made by tools/train.py,
     ``role`` saying what the tool does with it (e.g. "whose trunk is probed")."""
     flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
                         f"{role}; required.", flag_values=values)
 
 
-def define_checkpoint(values):
+def define_checkpoint(values: flags.FlagValues) -> None:
     """Defines --checkpoint, read back by `llp_tf.training.run_directory.resolve_checkpoint`."""
     flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read: a checkpoint path "
                         "of the run, or its step number (e.g. 1829); the latest when unset.",
                         flag_values=values)
 
 
-def define_data_dir(values, role="the dataset"):
+def define_data_dir(values: flags.FlagValues, role: str = "the dataset") -> None:
     """Defines --data_dir: where ``role`` (a dataset name's data) lives."""
     flags.DEFINE_string("data_dir", None, f"Data folder of {role}: TFDS's data_dir (TFDS's "
                         "default when unset), and the folder relative tfrecord:, folder:, list: "
                         "and places205: paths are taken from.", flag_values=values)
 
 
-def default_at_most(values, name, available, stream, reason):
+def default_at_most(values: flags.FlagValues, name: str, available: int, stream: TextIO,
+                    reason: str) -> int:
     """The integer flag --``name``'s value, lowered to ``available`` when it was
     left at a larger default (given, it stays, so that a bad value is still an
     error); lowering writes a note on ``stream`` that starts with ``reason``
@@ -145,7 +147,8 @@ def _flag_named(values, arg):
     return _DEPRECATED.get(values, {}).get(name, (name,))[0]
 
 
-def flag_origins(values, argv, file_names=None):
+def flag_origins(values: flags.FlagValues, argv: Sequence[str],
+                 file_names: Mapping[str, str] | None = None) -> dict[str, str]:
     """dict flag name -> where the value of each flag of ``values`` comes from in
     ``argv`` (argv[0] is the program), as absl reads it (the last setting wins):
     "command line", "from PATH" (a --flagfile's, nested ones included; PATH as
@@ -171,7 +174,7 @@ def flag_origins(values, argv, file_names=None):
     return origins
 
 
-def quiet_absl_info(values):
+def quiet_absl_info(values: flags.FlagValues) -> None:
     """Sets absl's logging verbosity to --verbosity when given, else to WARNING.
 
     TensorFlow's checkpointing and TFDS log at INFO level through absl on
@@ -184,7 +187,9 @@ def quiet_absl_info(values):
         logging.set_verbosity(logging.WARNING)
 
 
-def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code=1):
+def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: TextIO,
+          stderr: TextIO, positional: bool = False, stray_exit_code: int = 1
+          ) -> tuple[list[str] | None, int | None]:
     """Parses ``argv`` (argv[0] is the program) into ``values``.
 
     Args:
@@ -218,8 +223,12 @@ def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code
     return rest[1:], None
 
 
-def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_prefix="error: ",
-        origins=flag_origins):
+def run(argv: Sequence[str], stdout: TextIO | None, stderr: TextIO | None,
+        values: flags.FlagValues, usage: str,
+        body: Callable[[flags.FlagValues, TextIO, TextIO], Any], stray_exit_code: int = 1,
+        error_prefix: str = "error: ",
+        origins: Callable[[flags.FlagValues, Sequence[str]], dict[str, str]] = flag_origins
+        ) -> int:
     """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help, bad
     flags and required flags handled by `parse`), applies --verbosity when
     ``values`` defines it (`quiet_absl_info`), then returns `exit_code_of`
@@ -236,7 +245,8 @@ def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_pref
                         origins=lambda: origins(values, argv))
 
 
-def parse_run_tool(values, argv, usage, what, stdout, stderr):
+def parse_run_tool(values: flags.FlagValues, argv: Sequence[str], usage: str, what: str,
+                   stdout: TextIO, stderr: TextIO) -> int | None:
     """`parse` for a tool that reads a run directory, then `check_run_dir`.
 
     Returns:
@@ -253,7 +263,8 @@ class ExitCode(int):
     """What a tool's body returns to end with an exit code other than 0."""
 
 
-def exit_code_of(body, stderr, prefix="error: ", origins=None):
+def exit_code_of(body: Callable[[], Any], stderr: TextIO, prefix: str = "error: ",
+                 origins: Callable[[], Mapping[str, str]] | None = None) -> int:
     """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one
     ``error:`` line (``prefix`` and the message) for an `LLPError`, naming
     where its settings came from when ``origins()`` (flag name -> origin,
@@ -269,7 +280,8 @@ def exit_code_of(body, stderr, prefix="error: ", origins=None):
     return int(result) if isinstance(result, ExitCode) else 0
 
 
-def check_run_dir(run_dir, what, stderr, origin="command line"):
+def check_run_dir(run_dir: str | None, what: str, stderr: TextIO,
+                  origin: str = "command line") -> bool:
     """Whether ``run_dir`` (the --run_dir value, from ``origin``) names an
     existing directory.
 
@@ -287,7 +299,7 @@ def check_run_dir(run_dir, what, stderr, origin="command line"):
     return True
 
 
-def free_ports(count, host="127.0.0.1"):
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct TCP ports free on ``host``: all bound to port 0 at once
     (so the system gives distinct ones), then released for the caller's servers."""
     sockets = []

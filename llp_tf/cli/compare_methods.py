@@ -16,6 +16,7 @@ names are read under them. Imports no TensorFlow.
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from absl import flags
 
@@ -50,7 +51,8 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def compare(values, extra_args, stdout, stderr):
+def compare(values: flags.FlagValues, extra_args: Sequence[str], stdout: TextIO,
+            stderr: TextIO) -> int:
     """Trains every (method, seed) and writes the table; returns the exit code.
 
     Raises:
@@ -82,7 +84,8 @@ def compare(values, extra_args, stdout, stderr):
     return 0
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code."""
     argv = sys.argv if argv is None else argv

@@ -18,6 +18,7 @@ the dataset's true training labels), a split embedded with the run's model
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -31,6 +32,8 @@ from llp_tf.after_training.transduction import embeddings, report  # noqa: E402 
 from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 from llp_tf.counted_nouns import counted  # noqa: E402
+from llp_tf.tensor_types import Array  # noqa: E402
+from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 
 OUTPUT_NAME = "propagation_comparison.json"
 #: Keys of the results file that mark an earlier one, which --output replaces.
@@ -94,7 +97,7 @@ def _fail(message):
 
 # -- output ---------------------------------------------------------------------
 
-def default_output(run_dir, features_path):
+def default_output(run_dir: str | None, features_path: str | None) -> str:
     if run_dir is not None:
         return os.path.join(run_dir, OUTPUT_NAME)
     return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
@@ -102,7 +105,8 @@ def default_output(run_dir, features_path):
 
 # -- main -----------------------------------------------------------------------
 
-def read_embeddings(options, stream):
+def read_embeddings(options: flags.FlagValues, stream: TextIO
+                    ) -> tuple[Array, Array, dict, TrainConfig | None]:
     """(features [N, D], labels int64 [N], description dict, run config or None)
     from --run_dir or --features, after the checks that need no data."""
     if (options.run_dir is None) == (options.features is None):
@@ -122,7 +126,7 @@ def read_embeddings(options, stream):
     return embeddings.features_from_files(options.features, options.labels) + (None,)
 
 
-def classes_per_draw(options, labels, stream):
+def classes_per_draw(options: flags.FlagValues, labels: Array, stream: TextIO) -> int:
     """S: --classes, lowered to the classes present when left at its default."""
     import numpy as np
     available = len(np.unique(labels))
@@ -130,7 +134,8 @@ def classes_per_draw(options, labels, stream):
                                         f"the labels have {counted(available, 'class')}")
 
 
-def run_comparison(options, stream=sys.stdout):
+def run_comparison(options: flags.FlagValues,
+                   stream: TextIO = sys.stdout) -> protocol_lib.Comparison:
     """Reads the embeddings, runs the comparison, prints and writes the results.
 
     Returns the `transduction.protocol.Comparison`.
@@ -166,7 +171,8 @@ def run_comparison(options, stream=sys.stdout):
     return comparison
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code (2: unexpected arguments)."""
     argv = sys.argv if argv is None else argv

@@ -7,6 +7,8 @@ prefixed with the method they belong to) and choices, so they are written once, 
 """
 
 import typing
+from typing import Any
+
 
 from absl import flags
 
@@ -48,7 +50,8 @@ def define_config_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         command_line.define_deprecated_alias(flag_values, old, name)
 
 
-def config_from_flags(flag_values=flags.FLAGS, **overrides):
+def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                      **overrides: Any) -> config.TrainConfig:
     """The `TrainConfig` of the parsed flags; ``overrides`` (by flag name) win.
 
     List flags (e.g. --lr_drop_epochs=194,239) become tuples of int.

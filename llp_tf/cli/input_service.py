@@ -20,6 +20,7 @@ deterministic: docs/multi-worker.md, "Remote input workers".
 """
 
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -55,7 +56,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def settings(values):
+def settings(values: flags.FlagValues) -> input_service.ServiceSettings:
     """The `input_service.ServiceSettings` of the parsed flags."""
     return input_service.ServiceSettings(
         dispatcher_address=values.dispatcher_address, dispatcher_port=values.dispatcher_port,
@@ -63,13 +64,14 @@ def settings(values):
         worker_addresses=tuple(values.worker_addresses), work_dir=values.work_dir)
 
 
-def serve(values, stdout, stderr):
+def serve(values: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> command_line.ExitCode:
     """`input_service.serve` of the parsed flags; the exit code."""
     return command_line.ExitCode(input_service.serve(settings(values), command_line.free_ports,
                                                      stdout, stderr))
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code (0 after a stop signal, 1 after an error)."""
     argv = sys.argv if argv is None else argv

@@ -21,6 +21,7 @@ interface. POSIX only; imports no TensorFlow.
 """
 
 import sys
+from typing import Sequence, TextIO
 
 from absl import flags
 
@@ -38,7 +39,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def split_command(argv):
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the launcher's argv, the worker command): ``argv`` split at its first
     ``--``, so that flags of the worker command (even --help) stay its own."""
     if "--" not in argv:
@@ -47,7 +48,8 @@ def split_command(argv):
     return list(argv[:position]), list(argv[position + 1:])
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code: the workers' (see the module docstring), 1 after an error of the
     launcher."""

@@ -20,6 +20,7 @@ a contrast. Prints a table and writes the results as JSON (default
 
 import os
 import sys
+from typing import Any, Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -91,7 +92,7 @@ def define_flags(flag_values: flags.FlagValues) -> None:
            "an existing file is replaced only if it is an earlier probe's results.")
 
 
-def define_protocol_flags(flag_values):
+def define_protocol_flags(flag_values: flags.FlagValues) -> None:
     """Defines --protocol and the flags of the feature caches on ``flag_values``."""
     flags.DEFINE_enum(
         "protocol", "cached", list(readout.PROTOCOLS), "cached: train the readout on the "
@@ -118,7 +119,7 @@ def define_protocol_flags(flag_values):
         "100000 of Places205's 2.45M); unset: all of them.", flag_values=flag_values)
 
 
-def output_path(run_dir, dataset, output):
+def output_path(run_dir: str, dataset: str, output: str | None) -> str:
     """The results file, checked writable (and, if it exists, an earlier result,
     `RESULT_KEYS`) before any work is done."""
     from llp_tf.errors import ConfigError
@@ -139,7 +140,7 @@ def output_path(run_dir, dataset, output):
     return path
 
 
-def probe_settings(options):
+def probe_settings(options: flags.FlagValues) -> readout.ProbeSettings:
     """`ProbeSettings` of the parsed flags (ConfigError when they are invalid)."""
     from llp_tf.errors import ConfigError
     if not options.run_dir:
@@ -154,7 +155,7 @@ def probe_settings(options):
         max_train_examples=options.max_train_examples)
 
 
-def run_probe(options, stream):
+def run_probe(options: flags.FlagValues, stream: TextIO) -> dict[str, Any]:
     """Does the work of `main` with parsed flags ``options``; returns the results
     dict written to --output."""
     from llp_tf.data.sources.registry import load_source
@@ -186,12 +187,13 @@ def run_probe(options, stream):
     return payload
 
 
-def run(options, stdout, stderr):
+def run(options: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> int:
     """Runs the probe with parsed flags; returns the exit status (1: bad input)."""
     return command_line.exit_code_of(lambda: run_probe(options, stdout), stderr)
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code (2: unexpected arguments)."""
     argv = sys.argv if argv is None else argv

@@ -19,6 +19,7 @@ split.npz (which that run made and resumes from).
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -58,7 +59,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def check_output(path):
+def check_output(path: str) -> None:
     """Raises ConfigError unless the split file may be written to ``path``: it
     does not exist, or it is a split file (an earlier one of this tool) and not
     the split.npz of a training run (`RunDirectory.holds_settings`)."""
@@ -78,7 +79,7 @@ def check_output(path):
                           "another --output.") from None
 
 
-def make(values, stderr):
+def make(values: flags.FlagValues, stderr: TextIO) -> str:
     """Draws and writes the split; returns its description."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data.sources.registry import load_source  # noqa: PLC0415
@@ -113,7 +114,8 @@ def make(values, stderr):
             f"{counted(labels.size, 'training example')} of {source.info.name}")
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code."""
     argv = sys.argv if argv is None else argv

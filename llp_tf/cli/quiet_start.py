@@ -33,7 +33,7 @@ import time
 import select
 import signal
 import sys
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 #: Start-up lines hidden without --verbosity: absl INFO lines (``I0000 ...``),
 #: absl's pre-initialisation banner, the CPU-feature notice's second line, and
@@ -88,12 +88,12 @@ CONTINUATION = re.compile(r"^(\t|/job:\w+/|The tasks have crashed\. |"
                           r":UNKNOWN:Error received from peer )")
 
 
-def without_notices(text):
+def without_notices(text: str) -> str:
     """``text`` without the start-up notices (`NOTICE`), line by line."""
     return "".join(line for line in text.splitlines(keepends=True) if not NOTICE.match(line))
 
 
-def filtered_lines(lines):
+def filtered_lines(lines: Iterable[str]) -> Iterator[str]:
     """The lines of ``lines`` (str, each with its end) that are neither a `NOTICE`
     nor an `ECHO` or a `CONTINUATION` line of one."""
     hiding = False
@@ -125,7 +125,7 @@ def _forward(source, sink, wait=0.05):
     os.write(sink, pending)
 
 
-def filter_stderr():
+def filter_stderr() -> None:
     """Runs file descriptor 2 through `filtered_lines` in a child process until
     every writer of the new descriptor 2 (this process, its children) is gone."""
     sys.stderr.flush()
@@ -162,7 +162,7 @@ def _drain(child, unfiltered, timeout=2.0):
         time.sleep(0.01)
 
 
-def import_tensorflow(argv):
+def import_tensorflow(argv: Sequence[str]) -> None:
     """Imports TensorFlow and probes its devices; unless ``argv`` asks for
     --verbosity 0 or more, first starts `filter_stderr` (see the module
     docstring). Does nothing once TensorFlow is imported (a tool run in process

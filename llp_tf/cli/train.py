@@ -18,6 +18,7 @@ or TF_CONFIG / --cluster=slurm (docs/multi-worker.md).
 import os
 import signal
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
 quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
@@ -26,6 +27,7 @@ from absl import flags  # noqa: E402
 
 from llp_tf.cli import config_flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
+from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 
 #: A run stopped by a signal, with a checkpoint or not, exits with 128 + the
 #: signal's number, as a shell reports a process the signal ended: 143 after
@@ -59,12 +61,12 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def known_regimes():
+def known_regimes() -> list[str]:
     return sorted(name[:-len(".flags")] for name in os.listdir(FLAGS_DIR)
                   if name.endswith(".flags"))
 
 
-def expand_regime(argv, stderr):
+def expand_regime(argv: Sequence[str], stderr: TextIO) -> list[str] | None:
     """``argv`` with ``--regime=NAME`` (or ``--regime NAME``) read first, as
     ``--flagfile=flags/NAME.flags`` right after the program name, so every other
     flag on the command line overrides the regime's wherever it stands. None
@@ -92,7 +94,7 @@ def expand_regime(argv, stderr):
     return program + rest
 
 
-def config_from_flags(values):
+def config_from_flags(values: flags.FlagValues) -> TrainConfig:
     """The `TrainConfig` of parsed flags (the run directory defaults to runs/REGIME)."""
     run_dir = values.run_dir or (os.path.join("runs", values.regime) if values.regime else None)
     if run_dir is None:
@@ -101,14 +103,15 @@ def config_from_flags(values):
     return config_flags.config_from_flags(values, run_dir=run_dir)
 
 
-def flag_origins(values, argv):
+def flag_origins(values: flags.FlagValues, argv: Sequence[str]) -> dict[str, str]:
     """`command_line.flag_origins`, the regime's flagfile named flags/NAME.flags."""
     regime = values.regime
     return command_line.flag_origins(values, argv, regime and {
         os.path.join(FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
 
 
-def train(values, stdout, stderr):
+def train(values: flags.FlagValues, stdout: TextIO,
+          stderr: TextIO) -> command_line.ExitCode | None:
     config = config_from_flags(values)
     # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
     # configured before TensorFlow touches a device.
@@ -126,7 +129,8 @@ def train(values, stdout, stderr):
     return None
 
 
-def main(argv=None, stdout=None, stderr=None):
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
     the exit code (2: an unknown regime or unexpected arguments)."""
     argv = sys.argv if argv is None else argv

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Sequence, TextIO
 
 PROGRAM = "launch_local"
 HOST = "127.0.0.1"
@@ -40,14 +40,14 @@ def tf_config(ports: Sequence[int], index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
-def worker_command(command):
+def worker_command(command: Sequence[str]) -> list[str]:
     """``command``, run with this Python when its first word is a .py script."""
     if command[0].endswith(".py"):
         return [sys.executable, *command]
     return list(command)
 
 
-def describe(returncode):
+def describe(returncode: int) -> tuple[int, str]:
     """(exit code to pass on, words) of a worker's ``Popen.returncode``."""
     if returncode < 0:
         try:
@@ -87,18 +87,18 @@ def _signal_group(process, signum):
 class Workers:
     """The worker processes of one launch and the threads forwarding their output."""
 
-    def __init__(self, stdout, stderr):
+    def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
         self.stdout, self.stderr = stdout, stderr
         self.lock = threading.Lock()
         self.processes, self.threads = [], []
 
-    def write(self, text):
+    def write(self, text: str) -> None:
         """Writes a line of the launcher's own to its stderr, between whole worker lines."""
         with self.lock:
             self.stderr.write(text + "\n")
             self.stderr.flush()
 
-    def start(self, command, ports):
+    def start(self, command: Sequence[str], ports: Sequence[int]) -> None:
         """Starts one worker per port, each in a new session (its own process
         group, which `stop` signals; Ctrl-C at a terminal reaches the launcher
         only, which stops the workers itself).
@@ -125,11 +125,11 @@ class Workers:
                 thread.start()
                 self.threads.append(thread)
 
-    def poll(self):
+    def poll(self) -> list[int | None]:
         """The workers' return codes, None for those still running."""
         return [process.poll() for process in self.processes]
 
-    def stop(self, grace_seconds):
+    def stop(self, grace_seconds: float) -> None:
         """Stops every worker and all it started: SIGTERM to the groups of the
         running ones, SIGKILL to every group after ``grace_seconds``; waits for
         the workers and the rest of their output."""
@@ -152,7 +152,8 @@ class Workers:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def wait(workers, timeout_seconds, received):
+def wait(workers: Workers, timeout_seconds: float,
+         received: list[int]) -> tuple[int, str | None]:
     """Waits until all workers exit 0, one fails, ``timeout_seconds`` (0: no
     limit) pass or a signal number appears in ``received``.
 
@@ -186,7 +187,7 @@ class _CatchSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, received):
+    def __init__(self, received: list[int]) -> None:
         self.received, self.previous = received, {}
 
     def __enter__(self):
@@ -203,7 +204,8 @@ class _CatchSignals:
             signal.signal(signum, handler)
 
 
-def launch(command, ports, timeout_seconds, stdout, stderr):
+def launch(command: Sequence[str], ports: Sequence[int], timeout_seconds: float, stdout: TextIO,
+           stderr: TextIO) -> int:
     """Starts one worker of ``command`` (list of str) per port of ``ports``, waits for
     them (``timeout_seconds``, 0: no limit) and stops what is left on every way out;
     returns the exit code."""

@@ -10,6 +10,7 @@ results. Imports no TensorFlow.
 import os
 import shlex
 import subprocess
+from typing import Any, Mapping, Sequence, TextIO
 
 from llp_tf.errors import DataError
 from llp_tf.training.run_directory import RunDirectory
@@ -28,7 +29,7 @@ def run_dir(runs_dir: str, method: str, seed: int) -> str:
     return os.path.join(runs_dir, f"{method}_seed{seed}")
 
 
-def last_evaluation(directory):
+def last_evaluation(directory: str) -> dict[str, Any] | None:
     """The last evaluation row of a run's metrics.jsonl under today's names (a
     torn last line is skipped), or None; ComparisonError for a damaged file."""
     try:
@@ -39,7 +40,8 @@ def last_evaluation(directory):
     return rows[-1] if rows else None
 
 
-def train(train_command, regime, method, seed, runs_dir, extra_args, stderr):
+def train(train_command: Sequence[str], regime: str, method: str, seed: int | str,
+          runs_dir: str, extra_args: Sequence[str], stderr: TextIO) -> dict[str, Any]:
     """Runs ``train_command`` (the words that start tools/train.py) on ``regime`` for
     one (``method``, ``seed``) in its directory of ``runs_dir``, with ``extra_args``,
     and returns its last evaluation; the command goes to ``stderr`` first."""
@@ -57,7 +59,7 @@ def train(train_command, regime, method, seed, runs_dir, extra_args, stderr):
     return row
 
 
-def table(results, seeds):
+def table(results: Mapping[str, Mapping[str, float]], seeds: Sequence[str]) -> str:
     """The Markdown table of ``results`` {method: {seed: val_top1}}."""
     lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
              "| --- |" + " --- |" * (len(seeds) + 2)]

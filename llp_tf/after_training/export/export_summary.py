@@ -29,7 +29,7 @@ def describe_signatures(info: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def describe_onnx(onnx_info, output_dir):
+def describe_onnx(onnx_info: Mapping[str, Any], output_dir: str) -> str:
     """The line naming the ONNX model of an export info's "onnx" entry."""
     (name, spec), = onnx_info["input"].items()
     outputs = ", ".join(f"{output} {output_spec['dtype']} {output_spec['shape']}"
@@ -39,7 +39,7 @@ def describe_onnx(onnx_info, output_dir):
             f"(docs/onnx.md) -> {outputs}")
 
 
-def written_lines(info, output_dir, include_onnx):
+def written_lines(info: Mapping[str, Any], output_dir: str, include_onnx: bool) -> list[str]:
     """The lines (list of str) about the export in ``output_dir`` with the export info
     dict ``info``; with ``include_onnx``, its model.onnx too."""
     lines = [f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "

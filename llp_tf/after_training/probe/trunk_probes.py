@@ -5,8 +5,12 @@ results file's dict (`results`)."""
 import dataclasses
 import os
 import re
+from typing import Any, Mapping, Sequence, TextIO
 
 from llp_tf.after_training.probe import linear_probe
+from llp_tf.after_training.probe.readout import ProbeResult, ProbeSettings
+from llp_tf.after_training.run_loader import TrainedRun
+from llp_tf.data.sources.base import Source, SourceInfo
 
 
 def dataset_slug(name: str) -> str:
@@ -18,7 +22,7 @@ def dataset_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
 
 
-def format_table(rows):
+def format_table(rows: Sequence[tuple[str, ProbeResult]]) -> str:
     """The summary table; rows: list of (trunk name, ProbeResult). Accuracies are
     fractions under their metric names (llp_tf.training.metrics)."""
     header = (f"{'trunk':<8} {'val_top1':>8} {'val_top5':>8} {'best_val_top1':>13} "
@@ -41,8 +45,11 @@ PROTOCOL_DESCRIPTIONS = {
 }
 
 
-def probe_trunks(run, source, settings, cache_dir, stream, skip_random=False, seed=0,
-                 reuse_cache=True):
+def probe_trunks(run: TrainedRun, source: Source, settings: ProbeSettings,
+                 cache_dir: str | None, stream: TextIO | None, skip_random: bool = False,
+                 seed: int = 0, reuse_cache: bool = True
+                 ) -> tuple[dict[str, dict[str, Any]], list[tuple[str, ProbeResult]],
+                            dict[str, Any]]:
     """Probes the trunk of ``run`` (a `run_loader.TrainedRun`) on ``source`` with
     ``settings`` (`readout.ProbeSettings`), then, unless ``skip_random``, a random
     trunk of its architecture (initialised with ``seed``); caches in ``cache_dir``
@@ -74,7 +81,9 @@ def probe_trunks(run, source, settings, cache_dir, stream, skip_random=False, se
     return results, rows, facts
 
 
-def results(run_dir, run, info, settings, cache_dir, results_by_trunk, facts):
+def results(run_dir: str, run: TrainedRun, info: SourceInfo, settings: ProbeSettings,
+            cache_dir: str | None, results_by_trunk: Mapping[str, Mapping[str, Any]],
+            facts: Mapping[str, Any]) -> dict[str, Any]:
     """The results file's dict: the probe of ``run`` (from ``run_dir``) on the dataset
     of ``info`` (`SourceInfo`) with ``settings``, caches in ``cache_dir``, and
     `probe_trunks`' results and facts."""

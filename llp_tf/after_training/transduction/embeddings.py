@@ -6,12 +6,17 @@ read a run.
 """
 
 import os
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
-from llp_tf.tensor_types import Array
-
 from llp_tf.errors import ConfigError, DataError
+from llp_tf.tensor_types import Array
+from llp_tf.training.config import TrainConfig
+
+if TYPE_CHECKING:  # for the annotations only: reading .npy files needs no TensorFlow
+    from llp_tf.after_training.run_loader import TrainedRun
+    from llp_tf.data.sources.base import Source
 
 
 def _load_array(path, what):
@@ -42,7 +47,8 @@ def features_from_files(features_path: str, labels_path: str) -> tuple[Array, Ar
             {"features": os.path.abspath(features_path), "labels": os.path.abspath(labels_path)})
 
 
-def embed_split(run, source, split, batch_size, stream):
+def embed_split(run: "TrainedRun", source: "Source", split: str, batch_size: int,
+                stream: TextIO | None) -> tuple[Array, Array]:
     """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
     in index order."""
     from llp_tf.after_training.features import extract_features
@@ -52,7 +58,9 @@ def embed_split(run, source, split, batch_size, stream):
     return embedded.features, embedded.labels
 
 
-def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
+def features_from_run(run_dir: str, checkpoint: str | None, split: str | None,
+                      data_dir: str | None, batch_size: int, stream: TextIO | None
+                      ) -> tuple[Array, Array, dict, TrainConfig]:
     """(features, labels, description dict, run config) of a run's bank or, with
     ``split`` ("train" or "validation"), that split embedded by the run's model at
     ``checkpoint`` (a step number or a checkpoint path, as str; None: the latest)."""

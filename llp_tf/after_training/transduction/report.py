@@ -2,14 +2,16 @@
 (`run_and_report`, `format_table`), every method's settings (`method_settings`) and the
 results file's dict (`results_json`)."""
 
+import types
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, TextIO
 
 from llp_tf.after_training.transduction import protocol as protocol_lib
 from llp_tf.counted_nouns import counted
+from llp_tf.tensor_types import Array
 
 
-def format_table(comparison: Mapping[str, Any]) -> str:
+def format_table(comparison: protocol_lib.Comparison) -> str:
     """str: one line per method: title, mean accuracy, std, the paper's Table 5
     row (fractions, as every accuracy: llp_tf.training.metrics)."""
     header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"
@@ -22,7 +24,8 @@ def format_table(comparison: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def results_json(comparison, protocol, settings, source):
+def results_json(comparison: protocol_lib.Comparison, protocol: Mapping[str, Any],
+                 settings: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
     from llp_tf.after_training.transduction import methods
     return {
         "source": source,
@@ -46,7 +49,8 @@ def results_json(comparison, protocol, settings, source):
     }
 
 
-def method_settings(methods, k, t, temperature):
+def method_settings(methods: types.ModuleType, k: int, t: int,
+                    temperature: float) -> dict[str, Any]:
     """dict: every method's settings, for the results file (``methods``: the
     `transduction.methods` module, imported late because it loads TensorFlow)."""
     from llp_tf.after_training.transduction import dlp_diffusion
@@ -63,8 +67,9 @@ def method_settings(methods, k, t, temperature):
                     "tol": dlp_diffusion.DLP_TOLERANCE}}
 
 
-def run_and_report(features, labels, source, num_classes, images, labelled, draws, seed, k, t,
-                   temperature, stream):
+def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], num_classes: int,
+                   images: int, labelled: int, draws: int, seed: int, k: int, t: int,
+                   temperature: float, stream: TextIO) -> protocol_lib.Comparison:
     """Runs the comparison (`protocol.compare_methods` of `methods.standard_methods`) on
     ``features`` float [N, D] and their true ``labels`` int64 [N] (described by the dict
     ``source``): ``draws`` draws, seeded by ``seed``, of ``num_classes`` classes x

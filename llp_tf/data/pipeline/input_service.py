@@ -10,7 +10,7 @@ SIGHUP. Imports TensorFlow only when the servers start.
 import dataclasses
 import signal
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, TextIO
 
 from llp_tf.counted_nouns import counted
 from llp_tf.data import service_address
@@ -38,7 +38,8 @@ class ServiceSettings:
     work_dir: str = ""
 
 
-def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]) -> tuple[Optional[str], list[int], Optional[list[str]]]:
+def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]
+         ) -> tuple[Optional[str], list[int], Optional[list[str]]]:
     """(dispatcher address to join or None, worker ports, dispatcher's worker
     list or None) of ``values`` (`ServiceSettings`), the worker ports
     ``free_ports(count)`` (a list of int) when none are given; raises ValueError
@@ -73,7 +74,8 @@ def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]) -> tup
     return joining or None, ports, None if joining else listed
 
 
-def start_servers(values, joining, ports, listed):
+def start_servers(values: ServiceSettings, joining: Optional[str], ports: list[int],
+                  listed: Optional[list[str]]) -> tuple[Any, list[Any], str]:
     """(dispatcher or None, workers, the address to train with) of ``values``
     (`ServiceSettings`) and its `plan`."""
     import tensorflow as tf  # noqa: PLC0415
@@ -97,7 +99,7 @@ def start_servers(values, joining, ports, listed):
     return dispatcher, workers, "grpc://" + joining
 
 
-def stop_servers(dispatcher, workers):
+def stop_servers(dispatcher: Any, workers: list[Any]) -> None:
     """Stops the workers, then the dispatcher."""
     for server in workers + ([dispatcher] if dispatcher else []):
         server.stop()
@@ -108,7 +110,7 @@ class StopSignals:
     process, so the servers are stopped in order. Only in the main thread,
     where Python handles signals."""
 
-    def __init__(self, event):
+    def __init__(self, event: threading.Event) -> None:
         self.event, self.previous = event, {}
 
     def __enter__(self):
@@ -123,7 +125,8 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
-def serve(values, free_ports, stdout, stderr, stop=None):
+def serve(values: ServiceSettings, free_ports: Callable[[int], list[int]], stdout: TextIO,
+          stderr: TextIO, stop: Optional[threading.Event] = None) -> int:
     """Starts the servers of ``values`` (`ServiceSettings`; `plan` for
     ``free_ports``), announces them on ``stdout`` and runs until ``stop`` (a
     `threading.Event`, set by a stop signal) is set; returns the exit code (0, or 1
