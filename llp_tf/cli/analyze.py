@@ -56,7 +56,6 @@ def make_flags() -> flags.FlagValues:
                          "--notrajectory scores the latest one only (faster on big runs), and "
                          "the trajectory plot then shows metrics.jsonl alone.",
                          flag_values=values)
-    command_line.define_deprecated_negation(values, "no_trajectory", "trajectory")
     return values
 
 

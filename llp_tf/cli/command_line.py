@@ -18,53 +18,9 @@ llp_tf are installed.
 import os
 import socket
 import sys
-import weakref
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from absl import flags, logging
-
-
-# Deprecated flag names of each FlagValues: old name -> (current name, whether
-# the old boolean means the opposite of the current one).
-_DEPRECATED = weakref.WeakKeyDictionary()
-
-
-def define_deprecated_alias(values: flags.FlagValues, old: str, new: str) -> None:
-    """Defines --``old`` as a deprecated spelling of the flag --``new``: it
-    still works, and `parse` warns on stderr when it is given."""
-    flags.DEFINE_alias(old, new, flag_values=values)
-    _DEPRECATED.setdefault(values, {})[old] = (new, False)
-
-
-def define_deprecated_negation(values: flags.FlagValues, old: str, new: str) -> None:
-    """Defines the boolean --``old`` as a deprecated spelling of --no``new``
-    (e.g. --no_trajectory for --notrajectory, where an alias would mean the
-    opposite): `parse` sets --``new`` to its negation and warns on stderr
-    when it is given."""
-    flags.DEFINE_boolean(old, False, f"Deprecated: use --no{new} (or --{new}).",
-                         flag_values=values)
-    _DEPRECATED.setdefault(values, {})[old] = (new, True)
-
-
-def _apply_deprecated(values, stderr):
-    """Warns of each deprecated flag given in ``values`` and applies a negation.
-
-    Returns:
-      False after an error (a negation given with its current flag).
-    """
-    for old, (new, negated) in _DEPRECATED.get(values, {}).items():
-        if not values[old].present:
-            continue
-        if not negated:
-            stderr.write(f"warning: --{old} is deprecated; use --{new}.\n")
-            continue
-        if values[new].present:
-            stderr.write(f"error: give --{new} or --no{new}, not also --{old}.\n")
-            return False
-        stderr.write(f"warning: --{old} is deprecated; use --"
-                     f"{'no' if values[old].value else ''}{new}.\n")
-        values[new].value = not values[old].value
-    return True
 
 
 def new_flag_values() -> flags.FlagValues:
@@ -134,8 +90,7 @@ def _with_help_spellings(argv):
 
 
 def _flag_named(values, arg):
-    """The name of the flag of ``values`` that the argument ``arg`` sets (the
-    current name of a deprecated one), or None (not a flag of ``values``)."""
+    """The name of the flag of ``values`` that the argument ``arg`` sets, or None."""
     if not arg.startswith("-") or arg in ("-", "--"):
         return None
     name = arg.lstrip("-").split("=", 1)[0]
@@ -143,8 +98,7 @@ def _flag_named(values, arg):
         name = name[2:]
     if name not in values:
         return None
-    name = values[name].name
-    return _DEPRECATED.get(values, {}).get(name, (name,))[0]
+    return values[name].name
 
 
 def flag_origins(values: flags.FlagValues, argv: Sequence[str],
@@ -153,8 +107,7 @@ def flag_origins(values: flags.FlagValues, argv: Sequence[str],
     ``argv`` (argv[0] is the program), as absl reads it (the last setting wins):
     "command line", "from PATH" (a --flagfile's, nested ones included; PATH as
     given, or as ``file_names`` (dict path -> name) names it) or "default"."""
-    deprecated = _DEPRECATED.get(values, {})
-    origins = {values[name].name: "default" for name in values if name not in deprecated}
+    origins = {values[name].name: "default" for name in values}
     args = iter(argv[1:])
     for arg in args:
         if arg == "--":
@@ -215,8 +168,6 @@ def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: Tex
     if values["help"].value:
         stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
         return None, 0
-    if not _apply_deprecated(values, stderr):
-        return None, 1
     if len(rest) > 1 and not positional:
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, stray_exit_code

@@ -68,7 +68,6 @@ def make_flags() -> flags.FlagValues:
     flags.DEFINE_integer("labelled_per_class", protocol_lib.PAPER_LABELLED_PER_CLASS, "L: drawn "
                          "images per class whose label is kept (the paper's 5); the other I - L "
                          "are scored.", flag_values=values)
-    command_line.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
     flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
                          "paper's 10).", flag_values=values)
     flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.",

@@ -9,10 +9,8 @@ prefixed with the method they belong to) and choices, so they are written once, 
 import typing
 from typing import Any
 
-
 from absl import flags
 
-from llp_tf.cli import command_line
 from llp_tf.training import config
 
 
@@ -46,8 +44,6 @@ def define_config_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     for name, (section, field) in config.settings_fields().items():
         _define(name, field, config.field_type(section, field), flag_values,
                 method=section if section in methods else None)
-    for old, name in config.renamed_settings().items():
-        command_line.define_deprecated_alias(flag_values, old, name)
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,

@@ -50,7 +50,6 @@ def make_flags() -> flags.FlagValues:
                         "the split file.", flag_values=values)
     flags.DEFINE_integer("split_seed", None, "Seed of a random draw (train.py's --split_seed); "
                          "unset: lowest indices per class, as the release.", flag_values=values)
-    command_line.define_deprecated_alias(values, "seed", "split_seed")
     flags.DEFINE_string("output", None, "Split file to write (.npz). An existing file is "
                         "replaced only if it is a split file outside a training run's "
                         "directory; anything else is refused.", flag_values=values)

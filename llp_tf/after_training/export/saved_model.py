@@ -59,8 +59,7 @@ from llp_tf.training.run_directory import RunDirectory
 
 EXPORT_INFO_FILE = "export_info.json"
 # Version of the layout of this SavedModel and its export_info.json; raise it
-# when a signature or a field changes meaning. 2: class indices and bank rows
-# are int64 in every signature (1 had int32 top5_classes and neighbor_rows).
+# when a signature or a field changes meaning.
 EXPORT_FORMAT_VERSION = 2
 SAVED_MODEL_FILE = "saved_model.pb"
 #: Everything an export directory holds: TensorFlow's SavedModel (saved_model.pb,
