@@ -1,6 +1,5 @@
-"""The JSON results files of the tools (a comparison's table, a probe's results):
-written atomically, and replacing only an earlier result of the same tool, a JSON
-object holding the tool's own keys."""
+"""The tools' JSON results files: written atomically, replacing only an earlier result of
+the same tool (a JSON object holding the tool's own keys)."""
 
 import json
 import os
@@ -10,9 +9,8 @@ from llp_tf.errors import ConfigError
 
 
 def check_result_file(path: str, keys: Iterable[str]) -> None:
-    """Raises ConfigError unless a results file may be written to ``path``: it
-    does not exist, or it is an earlier result of the tool, a JSON object
-    holding ``keys`` (the tool's own). Nothing else there is replaced."""
+    """Raises ConfigError unless ``path`` does not exist or is a JSON object holding
+    ``keys``."""
     if not os.path.lexists(path):
         return
     try:
@@ -27,10 +25,8 @@ def check_result_file(path: str, keys: Iterable[str]) -> None:
 
 
 def write_json_atomically(path: str, content: Any, keys: Iterable[str]) -> None:
-    """Writes ``content`` as indented JSON to ``path`` through a temporary file
-    in the same folder, so a crash never leaves a half-written file. A file
-    at ``path`` is replaced only if it is an earlier result holding ``keys``
-    (`check_result_file`, which a tool also asks before its work)."""
+    """Writes ``content`` as indented JSON to ``path`` atomically, after
+    `check_result_file`."""
     check_result_file(path, keys)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

@@ -1,19 +1,8 @@
-"""Command-line plumbing shared by the tools.
-
-Every tool (train, export, predict, analyze, linear_probe,
-compare_propagation, make_splits, build_tfrecords, check_data) keeps its
-flags in its own `FlagValues`, so its `main(argv, stdout, stderr)` runs
-several times in one process (tests) without clashing over flag names, with
-the same handling of --help (and absl's --helpfull and --helpshort), bad
-flags and stray arguments. An error about settings names where each value
-came from (`flag_origins`): the command line, a --flagfile, or the default.
-absl's `app.run` is not used: the tools that had its --verbosity flag (train,
-compare_propagation, linear_probe, make_splits, build_tfrecords, check_data)
-define it with `define_verbosity`, and `run` hides absl INFO logs unless it
-is given. This module imports only absl (the rest of llp_tf only inside the
-functions that report its errors), so predict runs where only TensorFlow and
-llp_tf are installed.
-"""
+"""Command-line plumbing shared by the tools: each keeps its flags in its own `FlagValues`
+(so its `main` runs several times in one process), with one handling of --help, bad flags
+and stray arguments, errors naming where each setting came from (`flag_origins`), and absl
+INFO logs hidden without --verbosity. Imports only absl, so predict runs with TensorFlow
+and llp_tf alone."""
 
 import os
 import socket
@@ -32,9 +21,7 @@ def new_flag_values() -> flags.FlagValues:
 
 
 def define_verbosity(values: flags.FlagValues) -> None:
-    """Defines absl's --verbosity (-v) on ``values``, with absl's help and default:
-    given, it sets absl's logging verbosity (1: debug); `run` hides absl INFO
-    logs without it, and `quiet_start` TensorFlow's start-up notices."""
+    """Defines absl's --verbosity (-v) on ``values``, with absl's help and default."""
     flags.DEFINE_integer("verbosity", -1, "Logging verbosity level. Messages logged at this "
                          "level or lower will be included. Set to 1 for debug logging. If the "
                          "flag was not set or supplied, the value will be changed from the "
@@ -45,8 +32,7 @@ def define_verbosity(values: flags.FlagValues) -> None:
 
 
 def define_run_dir(values: flags.FlagValues, role: str) -> None:
-    """Defines --run_dir: the directory of a training run made by tools/train.py,
-    ``role`` saying what the tool does with it (e.g. "whose trunk is probed")."""
+    """Defines --run_dir, ``role`` saying what the tool does with the run."""
     flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
                         f"{role}; required.", flag_values=values)
 
@@ -67,10 +53,8 @@ def define_data_dir(values: flags.FlagValues, role: str = "the dataset") -> None
 
 def default_at_most(values: flags.FlagValues, name: str, available: int, stream: TextIO,
                     reason: str) -> int:
-    """The integer flag --``name``'s value, lowered to ``available`` when it was
-    left at a larger default (given, it stays, so that a bad value is still an
-    error); lowering writes a note on ``stream`` that starts with ``reason``
-    (e.g. "the labels have 4 classes")."""
+    """The integer flag --``name``'s value, lowered to ``available`` (with a note on
+    ``stream`` starting with ``reason``) when it was left at a larger default."""
     if values[name].present or values[name].value <= available:
         return values[name].value
     stream.write(f"note: {reason}; using --{name}={available} instead of the default "
@@ -103,10 +87,9 @@ def _flag_named(values, arg):
 
 def flag_origins(values: flags.FlagValues, argv: Sequence[str],
                  file_names: Mapping[str, str] | None = None) -> dict[str, str]:
-    """dict flag name -> where the value of each flag of ``values`` comes from in
-    ``argv`` (argv[0] is the program), as absl reads it (the last setting wins):
-    "command line", "from PATH" (a --flagfile's, nested ones included; PATH as
-    given, or as ``file_names`` (dict path -> name) names it) or "default"."""
+    """dict flag name -> where its value comes from in ``argv`` (the last setting wins):
+    "command line", "from PATH" (a --flagfile, named by ``file_names`` if there) or
+    "default"."""
     origins = {values[name].name: "default" for name in values}
     args = iter(argv[1:])
     for arg in args:
@@ -128,12 +111,7 @@ def flag_origins(values: flags.FlagValues, argv: Sequence[str],
 
 
 def quiet_absl_info(values: flags.FlagValues) -> None:
-    """Sets absl's logging verbosity to --verbosity when given, else to WARNING.
-
-    TensorFlow's checkpointing and TFDS log at INFO level through absl on
-    every save and dataset open; a tool's output should be progress and
-    results.
-    """
+    """Sets absl's logging verbosity to --verbosity when given, else to WARNING."""
     if values["verbosity"].present:
         logging.set_verbosity(values.verbosity)
     else:
@@ -143,21 +121,10 @@ def quiet_absl_info(values: flags.FlagValues) -> None:
 def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: TextIO,
           stderr: TextIO, positional: bool = False, stray_exit_code: int = 1
           ) -> tuple[list[str] | None, int | None]:
-    """Parses ``argv`` (argv[0] is the program) into ``values``.
-
-    Args:
-      values: from `new_flag_values`, with the tool's flags defined.
-      usage: str, the tool's description printed above its flags by --help.
-      positional: whether arguments other than flags are allowed.
-      stray_exit_code: the exit code after unexpected arguments.
-
-    Returns:
-      (arguments, None) to go on, arguments being argv[1:] minus the flags;
-      or (None, exit code) when the tool should stop: 0 after --help or
-      another of `HELP_SPELLINGS` (which wins over a required flag left out),
-      1 after an error message on ``stderr`` (``stray_exit_code`` after
-      unexpected arguments).
-    """
+    """Parses ``argv`` (argv[0] is the program) into ``values``: (the other arguments,
+    None) to go on, or (None, exit code) to stop: 0 after --help (printing ``usage`` and the
+    flags), 1 after an error on ``stderr``, ``stray_exit_code`` after unexpected arguments
+    (unless ``positional``)."""
     try:
         rest = values(_with_help_spellings(list(argv)))
     except flags.Error as error:
@@ -180,12 +147,8 @@ def run(argv: Sequence[str], stdout: TextIO | None, stderr: TextIO | None,
         error_prefix: str = "error: ",
         origins: Callable[[flags.FlagValues, Sequence[str]], dict[str, str]] = flag_origins
         ) -> int:
-    """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help, bad
-    flags and required flags handled by `parse`), applies --verbosity when
-    ``values`` defines it (`quiet_absl_info`), then returns `exit_code_of`
-    ``body(values, stdout, stderr)``, whose errors name where the settings
-    they are about came from (``origins(values, argv)``, `flag_origins`).
-    None streams mean sys's."""
+    """The ``main`` of a tool: `parse`, --verbosity, then `exit_code_of`
+    ``body(values, stdout, stderr)`` with errors naming ``origins(values, argv)``."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     _, exit_code = parse(values, argv, usage, stdout, stderr, stray_exit_code=stray_exit_code)
     if exit_code is not None:
@@ -198,11 +161,7 @@ def run(argv: Sequence[str], stdout: TextIO | None, stderr: TextIO | None,
 
 def parse_run_tool(values: flags.FlagValues, argv: Sequence[str], usage: str, what: str,
                    stdout: TextIO, stderr: TextIO) -> int | None:
-    """`parse` for a tool that reads a run directory, then `check_run_dir`.
-
-    Returns:
-      None to go on, else the exit code (0 after --help, 1 after an error).
-    """
+    """`parse`, then `check_run_dir`: None to go on, else the exit code."""
     _, exit_code = parse(values, argv, usage, stdout, stderr)
     if exit_code is not None:
         return exit_code
@@ -216,11 +175,9 @@ class ExitCode(int):
 
 def exit_code_of(body: Callable[[], Any], stderr: TextIO, prefix: str = "error: ",
                  origins: Callable[[], Mapping[str, str]] | None = None) -> int:
-    """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one
-    ``error:`` line (``prefix`` and the message) for an `LLPError`, naming
-    where its settings came from when ``origins()`` (flag name -> origin,
-    `flag_origins`) is given."""
-    from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
+    """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one ``prefix`` line for
+    an `LLPError`, naming where its settings came from (``origins()``)."""
+    from llp_tf.errors import LLPError  # noqa: PLC0415
     try:
         result = body()
     except LLPError as error:
@@ -233,12 +190,8 @@ def exit_code_of(body: Callable[[], Any], stderr: TextIO, prefix: str = "error: 
 
 def check_run_dir(run_dir: str | None, what: str, stderr: TextIO,
                   origin: str = "command line") -> bool:
-    """Whether ``run_dir`` (the --run_dir value, from ``origin``) names an
-    existing directory.
-
-    Otherwise writes an error naming ``what`` (e.g. "an LLP training run")
-    to ``stderr`` and returns False.
-    """
+    """Whether ``run_dir`` is an existing directory; if not, an error naming ``what`` on
+    ``stderr``."""
     if not run_dir:
         stderr.write(f"error: give --run_dir, the directory of {what}.\n")
         return False
@@ -251,8 +204,7 @@ def check_run_dir(run_dir: str | None, what: str, stderr: TextIO,
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports free on ``host``: all bound to port 0 at once
-    (so the system gives distinct ones), then released for the caller's servers."""
+    """``count`` distinct TCP ports free on ``host`` (bound to port 0 together, released)."""
     sockets = []
     try:
         for _ in range(count):

@@ -5,15 +5,10 @@
   tools/compare_propagation.py --run_dir=runs/demo_supervised --embed_split=validation --classes=10
   tools/compare_propagation.py --features=feats.npy --labels=labels.npy
 
-Draws --draws random subsets of --classes classes x --images_per_class
-images from a fixed set of embeddings, keeps the labels of
---labelled_per_class images per class, propagates them to the rest with LLP
-(locally weighted kNN), the plain weighted kNN, label spreading, label
-propagation and the DLP diffusion, and prints each method's accuracy on the
-unlabelled drawn images (a fraction; mean and standard deviation over the
-draws) next to the paper's Table 5. The embeddings are a run's memory bank (scored with
-the dataset's true training labels), a split embedded with the run's model
-(--embed_split), or any features file. Results go to a JSON file.
+Draws --draws subsets of --classes classes x --images_per_class embeddings (a run's memory
+bank, a split it embeds, or a features file), keeps --labelled_per_class labels per class,
+propagates them with LLP and four other methods, and prints each one's accuracy on the
+rest (mean and std over the draws) next to the paper's Table 5; results go to a JSON file.
 """
 
 import os
@@ -21,7 +16,7 @@ import sys
 from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -94,15 +89,12 @@ def _fail(message):
     raise ConfigError(message)
 
 
-# -- output ---------------------------------------------------------------------
-
 def default_output(run_dir: str | None, features_path: str | None) -> str:
+    """The results file: in the run directory, else beside the features file."""
     if run_dir is not None:
         return os.path.join(run_dir, OUTPUT_NAME)
     return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
 
-
-# -- main -----------------------------------------------------------------------
 
 def read_embeddings(options: flags.FlagValues, stream: TextIO
                     ) -> tuple[Array, Array, dict, TrainConfig | None]:
@@ -172,8 +164,8 @@ def run_comparison(options: flags.FlagValues,
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (2: unexpected arguments)."""
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (2:
+    unexpected arguments)."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
                             lambda options, out, err: run_comparison(options, out),

@@ -4,18 +4,11 @@
   tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=places205:/data/places205 \\
       --cache_dir=/scratch/probe_cache --protocol=online
 
-Computes the pooled features of the dataset's validation split, and with the
-default --protocol=cached its train split (at most --max_train_examples of
-it), once (evaluation preprocessing, one centre crop at the run's image size)
-into a disk cache (--cache_dir: N x F x 4 bytes per split, e.g. 20 GB for
-Places205's 2.45M training images and ResNet-50's F = 2048; memory stays
-flat), and trains a linear softmax readout on them with SGD from
---learning_rate, dropping the rate x0.1 when validation top-1 (val_top1)
-saturates (at most --max_drops times). --protocol=online trains the readout as the paper
-does, through the frozen trunk on freshly augmented images at every step.
-The same is done on a randomly initialised trunk of the same architecture as
-a contrast. Prints a table and writes the results as JSON (default
-``<run_dir>/linear_probe_<dataset>.json``); accuracies are fractions.
+Caches the trunk's pooled features of the dataset (one centre crop per image; --cache_dir)
+and trains a linear softmax readout with SGD, the rate x0.1 when val_top1 saturates;
+--protocol=online trains it as the paper does, on freshly augmented images. A random trunk
+of the same architecture is probed for contrast. Prints a table and writes the results as
+JSON; accuracies are fractions (docs/after-training.md).
 """
 
 import os
@@ -23,7 +16,7 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -194,8 +187,8 @@ def run(options: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> int:
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (2: unexpected arguments)."""
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (2:
+    unexpected arguments)."""
     argv = sys.argv if argv is None else argv
     options = command_line.new_flag_values()
     define_flags(options)

@@ -5,16 +5,9 @@
   python tools/make_splits.py --dataset=tfds:imagenet2012 --data_dir=/data/tfds \
       --label_subset=1percent --output=splits/imagenet_1percent.npz
 
-Per class, round(label_percent% of its examples) are labelled: the lowest
-indices (the release's rule) or, with --split_seed, a seeded draw; the used
-subset (data_percent%) contains them. With --label_subset the labelled
-examples are the images a list names (ImageNet's standard 1% and 10% subsets).
-Examples an --exclude_list names are in neither set. Classes with no training
-example are skipped with a warning. See
-llp_tf/data/splits/regime.py and llp_tf/data/splits/label_subsets.py. A run copies the
-split file into its run directory and never re-draws it. An existing
---output is replaced only if it is a split file, and not a training run's
-split.npz (which that run made and resumes from).
+Per class, round(label_percent% of its examples) are labelled: the lowest indices (the
+release's rule) or, with --split_seed, a seeded draw; the used subset (data_percent%)
+contains them. --label_subset labels the images a list names (ImageNet's 1% and 10%).
 """
 
 import os
@@ -22,7 +15,7 @@ import sys
 from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -115,8 +108,7 @@ def make(values: flags.FlagValues, stderr: TextIO) -> str:
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
                             lambda values, out, err: out.write(make(values, err) + "\n"),

@@ -1,12 +1,8 @@
 """Several worker processes of one command on this machine, each with its own TF_CONFIG.
 
-`launch(command, ports, timeout_seconds, stdout, stderr)` starts one worker per port
-(worker 0 is the chief), prefixes their output lines with ``[worker I] ``, waits until
-all exit 0, one fails, the timeout passes or a signal (SIGINT, SIGTERM, SIGHUP) comes,
-then stops what is left (SIGTERM to each worker's process group, SIGKILL after
-`GRACE_SECONDS`) and returns the exit code: 0, the failed worker's (128+N after signal
-N), `TIMEOUT_EXIT_CODE`, or 128+N after the launcher's signal N. POSIX only; imports no
-TensorFlow.
+`launch` starts one worker per port, waits until all exit 0, one fails, the timeout passes
+or a signal comes, then stops what is left (SIGTERM to each worker's process group, SIGKILL
+after `GRACE_SECONDS`). POSIX only; imports no TensorFlow.
 """
 
 import contextlib
@@ -21,9 +17,7 @@ from typing import Sequence, TextIO
 
 PROGRAM = "launch_local"
 HOST = "127.0.0.1"
-# Seconds between SIGTERM and SIGKILL when stopping workers.
 GRACE_SECONDS = 5.0
-# Seconds between two looks at the workers.
 POLL_SECONDS = 0.1
 # Seconds to wait for the rest of a stopped worker's output.
 DRAIN_SECONDS = 5.0
@@ -59,9 +53,8 @@ def describe(returncode: int) -> tuple[int, str]:
 
 
 def _forward(pipe, stream, prefix, lock):
-    """Copies ``pipe`` to ``stream`` line by line, each line whole under
-    ``lock`` and prefixed; reads to the end even when ``stream`` fails, so the
-    worker never blocks on a full pipe."""
+    """Copies ``pipe`` to ``stream`` line by line, prefixed, under ``lock``; reads to the
+    end even when ``stream`` fails, so the worker never blocks on a full pipe."""
     with pipe:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", "replace")
@@ -76,8 +69,7 @@ def _forward(pipe, stream, prefix, lock):
 
 
 def _signal_group(process, signum):
-    """Sends ``signum`` to the process group of ``process`` (its own: see
-    `Workers.start`), if any member of it is left."""
+    """Sends ``signum`` to the process group of ``process``, if any member is left."""
     try:
         os.killpg(process.pid, signum)
     except OSError:
@@ -99,14 +91,8 @@ class Workers:
             self.stderr.flush()
 
     def start(self, command: Sequence[str], ports: Sequence[int]) -> None:
-        """Starts one worker per port, each in a new session (its own process
-        group, which `stop` signals; Ctrl-C at a terminal reaches the launcher
-        only, which stops the workers itself).
-
-        Raises:
-          LaunchError: the command cannot be run (the workers started stay in
-          `processes`, for `stop`).
-        """
+        """Starts one worker per port, each in its own process group (Ctrl-C reaches the
+        launcher only). LaunchError: the command cannot be run."""
         for index in range(len(ports)):
             env = dict(os.environ, TF_CONFIG=tf_config(ports, index))
             env.setdefault("PYTHONUNBUFFERED", "1")
@@ -130,9 +116,8 @@ class Workers:
         return [process.poll() for process in self.processes]
 
     def stop(self, grace_seconds: float) -> None:
-        """Stops every worker and all it started: SIGTERM to the groups of the
-        running ones, SIGKILL to every group after ``grace_seconds``; waits for
-        the workers and the rest of their output."""
+        """Stops every worker and all it started (SIGTERM, SIGKILL after ``grace_seconds``),
+        then waits for the rest of their output."""
         running = [process for process in self.processes if process.poll() is None]
         for process in running:
             _signal_group(process, signal.SIGTERM)
@@ -154,12 +139,8 @@ class Workers:
 
 def wait(workers: Workers, timeout_seconds: float,
          received: list[int]) -> tuple[int, str | None]:
-    """Waits until all workers exit 0, one fails, ``timeout_seconds`` (0: no
-    limit) pass or a signal number appears in ``received``.
-
-    Returns:
-      (exit code, None or the launcher's last line).
-    """
+    """(exit code, None or the launcher's last line) once all workers exit 0, one fails,
+    ``timeout_seconds`` (0: no limit) pass or a signal number appears in ``received``."""
     deadline = time.monotonic() + timeout_seconds if timeout_seconds > 0 else None
     while True:
         codes = workers.poll()
@@ -180,10 +161,8 @@ def wait(workers: Workers, timeout_seconds: float,
 
 
 class _CatchSignals:
-    """Within: SIGINT, SIGTERM and SIGHUP (a closed terminal) append their
-    number to ``received`` instead of ending the launcher, which would leave
-    the workers running. Only in the main thread, where Python handles
-    signals; a signal ignored already (nohup) stays ignored."""
+    """Within: SIGINT, SIGTERM and SIGHUP append their number to ``received`` instead of
+    ending the launcher (main thread only; an ignored signal stays ignored)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -206,9 +185,8 @@ class _CatchSignals:
 
 def launch(command: Sequence[str], ports: Sequence[int], timeout_seconds: float, stdout: TextIO,
            stderr: TextIO) -> int:
-    """Starts one worker of ``command`` (list of str) per port of ``ports``, waits for
-    them (``timeout_seconds``, 0: no limit) and stops what is left on every way out;
-    returns the exit code."""
+    """Runs one worker of ``command`` per port; returns the exit code: 0, the failed
+    worker's (128+N after signal N), `TIMEOUT_EXIT_CODE`, or 128+N after a signal N."""
     workers, received = Workers(stdout, stderr), []
     code, message = 1, None
     with _CatchSignals(received):

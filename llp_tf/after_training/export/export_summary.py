@@ -1,7 +1,4 @@
-"""What an export wrote, in the lines tools/export.py prints: the folder and its size,
-the input of the signatures, each signature's outputs, the ONNX model's input and
-outputs, and how to try it, from the export info dict `saved_model.save_module`
-returns."""
+"""What an export wrote, in the lines tools/export.py prints, from its export info."""
 
 import os
 from typing import Any, Mapping
@@ -40,8 +37,7 @@ def describe_onnx(onnx_info: Mapping[str, Any], output_dir: str) -> str:
 
 
 def written_lines(info: Mapping[str, Any], output_dir: str, include_onnx: bool) -> list[str]:
-    """The lines (list of str) about the export in ``output_dir`` with the export info
-    dict ``info``; with ``include_onnx``, its model.onnx too."""
+    """The lines about the export in ``output_dir`` (with ``include_onnx``, its model.onnx)."""
     lines = [f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
              f"{EXPORT_INFO_FILE}",
              f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "

@@ -1,9 +1,6 @@
-"""The embeddings Table 5's comparison draws from: a run's memory bank (with the
-dataset's true training labels of its rows), a split embedded by the run's model, or
-features and labels in .npy files. Each source gives (features float32 [N, D], labels
-int64 [N], a description dict for the results file); TensorFlow is imported only to
-read a run.
-"""
+"""The embeddings Table 5's comparison draws from, (features float32 [N, D], true labels
+int64 [N], a description dict): a run's memory bank, a split its model embeds, or .npy
+files. TensorFlow is imported only to read a run."""
 
 import os
 from typing import TYPE_CHECKING, TextIO
@@ -14,7 +11,7 @@ from llp_tf.errors import ConfigError, DataError
 from llp_tf.tensor_types import Array
 from llp_tf.training.config import TrainConfig
 
-if TYPE_CHECKING:  # for the annotations only: reading .npy files needs no TensorFlow
+if TYPE_CHECKING:
     from llp_tf.after_training.run_loader import TrainedRun
     from llp_tf.data.sources.base import Source
 
@@ -49,8 +46,7 @@ def features_from_files(features_path: str, labels_path: str) -> tuple[Array, Ar
 
 def embed_split(run: "TrainedRun", source: "Source", split: str, batch_size: int,
                 stream: TextIO | None) -> tuple[Array, Array]:
-    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
-    in index order."""
+    """(embeddings float32 [n, D], true labels int64 [n]) of a split, in index order."""
     from llp_tf.after_training.features import extract_features
 
     embedded = extract_features(run.model, source, split, run.config.data.image_size,
@@ -61,9 +57,8 @@ def embed_split(run: "TrainedRun", source: "Source", split: str, batch_size: int
 def features_from_run(run_dir: str, checkpoint: str | None, split: str | None,
                       data_dir: str | None, batch_size: int, stream: TextIO | None
                       ) -> tuple[Array, Array, dict, TrainConfig]:
-    """(features, labels, description dict, run config) of a run's bank or, with
-    ``split`` ("train" or "validation"), that split embedded by the run's model at
-    ``checkpoint`` (a step number or a checkpoint path, as str; None: the latest)."""
+    """(features, labels, description, run config) of a run's bank or, with ``split``, that
+    split embedded by the model at ``checkpoint`` (a step or a path; None: the latest)."""
     from llp_tf.after_training import run_loader
     from llp_tf.training.methods import method_class
     from llp_tf.training.run_directory import resolve_checkpoint
