@@ -1,18 +1,16 @@
-"""The JSON results files of the tools (a comparison's table, a probe's results):
-written atomically, and replacing only an earlier result of the same tool, a JSON
-object holding the tool's own keys."""
+"""The tools' JSON results files: written atomically, replacing only an earlier result of
+the same tool (a JSON object holding the tool's own keys)."""
 
 import json
 import os
-from typing import Iterable
+from typing import Any, Iterable
 
 from llp_tf.errors import ConfigError
 
 
 def check_result_file(path: str, keys: Iterable[str]) -> None:
-    """Raises ConfigError unless a results file may be written to ``path``: it
-    does not exist, or it is an earlier result of the tool, a JSON object
-    holding ``keys`` (the tool's own). Nothing else there is replaced."""
+    """Raises ConfigError unless ``path`` does not exist or is a JSON object holding
+    ``keys``."""
     if not os.path.lexists(path):
         return
     try:
@@ -26,11 +24,9 @@ def check_result_file(path: str, keys: Iterable[str]) -> None:
                           "another --output.")
 
 
-def write_json_atomically(path, content, keys):
-    """Writes ``content`` as indented JSON to ``path`` through a temporary file
-    in the same folder, so a crash never leaves a half-written file. A file
-    at ``path`` is replaced only if it is an earlier result holding ``keys``
-    (`check_result_file`, which a tool also asks before its work)."""
+def write_json_atomically(path: str, content: Any, keys: Iterable[str]) -> None:
+    """Writes ``content`` as indented JSON to ``path`` atomically, after
+    `check_result_file`."""
     check_result_file(path, keys)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

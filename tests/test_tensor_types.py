@@ -25,11 +25,13 @@ TYPED_MODULES = _package_modules()
 def _type_checking_names():
     """Names that modules import only for type checkers (``if TYPE_CHECKING:``)."""
     from llp_tf.after_training.analysis.run_analysis import BankState, RunAnalysis
+    from llp_tf.after_training.run_loader import TrainedRun
     from llp_tf.after_training.transduction.methods import PropagationMethod
     from llp_tf.data.sources.base import Source
 
     return {"BankState": BankState, "Source": Source,
-            "PropagationMethod": PropagationMethod, "RunAnalysis": RunAnalysis}
+            "PropagationMethod": PropagationMethod, "RunAnalysis": RunAnalysis,
+            "TrainedRun": TrainedRun}
 
 
 def _public_callables(module):

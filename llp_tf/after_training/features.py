@@ -1,17 +1,6 @@
-"""Frozen-trunk outputs of a split's images: the batches, and an in-memory extraction.
-
-Because the trunk is frozen and evaluation uses one centre crop, every
-image's features are fixed: they are computed once per split with the
-evaluation preprocessing (`eval_transform.eval_preprocess`). `output_batches`
-yields them batch by batch; the linear probe writes them to a disk cache
-(`llp_tf.after_training.probe.feature_cache`), whose memory does not grow with
-the number of images, while `extract_features` gathers them into [N, F]
-arrays in memory (N x F x 4 bytes: for embeddings of a few splits, not for
-Places205's 2.45M x 2048 features, about 20 GB).
-
-`subsample_index` picks the examples of a split that a probe uses when it is
-limited to a number of them; only those images are decoded.
-"""
+"""Frozen-model outputs of a split's images, one centre crop each (evaluation
+preprocessing): batch by batch (`output_batches`, for the probe's disk cache) or in memory
+(`extract_features`, N x F x 4 bytes); `subsample_index` limits a probe's examples."""
 
 import dataclasses
 from collections.abc import Iterator
@@ -28,25 +17,17 @@ from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.progress import EpochProgress
 from llp_tf.tensor_types import Array
 
-#: The project's global batch (the paper's 128): images per forward pass.
+#: The paper's batch of 128.
 DEFAULT_BATCH_SIZE = 128
-#: Plain progress lines at most this often when output is not a terminal.
 LOG_EVERY_SECONDS = 10.0
-#: The stream of ``numpy.random.default_rng([seed, stream])`` that draws a
-#: subsample (distinct from the readout's batch orders, seeded [seed, epoch]).
+#: ``default_rng([seed, SUBSAMPLE_STREAM])`` draws a subsample, apart from the batch orders.
 SUBSAMPLE_STREAM = 1_000_003
 
 
 @dataclasses.dataclass(frozen=True)
 class FeatureSet:
-    """Pooled features of one split (or of a subsample of it), in index order.
-
-    Attributes:
-      features: float32 [N, F]: an array, or the rows of a cache file
-        (`llp_tf.after_training.probe.npy_rows.NpyRows`, read on demand).
-      labels: int64 [N], true classes.
-      index: int64 [N], the examples' stable indices (sorted).
-    """
+    """Features float32 [N, F] (an array or `npy_rows.NpyRows`), true labels int64 [N] and
+    sorted stable indices int64 [N] of one split or a subsample of it."""
 
     features: Array
     labels: np.ndarray
@@ -54,16 +35,8 @@ class FeatureSet:
 
 
 def subsample_index(num_examples: int, max_examples: int | None, seed: int) -> Array | None:
-    """The examples a probe limited to ``max_examples`` uses: a uniform draw
-    without replacement, deterministic given ``seed``.
-
-    Returns:
-      sorted int64 [min(max_examples, N)], or None (every example) when
-      ``max_examples`` is None or at least N.
-
-    Raises:
-      ConfigError: ``max_examples`` is not a positive integer.
-    """
+    """Sorted int64 [max_examples]: a uniform draw without replacement given ``seed``; None
+    (every example) when ``max_examples`` is None or at least N. ConfigError: not positive."""
     if max_examples is None:
         return None
     if isinstance(max_examples, bool) or not isinstance(max_examples, (int, np.integer)) or \
@@ -79,24 +52,9 @@ def subsample_index(num_examples: int, max_examples: int | None, seed: int) -> A
 
 def example_batches(source: Source, split: str, image_size: int, batch_size: int,
                     index: Array | None = None) -> tf.data.Dataset:
-    """Batches of a split's images with the evaluation preprocessing.
-
-    Records are read in storage order (shard after shard: index order for
-    folder, TFDS and embedded sources), so consecutive examples land in
-    consecutive rows of a cache. With ``index``, the other records are
-    dropped before their images are read.
-
-    Args:
-      source: `Source`.
-      split: "train" or "validation".
-      image_size: int S, side of the centre crop.
-      batch_size: int B; the last batch may be smaller.
-      index: optional sorted int64 [M], the examples to keep.
-
-    Returns:
-      tf.data.Dataset of {"image": float32 [b, S, S, 3], "label": int64 [b],
-      "index": int64 [b]}. Iterate it inside `data_errors()`.
-    """
+    """Batches {"image": float32 [b, S, S, 3], "label": int64 [b], "index": int64 [b]} of a
+    split (only ``index``'s examples when given) in storage order, with the evaluation
+    preprocessing; iterate inside `data_errors()`."""
     records = source.records(split, cycle_length=1)
     if index is not None:
         keep = np.zeros(source.info.num_examples(split), bool)
@@ -117,25 +75,15 @@ def output_batches(model: EmbeddingClassifier, source: Source, split: str, image
                    batch_size: int = DEFAULT_BATCH_SIZE, index: Array | None = None,
                    output: str = "features",
                    stream: TextIO | None = None) -> Iterator[tuple[Array, Array, Array]]:
-    """A model output of the examples of a split, batch by batch (see `example_batches`).
-
-    The model is called with ``training=False`` (frozen: batch norm uses its
-    moving statistics and nothing is updated). Progress goes to ``stream``
-    (stdout when None) as "<output> of <dataset> <split>".
-
-    Yields:
-      (index int64 [b], labels int64 [b], outputs float32 [b, F]) per batch,
-      in storage order; every selected example exactly once.
-
-    Raises:
-      DataError: the split is missing or an image cannot be decoded.
-    """
+    """(index int64 [b], labels int64 [b], outputs float32 [b, F]) per batch of a split,
+    the model called with ``training=False``; progress on ``stream``.
+    DataError: the split is missing or an image cannot be decoded."""
     source.require_split(split)
     count = source.info.num_examples(split) if index is None else len(index)
     dataset = example_batches(source, split, image_size, batch_size, index)
     signature = [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)]
 
-    @tf.function(input_signature=signature)  # one trace for full and last batches
+    @tf.function(input_signature=signature)
     def outputs(images):
         return model(images, training=False)[output]
 
@@ -153,17 +101,8 @@ def output_batches(model: EmbeddingClassifier, source: Source, split: str, image
 def extract_features(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                      batch_size: int = DEFAULT_BATCH_SIZE, stream: TextIO | None = None,
                      output: str = "features", index: Array | None = None) -> FeatureSet:
-    """A model output of every example of a split (or of ``index``), in memory:
-    the pooled features, or the embedding (see `output_batches`).
-
-    Args:
-      output: "features" (float32 [N, F], pooled trunk) or "embedding"
-        (float32 [N, D], L2-normalised).
-      index: optional sorted int64 [M], the examples to compute.
-
-    Returns:
-      `FeatureSet` in index order.
-    """
+    """`FeatureSet` in memory of a split's (or ``index``'s) "features" (pooled, [N, F]) or
+    "embedding" (unit rows, [N, D])."""
     selected = np.arange(source.info.num_examples(split)) if index is None else index
     features, labels = None, np.zeros(len(selected), np.int64)
     for batch_index, batch_labels, values in output_batches(

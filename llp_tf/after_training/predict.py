@@ -1,41 +1,33 @@
-"""Classifying image files with a SavedModel of `llp_tf.after_training.export`.
-
-`expand_arguments` turns files, directories and glob patterns into image paths,
-`read_image` decodes one file (uint8 [H, W, 3]), `load_model` reads the SavedModel's
-classify signature and class names, `classify_files` runs them ``batch_size`` images at
-a time and hands each image's `top_classes` to a `ResultWriter` (text, JSON Lines or
-CSV). Imports numpy and, once called, TensorFlow; no other part of llp_tf, so it runs
-where only TensorFlow and llp_tf are installed.
-"""
+"""Classifying image files with a SavedModel of `llp_tf.after_training.export`
+(`classify_files`), writing each image's `top_classes` as text, JSON Lines or CSV. Imports
+numpy and, once called, TensorFlow: it runs where only TensorFlow and llp_tf are installed."""
 
 import csv
 import glob
 import json
 import os
 import re
-from typing import Sequence
+from typing import Callable, Sequence, TextIO
 
 import numpy as np
+
+from llp_tf.tensor_types import Array
 
 CLASSIFY = "classify"
 SAVED_MODEL_FILE = "saved_model.pb"
 EXPORT_INFO_FILE = "export_info.json"
 DEFAULT_TOP = 5
-# Images per call of the SavedModel: bounds memory for many large images.
 DEFAULT_BATCH_SIZE = 32
-# Channels the images are decoded to (grayscale repeated, alpha dropped), as
-# the training pipeline decodes them.
+# As the training pipeline decodes them: grayscale repeated, alpha dropped.
 DECODE_CHANNELS = 3
-# What a directory or a pattern contributes: files with these extensions
-# (any case); a file named on its own is read whatever its extension.
+# Files a directory or a pattern contributes (any case).
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 FORMATS = ("text", "json", "csv")
 CSV_HEADER = ("path", "rank", "class", "name", "probability")
 GLOB_CHARACTERS = re.compile(r"[*?\[]")
 
 
-# TensorFlow's op errors wrap their message in "{{function_node ...}}" and
-# "[Op:...]" decorations that mean nothing to a user.
+# The "{{function_node ...}}" and "[Op:...]" decorations of TensorFlow's op errors.
 _OP_ERROR_DECORATION = re.compile(r"\{\{.*?\}\}\s*|\s*\[Op:.*$", re.S)
 
 
@@ -49,24 +41,16 @@ def _is_image_name(path):
 
 
 def _directory_images(directory):
-    """The image files under ``directory``, recursively, sorted by path."""
     found = []
     for folder, _, files in os.walk(directory):
         found += [os.path.join(folder, name) for name in files if _is_image_name(name)]
     return sorted(found)
 
 
-def expand_arguments(arguments: Sequence[str]) -> list[str]:
-    """The image paths of the arguments, in order, each once.
-
-    Args:
-      arguments: list of str, image files, directories or glob patterns.
-
-    Returns:
-      (paths, problems): the paths (a file named on its own is kept even if
-      missing, for `read_image` to report), and one message per directory or
-      pattern that holds no image.
-    """
+def expand_arguments(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(image paths, problems) of files, directories (recursive, sorted) and glob patterns,
+    in order, each once: a file named on its own is kept even if missing; a problem per
+    directory or pattern without an image."""
     paths, problems = [], []
     for argument in arguments:
         if os.path.isdir(argument):
@@ -86,13 +70,9 @@ def expand_arguments(arguments: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(paths)), problems
 
 
-def read_image(path):
-    """uint8 numpy array [H, W, 3] of an image file.
-
-    Raises:
-      PredictError: a missing or undecodable file, with a one-line reason.
-    """
-    import tensorflow as tf  # noqa: PLC0415 -- slow import, after the flags are checked
+def read_image(path: str) -> Array:
+    """uint8 [H, W, 3] of an image file; PredictError: a missing or undecodable file."""
+    import tensorflow as tf  # noqa: PLC0415
 
     if not os.path.isfile(path):
         raise PredictError(f"{path}: no such image file")
@@ -106,12 +86,8 @@ def read_image(path):
                            f"({reason})") from None
 
 
-def load_model(model_dir):
-    """(classify function, class names as a list of str) of an exported SavedModel.
-
-    Raises:
-      PredictError: not a SavedModel of tools/export.py.
-    """
+def load_model(model_dir: str) -> tuple[Callable, list[str]]:
+    """(classify function, class names) of an export; PredictError: not one."""
     import tensorflow as tf  # noqa: PLC0415
 
     if not os.path.isfile(os.path.join(model_dir, SAVED_MODEL_FILE)):
@@ -142,19 +118,9 @@ def _class_names(loaded, model_dir):
     return [str(name) for name in names] if isinstance(names, list) else None
 
 
-def predict(classify, images, batch_size):
-    """Class probabilities of every image.
-
-    Images of the same size are batched together (a call takes one size).
-
-    Args:
-      classify: the SavedModel's classify signature.
-      images: list of uint8 [H, W, 3] arrays.
-      batch_size: int, images per call.
-
-    Returns:
-      list of float32 numpy arrays [C], in the order of ``images``.
-    """
+def predict(classify: Callable, images: Sequence[Array], batch_size: int) -> list[Array]:
+    """float32 [C] probabilities of each uint8 [H, W, 3] image, in order; images of one size
+    are batched together, ``batch_size`` per call."""
     import tensorflow as tf  # noqa: PLC0415
 
     by_shape = {}
@@ -171,13 +137,10 @@ def predict(classify, images, batch_size):
     return probabilities
 
 
-def top_classes(probabilities, class_names, top):
-    """[(rank, class number, name, probability)] of one image, best first.
-
-    A stable sort keeps the lower class first at a tie, as classify's top5.
-    Class numbers come from the position in ``probabilities`` (plain ints),
-    whatever integer type the model's own class outputs use.
-    """
+def top_classes(probabilities: Array, class_names: Sequence[str],
+                top: int) -> list[tuple[int, int, str, float]]:
+    """[(rank, class number, name, probability)] of one image, best first (the lower class
+    at a tie, as classify's top5)."""
     order = np.argsort(-probabilities, kind="stable")[:min(top, len(class_names))]
     return [(rank, int(c), class_names[c], float(probabilities[c]))
             for rank, c in enumerate(order, start=1)]
@@ -186,13 +149,13 @@ def top_classes(probabilities, class_names, top):
 class ResultWriter:
     """Writes each image's top classes to ``stream`` in ``output_format``."""
 
-    def __init__(self, stream, output_format):
+    def __init__(self, stream: TextIO, output_format: str) -> None:
         self.stream, self.format = stream, output_format
         self._csv = csv.writer(stream, lineterminator="\n") if output_format == "csv" else None
         if self._csv:
             self._csv.writerow(CSV_HEADER)
 
-    def write(self, path, ranked):
+    def write(self, path: str, ranked: Sequence[tuple[int, int, str, float]]) -> None:
         """``ranked``: from `top_classes`."""
         if self.format == "json":
             top = [{"rank": rank, "class": c, "name": name, "probability": probability}
@@ -208,10 +171,10 @@ class ResultWriter:
         self.stream.flush()
 
 
-def classify_files(paths, classify, class_names, batch_size, top, writer, stderr):
-    """Classifies ``paths`` ``batch_size`` at a time, writing each image's ``top``
-    classes with ``writer`` in path order and each bad file as an error line on
-    ``stderr``; returns the number of bad files."""
+def classify_files(paths: Sequence[str], classify: Callable, class_names: Sequence[str],
+                   batch_size: int, top: int, writer: ResultWriter, stderr: TextIO) -> int:
+    """Writes each image's ``top`` classes with ``writer`` in path order, each bad file as an
+    error line on ``stderr``; returns the number of bad files."""
     failed = 0
     for start in range(0, len(paths), batch_size):
         images = {}

@@ -1,18 +1,6 @@
-"""A finished (or running) training run, read back from its run directory.
-
-The tools that come after training (export, linear probe, propagation
-comparison, embedding analysis) all start from a run directory written by
-`llp_tf.training.run_training`:
-
-- ``config.json`` gives the model's architecture and the dataset;
-- ``split.npz`` gives the labelled and used examples;
-- ``checkpoints/`` holds the model weights and the memory bank.
-
-`load_run` rebuilds the model (and the bank of an LLP run) and restores a
-checkpoint into them for inference: the model is the checkpoint item its
-method exports (`Method.exported_item`: Mean Teacher's teacher); optimizer
-state is not read.
-"""
+"""A training run read back from its run directory for inference: `load_run` rebuilds the
+model (the item its method exports: Mean Teacher's teacher) and the bank of a method that
+keeps one, and restores a checkpoint into them (no optimizer state)."""
 
 import dataclasses
 import os
@@ -35,12 +23,8 @@ from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FI
 
 
 def read_config(run_dir: str) -> TrainConfig:
-    """The `TrainConfig` the run in ``run_dir`` trains with: ``config.json`` with
-    the changes of its resumes applied (`run_record.current_config`).
-
-    Raises:
-      ConfigError: ``run_dir`` has no ``config.json``.
-    """
+    """The `TrainConfig` of ``run_dir`` with its resumes' changes; ConfigError: no
+    ``config.json``."""
     config = run_record.current_config(run_dir)
     if config is None:
         problem = "is a file" if os.path.isfile(run_dir) else f"has no {CONFIG_FILE}"
@@ -57,21 +41,8 @@ def checkpoint_paths(run_dir: str) -> list[str]:
 
 @dataclasses.dataclass
 class TrainedRun:
-    """A run's settings, split and restored state.
-
-    Attributes:
-      run_dir: str.
-      config: `TrainConfig`.
-      checkpoint: str, the restored checkpoint's path.
-      step: int, its global step.
-      model: `EmbeddingClassifier` with the weights of the checkpoint's exported item.
-      bank: `MemoryBank` with the checkpoint's rows, labels, confidences and
-        densities; None for the supervised baseline.
-      labelled_index: int64 [M], dataset indices of the labelled examples.
-      used_index: int64 [N], dataset indices of the used examples; bank row j
-        is example ``used_index[j]``.
-      num_classes: int, C.
-    """
+    """A run's settings, split (``labelled_index`` int64 [M], ``used_index`` int64 [N]: bank
+    row j is example ``used_index[j]``) and restored model and bank (None without one)."""
 
     run_dir: str
     config: TrainConfig
@@ -91,7 +62,6 @@ class TrainedRun:
 
 
 def _exported_item(config):
-    """The checkpoint item holding the model a run exports."""
     return method_class(config.method.name).exported_item
 
 
@@ -113,8 +83,7 @@ _CATEGORY_BIAS_KEY = "{item}/category_head/bias/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _checkpoint_num_classes(path, run_dir, item):
-    """C of a checkpoint: the length of the category head's bias of its model
-    ``item`` (None if absent)."""
+    """C of a checkpoint: the length of its category head's bias (None if absent)."""
     try:
         shapes = dict(tf.train.list_variables(path))
     except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
@@ -126,22 +95,12 @@ def _checkpoint_num_classes(path, run_dir, item):
 
 def load_run(run_dir: str, checkpoint: str | None = None,
              num_classes: int | None = None) -> TrainedRun:
-    """Rebuilds a run's model and bank and restores a checkpoint into them.
-
-    Args:
-      run_dir: str, a directory written by `llp_tf.training.run_training`.
-      checkpoint: optional str, a checkpoint path of that run; the latest by
-        default.
-      num_classes: optional int, C; read from the checkpoint (the length of
-        the category head's bias) when None, so a run can be loaded where its
-        training data is not (a transfer probe, a serving box).
-
-    Returns:
-      `TrainedRun`.
+    """`TrainedRun` of ``run_dir`` at ``checkpoint`` (default the latest); ``num_classes``
+    defaults to the checkpoint's, so no dataset is needed.
 
     Raises:
-      ConfigError: not a run directory, no checkpoint yet, or a checkpoint
-        that does not fit the saved settings.
+      ConfigError: not a run directory, no checkpoint yet, or a checkpoint that does not
+        fit the saved settings.
     """
     config = read_config(run_dir)
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
@@ -154,7 +113,6 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     model = build_model_from_config(config.model, num_classes, config.data.image_size)
     bank = None
     if method_class(config.method.name).keeps_bank:
-        # Placeholder labels: the restore overwrites every bank variable.
         bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
                           regime.dense_index(used_index, labelled_index),
                           np.zeros(len(labelled_index), np.int64))
@@ -166,22 +124,15 @@ def load_run(run_dir: str, checkpoint: str | None = None,
 
 
 def open_dataset(config: TrainConfig, data_dir: str | None = None) -> Source:
-    """The `Source` a run trained on (``data_dir`` replaces the run's, e.g. on
-    another machine)."""
-    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415 -- imports TFDS
+    """The `Source` a run trained on (``data_dir`` replaces the run's)."""
+    from llp_tf.data.sources.registry import load_source  # noqa: PLC0415
 
     return load_source(config.data.dataset, data_dir or config.data.data_dir)
 
 
 def load_run_with_data(run_dir: str, checkpoint: str | None = None,
                        data_dir: str | None = None) -> tuple[TrainedRun, Source]:
-    """(`TrainedRun`, `Source`): a run restored with the classes of its dataset.
-
-    Args:
-      run_dir: str, a run directory.
-      checkpoint: optional str, one of its checkpoints (the latest by default).
-      data_dir: optional str replacing the run's data_dir.
-    """
+    """(`TrainedRun`, `Source`): a run restored with the classes of its dataset."""
     source = open_dataset(read_config(run_dir), data_dir)
     run = load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
     return run, source

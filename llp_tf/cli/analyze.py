@@ -3,20 +3,16 @@
   tools/analyze.py --run_dir=runs/demo
   tools/analyze.py --run_dir=runs/demo --classes=3 --points_per_class=200 --notrajectory
 
-Reads the run's memory bank (an LLP run; the supervised baseline keeps no
-bank and is refused) and writes into --output_dir (default RUN_DIR/analysis):
-aggregation_histogram.png, aggregation_trajectory.png, mds.png,
-analysis_summary.txt and analysis.json. The aggregation score of a class is
-the norm of the mean of its examples' bank rows (true classes); the
-trajectory restores every kept checkpoint and reads metrics.jsonl. Prints the
-summary and the written paths.
+Reads the memory bank of a run that keeps one and writes into --output_dir (default
+RUN_DIR/analysis) the plots, analysis_summary.txt and analysis.json (docs/after-training.md).
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -28,11 +24,7 @@ OUTPUT_SUBDIR = "analysis"
 
 
 def make_flags() -> flags.FlagValues:
-    """The tool's flags, on their own `FlagValues`.
-
-    Not the global ``absl.flags.FLAGS``: tests run several tools' `main` in
-    one process, where tools defining the same flag names would clash.
-    """
+    """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     command_line.define_run_dir(values, "(LLP, finished or running) to analyse")
     flags.DEFINE_string("output_dir", None, "Where to write the plots, analysis_summary.txt "
@@ -55,13 +47,12 @@ def make_flags() -> flags.FlagValues:
                          "--notrajectory scores the latest one only (faster on big runs), and "
                          "the trajectory plot then shows metrics.jsonl alone.",
                          flag_values=values)
-    command_line.define_deprecated_negation(values, "no_trajectory", "trajectory")
     return values
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr

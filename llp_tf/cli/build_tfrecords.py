@@ -7,17 +7,16 @@ authors' format.
   python tools/build_tfrecords.py --output_dir=TFRECORDS \
       --dataset='list:IMAGES?train=train.txt&validation=val.txt'
 
-Each folder holds one sub-folder per class; --dataset takes a dataset of image
-files instead (folder:, list: or places205:, as --dataset of tools/train.py).
-Training images are numbered in a seeded permutation (seed 0, as the release)
-and written in that order; see llp_tf/data/sources/tfrecord_builder.py. Read the result with
---dataset=tfrecord:TFRECORDS.
+Each folder holds one sub-folder per class; --dataset takes folder:, list: or places205:
+instead. Training images are numbered in a seeded permutation (seed 0, as the release).
+Read the result with --dataset=tfrecord:TFRECORDS.
 """
 
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -51,7 +50,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def build(values, stdout, stderr):
+def build(values: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> None:
     """Builds the shards and prints what was written."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data.sources import tfrecord_builder  # noqa: PLC0415 -- imports TF
@@ -78,9 +77,9 @@ def build(values, stdout, stderr):
                  f"{values.output_dir}\n")
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__, build,
                             error_prefix="build_tfrecords: ")

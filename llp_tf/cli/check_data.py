@@ -4,29 +4,24 @@
   python tools/check_data.py --dataset=tfrecord:/data/imagenet \
       --write_exclude_list=bad.txt
 
-Opening the dataset checks its labels and indices; then every image is read
-and decoded in parallel with the decoders training uses (a progress bar per
-split), and each one that fails is printed with its split, example index and
-file, or shard and record. The exit code is 1 when any image is bad.
---write_exclude_list writes them as an exclude list (one "split index" line
-each), which a new run takes as --exclude_list=FILE to leave them out while
-every other example keeps its index. A run that already trained resumes
-only with the exclusions it started with: repair its bad images instead,
-keeping their names (docs/data.md).
+Every image is decoded with the decoders training uses; each one that fails is printed
+with its split, example index and file or record, and the exit code is then 1.
+--write_exclude_list writes them as an exclude list for a new run's --exclude_list (a run
+that already trained resumes only with its own exclusions: docs/data.md).
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 import time
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
 from llp_tf.cli import command_line  # noqa: E402
 
-#: The exit code when some image cannot be decoded.
 BAD_EXIT_CODE = 1
 
 
@@ -60,7 +55,7 @@ def _check_split(source, split, stdout):
         source, split, on_progress=lambda done, bad: progress.update(done, {"bad": bad}))
 
 
-def check(values, stdout):
+def check(values: flags.FlagValues, stdout: TextIO) -> command_line.ExitCode | None:
     """Checks the dataset; returns the tool's exit code."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data.sources.base import SPLITS  # noqa: PLC0415
@@ -101,9 +96,10 @@ def check(values, stdout):
     return command_line.ExitCode(BAD_EXIT_CODE) if bad else None
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (1: a bad image, or an error)."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (1: a bad
+    image, or an error)."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
                             lambda values, out, err: check(values, out),

@@ -1,72 +1,18 @@
-"""Command-line plumbing shared by the tools.
-
-Every tool (train, export, predict, analyze, linear_probe,
-compare_propagation, make_splits, build_tfrecords, check_data) keeps its
-flags in its own `FlagValues`, so its `main(argv, stdout, stderr)` runs
-several times in one process (tests) without clashing over flag names, with
-the same handling of --help (and absl's --helpfull and --helpshort), bad
-flags and stray arguments. An error about settings names where each value
-came from (`flag_origins`): the command line, a --flagfile, or the default.
-absl's `app.run` is not used: the tools that had its --verbosity flag (train,
-compare_propagation, linear_probe, make_splits, build_tfrecords, check_data)
-define it with `define_verbosity`, and `run` hides absl INFO logs unless it
-is given. This module imports only absl (the rest of llp_tf only inside the
-functions that report its errors), so predict runs where only TensorFlow and
-llp_tf are installed.
-"""
+"""Command-line plumbing shared by the tools: each keeps its flags in its own `FlagValues`
+(so its `main` runs several times in one process), with one handling of --help, bad flags
+and stray arguments, errors naming where each setting came from (`flag_origins`), and absl
+INFO logs hidden without --verbosity. Imports only absl, so predict runs with TensorFlow
+and llp_tf alone."""
 
 import os
 import socket
 import sys
-import weakref
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from absl import flags, logging
 
 
-# Deprecated flag names of each FlagValues: old name -> (current name, whether
-# the old boolean means the opposite of the current one).
-_DEPRECATED = weakref.WeakKeyDictionary()
-
-
-def define_deprecated_alias(values, old, new):
-    """Defines --``old`` as a deprecated spelling of the flag --``new``: it
-    still works, and `parse` warns on stderr when it is given."""
-    flags.DEFINE_alias(old, new, flag_values=values)
-    _DEPRECATED.setdefault(values, {})[old] = (new, False)
-
-
-def define_deprecated_negation(values, old, new):
-    """Defines the boolean --``old`` as a deprecated spelling of --no``new``
-    (e.g. --no_trajectory for --notrajectory, where an alias would mean the
-    opposite): `parse` sets --``new`` to its negation and warns on stderr
-    when it is given."""
-    flags.DEFINE_boolean(old, False, f"Deprecated: use --no{new} (or --{new}).",
-                         flag_values=values)
-    _DEPRECATED.setdefault(values, {})[old] = (new, True)
-
-
-def _apply_deprecated(values, stderr):
-    """Warns of each deprecated flag given in ``values`` and applies a negation.
-
-    Returns:
-      False after an error (a negation given with its current flag).
-    """
-    for old, (new, negated) in _DEPRECATED.get(values, {}).items():
-        if not values[old].present:
-            continue
-        if not negated:
-            stderr.write(f"warning: --{old} is deprecated; use --{new}.\n")
-            continue
-        if values[new].present:
-            stderr.write(f"error: give --{new} or --no{new}, not also --{old}.\n")
-            return False
-        stderr.write(f"warning: --{old} is deprecated; use --"
-                     f"{'no' if values[old].value else ''}{new}.\n")
-        values[new].value = not values[old].value
-    return True
-
-
-def new_flag_values():
+def new_flag_values() -> flags.FlagValues:
     """A `flags.FlagValues` holding only --help/-h; define the tool's flags on it."""
     values = flags.FlagValues()
     flags.DEFINE_boolean("help", False, "Show this help and exit.", short_name="h",
@@ -74,10 +20,8 @@ def new_flag_values():
     return values
 
 
-def define_verbosity(values):
-    """Defines absl's --verbosity (-v) on ``values``, with absl's help and default:
-    given, it sets absl's logging verbosity (1: debug); `run` hides absl INFO
-    logs without it, and `quiet_start` TensorFlow's start-up notices."""
+def define_verbosity(values: flags.FlagValues) -> None:
+    """Defines absl's --verbosity (-v) on ``values``, with absl's help and default."""
     flags.DEFINE_integer("verbosity", -1, "Logging verbosity level. Messages logged at this "
                          "level or lower will be included. Set to 1 for debug logging. If the "
                          "flag was not set or supplied, the value will be changed from the "
@@ -87,32 +31,30 @@ def define_verbosity(values):
                          short_name="v", flag_values=values)
 
 
-def define_run_dir(values, role):
-    """Defines --run_dir: the directory of a training run made by tools/train.py,
-    ``role`` saying what the tool does with it (e.g. "whose trunk is probed")."""
+def define_run_dir(values: flags.FlagValues, role: str) -> None:
+    """Defines --run_dir, ``role`` saying what the tool does with the run."""
     flags.DEFINE_string("run_dir", None, "Directory of a training run made by tools/train.py "
                         f"{role}; required.", flag_values=values)
 
 
-def define_checkpoint(values):
+def define_checkpoint(values: flags.FlagValues) -> None:
     """Defines --checkpoint, read back by `llp_tf.training.run_directory.resolve_checkpoint`."""
     flags.DEFINE_string("checkpoint", None, "Checkpoint of --run_dir to read: a checkpoint path "
                         "of the run, or its step number (e.g. 1829); the latest when unset.",
                         flag_values=values)
 
 
-def define_data_dir(values, role="the dataset"):
+def define_data_dir(values: flags.FlagValues, role: str = "the dataset") -> None:
     """Defines --data_dir: where ``role`` (a dataset name's data) lives."""
     flags.DEFINE_string("data_dir", None, f"Data folder of {role}: TFDS's data_dir (TFDS's "
                         "default when unset), and the folder relative tfrecord:, folder:, list: "
                         "and places205: paths are taken from.", flag_values=values)
 
 
-def default_at_most(values, name, available, stream, reason):
-    """The integer flag --``name``'s value, lowered to ``available`` when it was
-    left at a larger default (given, it stays, so that a bad value is still an
-    error); lowering writes a note on ``stream`` that starts with ``reason``
-    (e.g. "the labels have 4 classes")."""
+def default_at_most(values: flags.FlagValues, name: str, available: int, stream: TextIO,
+                    reason: str) -> int:
+    """The integer flag --``name``'s value, lowered to ``available`` (with a note on
+    ``stream`` starting with ``reason``) when it was left at a larger default."""
     if values[name].present or values[name].value <= available:
         return values[name].value
     stream.write(f"note: {reason}; using --{name}={available} instead of the default "
@@ -132,8 +74,7 @@ def _with_help_spellings(argv):
 
 
 def _flag_named(values, arg):
-    """The name of the flag of ``values`` that the argument ``arg`` sets (the
-    current name of a deprecated one), or None (not a flag of ``values``)."""
+    """The name of the flag of ``values`` that the argument ``arg`` sets, or None."""
     if not arg.startswith("-") or arg in ("-", "--"):
         return None
     name = arg.lstrip("-").split("=", 1)[0]
@@ -141,17 +82,15 @@ def _flag_named(values, arg):
         name = name[2:]
     if name not in values:
         return None
-    name = values[name].name
-    return _DEPRECATED.get(values, {}).get(name, (name,))[0]
+    return values[name].name
 
 
-def flag_origins(values, argv, file_names=None):
-    """dict flag name -> where the value of each flag of ``values`` comes from in
-    ``argv`` (argv[0] is the program), as absl reads it (the last setting wins):
-    "command line", "from PATH" (a --flagfile's, nested ones included; PATH as
-    given, or as ``file_names`` (dict path -> name) names it) or "default"."""
-    deprecated = _DEPRECATED.get(values, {})
-    origins = {values[name].name: "default" for name in values if name not in deprecated}
+def flag_origins(values: flags.FlagValues, argv: Sequence[str],
+                 file_names: Mapping[str, str] | None = None) -> dict[str, str]:
+    """dict flag name -> where its value comes from in ``argv`` (the last setting wins):
+    "command line", "from PATH" (a --flagfile, named by ``file_names`` if there) or
+    "default"."""
+    origins = {values[name].name: "default" for name in values}
     args = iter(argv[1:])
     for arg in args:
         if arg == "--":
@@ -171,35 +110,21 @@ def flag_origins(values, argv, file_names=None):
     return origins
 
 
-def quiet_absl_info(values):
-    """Sets absl's logging verbosity to --verbosity when given, else to WARNING.
-
-    TensorFlow's checkpointing and TFDS log at INFO level through absl on
-    every save and dataset open; a tool's output should be progress and
-    results.
-    """
+def quiet_absl_info(values: flags.FlagValues) -> None:
+    """Sets absl's logging verbosity to --verbosity when given, else to WARNING."""
     if values["verbosity"].present:
         logging.set_verbosity(values.verbosity)
     else:
         logging.set_verbosity(logging.WARNING)
 
 
-def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code=1):
-    """Parses ``argv`` (argv[0] is the program) into ``values``.
-
-    Args:
-      values: from `new_flag_values`, with the tool's flags defined.
-      usage: str, the tool's description printed above its flags by --help.
-      positional: whether arguments other than flags are allowed.
-      stray_exit_code: the exit code after unexpected arguments.
-
-    Returns:
-      (arguments, None) to go on, arguments being argv[1:] minus the flags;
-      or (None, exit code) when the tool should stop: 0 after --help or
-      another of `HELP_SPELLINGS` (which wins over a required flag left out),
-      1 after an error message on ``stderr`` (``stray_exit_code`` after
-      unexpected arguments).
-    """
+def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: TextIO,
+          stderr: TextIO, positional: bool = False, stray_exit_code: int = 1
+          ) -> tuple[list[str] | None, int | None]:
+    """Parses ``argv`` (argv[0] is the program) into ``values``: (the other arguments,
+    None) to go on, or (None, exit code) to stop: 0 after --help (printing ``usage`` and the
+    flags), 1 after an error on ``stderr``, ``stray_exit_code`` after unexpected arguments
+    (unless ``positional``)."""
     try:
         rest = values(_with_help_spellings(list(argv)))
     except flags.Error as error:
@@ -210,22 +135,20 @@ def parse(values, argv, usage, stdout, stderr, positional=False, stray_exit_code
     if values["help"].value:
         stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
         return None, 0
-    if not _apply_deprecated(values, stderr):
-        return None, 1
     if len(rest) > 1 and not positional:
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")
         return None, stray_exit_code
     return rest[1:], None
 
 
-def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_prefix="error: ",
-        origins=flag_origins):
-    """The ``main`` of a tool: parses ``argv`` into ``values`` (with --help, bad
-    flags and required flags handled by `parse`), applies --verbosity when
-    ``values`` defines it (`quiet_absl_info`), then returns `exit_code_of`
-    ``body(values, stdout, stderr)``, whose errors name where the settings
-    they are about came from (``origins(values, argv)``, `flag_origins`).
-    None streams mean sys's."""
+def run(argv: Sequence[str], stdout: TextIO | None, stderr: TextIO | None,
+        values: flags.FlagValues, usage: str,
+        body: Callable[[flags.FlagValues, TextIO, TextIO], Any], stray_exit_code: int = 1,
+        error_prefix: str = "error: ",
+        origins: Callable[[flags.FlagValues, Sequence[str]], dict[str, str]] = flag_origins
+        ) -> int:
+    """The ``main`` of a tool: `parse`, --verbosity, then `exit_code_of`
+    ``body(values, stdout, stderr)`` with errors naming ``origins(values, argv)``."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     _, exit_code = parse(values, argv, usage, stdout, stderr, stray_exit_code=stray_exit_code)
     if exit_code is not None:
@@ -236,12 +159,9 @@ def run(argv, stdout, stderr, values, usage, body, stray_exit_code=1, error_pref
                         origins=lambda: origins(values, argv))
 
 
-def parse_run_tool(values, argv, usage, what, stdout, stderr):
-    """`parse` for a tool that reads a run directory, then `check_run_dir`.
-
-    Returns:
-      None to go on, else the exit code (0 after --help, 1 after an error).
-    """
+def parse_run_tool(values: flags.FlagValues, argv: Sequence[str], usage: str, what: str,
+                   stdout: TextIO, stderr: TextIO) -> int | None:
+    """`parse`, then `check_run_dir`: None to go on, else the exit code."""
     _, exit_code = parse(values, argv, usage, stdout, stderr)
     if exit_code is not None:
         return exit_code
@@ -253,12 +173,11 @@ class ExitCode(int):
     """What a tool's body returns to end with an exit code other than 0."""
 
 
-def exit_code_of(body, stderr, prefix="error: ", origins=None):
-    """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one
-    ``error:`` line (``prefix`` and the message) for an `LLPError`, naming
-    where its settings came from when ``origins()`` (flag name -> origin,
-    `flag_origins`) is given."""
-    from llp_tf.errors import LLPError  # noqa: PLC0415 -- see the module docstring
+def exit_code_of(body: Callable[[], Any], stderr: TextIO, prefix: str = "error: ",
+                 origins: Callable[[], Mapping[str, str]] | None = None) -> int:
+    """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one ``prefix`` line for
+    an `LLPError`, naming where its settings came from (``origins()``)."""
+    from llp_tf.errors import LLPError  # noqa: PLC0415
     try:
         result = body()
     except LLPError as error:
@@ -269,13 +188,10 @@ def exit_code_of(body, stderr, prefix="error: ", origins=None):
     return int(result) if isinstance(result, ExitCode) else 0
 
 
-def check_run_dir(run_dir, what, stderr, origin="command line"):
-    """Whether ``run_dir`` (the --run_dir value, from ``origin``) names an
-    existing directory.
-
-    Otherwise writes an error naming ``what`` (e.g. "an LLP training run")
-    to ``stderr`` and returns False.
-    """
+def check_run_dir(run_dir: str | None, what: str, stderr: TextIO,
+                  origin: str = "command line") -> bool:
+    """Whether ``run_dir`` is an existing directory; if not, an error naming ``what`` on
+    ``stderr``."""
     if not run_dir:
         stderr.write(f"error: give --run_dir, the directory of {what}.\n")
         return False
@@ -287,9 +203,8 @@ def check_run_dir(run_dir, what, stderr, origin="command line"):
     return True
 
 
-def free_ports(count, host="127.0.0.1"):
-    """``count`` distinct TCP ports free on ``host``: all bound to port 0 at once
-    (so the system gives distinct ones), then released for the caller's servers."""
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` (bound to port 0 together, released)."""
     sockets = []
     try:
         for _ in range(count):

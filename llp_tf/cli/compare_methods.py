@@ -3,19 +3,15 @@
   tools/compare_methods.py                      # docs/methods.md's table: every method, the demo
   tools/compare_methods.py --methods=llp,fixmatch --seeds=0 -- --epochs=10
 
-Each (method, seed) is one run of tools/train.py, one after the other, in
---runs_dir/METHOD_seedS with `--regime=REGIME --method=METHOD --seed=S` and
-the arguments after `--`, which override the regime's flags for every run.
-A finished run is not trained again (rerunning the command resumes the
-unfinished ones), so the table can be rebuilt at any time. The table (one
-row per method: val_top1, the validation softmax top-1 as a fraction, of
-the last evaluation per seed, their mean and spread, max - min) is printed
-as Markdown and written as JSON to --output. Runs made before today's metric
-names are read under them. Imports no TensorFlow.
+Each (method, seed) is one run of tools/train.py in --runs_dir/METHOD_seedS with the
+arguments after `--`; a finished run is not trained again. The table (val_top1 of the last
+evaluation per seed, their mean and spread) is printed as Markdown and written as JSON to
+--output.
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from absl import flags
 
@@ -50,7 +46,8 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def compare(values, extra_args, stdout, stderr):
+def compare(values: flags.FlagValues, extra_args: Sequence[str], stdout: TextIO,
+            stderr: TextIO) -> int:
     """Trains every (method, seed) and writes the table; returns the exit code.
 
     Raises:
@@ -82,9 +79,9 @@ def compare(values, extra_args, stdout, stderr):
     return 0
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     argv = list(argv)

@@ -5,22 +5,18 @@
   tools/compare_propagation.py --run_dir=runs/demo_supervised --embed_split=validation --classes=10
   tools/compare_propagation.py --features=feats.npy --labels=labels.npy
 
-Draws --draws random subsets of --classes classes x --images_per_class
-images from a fixed set of embeddings, keeps the labels of
---labelled_per_class images per class, propagates them to the rest with LLP
-(locally weighted kNN), the plain weighted kNN, label spreading, label
-propagation and the DLP diffusion, and prints each method's accuracy on the
-unlabelled drawn images (a fraction; mean and standard deviation over the
-draws) next to the paper's Table 5. The embeddings are a run's memory bank (scored with
-the dataset's true training labels), a split embedded with the run's model
-(--embed_split), or any features file. Results go to a JSON file.
+Draws --draws subsets of --classes classes x --images_per_class embeddings (a run's memory
+bank, a split it embeds, or a features file), keeps --labelled_per_class labels per class,
+propagates them with LLP and four other methods, and prints each one's accuracy on the
+rest (mean and std over the draws) next to the paper's Table 5; results go to a JSON file.
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -31,6 +27,8 @@ from llp_tf.after_training.transduction import embeddings, report  # noqa: E402 
 from llp_tf.after_training.transduction import protocol as protocol_lib  # noqa: E402 -- no TF
 from llp_tf.core import hyperparameters  # noqa: E402 -- no TensorFlow
 from llp_tf.counted_nouns import counted  # noqa: E402
+from llp_tf.tensor_types import Array  # noqa: E402
+from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 
 OUTPUT_NAME = "propagation_comparison.json"
 #: Keys of the results file that mark an earlier one, which --output replaces.
@@ -65,7 +63,6 @@ def make_flags() -> flags.FlagValues:
     flags.DEFINE_integer("labelled_per_class", protocol_lib.PAPER_LABELLED_PER_CLASS, "L: drawn "
                          "images per class whose label is kept (the paper's 5); the other I - L "
                          "are scored.", flag_values=values)
-    command_line.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
     flags.DEFINE_integer("draws", protocol_lib.PAPER_DRAWS, "R: random subsets drawn (the "
                          "paper's 10).", flag_values=values)
     flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.",
@@ -92,17 +89,15 @@ def _fail(message):
     raise ConfigError(message)
 
 
-# -- output ---------------------------------------------------------------------
-
-def default_output(run_dir, features_path):
+def default_output(run_dir: str | None, features_path: str | None) -> str:
+    """The results file: in the run directory, else beside the features file."""
     if run_dir is not None:
         return os.path.join(run_dir, OUTPUT_NAME)
     return f"{os.path.splitext(features_path)[0]}_{OUTPUT_NAME}"
 
 
-# -- main -----------------------------------------------------------------------
-
-def read_embeddings(options, stream):
+def read_embeddings(options: flags.FlagValues, stream: TextIO
+                    ) -> tuple[Array, Array, dict, TrainConfig | None]:
     """(features [N, D], labels int64 [N], description dict, run config or None)
     from --run_dir or --features, after the checks that need no data."""
     if (options.run_dir is None) == (options.features is None):
@@ -122,7 +117,7 @@ def read_embeddings(options, stream):
     return embeddings.features_from_files(options.features, options.labels) + (None,)
 
 
-def classes_per_draw(options, labels, stream):
+def classes_per_draw(options: flags.FlagValues, labels: Array, stream: TextIO) -> int:
     """S: --classes, lowered to the classes present when left at its default."""
     import numpy as np
     available = len(np.unique(labels))
@@ -130,7 +125,8 @@ def classes_per_draw(options, labels, stream):
                                         f"the labels have {counted(available, 'class')}")
 
 
-def run_comparison(options, stream=sys.stdout):
+def run_comparison(options: flags.FlagValues,
+                   stream: TextIO = sys.stdout) -> protocol_lib.Comparison:
     """Reads the embeddings, runs the comparison, prints and writes the results.
 
     Returns the `transduction.protocol.Comparison`.
@@ -166,9 +162,10 @@ def run_comparison(options, stream=sys.stdout):
     return comparison
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (2: unexpected arguments)."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (2:
+    unexpected arguments)."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
                             lambda options, out, err: run_comparison(options, out),

@@ -1,16 +1,12 @@
-"""absl flags generated from the training config's fields.
-
-Every field of `llp_tf.training.config.TrainConfig`'s sections becomes one
-flag with the field's flag name, default, help text (a method's settings
-prefixed with the method they belong to) and choices, so they are written once, in the config. `define_config_flags` defines them;
-`config_from_flags` reads them back into a `TrainConfig`.
-"""
+"""absl flags generated from the training config's fields: one flag per field of
+`TrainConfig`'s sections, with its name, default, help (a method's prefixed with the
+method) and choices (`define_config_flags`), read back by `config_from_flags`."""
 
 import typing
+from typing import Any
 
 from absl import flags
 
-from llp_tf.cli import command_line
 from llp_tf.training import config
 
 
@@ -46,7 +42,8 @@ def define_config_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                 method=section if section in methods else None)
 
 
-def config_from_flags(flag_values=flags.FLAGS, **overrides):
+def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                      **overrides: Any) -> config.TrainConfig:
     """The `TrainConfig` of the parsed flags; ``overrides`` (by flag name) win.
 
     List flags (e.g. --lr_drop_epochs=194,239) become tuples of int.

@@ -5,30 +5,18 @@
   tools/export.py --run_dir=runs/demo --checkpoint=1829
   tools/export.py --run_dir=runs/demo --onnx
 
-Writes --output_dir (default RUN_DIR/export): a SavedModel whose signatures
-take raw uint8 images of any size (the evaluation preprocessing of training
-is inside them) and export_info.json describing them. Signatures: embed
-(embedding and pooled features), classify (probabilities and the top five
-classes with their names; also serving_default) and, with --knn, knn (the
-nearest memory-bank rows and their weighted k-NN vote). The SavedModel loads
-with plain TensorFlow (no llp_tf needed) and with TensorFlow's C++ loader
-(saved_model_cli run; TF Serving uses the same): see tools/predict.py,
-llp_tf/after_training/export/saved_model.py for the signatures and docs/after-training.md,
-"Export and predict", for Keras fine-tuning with TFSMLayer. With --onnx the
-directory also holds model.onnx, the network for ONNX Runtime: it takes
-images already preprocessed, float32 [B, S, S, 3] (NHWC), and returns
-probabilities and embedding (docs/onnx.md).
-The export is written to a temporary directory and renamed into place.
---overwrite replaces an earlier export (a folder of saved_model.pb,
-export_info.json and the other files an export writes) or an empty folder,
-nothing else: a training run or any other folder is refused.
+Writes --output_dir (default RUN_DIR/export): a SavedModel that loads without llp_tf, whose
+signatures embed, classify (also serving_default) and, with --knn, knn take raw uint8
+images of any size, and export_info.json describing them (docs/after-training.md). With
+--onnx, also model.onnx, which takes preprocessed images (docs/onnx.md).
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -38,8 +26,7 @@ EXPORT_SUBDIR = "export"
 
 
 def make_flags() -> flags.FlagValues:
-    """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
-    that tests can run several tools' `main` in one process)."""
+    """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     command_line.define_run_dir(values, "(LLP or supervised) to export")
     command_line.define_checkpoint(values)
@@ -61,9 +48,9 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr

@@ -3,26 +3,16 @@
   tools/input_service.py --workers=2
   tools/train.py --regime=demo --input_service=grpc://127.0.0.1:5050
 
-With no --dispatcher_address, a dispatcher starts here on --dispatcher_port
-with --workers workers beside it, and prints the --input_service=grpc://...
-flag for tools/train.py. With workers on other machines the dispatcher must
-list every worker (--worker_addresses):
-
-  host0$ tools/input_service.py --host=host0 --worker_ports=5051 \\
-             --worker_addresses=host0:5051,host1:5051
-  host1$ tools/input_service.py --dispatcher_address=host0:5050 --host=host1 \\
-             --worker_ports=5051
-
-Workers read the dataset's files by the trainer's paths. Runs until SIGTERM,
-SIGINT (Ctrl-C) or SIGHUP, then stops and exits 0; exit 1 after an error at
-start. TensorFlow's servers listen on every interface. What stays
-deterministic: docs/multi-worker.md, "Remote input workers".
+Starts a dispatcher here (unless --dispatcher_address joins one elsewhere) with --workers
+workers, and prints the --input_service=grpc://... flag for tools/train.py. Runs until
+SIGTERM, SIGINT or SIGHUP, then exits 0. Several machines: docs/multi-worker.md.
 """
 
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -55,7 +45,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def settings(values):
+def settings(values: flags.FlagValues) -> input_service.ServiceSettings:
     """The `input_service.ServiceSettings` of the parsed flags."""
     return input_service.ServiceSettings(
         dispatcher_address=values.dispatcher_address, dispatcher_port=values.dispatcher_port,
@@ -63,15 +53,16 @@ def settings(values):
         worker_addresses=tuple(values.worker_addresses), work_dir=values.work_dir)
 
 
-def serve(values, stdout, stderr):
+def serve(values: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> command_line.ExitCode:
     """`input_service.serve` of the parsed flags; the exit code."""
     return command_line.ExitCode(input_service.serve(settings(values), command_line.free_ports,
                                                      stdout, stderr))
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (0 after a stop signal, 1 after an error)."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (0 after a
+    stop signal, 1 after an error)."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__, serve)
 

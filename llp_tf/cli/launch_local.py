@@ -1,26 +1,15 @@
-"""Runs a multi-worker training on this machine: W worker processes, each
-with its own TF_CONFIG, their output prefixed with the worker's index.
+"""Runs a multi-worker training on this machine: W worker processes of the command after
+`--`, each with its own TF_CONFIG (worker 0 the chief), their output prefixed `[worker I] `.
 
   tools/launch_local.py --workers=2 -- tools/train.py --regime=demo --run_dir=runs/demo_mw
-  tools/launch_local.py --workers=3 --timeout_seconds=600 -- python my_script.py --x=1
 
-Everything after `--` is the worker command, the same for every worker (a
-first word ending in .py runs with this Python). Each worker gets the
-environment plus TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:P0", ...]},
-"task": {"type": "worker", "index": I}} (worker 0 is the chief) and
-PYTHONUNBUFFERED=1; its stdout and stderr lines come out on the launcher's,
-prefixed `[worker I] `.
-
-Exit 0 when all workers exit 0. When one fails, the others are stopped
-(SIGTERM, SIGKILL after a few seconds) and the exit code is the failed
-worker's (128+N after signal N); after --timeout_seconds all are stopped,
-exit 124; Ctrl-C, SIGTERM or SIGHUP stops all, exit 128+N. Each worker runs
-in its own process group, stopped with everything it started (not when the
-launcher is killed with SIGKILL). TensorFlow's gRPC servers listen on every
-interface. POSIX only; imports no TensorFlow.
+When one worker fails the others are stopped and its exit code is the launcher's; after
+--timeout_seconds all are stopped, exit 124; Ctrl-C, SIGTERM or SIGHUP stops all, exit 128+N.
+POSIX only.
 """
 
 import sys
+from typing import Sequence, TextIO
 
 from absl import flags
 
@@ -38,7 +27,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def split_command(argv):
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the launcher's argv, the worker command): ``argv`` split at its first
     ``--``, so that flags of the worker command (even --help) stay its own."""
     if "--" not in argv:
@@ -47,10 +36,10 @@ def split_command(argv):
     return list(argv[:position]), list(argv[position + 1:])
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code: the workers' (see the module docstring), 1 after an error of the
-    launcher."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the workers' exit code, 1
+    after an error of the launcher."""
     argv = sys.argv if argv is None else argv
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     own_argv, command = split_command(argv)

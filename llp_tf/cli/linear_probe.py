@@ -4,25 +4,19 @@
   tools/linear_probe.py --run_dir=runs/r50_p10_q100 --dataset=places205:/data/places205 \\
       --cache_dir=/scratch/probe_cache --protocol=online
 
-Computes the pooled features of the dataset's validation split, and with the
-default --protocol=cached its train split (at most --max_train_examples of
-it), once (evaluation preprocessing, one centre crop at the run's image size)
-into a disk cache (--cache_dir: N x F x 4 bytes per split, e.g. 20 GB for
-Places205's 2.45M training images and ResNet-50's F = 2048; memory stays
-flat), and trains a linear softmax readout on them with SGD from
---learning_rate, dropping the rate x0.1 when validation top-1 (val_top1)
-saturates (at most --max_drops times). --protocol=online trains the readout as the paper
-does, through the frozen trunk on freshly augmented images at every step.
-The same is done on a randomly initialised trunk of the same architecture as
-a contrast. Prints a table and writes the results as JSON (default
-``<run_dir>/linear_probe_<dataset>.json``); accuracies are fractions.
+Caches the trunk's pooled features of the dataset (one centre crop per image; --cache_dir)
+and trains a linear softmax readout with SGD, the rate x0.1 when val_top1 saturates;
+--protocol=online trains it as the paper does, on freshly augmented images. A random trunk
+of the same architecture is probed for contrast. Prints a table and writes the results as
+JSON; accuracies are fractions (docs/after-training.md).
 """
 
 import os
 import sys
+from typing import Any, Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -91,7 +85,7 @@ def define_flags(flag_values: flags.FlagValues) -> None:
            "an existing file is replaced only if it is an earlier probe's results.")
 
 
-def define_protocol_flags(flag_values):
+def define_protocol_flags(flag_values: flags.FlagValues) -> None:
     """Defines --protocol and the flags of the feature caches on ``flag_values``."""
     flags.DEFINE_enum(
         "protocol", "cached", list(readout.PROTOCOLS), "cached: train the readout on the "
@@ -118,7 +112,7 @@ def define_protocol_flags(flag_values):
         "100000 of Places205's 2.45M); unset: all of them.", flag_values=flag_values)
 
 
-def output_path(run_dir, dataset, output):
+def output_path(run_dir: str, dataset: str, output: str | None) -> str:
     """The results file, checked writable (and, if it exists, an earlier result,
     `RESULT_KEYS`) before any work is done."""
     from llp_tf.errors import ConfigError
@@ -139,7 +133,7 @@ def output_path(run_dir, dataset, output):
     return path
 
 
-def probe_settings(options):
+def probe_settings(options: flags.FlagValues) -> readout.ProbeSettings:
     """`ProbeSettings` of the parsed flags (ConfigError when they are invalid)."""
     from llp_tf.errors import ConfigError
     if not options.run_dir:
@@ -154,7 +148,7 @@ def probe_settings(options):
         max_train_examples=options.max_train_examples)
 
 
-def run_probe(options, stream):
+def run_probe(options: flags.FlagValues, stream: TextIO) -> dict[str, Any]:
     """Does the work of `main` with parsed flags ``options``; returns the results
     dict written to --output."""
     from llp_tf.data.sources.registry import load_source
@@ -186,14 +180,15 @@ def run_probe(options, stream):
     return payload
 
 
-def run(options, stdout, stderr):
+def run(options: flags.FlagValues, stdout: TextIO, stderr: TextIO) -> int:
     """Runs the probe with parsed flags; returns the exit status (1: bad input)."""
     return command_line.exit_code_of(lambda: run_probe(options, stdout), stderr)
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (2: unexpected arguments)."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (2:
+    unexpected arguments)."""
     argv = sys.argv if argv is None else argv
     options = command_line.new_flag_values()
     define_flags(options)

@@ -5,23 +5,17 @@
   python tools/make_splits.py --dataset=tfds:imagenet2012 --data_dir=/data/tfds \
       --label_subset=1percent --output=splits/imagenet_1percent.npz
 
-Per class, round(label_percent% of its examples) are labelled: the lowest
-indices (the release's rule) or, with --split_seed, a seeded draw; the used
-subset (data_percent%) contains them. With --label_subset the labelled
-examples are the images a list names (ImageNet's standard 1% and 10% subsets).
-Examples an --exclude_list names are in neither set. Classes with no training
-example are skipped with a warning. See
-llp_tf/data/splits/regime.py and llp_tf/data/splits/label_subsets.py. A run copies the
-split file into its run directory and never re-draws it. An existing
---output is replaced only if it is a split file, and not a training run's
-split.npz (which that run made and resumes from).
+Per class, round(label_percent% of its examples) are labelled: the lowest indices (the
+release's rule) or, with --split_seed, a seeded draw; the used subset (data_percent%)
+contains them. --label_subset labels the images a list names (ImageNet's 1% and 10%).
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -49,7 +43,6 @@ def make_flags() -> flags.FlagValues:
                         "the split file.", flag_values=values)
     flags.DEFINE_integer("split_seed", None, "Seed of a random draw (train.py's --split_seed); "
                          "unset: lowest indices per class, as the release.", flag_values=values)
-    command_line.define_deprecated_alias(values, "seed", "split_seed")
     flags.DEFINE_string("output", None, "Split file to write (.npz). An existing file is "
                         "replaced only if it is a split file outside a training run's "
                         "directory; anything else is refused.", flag_values=values)
@@ -58,7 +51,7 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def check_output(path):
+def check_output(path: str) -> None:
     """Raises ConfigError unless the split file may be written to ``path``: it
     does not exist, or it is a split file (an earlier one of this tool) and not
     the split.npz of a training run (`RunDirectory.holds_settings`)."""
@@ -78,7 +71,7 @@ def check_output(path):
                           "another --output.") from None
 
 
-def make(values, stderr):
+def make(values: flags.FlagValues, stderr: TextIO) -> str:
     """Draws and writes the split; returns its description."""
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
     from llp_tf.data.sources.registry import load_source  # noqa: PLC0415
@@ -113,9 +106,9 @@ def make(values, stderr):
             f"{counted(labels.size, 'training example')} of {source.info.name}")
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     return command_line.run(argv, stdout, stderr, make_flags(), __doc__,
                             lambda values, out, err: out.write(make(values, err) + "\n"),

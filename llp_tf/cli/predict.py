@@ -4,31 +4,19 @@
   tools/predict.py --model_dir=runs/demo/export photos/ 'scans/*.png' --format=csv
   tools/predict.py --model_dir=/models/demo --images=a.png,b.png --top=3 --format=json
 
-Prints, for each image, its top classes (names from the SavedModel) with
-their probabilities, best first. Images are PNG, JPEG, GIF or BMP files of
-any size, colour or grayscale; the SavedModel does the evaluation
-preprocessing of training itself. Each argument is an image file, a
-directory (its images, found recursively by their extension, in sorted
-order) or a glob pattern the tool expands (quote it: 'imgs/*.png',
-'imgs/**/*.jpg'; its matches in sorted order). A missing or undecodable
-file, or a directory or pattern without images, gets its own "error:" line
-on stderr while the other images are still classified; the exit status is
-then 1. Needs only TensorFlow and llp_tf (of which it imports
-llp_tf.after_training.predict alone), so it runs on a machine that has the
-SavedModel and no training setup.
-
---format=text (the default) prints the path, then "rank. name
-probability" lines. --format=json prints JSON Lines, one object per image:
-{"path": ..., "top": [{"rank": 1, "class": 3, "name": "cat", "probability":
-0.91}, ...]}. --format=csv prints a header "path,rank,class,name,probability"
-and one row per image and rank.
+Prints each image's top classes with their probabilities, best first (or JSON Lines, or
+CSV). Arguments are PNG, JPEG, GIF or BMP files of any size, directories (their images
+found recursively) or glob patterns (quote them). A bad file gets its own "error:" line on
+stderr while the others are still classified; the exit status is then 1. Needs only
+TensorFlow and llp_tf.
 """
 
 import os
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
@@ -39,8 +27,7 @@ from llp_tf.cli import command_line  # noqa: E402
 
 
 def make_flags() -> flags.FlagValues:
-    """The tool's flags, on their own `FlagValues` (not the global FLAGS, so
-    that tests can run several tools' `main` in one process)."""
+    """The tool's `flags.FlagValues`."""
     values = command_line.new_flag_values()
     flags.DEFINE_string("model_dir", None, "SavedModel directory written by tools/export.py; "
                         "required.", flag_values=values)
@@ -59,9 +46,9 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr

@@ -4,43 +4,36 @@
   tools/train.py --regime=r18_p10_q100 --data_dir=/data/tfds
   tools/train.py --flagfile=my.flags --epochs=20
 
-`--regime=NAME` reads flags/NAME.flags (the paper's runs and `demo`); every
-other flag on the command line overrides the file, before or after --regime.
-Rerunning the same command resumes the run in --run_dir from its latest
-checkpoint, with the split saved there; a run directory without a checkpoint,
-or --overwrite, starts afresh. SIGTERM (a scheduler's preemption) or Ctrl-C
-stops the run after its current loop of steps with a checkpoint, exit code
-143 or 130 (128 + the signal's number); a second Ctrl-C aborts at once,
-without a checkpoint, exit code 130. Several workers: tools/launch_local.py,
-or TF_CONFIG / --cluster=slurm (docs/multi-worker.md).
+`--regime=NAME` reads flags/NAME.flags; every other flag on the command line overrides it.
+Rerunning the same command resumes the run in --run_dir from its latest checkpoint. SIGTERM
+or Ctrl-C stops the run with a checkpoint after its current loop of steps, exit code 143 or
+130; a second Ctrl-C aborts at once. Several workers: docs/multi-worker.md.
 """
 
 import os
 import signal
 import sys
+from typing import Sequence, TextIO
 
 from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
-quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
 from llp_tf.cli import config_flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
+from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 
-#: A run stopped by a signal, with a checkpoint or not, exits with 128 + the
-#: signal's number, as a shell reports a process the signal ended: 143 after
-#: SIGTERM (what a scheduler expects of a job it asked to stop), 130 after Ctrl-C.
+#: A run a signal stopped exits with 128 + the signal's number, as a shell reports it.
 SIGNAL_EXIT_CODE_BASE = 128
 ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same command to resume "
            "from the run's latest one.")
-#: The regimes' flagfiles: llp_tf/flags, a link to the repository's flags/ that the
-#: wheel holds as a copy (package data, pyproject.toml).
+#: llp_tf/flags: a link to the repository's flags/, a copy in the wheel.
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 
 
 def make_flags() -> flags.FlagValues:
-    """The tool's `flags.FlagValues`: --regime and one flag per training setting,
-    with the defaults, choices and help of llp_tf/training/config.py."""
+    """The tool's `flags.FlagValues`: --regime and one flag per training setting."""
     values = command_line.new_flag_values()
     flags.DEFINE_string("regime", None, "Name of a flagfile in flags/ (e.g. demo, r18_p10_q100); "
                         "its settings apply first, and every other flag on the command line "
@@ -59,16 +52,15 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def known_regimes():
+def known_regimes() -> list[str]:
+    """The names of the regimes' flagfiles, sorted."""
     return sorted(name[:-len(".flags")] for name in os.listdir(FLAGS_DIR)
                   if name.endswith(".flags"))
 
 
-def expand_regime(argv, stderr):
-    """``argv`` with ``--regime=NAME`` (or ``--regime NAME``) read first, as
-    ``--flagfile=flags/NAME.flags`` right after the program name, so every other
-    flag on the command line overrides the regime's wherever it stands. None
-    after an error on ``stderr``."""
+def expand_regime(argv: Sequence[str], stderr: TextIO) -> list[str] | None:
+    """``argv`` with ``--regime=NAME`` read first, as ``--flagfile=flags/NAME.flags``
+    right after the program name; None after an error on ``stderr``."""
     program, rest, regimes = argv[:1], [], []
     args = iter(argv[1:])
     for arg in args:
@@ -92,7 +84,7 @@ def expand_regime(argv, stderr):
     return program + rest
 
 
-def config_from_flags(values):
+def config_from_flags(values: flags.FlagValues) -> TrainConfig:
     """The `TrainConfig` of parsed flags (the run directory defaults to runs/REGIME)."""
     run_dir = values.run_dir or (os.path.join("runs", values.regime) if values.regime else None)
     if run_dir is None:
@@ -101,17 +93,18 @@ def config_from_flags(values):
     return config_flags.config_from_flags(values, run_dir=run_dir)
 
 
-def flag_origins(values, argv):
+def flag_origins(values: flags.FlagValues, argv: Sequence[str]) -> dict[str, str]:
     """`command_line.flag_origins`, the regime's flagfile named flags/NAME.flags."""
     regime = values.regime
     return command_line.flag_origins(values, argv, regime and {
         os.path.join(FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
 
 
-def train(values, stdout, stderr):
+def train(values: flags.FlagValues, stdout: TextIO,
+          stderr: TextIO) -> command_line.ExitCode | None:
+    """Trains the run of the parsed flags; an `ExitCode` when a signal stopped it."""
     config = config_from_flags(values)
-    # Imported after the flags are read: logical CPUs (--cpu_replicas) must be
-    # configured before TensorFlow touches a device.
+    # After the flags: logical CPUs (--cpu_replicas) are set before TensorFlow touches a device.
     from llp_tf.training import run_training  # noqa: PLC0415
     from llp_tf.training.preemption import TrainingStopped  # noqa: PLC0415
     try:
@@ -126,9 +119,10 @@ def train(values, stdout, stderr):
     return None
 
 
-def main(argv=None, stdout=None, stderr=None):
-    """Runs the tool on ``argv`` (sys.argv if None; argv[0] is the program name). Returns
-    the exit code (2: an unknown regime or unexpected arguments)."""
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code (2: an
+    unknown regime or unexpected arguments)."""
     argv = sys.argv if argv is None else argv
     argv = expand_regime(argv, stderr or sys.stderr)
     if argv is None:

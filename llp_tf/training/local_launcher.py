@@ -1,12 +1,8 @@
 """Several worker processes of one command on this machine, each with its own TF_CONFIG.
 
-`launch(command, ports, timeout_seconds, stdout, stderr)` starts one worker per port
-(worker 0 is the chief), prefixes their output lines with ``[worker I] ``, waits until
-all exit 0, one fails, the timeout passes or a signal (SIGINT, SIGTERM, SIGHUP) comes,
-then stops what is left (SIGTERM to each worker's process group, SIGKILL after
-`GRACE_SECONDS`) and returns the exit code: 0, the failed worker's (128+N after signal
-N), `TIMEOUT_EXIT_CODE`, or 128+N after the launcher's signal N. POSIX only; imports no
-TensorFlow.
+`launch` starts one worker per port, waits until all exit 0, one fails, the timeout passes
+or a signal comes, then stops what is left (SIGTERM to each worker's process group, SIGKILL
+after `GRACE_SECONDS`). POSIX only; imports no TensorFlow.
 """
 
 import contextlib
@@ -17,13 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Sequence, TextIO
 
 PROGRAM = "launch_local"
 HOST = "127.0.0.1"
-# Seconds between SIGTERM and SIGKILL when stopping workers.
 GRACE_SECONDS = 5.0
-# Seconds between two looks at the workers.
 POLL_SECONDS = 0.1
 # Seconds to wait for the rest of a stopped worker's output.
 DRAIN_SECONDS = 5.0
@@ -40,14 +34,14 @@ def tf_config(ports: Sequence[int], index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
-def worker_command(command):
+def worker_command(command: Sequence[str]) -> list[str]:
     """``command``, run with this Python when its first word is a .py script."""
     if command[0].endswith(".py"):
         return [sys.executable, *command]
     return list(command)
 
 
-def describe(returncode):
+def describe(returncode: int) -> tuple[int, str]:
     """(exit code to pass on, words) of a worker's ``Popen.returncode``."""
     if returncode < 0:
         try:
@@ -59,9 +53,8 @@ def describe(returncode):
 
 
 def _forward(pipe, stream, prefix, lock):
-    """Copies ``pipe`` to ``stream`` line by line, each line whole under
-    ``lock`` and prefixed; reads to the end even when ``stream`` fails, so the
-    worker never blocks on a full pipe."""
+    """Copies ``pipe`` to ``stream`` line by line, prefixed, under ``lock``; reads to the
+    end even when ``stream`` fails, so the worker never blocks on a full pipe."""
     with pipe:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", "replace")
@@ -76,8 +69,7 @@ def _forward(pipe, stream, prefix, lock):
 
 
 def _signal_group(process, signum):
-    """Sends ``signum`` to the process group of ``process`` (its own: see
-    `Workers.start`), if any member of it is left."""
+    """Sends ``signum`` to the process group of ``process``, if any member is left."""
     try:
         os.killpg(process.pid, signum)
     except OSError:
@@ -87,26 +79,20 @@ def _signal_group(process, signum):
 class Workers:
     """The worker processes of one launch and the threads forwarding their output."""
 
-    def __init__(self, stdout, stderr):
+    def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
         self.stdout, self.stderr = stdout, stderr
         self.lock = threading.Lock()
         self.processes, self.threads = [], []
 
-    def write(self, text):
+    def write(self, text: str) -> None:
         """Writes a line of the launcher's own to its stderr, between whole worker lines."""
         with self.lock:
             self.stderr.write(text + "\n")
             self.stderr.flush()
 
-    def start(self, command, ports):
-        """Starts one worker per port, each in a new session (its own process
-        group, which `stop` signals; Ctrl-C at a terminal reaches the launcher
-        only, which stops the workers itself).
-
-        Raises:
-          LaunchError: the command cannot be run (the workers started stay in
-          `processes`, for `stop`).
-        """
+    def start(self, command: Sequence[str], ports: Sequence[int]) -> None:
+        """Starts one worker per port, each in its own process group (Ctrl-C reaches the
+        launcher only). LaunchError: the command cannot be run."""
         for index in range(len(ports)):
             env = dict(os.environ, TF_CONFIG=tf_config(ports, index))
             env.setdefault("PYTHONUNBUFFERED", "1")
@@ -125,14 +111,13 @@ class Workers:
                 thread.start()
                 self.threads.append(thread)
 
-    def poll(self):
+    def poll(self) -> list[int | None]:
         """The workers' return codes, None for those still running."""
         return [process.poll() for process in self.processes]
 
-    def stop(self, grace_seconds):
-        """Stops every worker and all it started: SIGTERM to the groups of the
-        running ones, SIGKILL to every group after ``grace_seconds``; waits for
-        the workers and the rest of their output."""
+    def stop(self, grace_seconds: float) -> None:
+        """Stops every worker and all it started (SIGTERM, SIGKILL after ``grace_seconds``),
+        then waits for the rest of their output."""
         running = [process for process in self.processes if process.poll() is None]
         for process in running:
             _signal_group(process, signal.SIGTERM)
@@ -152,13 +137,10 @@ class Workers:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def wait(workers, timeout_seconds, received):
-    """Waits until all workers exit 0, one fails, ``timeout_seconds`` (0: no
-    limit) pass or a signal number appears in ``received``.
-
-    Returns:
-      (exit code, None or the launcher's last line).
-    """
+def wait(workers: Workers, timeout_seconds: float,
+         received: list[int]) -> tuple[int, str | None]:
+    """(exit code, None or the launcher's last line) once all workers exit 0, one fails,
+    ``timeout_seconds`` (0: no limit) pass or a signal number appears in ``received``."""
     deadline = time.monotonic() + timeout_seconds if timeout_seconds > 0 else None
     while True:
         codes = workers.poll()
@@ -179,14 +161,12 @@ def wait(workers, timeout_seconds, received):
 
 
 class _CatchSignals:
-    """Within: SIGINT, SIGTERM and SIGHUP (a closed terminal) append their
-    number to ``received`` instead of ending the launcher, which would leave
-    the workers running. Only in the main thread, where Python handles
-    signals; a signal ignored already (nohup) stays ignored."""
+    """Within: SIGINT, SIGTERM and SIGHUP append their number to ``received`` instead of
+    ending the launcher (main thread only; an ignored signal stays ignored)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, received):
+    def __init__(self, received: list[int]) -> None:
         self.received, self.previous = received, {}
 
     def __enter__(self):
@@ -203,10 +183,10 @@ class _CatchSignals:
             signal.signal(signum, handler)
 
 
-def launch(command, ports, timeout_seconds, stdout, stderr):
-    """Starts one worker of ``command`` (list of str) per port of ``ports``, waits for
-    them (``timeout_seconds``, 0: no limit) and stops what is left on every way out;
-    returns the exit code."""
+def launch(command: Sequence[str], ports: Sequence[int], timeout_seconds: float, stdout: TextIO,
+           stderr: TextIO) -> int:
+    """Runs one worker of ``command`` per port; returns the exit code: 0, the failed
+    worker's (128+N after signal N), `TIMEOUT_EXIT_CODE`, or 128+N after a signal N."""
     workers, received = Workers(stdout, stderr), []
     code, message = 1, None
     with _CatchSignals(received):

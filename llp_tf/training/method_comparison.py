@@ -1,21 +1,16 @@
-"""Training methods compared on one regime over several seeds: each (method, seed) is
-one run of tools/train.py in a process of its own, one after the other; the table
-reports each run's last validation top-1 (`METRIC`), their mean and spread.
-
-`train` runs one (a run already finished resumes, so it is not trained again),
-`last_evaluation` reads a run's last evaluation, `table` is the Markdown table of the
-results. Imports no TensorFlow.
-"""
+"""Training methods compared on one regime over several seeds: `train` runs one (method,
+seed) as tools/train.py in its own process (a finished run is not trained again), `table`
+tabulates each run's last `METRIC`, their mean and spread. Imports no TensorFlow."""
 
 import os
 import shlex
 import subprocess
+from typing import Any, Mapping, Sequence, TextIO
 
 from llp_tf.errors import DataError
 from llp_tf.training.run_directory import RunDirectory
 
-#: What the table reports of a run: the last evaluation's validation softmax
-#: top-1 of the run's exported model (metrics.jsonl, llp_tf.training.metrics).
+#: The last evaluation's validation top-1 of the run's exported model.
 METRIC = "val_top1"
 
 
@@ -28,9 +23,9 @@ def run_dir(runs_dir: str, method: str, seed: int) -> str:
     return os.path.join(runs_dir, f"{method}_seed{seed}")
 
 
-def last_evaluation(directory):
-    """The last evaluation row of a run's metrics.jsonl under today's names (a
-    torn last line is skipped), or None; ComparisonError for a damaged file."""
+def last_evaluation(directory: str) -> dict[str, Any] | None:
+    """The last evaluation row of a run's metrics.jsonl (a torn last line skipped), or None;
+    ComparisonError for a damaged file."""
     try:
         rows = RunDirectory(directory).read_metrics(drop_torn_last_line=True)
     except DataError as error:
@@ -39,10 +34,10 @@ def last_evaluation(directory):
     return rows[-1] if rows else None
 
 
-def train(train_command, regime, method, seed, runs_dir, extra_args, stderr):
-    """Runs ``train_command`` (the words that start tools/train.py) on ``regime`` for
-    one (``method``, ``seed``) in its directory of ``runs_dir``, with ``extra_args``,
-    and returns its last evaluation; the command goes to ``stderr`` first."""
+def train(train_command: Sequence[str], regime: str, method: str, seed: int | str,
+          runs_dir: str, extra_args: Sequence[str], stderr: TextIO) -> dict[str, Any]:
+    """The last evaluation of ``train_command`` (tools/train.py) run on ``regime`` for
+    (``method``, ``seed``) in its directory of ``runs_dir``, with ``extra_args``."""
     directory = run_dir(runs_dir, method, seed)
     command = [*train_command, f"--regime={regime}", f"--method={method}", f"--seed={seed}",
                f"--run_dir={directory}", *extra_args]
@@ -57,7 +52,7 @@ def train(train_command, regime, method, seed, runs_dir, extra_args, stderr):
     return row
 
 
-def table(results, seeds):
+def table(results: Mapping[str, Mapping[str, float]], seeds: Sequence[str]) -> str:
     """The Markdown table of ``results`` {method: {seed: val_top1}}."""
     lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | spread |",
              "| --- |" + " --- |" * (len(seeds) + 2)]

@@ -56,14 +56,10 @@ def test_the_tool_prints_the_summary_and_writes_into_the_run(run_copy):
         assert f.read() in out
 
 
-@pytest.mark.parametrize("no_trajectory, warning", [
-    ("--notrajectory", ""),
-    ("--no_trajectory", "warning: --no_trajectory is deprecated; use --notrajectory.\n"),
-])
-def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path, no_trajectory, warning):
+def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path):
     code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'a'}",
-                           "--class_ids=3,1", "--points_per_class=4", no_trajectory)
-    assert (code, err) == (0, warning)
+                           "--class_ids=3,1", "--points_per_class=4", "--notrajectory")
+    assert (code, err) == (0, "")
     assert "kept checkpoints: not scored (trajectory skipped)" in out
     assert "checkpoint 1/" not in out
     # Labelled rows come first: the 4 drawn rows of each class are its 4 labelled ones.
@@ -140,4 +136,4 @@ def test_help_documents_every_flag_from_the_command_line():
     for flag in ("run_dir", "output_dir", "classes", "class_ids", "points_per_class", "seed",
                  "[no]trajectory"):
         assert f"--{flag}" in result.stdout, flag
-    assert "--[no]no_trajectory: Deprecated: use --notrajectory" in result.stdout
+    assert "no_trajectory" not in result.stdout

@@ -18,53 +18,6 @@ def test_free_ports_are_distinct_and_bindable():
             sock.bind(("127.0.0.1", port))
 
 
-def test_a_deprecated_alias_sets_the_flag_and_warns():
-    values = command_line.new_flag_values()
-    flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=values)
-    command_line.define_deprecated_alias(values, "labeled_per_class", "labelled_per_class")
-    stdout, stderr = io.StringIO(), io.StringIO()
-    _, code = command_line.parse(values, ["tool", "--labeled_per_class=7"], "usage", stdout, stderr)
-    assert code is None and values.labelled_per_class == 7
-    assert stderr.getvalue() == ("warning: --labeled_per_class is deprecated; use "
-                                 "--labelled_per_class.\n")
-    again = command_line.new_flag_values()
-    flags.DEFINE_integer("labelled_per_class", 5, "L.", flag_values=again)
-    command_line.define_deprecated_alias(again, "labeled_per_class", "labelled_per_class")
-    stderr = io.StringIO()
-    command_line.parse(again, ["tool", "--labelled_per_class=3"], "usage", stdout, stderr)
-    assert again.labelled_per_class == 3 and stderr.getvalue() == ""
-
-
-def _negation_flags():
-    values = command_line.new_flag_values()
-    flags.DEFINE_boolean("trajectory", True, "T.", flag_values=values)
-    command_line.define_deprecated_negation(values, "no_trajectory", "trajectory")
-    return values
-
-
-@pytest.mark.parametrize("args, trajectory, stderr", [
-    ((), True, ""),
-    (("--notrajectory",), False, ""),
-    (("--no_trajectory",), False,
-     "warning: --no_trajectory is deprecated; use --notrajectory.\n"),
-    (("--nono_trajectory",), True,
-     "warning: --no_trajectory is deprecated; use --trajectory.\n"),
-])
-def test_a_deprecated_negation_sets_the_opposite_and_warns(args, trajectory, stderr):
-    values, out, err = _negation_flags(), io.StringIO(), io.StringIO()
-    _, code = command_line.parse(values, ["tool", *args], "usage", out, err)
-    assert (code, values.trajectory, err.getvalue()) == (None, trajectory, stderr)
-
-
-def test_a_deprecated_negation_given_with_its_flag_is_an_error():
-    values, out, err = _negation_flags(), io.StringIO(), io.StringIO()
-    _, code = command_line.parse(values, ["tool", "--trajectory", "--no_trajectory"], "usage", out,
-                             err)
-    assert code == 1
-    assert err.getvalue() == ("error: give --trajectory or --notrajectory, not also "
-                              "--no_trajectory.\n")
-
-
 def test_a_default_above_what_is_available_is_lowered_with_a_note():
     values = command_line.new_flag_values()
     flags.DEFINE_integer("classes", 5, "C.", flag_values=values)
@@ -87,7 +40,6 @@ def _origin_flags():
     flags.DEFINE_integer("verbosity", -1, "V.", short_name="v", flag_values=values)
     flags.DEFINE_boolean("small_inputs", False, "S.", flag_values=values)
     flags.DEFINE_integer("labelled_limit", 0, "L.", flag_values=values)
-    command_line.define_deprecated_alias(values, "labeled_limit", "labelled_limit")
     return values
 
 
@@ -97,7 +49,7 @@ def test_flag_origins_follow_absl_the_last_setting_wins(tmp_path):
         "# a comment\n--epochs=40\n--warmup_epochs=10\n--nosmall_inputs\n"
         f"--flagfile={tmp_path / 'inner.flags'}\n")
     values = _origin_flags()
-    argv = ["tool", "--epochs=3", f"--flagfile={tmp_path / 'regime.flags'}", "--labeled_limit",
+    argv = ["tool", "--epochs=3", f"--flagfile={tmp_path / 'regime.flags'}", "--labelled_limit",
             "4", "-v", "0", "--", "--warmup_epochs=1"]
     values(argv)
     assert (values.epochs, values.verbosity, values.labelled_limit) == (40, 0, 4)

@@ -1,16 +1,5 @@
-"""The figures of a `run_analysis.RunAnalysis`, each written to a PNG file.
-
-- `draw_histogram`: the per-class aggregation scores at the latest
-  checkpoint (and the first kept one, for contrast);
-- `draw_trajectory`: the mean score of every evaluated epoch (from
-  ``metrics.jsonl``) with the warm-up / LLP boundary, and the per-class
-  scores at the kept checkpoints;
-- `draw_mds`: the 2-D MDS of the sampled bank rows, coloured by class,
-  labelled rows drawn larger.
-
-Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no
-display, no global state).
-"""
+"""The figures of a `run_analysis.RunAnalysis`, each written to a PNG file on matplotlib's
+Agg canvas (no pyplot)."""
 
 import math
 from typing import TYPE_CHECKING
@@ -20,22 +9,16 @@ import numpy as np
 from llp_tf.after_training.analysis.summary import checkpoint_name, class_label
 from llp_tf.counted_nouns import counted
 
-if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
+if TYPE_CHECKING:
     from llp_tf.after_training.analysis.run_analysis import RunAnalysis
 
-# Above this many classes the trajectory draws a percentile band instead of
-# one line per class (a legend of more entries is unreadable).
+# Above this many classes the trajectory draws a percentile band instead of lines.
 MAX_CLASS_LINES = 20
-# The band's percentiles when there are too many classes for lines.
 BAND_PERCENTILES = (10, 90)
-# Histogram bins: about two per sqrt(classes), within these bounds.
 MIN_BINS, MAX_BINS = 8, 50
-# Room above the tallest bar for the legend.
 HISTOGRAM_HEADROOM = 1.45
 FIGURE_DPI = 120
-# Least padding (epochs) around the checkpoint markers of the trajectory plot.
 CHECKPOINT_AXIS_PAD_EPOCHS = 0.25
-# Marker areas (points^2) of unlabelled and labelled rows in the MDS plot.
 UNLABELLED_MARKER_AREA = 14
 LABELLED_MARKER_AREA = 90
 

@@ -1,10 +1,5 @@
-"""A 2-D metric MDS of bank rows of a few classes (the paper's Figure 2).
-
-Distances are the euclidean (chord) distances between the unit rows,
-``sqrt(2 - 2 cos)``: a true metric, unlike ``1 - cos``, and the same
-neighbour order as the cosine similarity LLP uses. Classes and rows are
-seeded draws, so a projection is reproducible.
-"""
+"""A 2-D metric MDS of bank rows of a few seeded classes (the paper's Figure 2), on the
+chord distances ``sqrt(2 - 2 cos)`` of the unit rows."""
 
 import dataclasses
 from collections.abc import Sequence
@@ -15,22 +10,13 @@ from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError
 from llp_tf.tensor_types import Array
 
-# SMACOF iterations of the MDS (scikit-learn's default); the classical-MDS
-# start makes it converge in far fewer on the small samples drawn here.
+# scikit-learn's default.
 MDS_MAX_ITERATIONS = 300
 
 
 def choose_classes(counts: Array, num_chosen: int, seed: int) -> Array:
-    """int64 [num_chosen]: a seeded draw of classes that have rows, sorted.
-
-    Args:
-      counts: int [C], rows per class.
-      num_chosen: int, classes wanted.
-      seed: int.
-
-    Raises:
-      ConfigError: fewer classes with rows than ``num_chosen``.
-    """
+    """int64 [num_chosen]: a sorted seeded draw of the classes with rows (``counts`` int
+    [C]); ConfigError when fewer have rows."""
     present = np.flatnonzero(np.asarray(counts) > 0)
     if num_chosen > present.size:
         raise ConfigError(
@@ -62,22 +48,8 @@ def mds_classes(counts: Array, num_chosen: int | None, class_ids: Sequence[int] 
 
 def sample_rows(true_classes: Array, is_labelled: Array, class_ids: Sequence[int] | Array,
                 points_per_class: int, seed: int) -> Array:
-    """Bank rows to draw in the MDS plot: up to ``points_per_class`` per class.
-
-    The labelled rows of a class come first (a seeded draw of them if there
-    are more than ``points_per_class``), then a seeded draw of its
-    unlabelled rows fills the rest.
-
-    Args:
-      true_classes: int [N].
-      is_labelled: bool [N].
-      class_ids: int [K], the classes to sample.
-      points_per_class: int > 0.
-      seed: int.
-
-    Returns:
-      int64 [P], bank rows grouped by class in the order of ``class_ids``.
-    """
+    """int64 [P]: up to ``points_per_class`` bank rows of each of ``class_ids``, grouped by
+    class, labelled rows first, then a seeded draw of unlabelled ones."""
     rng = np.random.default_rng(seed)
     true_classes = np.asarray(true_classes)
     is_labelled = np.asarray(is_labelled, bool)
@@ -93,32 +65,20 @@ def sample_rows(true_classes: Array, is_labelled: Array, class_ids: Sequence[int
 
 
 def chord_distances(rows: Array) -> Array:
-    """float64 [P, P]: euclidean distances between the rows scaled to unit norm.
-
-    Args:
-      rows: float [P, D], nonzero rows.
-    """
+    """float64 [P, P]: euclidean distances between ``rows`` float [P, D] scaled to unit norm."""
     unit = np.asarray(rows, np.float64)
     unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
     cosine = np.clip(unit @ unit.T, -1.0, 1.0)
     distances = np.sqrt(np.maximum(2.0 - 2.0 * cosine, 0.0))
-    distances = (distances + distances.T) / 2.0  # exact symmetry for MDS
+    distances = (distances + distances.T) / 2.0
     np.fill_diagonal(distances, 0.0)
     return distances
 
 
 def mds_2d(rows: Array, seed: int) -> tuple[Array, float]:
-    """Metric 2-D MDS of rows by their chord distances (see the module docstring).
-
-    Args:
-      rows: float [P, D], P >= 2.
-      seed: int, the random state of scikit-learn's SMACOF.
-
-    Returns:
-      (coordinates float64 [P, 2], normalised stress (Stress-1) float; 0 is a
-      perfect fit, above about 0.2 a poor one).
-    """
-    from sklearn.manifold import MDS  # noqa: PLC0415 -- scikit-learn imports slowly
+    """(coordinates float64 [P, 2], Stress-1: 0 a perfect fit, above 0.2 a poor one) of a
+    metric MDS of ``rows`` float [P, D] by chord distance."""
+    from sklearn.manifold import MDS  # noqa: PLC0415
 
     mds = MDS(n_components=2, metric_mds=True, metric="precomputed", init="classical_mds",
               max_iter=MDS_MAX_ITERATIONS, random_state=seed, normalized_stress=True)
@@ -128,16 +88,8 @@ def mds_2d(rows: Array, seed: int) -> tuple[Array, float]:
 
 @dataclasses.dataclass(frozen=True)
 class MDSProjection:
-    """A 2-D MDS of a sample of bank rows.
-
-    Attributes:
-      class_ids: int64 [K], the classes drawn.
-      rows: int64 [P], the bank rows drawn.
-      classes: int64 [P], their true classes.
-      labelled: bool [P], which of them are labelled.
-      coordinates: float64 [P, 2].
-      stress: float, Stress-1 of the fit.
-    """
+    """A 2-D MDS of bank ``rows`` int64 [P] of ``class_ids`` int64 [K]: their ``classes``
+    int64 [P], ``labelled`` bool [P], ``coordinates`` float64 [P, 2] and Stress-1."""
 
     class_ids: np.ndarray
     rows: np.ndarray

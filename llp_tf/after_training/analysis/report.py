@@ -1,19 +1,6 @@
-"""Renders a `run_analysis.RunAnalysis`: figures, a text summary and a JSON record.
-
-Files written by `write_report` into the output directory:
-
-- ``aggregation_histogram.png``, ``aggregation_trajectory.png``, ``mds.png``:
-  the figures of `figures`;
-- ``analysis_summary.txt``: `summary.summary_text`;
-- ``analysis.json``: `analysis_record`.
-
-All files are first written into a temporary directory next to their
-destination and then renamed into place, analysis.json first, so an
-interrupted run leaves no half-written file. Files of these names are
-replaced only when they are an earlier report's: when the folder's
-analysis.json is an analysis record (`REPORT_MARKER` keys); other files of
-the folder are never touched.
-"""
+"""Writes a `run_analysis.RunAnalysis` (`write_report`): the `figures`, the
+`summary.summary_text` and analysis.json (`analysis_record`), replacing only an earlier
+report's files."""
 
 import json
 import math
@@ -28,7 +15,7 @@ from llp_tf.after_training.analysis.summary import summary_text
 from llp_tf.counted_nouns import listed
 from llp_tf.errors import ConfigError
 
-if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
+if TYPE_CHECKING:
     from llp_tf.after_training.analysis.run_analysis import RunAnalysis
 
 HISTOGRAM_FILE = "aggregation_histogram.png"
@@ -89,8 +76,7 @@ def analysis_record(analysis: "RunAnalysis") -> dict[str, Any]:
 
 
 def check_output_dir(output_dir: str) -> None:
-    """Raises ConfigError if ``output_dir`` holds files of the report's names
-    (`REPORT_FILES`) that are not an earlier report's: without an analysis.json
+    """Raises ConfigError if ``output_dir`` holds `REPORT_FILES` without an analysis.json
     holding `REPORT_MARKER`."""
     present = [name for name in REPORT_FILES if os.path.lexists(os.path.join(output_dir, name))]
     if not present:
@@ -107,15 +93,8 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
-    """Writes the five files (module docstring) into ``output_dir`` atomically.
-
-    Returns:
-      dict of file name -> written path, in writing order.
-
-    Raises:
-      ConfigError: ``output_dir`` holds files of their names that are not an
-        earlier report (`check_output_dir`); nothing is written then.
-    """
+    """Writes the five files into ``output_dir`` atomically (analysis.json first); returns
+    file name -> path. ConfigError: `check_output_dir`, before anything is written."""
     check_output_dir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".analysis-", dir=output_dir)
@@ -129,8 +108,8 @@ def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
             json.dump(analysis_record(analysis), f, indent=1)
             f.write("\n")
         written = {name: os.path.join(output_dir, name) for name in REPORT_FILES}
-        check_output_dir(output_dir)  # again, just before replacing
-        for name in (JSON_FILE,) + REPORT_FILES[:-1]:  # the marker first
+        check_output_dir(output_dir)
+        for name in (JSON_FILE,) + REPORT_FILES[:-1]:
             os.replace(os.path.join(staging, name), written[name])
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -1,20 +1,7 @@
-"""Analysis of a trained LLP run's embedding (the paper's "Analysis of the embedding").
-
-- Aggregation score of a class: the L2 norm of the mean of the bank rows
-  (unit vectors) of the class's examples. 1 means every row of the class is
-  the same point; rows spread evenly over the sphere give about 0. The mean
-  over classes is what `llp_tf.training.evaluation.Evaluator` logs as
-  ``aggregation_score`` (both from `llp_tf.core.bank_statistics`). Computed
-  on the examples' true classes, and on the bank's own labels (true classes
-  of labelled rows, pseudo classes of propagated ones).
-- Its trajectory: the scores at each kept checkpoint of the run, and the
-  mean score per evaluated epoch from the run's ``metrics.jsonl``.
-- A 2-D metric MDS of a sample of the bank rows of a few classes (the
-  paper's Figure 2; `mds`).
-
-`analyze_run` does all of it for a run directory; `report` draws and
-writes the results.
-"""
+"""Analysis of a trained LLP run's embedding (the paper's "Analysis of the embedding"):
+aggregation scores (`llp_tf.core.bank_statistics`) on true and on the bank's own labels, at
+the latest and every kept checkpoint and per evaluated epoch, and a 2-D MDS of a few classes
+(the paper's Figure 2). `analyze_run` does it for a run directory; `report` writes it."""
 
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -36,19 +23,8 @@ from llp_tf.tensor_types import Array
 
 @dataclasses.dataclass(frozen=True)
 class BankState:
-    """Scores of the bank at one checkpoint.
-
-    Attributes:
-      checkpoint: str, its path.
-      step: int, its global step.
-      epoch: float, ``step / steps per epoch`` (fractional mid-epoch).
-      true: `AggregationScores` on the examples' true classes.
-      pseudo: `AggregationScores` on the bank's own labels.
-      pseudo_labels: `PseudoLabelStats`.
-      all_rows_score: float, the score of all rows pooled as one class: a
-        baseline, high when the whole bank has collapsed towards one
-        direction (then every class scores high without being separated).
-    """
+    """Scores of the bank at one checkpoint (``epoch``: fractional); ``all_rows_score``, of
+    all rows pooled as one class, is high when the whole bank has collapsed."""
 
     checkpoint: str
     step: int
@@ -61,13 +37,7 @@ class BankState:
 
 def bank_state(run: run_loader.TrainedRun, true_classes: Array,
                steps_per_epoch: int) -> BankState:
-    """`BankState` of the checkpoint currently restored in ``run`` (a `TrainedRun`).
-
-    Args:
-      run: `TrainedRun` of an LLP run.
-      true_classes: int64 [N], the true class of each bank row.
-      steps_per_epoch: int, training steps of one epoch.
-    """
+    """`BankState` of the checkpoint restored in ``run``; ``true_classes`` int64 [N]."""
     bank = run.bank
     labels = bank.labels.numpy()
     embeddings = bank.embeddings.numpy()
@@ -85,17 +55,7 @@ def bank_state(run: run_loader.TrainedRun, true_classes: Array,
 def checkpoint_trajectory(run: run_loader.TrainedRun, true_classes: Array,
                           steps_per_epoch: int,
                           report: Callable[[str], None] | None = None) -> list[BankState]:
-    """`BankState` at every kept checkpoint of the run, oldest first.
-
-    Restores each checkpoint into ``run`` in turn and the originally restored
-    one at the end, so ``run`` is left as it was.
-
-    Args:
-      run: `TrainedRun` of an LLP run.
-      true_classes: int64 [N], the true class of each bank row.
-      steps_per_epoch: int.
-      report: optional callable taking a progress line (str).
-    """
+    """`BankState` at every kept checkpoint, oldest first; ``run`` is left as it was."""
     original = run.checkpoint
     paths = run_loader.checkpoint_paths(run.run_dir)
     states = []
@@ -123,17 +83,8 @@ class EvaluatedEpoch:
 
 
 def read_metrics_history(run_dir: str) -> list[EvaluatedEpoch]:
-    """The aggregation score of every evaluated epoch in the run's metrics file.
-
-    A resumed run may have evaluated an epoch twice; the last line wins.
-
-    Returns:
-      list of `EvaluatedEpoch` sorted by epoch; empty when the file is absent
-      or holds no aggregation score (e.g. a supervised run).
-
-    Raises:
-      DataError: a line that is not JSON.
-    """
+    """`EvaluatedEpoch`s of the run's metrics file by epoch (an epoch's last line wins);
+    DataError: a line that is not JSON."""
     by_epoch = {}
     for entry in RunDirectory(run_dir).read_metrics():
         if "aggregation_score" in entry and "epoch" in entry:
@@ -146,24 +97,7 @@ def read_metrics_history(run_dir: str) -> list[EvaluatedEpoch]:
 
 @dataclasses.dataclass(frozen=True)
 class RunAnalysis:
-    """Everything `analyze_run` found; see `report` for its rendering.
-
-    Attributes:
-      run_dir: str.
-      dataset: str, the run's dataset name.
-      class_names: tuple of C str.
-      num_rows: int, N bank rows.
-      num_labelled: int, M.
-      warmup_epochs: int, epochs of instance recognition before LLP.
-      epochs: int, the run's planned epochs.
-      steps_per_epoch: int.
-      latest: `BankState` of the analysed (latest) checkpoint.
-      trajectory: list of `BankState`, one per kept checkpoint (empty when
-        skipped).
-      history: list of `EvaluatedEpoch` from ``metrics.jsonl``.
-      mds: `MDSProjection` of the latest checkpoint's bank.
-      mds_seed: int.
-    """
+    """Everything `analyze_run` found (``trajectory`` empty when skipped)."""
 
     run_dir: str
     dataset: str
@@ -181,8 +115,7 @@ class RunAnalysis:
 
 
 def _run_data(run_dir, report):
-    """(config, dataset info, used_index, true class of each bank row) of an LLP run,
-    checking that the dataset still is the one the run trained on."""
+    """(config, dataset info, used_index, true class of each bank row) of an LLP run."""
     config = run_loader.read_config(run_dir)
     if not method_class(config.method.name).keeps_bank:
         raise ConfigError(
@@ -208,30 +141,14 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
                 seed: int = 0, trajectory: bool = True, class_ids: Sequence[int] | None = None,
                 report: Callable[[str], None] | None = None,
                 mds_classes_for: Callable[[int], int] | None = None) -> RunAnalysis:
-    """Scores, trajectory and MDS of an LLP run's memory bank.
-
-    Args:
-      run_dir: str, a run directory written by `llp_tf.training.run_training`.
-      num_mds_classes: int > 0, classes in the MDS (a seeded draw), unless
-        ``class_ids`` is given.
-      points_per_class: int > 0, rows drawn per MDS class.
-      seed: int, seeds the class draw, the row draw and the MDS.
-      trajectory: bool, restore every kept checkpoint for the per-checkpoint
-        scores (False: the latest only).
-      class_ids: optional sequence of int, the MDS classes.
-      report: optional callable taking a progress line (str).
-      mds_classes_for: optional callable given the number of classes with
-        bank rows, returning the number of MDS classes to draw instead of
-        ``num_mds_classes`` (e.g. a default lowered to what the run has).
-
-    Returns:
-      `RunAnalysis`.
+    """`RunAnalysis` of an LLP run's memory bank: ``num_mds_classes`` (or
+    ``mds_classes_for(classes with rows)``, or ``class_ids``) x ``points_per_class`` rows in
+    the MDS, seeded by ``seed``; ``report`` takes progress lines.
 
     Raises:
-      ConfigError: not a run directory, a supervised run (no memory bank),
-        no checkpoint, or MDS settings the run cannot satisfy.
-      DataError: the run's dataset cannot be opened or no longer matches
-        its split.
+      ConfigError: not a run directory, a run without a bank, no checkpoint, or MDS
+        settings the run cannot satisfy.
+      DataError: the run's dataset cannot be opened or no longer matches its split.
     """
     report = report or (lambda line: None)
     if num_mds_classes is not None and num_mds_classes <= 0:
@@ -240,7 +157,6 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
         raise ConfigError(f"The points per class must be positive; got {points_per_class}.")
     config, info, used_index, true_classes = _run_data(run_dir, report)
     counts = np.bincount(true_classes, minlength=info.num_classes)
-    # Bad MDS settings fail here, before the slow restores.
     class_ids = _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for)
     report(f"Restoring the latest checkpoint of {run_dir}.")
     run = run_loader.load_run(run_dir, num_classes=info.num_classes)

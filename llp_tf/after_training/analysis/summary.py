@@ -1,10 +1,5 @@
-"""The text summary of a `run_analysis.RunAnalysis`, and how classes and checkpoints are named.
-
-`summary_text` is what ``tools/analyze.py`` prints and
-``analysis_summary.txt`` holds: the mean aggregation score and the extreme
-classes at the latest checkpoint, the change over the kept checkpoints and
-over the logged epochs, the pseudo labels' accuracy and the MDS projection.
-"""
+"""The text summary of a `run_analysis.RunAnalysis` (`summary_text`), and how classes and
+checkpoints are named."""
 
 import math
 import os
@@ -15,7 +10,7 @@ import numpy as np
 
 from llp_tf.counted_nouns import counted
 
-if TYPE_CHECKING:  # for the annotations only: drawing and reporting need no TensorFlow
+if TYPE_CHECKING:
     from llp_tf.after_training.analysis.run_analysis import BankState, RunAnalysis
 
 # Classes named in the summary's "tightest" and "loosest" lists.
@@ -29,8 +24,7 @@ def class_label(class_names: Sequence[str], class_id: int) -> str:
 
 
 def epoch_text(epoch: float) -> str:
-    """str of an epoch count that may be fractional (a checkpoint inside an
-    epoch): ``40`` at an epoch's end, ``12.60`` inside one."""
+    """``40`` at an epoch's end, ``12.60`` inside one."""
     return str(int(epoch)) if float(epoch).is_integer() else f"{epoch:.2f}"
 
 

@@ -1,7 +1,4 @@
-"""What an export wrote, in the lines tools/export.py prints: the folder and its size,
-the input of the signatures, each signature's outputs, the ONNX model's input and
-outputs, and how to try it, from the export info dict `saved_model.save_module`
-returns."""
+"""What an export wrote, in the lines tools/export.py prints, from its export info."""
 
 import os
 from typing import Any, Mapping
@@ -29,7 +26,7 @@ def describe_signatures(info: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def describe_onnx(onnx_info, output_dir):
+def describe_onnx(onnx_info: Mapping[str, Any], output_dir: str) -> str:
     """The line naming the ONNX model of an export info's "onnx" entry."""
     (name, spec), = onnx_info["input"].items()
     outputs = ", ".join(f"{output} {output_spec['dtype']} {output_spec['shape']}"
@@ -39,9 +36,8 @@ def describe_onnx(onnx_info, output_dir):
             f"(docs/onnx.md) -> {outputs}")
 
 
-def written_lines(info, output_dir, include_onnx):
-    """The lines (list of str) about the export in ``output_dir`` with the export info
-    dict ``info``; with ``include_onnx``, its model.onnx too."""
+def written_lines(info: Mapping[str, Any], output_dir: str, include_onnx: bool) -> list[str]:
+    """The lines about the export in ``output_dir`` (with ``include_onnx``, its model.onnx)."""
     lines = [f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
              f"{EXPORT_INFO_FILE}",
              f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "

@@ -1,10 +1,5 @@
-"""The functions a SavedModel export serves: `InferenceModule`.
-
-Every signature takes raw uint8 images [B, H, W, C] of any size (C = 1 or
-3) and applies the evaluation resize and centre crop inside; `saved_model`
-writes it with its description and states the signatures' outputs. Class
-indices and bank rows are int64 in every signature.
-"""
+"""The functions a SavedModel export serves (`InferenceModule`): each takes raw uint8
+images [B, H, W, C] (C = 1 or 3) and applies the evaluation resize and crop inside."""
 
 from collections.abc import Sequence
 
@@ -16,9 +11,7 @@ from llp_tf.core import hyperparameters, label_encoding, propagation
 from llp_tf.data.augmentation import eval_transform
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor, Tensor
 
-# The paper reports top-1 and top-5 accuracy; classify returns the five best.
 TOP_CLASSES = 5
-# Channel counts the signatures accept: grayscale (repeated to RGB) or RGB.
 GRAYSCALE_CHANNELS = 1
 RGB_CHANNELS = 3
 # The class of a knn neighbour that has no class (an instance id in the bank).
@@ -29,33 +22,20 @@ CLASSIFY = "classify"
 KNN = "knn"
 SERVING_DEFAULT = "serving_default"
 
-# The rank is left open in the signatures so that an image without its batch
-# dimension reaches the graph's own check (`_as_batch`), which names the
-# mistake; with a declared rank 4, the graph optimiser assumes rank 4 and the
-# call fails later with a bare shape error.
+# An open rank, so that an image without its batch dimension reaches `_as_batch`'s message.
 IMAGES_SPEC = tf.TensorSpec(None, tf.uint8, name="images")
 IMAGES_RANK = 4
 
 
 def bank_classes(labels: Array, num_classes: int) -> Array:
-    """int64 [N]: the class of each bank row, `NO_CLASS` (-1) where it holds an
-    instance id (`label_encoding.classes_or`)."""
+    """int64 [N]: the class of each bank row, `NO_CLASS` where it holds an instance id."""
     return label_encoding.classes_or(labels, num_classes, NO_CLASS)
 
 
 class InferenceModule(tf.Module):
-    """The exported functions of a trained model (see the module docstring).
-
-    Args:
-      model: a built `EmbeddingClassifier` (any layer returning the dict of `EmbeddingClassifier`).
-      image_size: int S, the side the evaluation transform crops to.
-      class_names: sequence of C str.
-      bank_embeddings: optional float32 [N, D], memory-bank rows; with
-        ``bank_classes`` adds the ``knn`` function.
-      bank_classes: optional int64 [N], the class of each row, -1 for none.
-      k: int, neighbours of the knn function (capped at N).
-      temperature: float tau of the knn vote's weights.
-    """
+    """The exported functions of a built model (a layer returning `EmbeddingClassifier`'s
+    dict); ``bank_embeddings`` float32 [N, D] with ``bank_classes`` int64 [N] add ``knn``
+    (``k`` neighbours, capped at N, voting with weights ``exp(similarity / temperature)``)."""
 
     def __init__(self, model: keras.layers.Layer, image_size: int, class_names: Sequence[str],
                  bank_embeddings: Array | None = None, bank_classes: Array | None = None,
@@ -84,15 +64,12 @@ class InferenceModule(tf.Module):
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _hold_untracked(self, model):
-        """Keeps the Keras model out of what `tf.saved_model.save` writes: each
-        Keras 3 variable would be written a second time, as a copy that no
-        signature reads (`trace_signatures` tracks the variables they read)."""
+        """Keeps the Keras model out of the SavedModel, which would hold each Keras 3
+        variable twice (`trace_signatures` tracks the variables read)."""
         self._model = model
 
     def preprocess(self, images: IntTensor) -> FloatTensor:
-        """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3]: the evaluation
-        transform every signature applies before the network (the ONNX model's
-        input, `onnx_model.preprocess_for_onnx`)."""
+        """uint8 [B, H, W, 1 or 3] -> float32 [B, S, S, 3], the evaluation transform."""
         images = _as_batch(images)
         shape = tf.shape(images)
         channels = shape[3]
@@ -101,12 +78,9 @@ class InferenceModule(tf.Module):
         checks = [
             tf.debugging.Assert(valid, [
                 "images must have 1 (grayscale) or 3 (RGB) channels; got", channels]),
-            # The network's graph fails on an empty batch with an obscure
-            # shape error; say what is wrong instead.
             tf.debugging.Assert(shape[0] > 0, ["images must hold at least one image"]),
         ]
         with tf.control_dependencies(checks):
-            # 3 // 1 repeats a grayscale channel three times; 3 // 3 keeps RGB.
             images = tf.tile(images, [1, 1, 1, RGB_CHANNELS // channels])
         images = tf.ensure_shape(images, [None, None, None, RGB_CHANNELS])
         return tf.map_fn(
@@ -134,12 +108,10 @@ class InferenceModule(tf.Module):
                 "top5_probabilities": top_probabilities, "top5_names": names}
 
     def _knn(self, images):
-        """uint8 [B, H, W, C] -> nearest bank rows and their weighted vote."""
         embedding = self._outputs(images)["embedding"]
         similarity = tf.matmul(embedding, self.bank_embeddings, transpose_b=True)
         top_similarity, rows = tf.math.top_k(similarity, k=self.knn_k, index_type=tf.int64)
         classes = tf.gather(self.bank_classes, rows)
-        # Neighbours without a class (NO_CLASS) do not vote.
         probabilities = propagation.class_vote(top_similarity / self._temperature, classes,
                                                self.num_classes)
         voted = tf.reduce_any(label_encoding.is_class(classes, self.num_classes), axis=1)
@@ -151,14 +123,9 @@ class InferenceModule(tf.Module):
                 "knn_confidence": tf.reduce_max(probabilities, axis=1)}
 
     def trace_signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
-        """dict name -> concrete function, for `tf.saved_model.save`.
-
-        Also sets ``served_variables``, every `tf.Variable` the signatures
-        read, so that the SavedModel's saver restores them: a Keras 3 variable
-        is a wrapper that `tf.saved_model.save` writes as a new copy, while
-        the graph reads the `tf.Variable` inside it, which TensorFlow's C++
-        loader (saved_model_cli, TF Serving) then finds uninitialised.
-        """
+        """dict name -> concrete function, for `tf.saved_model.save`; sets
+        ``served_variables`` to the `tf.Variable`s they read, which TensorFlow's C++ loader
+        would otherwise find uninitialised (Keras 3 wraps them)."""
         classify = self.classify.get_concrete_function()
         signatures = {EMBED: self.embed.get_concrete_function(), CLASSIFY: classify,
                       SERVING_DEFAULT: classify}
@@ -179,6 +146,5 @@ def _as_batch(images: IntTensor) -> IntTensor:
         tf.shape(images)])
     with tf.control_dependencies([rank_check]):
         shape = tf.shape(images)
-    # A reshape, not tf.ensure_shape or set_shape: the graph optimiser would
-    # carry their rank back to the input and drop the check as always true.
+    # Not tf.ensure_shape: the optimiser would carry its rank back and drop the check.
     return tf.reshape(images, [shape[i] for i in range(IMAGES_RANK)])

@@ -1,20 +1,6 @@
-"""A trained run's network as an ONNX model, and the preprocessing its callers do.
-
-`write_onnx_model` converts the network the SavedModel serves (the model a
-run exports, `TrainedRun.model`: Mean Teacher's teacher), in inference mode,
-with tf2onnx to one ONNX file (opset `OPSET`). Unlike the SavedModel's
-signatures it does not preprocess: its one input ``images`` is float32
-[batch, S, S, 3] (NHWC, RGB; ``batch`` >= 1 is dynamic, S the run's image
-size), images the evaluation transform has already made
-(`preprocess_for_onnx`), and it returns, for those images, what the
-SavedModel's signatures return for the raw ones:
-
-- ``probabilities`` float32 [batch, C]: ``classify``'s probabilities;
-- ``embedding`` float32 [batch, D]: ``embed``'s unit-norm embedding.
-
-The file's metadata (``metadata_props``) holds the class names (a JSON
-list) and S. Running it with ONNX Runtime: docs/onnx.md.
-"""
+"""A trained run's network as an ONNX model (docs/onnx.md): ``images`` float32
+[batch, S, S, 3] already preprocessed (`preprocess_for_onnx`) in, ``probabilities`` float32
+[batch, C] and ``embedding`` float32 [batch, D] out; class names and S in its metadata."""
 
 import json
 from collections.abc import Iterable, Sequence
@@ -28,13 +14,11 @@ from llp_tf.errors import ConfigError
 from llp_tf.tensor_types import Array
 
 ONNX_FILE = "model.onnx"
-# Opset 17 (ONNX 1.12) has every op of the network; tf2onnx 1.17 writes up to 18.
 OPSET = 17
 INPUT = "images"
 PROBABILITIES = "probabilities"
 EMBEDDING = "embedding"
 BATCH_AXIS = "batch"
-# Keys of the file's metadata_props.
 CLASS_NAMES_KEY = "class_names"
 IMAGE_SIZE_KEY = "image_size"
 
@@ -49,7 +33,7 @@ def input_doc(image_size: int) -> dict[str, dict[str, str]]:
 def _converter():
     """The modules tf2onnx and onnx; ConfigError when either is missing."""
     try:
-        import onnx  # noqa: PLC0415 -- needed only by --onnx
+        import onnx  # noqa: PLC0415
         import tf2onnx  # noqa: PLC0415
     except ImportError as error:
         raise ConfigError(
@@ -66,8 +50,8 @@ def require_converter() -> None:
 
 def network_function(model: keras.layers.Layer,
                      image_size: int) -> tf.types.experimental.PolymorphicFunction:
-    """The function converted: float32 [B, S, S, 3] preprocessed images ->
-    {"probabilities": float32 [B, C], "embedding": float32 [B, D]}."""
+    """float32 [B, S, S, 3] preprocessed images -> {"probabilities": float32 [B, C],
+    "embedding": float32 [B, D]}."""
     @tf.function(input_signature=[_input_spec(image_size)])
     def network(images):
         outputs = model(images, training=False)
@@ -82,17 +66,8 @@ def _input_spec(image_size):
 
 def write_onnx_model(model: keras.layers.Layer, image_size: int, class_names: Sequence[str],
                      path: str) -> None:
-    """Converts ``model`` (`network_function`) and writes the ONNX file ``path``.
-
-    Args:
-      model: a built `EmbeddingClassifier` (the run's exported model).
-      image_size: int S.
-      class_names: sequence of C str, stored in the file's metadata.
-      path: str, the .onnx file to write.
-
-    Raises:
-      ConfigError: tf2onnx or onnx is missing, or the conversion failed.
-    """
+    """Converts ``model`` (`network_function`) to the ONNX file ``path`` with ``class_names``
+    in its metadata. ConfigError: tf2onnx or onnx is missing, or the conversion failed."""
     tf2onnx, onnx = _converter()
     try:
         proto, _ = tf2onnx.convert.from_function(
@@ -100,7 +75,7 @@ def write_onnx_model(model: keras.layers.Layer, image_size: int, class_names: Se
             opset=OPSET)
         _name_batch_axis(proto)
         onnx.checker.check_model(proto, full_check=True)
-    except Exception as error:  # tf2onnx raises many kinds; all mean the same to a user
+    except Exception as error:  # noqa: BLE001 -- tf2onnx raises many kinds
         raise ConfigError(
             f"tf2onnx {tf2onnx.__version__} could not convert the network to ONNX opset "
             f"{OPSET} ({type(error).__name__}: {error}); export without --onnx.") from error
@@ -110,30 +85,14 @@ def write_onnx_model(model: keras.layers.Layer, image_size: int, class_names: Se
 
 
 def _name_batch_axis(proto):
-    """Names the dynamic first axis of the inputs and outputs `BATCH_AXIS`
-    (tf2onnx leaves made-up names such as unk__155)."""
+    """Names the dynamic first axis of the inputs and outputs `BATCH_AXIS`."""
     for value in list(proto.graph.input) + list(proto.graph.output):
         value.type.tensor_type.shape.dim[0].dim_param = BATCH_AXIS
 
 
 def preprocess_for_onnx(images: Iterable[Array], image_size: int) -> Array:
-    """The SavedModel's preprocessing (`eval_transform.eval_preprocess`), in numpy.
-
-    For each image: grayscale repeated to RGB; the short side resized to
-    ``eval_transform.eval_short_side(S)`` (long side rounded) with TensorFlow's
-    antialiased bilinear resize (``tf.image.resize(..., "bilinear",
-    antialias=True)``: a triangle kernel stretched by the downscale factor,
-    its weights normalised per output pixel); the central S x S window; /
-    255; ImageNet mean/std normalisation.
-
-    Args:
-      images: uint8 [N, H, W, C], or a sequence of N uint8 [H_i, W_i, C]
-        arrays of any sizes; C = 1 (grayscale) or 3 (RGB).
-      image_size: int S, the run's image size.
-
-    Returns:
-      float32 [N, S, S, 3], the ONNX model's ``images``.
-    """
+    """float32 [N, S, S, 3]: the SavedModel's preprocessing (`eval_transform.eval_preprocess`)
+    in numpy of uint8 [N, H, W, C] or N uint8 [H_i, W_i, C] of any sizes, C = 1 or 3."""
     short_side = eval_transform.eval_short_side(image_size)
     mean = np.asarray(weak.IMAGENET_MEAN)
     std = np.asarray(weak.IMAGENET_STD)
@@ -147,7 +106,6 @@ def preprocess_for_onnx(images: Iterable[Array], image_size: int) -> Array:
         top, left = (height - image_size) // 2, (width - image_size) // 2
         rows = _resize_weights(image.shape[0], height)[top:top + image_size]
         columns = _resize_weights(image.shape[1], width)[left:left + image_size]
-        # Rows, then columns: [S, H] x [H, W, C] -> [S, W, C]; x [S, W] -> [S, S, C].
         resized = np.einsum("lk,ikc->ilc", columns, np.einsum("ij,jkc->ikc", rows, image))
         unit = np.clip(np.broadcast_to(resized, resized.shape[:2] + (3,)) / 255.0, 0.0, 1.0)
         batch.append((unit - mean) / std)
@@ -155,8 +113,7 @@ def preprocess_for_onnx(images: Iterable[Array], image_size: int) -> Array:
 
 
 def _resized_shape(height, width, short_side):
-    """(height, width) with the short side ``short_side`` and the long one
-    rounded half to even, computed in float32 as `eval_transform.resize_short_side`."""
+    """(height, width) as `eval_transform.resize_short_side` computes them (float32)."""
     shape = np.array([height, width], np.float32)
     scale = np.float32(short_side) / shape.min()
     resized = np.maximum(np.round(shape * scale).astype(np.int64), short_side)
@@ -165,12 +122,8 @@ def _resized_shape(height, width, short_side):
 
 
 def _resize_weights(size, new_size):
-    """float64 [new_size, size]: output pixel i of an antialiased bilinear resize
-    is the weighted sum of the input pixels j with weights
-    max(0, 1 - |j + 0.5 - (i + 0.5) * size / new_size| / max(size / new_size, 1)),
-    normalised to sum 1 (TensorFlow's ScaleAndTranslate, triangle kernel).
-    Positions are float32 as there, size / new_size being 1 / (new_size / size):
-    rounded otherwise, a weight moves by up to 2e-5 at S = 224."""
+    """float64 [new_size, size]: the weights of TensorFlow's antialiased bilinear resize
+    (ScaleAndTranslate, triangle kernel), with its float32 positions."""
     scale = np.float32(new_size) / np.float32(size)
     stretch = np.float32(1.0 / np.float64(scale))
     centres = (np.arange(new_size, dtype=np.float32) + np.float32(0.5)) * stretch

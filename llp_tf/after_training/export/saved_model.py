@@ -1,41 +1,8 @@
-"""A trained run as a self-contained TensorFlow SavedModel for inference.
-
-`export_run` writes the model of a `TrainedRun` (and optionally its memory
-bank) as a SavedModel of TensorFlow ops and variables only: it loads with
-``tf.saved_model.load(path)`` without llp_tf, and with TensorFlow's C++
-loader (``saved_model_cli run``; TF Serving uses the same), and runs the
-evaluation transform (`eval_transform.eval_preprocess`) and the network, in
-inference mode, inside. Every signature (``loaded.signatures[name]``, also
-``loaded.<name>``) takes ``images`` uint8 [B, H, W, C] (B >= 1, any H and W,
-one size per call, C = 1 or 3; another rank is refused with a message that
-asks for the batch dimension) and returns a dict of:
-
-- ``embed``: ``embedding`` float32 [B, D], unit norm; ``features`` float32
-  [B, F], the pooled trunk output.
-- ``classify`` (also ``serving_default``): ``probabilities`` float32 [B, C];
-  ``top5_classes`` int64, ``top5_probabilities`` float32 and ``top5_names``
-  string, each [B, min(5, C)], best first.
-- ``knn`` (``include_knn=True``; the bank is stored, each row with a class or
-  -1, `inference_module.bank_classes`): ``neighbor_rows`` int64,
-  ``neighbor_similarities`` float32, ``neighbor_classes`` int64, each [B, K],
-  the K = min(k, N) rows with the largest ``embedding . row``, best first;
-  the weighted k-NN vote of eq. 5-6 among those with a class (weights
-  ``exp(similarity / tau)``): ``knn_probabilities`` float32 [B, C],
-  ``knn_class`` int64 [B] (argmax, lowest at a tie; -1 with zero
-  probabilities when no neighbour has a class), ``knn_confidence`` float32
-  [B] (its share).
-
-The module also carries ``class_names`` (string [C]); ``export_info.json``
-(`EXPORT_INFO_FILE`) describes the signatures and the source run. With
-``include_onnx=True`` the directory also holds ``model.onnx``, the network
-for ONNX Runtime (`onnx_model`; preprocessed images in, ``probabilities`` and
-``embedding`` out), described under "onnx" in export_info.json. Fine-tuning
-in Keras: docs/after-training.md, "Export and predict".
-
-An existing output directory is replaced (``overwrite``) only when it is an
-earlier export (`is_export`) or empty; a training run or any other folder is
-refused (`check_output_dir`).
-"""
+"""A trained run as a self-contained TensorFlow SavedModel (ops and variables only; loads
+without llp_tf): signatures ``embed``, ``classify`` (``serving_default``) and, with the
+memory bank, ``knn``, each taking ``images`` uint8 [B, H, W, C] (their outputs:
+`inference_module`, docs/after-training.md), with ``export_info.json`` and optionally
+``model.onnx``."""
 
 import datetime
 import json
@@ -59,12 +26,10 @@ from llp_tf.training.run_directory import RunDirectory
 
 EXPORT_INFO_FILE = "export_info.json"
 # Version of the layout of this SavedModel and its export_info.json; raise it
-# when a signature or a field changes meaning. 2: class indices and bank rows
-# are int64 in every signature (1 had int32 top5_classes and neighbor_rows).
+# when a signature or a field changes meaning.
 EXPORT_FORMAT_VERSION = 2
 SAVED_MODEL_FILE = "saved_model.pb"
-#: Everything an export directory holds: TensorFlow's SavedModel (saved_model.pb,
-#: fingerprint.pb, variables/, assets/), export_info.json and, with ONNX, model.onnx.
+#: Everything an export directory holds.
 EXPORT_ENTRIES = frozenset({SAVED_MODEL_FILE, "fingerprint.pb", "variables", "assets",
                             EXPORT_INFO_FILE, onnx_model.ONNX_FILE})
 
@@ -74,7 +39,6 @@ _INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
 
 
 def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
-    """The outputs of each signature, for export_info.json."""
     top = min(TOP_CLASSES, num_classes)
     docs = {
         EMBED: {
@@ -114,7 +78,6 @@ def _output_docs(num_classes, feature_dim, embedding_dim, knn_k):
 
 
 def _onnx_info(image_size, signatures):
-    """The "onnx" entry of export_info.json: the file and its input and outputs."""
     return {"file": onnx_model.ONNX_FILE, "opset": onnx_model.OPSET,
             "input": onnx_model.input_doc(image_size),
             "outputs": {onnx_model.PROBABILITIES: signatures[CLASSIFY]["probabilities"],
@@ -123,16 +86,8 @@ def _onnx_info(image_size, signatures):
 
 def build_inference_module(run: TrainedRun, class_names: Sequence[str],
                            include_knn: bool = False) -> InferenceModule:
-    """An `InferenceModule` of a restored run.
-
-    Args:
-      run: `TrainedRun`.
-      class_names: sequence of C str (``source.info.class_names``).
-      include_knn: bool, also store the memory bank and add ``knn``.
-
-    Raises:
-      ConfigError: wrong number of class names, or knn of a supervised run.
-    """
+    """An `InferenceModule` of a restored run with its C ``class_names`` (and, with
+    ``include_knn``, its bank). ConfigError: wrong number of names, or knn without a bank."""
     if len(class_names) != run.num_classes:
         raise ConfigError(
             f"The run {run.run_dir} has {run.num_classes} classes but {len(class_names)} "
@@ -143,7 +98,7 @@ def build_inference_module(run: TrainedRun, class_names: Sequence[str],
         raise ConfigError(
             f"The run {run.run_dir} is a {run.config.method.name} run and has no memory bank, "
             "so it cannot export a knn signature; export it without knn.")
-    settings = run.config.method_settings  # a bank's method: its propagation settings
+    settings = run.config.method_settings
     return InferenceModule(run.model, run.config.data.image_size, class_names,
                            bank_embeddings=run.bank.embeddings.numpy(),
                            bank_classes=bank_classes(run.bank.labels.numpy(), run.num_classes),
@@ -192,34 +147,15 @@ def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:
 def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
                include_knn: bool = False, overwrite: bool = False,
                include_onnx: bool = False) -> dict[str, Any]:
-    """Writes a run's SavedModel and export_info.json to ``output_dir``, atomically.
-
-    `build_inference_module`, then `save_module`.
-
-    Args:
-      run: `TrainedRun`.
-      class_names: sequence of C str.
-      output_dir: str, the SavedModel directory to create.
-      include_knn: bool, add the ``knn`` signature and the memory bank.
-      overwrite: bool, replace an earlier export in ``output_dir``.
-      include_onnx: bool, also write the ONNX model (see `save_module`).
-
-    Returns:
-      dict, the export info written (see `export_info`).
-
-    Raises:
-      ConfigError: ``output_dir`` exists and is not an earlier export to
-        ``overwrite`` (`check_output_dir`), or see `build_inference_module`
-        and `save_module`.
-    """
+    """`build_inference_module`, then `save_module`; returns the export info written."""
     check_output_dir(output_dir, overwrite)
     return save_module(run, build_inference_module(run, class_names, include_knn), output_dir,
                        overwrite, include_onnx)
 
 
 def is_export(path: str) -> bool:
-    """Whether ``path`` is an export this module wrote: a directory (not a link)
-    holding saved_model.pb and export_info.json and nothing outside `EXPORT_ENTRIES`."""
+    """Whether ``path`` is a directory (not a link) holding saved_model.pb and
+    export_info.json and nothing outside `EXPORT_ENTRIES`."""
     if os.path.islink(path) or not os.path.isdir(path):
         return False
     names = set(os.listdir(path))
@@ -227,10 +163,8 @@ def is_export(path: str) -> bool:
 
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Raises ConfigError unless an export may be written to ``output_dir``: it
-    does not exist, or ``overwrite`` asks to replace it and it is an earlier
-    export (`is_export`) or an empty directory. Nothing else is replaced, a
-    training run least of all."""
+    """Raises ConfigError unless ``output_dir`` does not exist or, with ``overwrite``, is an
+    earlier export (`is_export`) or empty."""
     output_dir = os.path.abspath(output_dir)
     if not os.path.lexists(output_dir):
         return
@@ -252,30 +186,12 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
 
 def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
                 overwrite: bool = False, include_onnx: bool = False) -> dict[str, Any]:
-    """Writes an `InferenceModule` of ``run`` as a SavedModel with export_info.json.
-
-    The export is written into a new hidden folder beside ``output_dir`` and
-    renamed into place, so a crash leaves no half-written export; an existing
-    ``output_dir`` is replaced only when it is an earlier export and
-    ``overwrite`` is set (`check_output_dir`, asked again just before), and
-    only once the new one is complete. What is deleted afterwards is that
-    folder, holding the earlier export.
-
-    Args:
-      run: the `TrainedRun` the module was built from (for export_info.json).
-      module: `InferenceModule`.
-      output_dir: str, the SavedModel directory to create.
-      overwrite: bool, replace an earlier export in ``output_dir``.
-      include_onnx: bool, also write ``run.model`` as `onnx_model.ONNX_FILE`
-        (`onnx_model.write_onnx_model`) and describe it in export_info.json.
-
-    Returns:
-      dict, the export info written (see `export_info`).
+    """Writes ``module`` as a SavedModel with export_info.json (and, with ``include_onnx``,
+    model.onnx) into ``output_dir``, atomically: built beside it and renamed into place, an
+    earlier export replaced only once the new one is complete. Returns the export info.
 
     Raises:
-      ConfigError: ``output_dir`` exists and is not an earlier export to
-        ``overwrite``; with ``include_onnx``, tf2onnx is missing or cannot
-        convert the network (nothing is written then).
+      ConfigError: `check_output_dir`; tf2onnx is missing or cannot convert the network.
     """
     check_output_dir(output_dir, overwrite)
     output_dir = os.path.abspath(output_dir)
@@ -293,8 +209,6 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
         with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
-        # Only now is the previous export moved aside; it comes back if the new
-        # one cannot take its place.
         check_output_dir(output_dir, overwrite)
         had_previous = os.path.lexists(output_dir)
         if had_previous:

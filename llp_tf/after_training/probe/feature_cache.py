@@ -1,28 +1,8 @@
-"""The probe's feature cache: a split's frozen-trunk features in files on disk.
-
-A cache is a folder holding
-
-- ``features.npy``: float32 [N, F], row j the pooled features of example
-  ``index[j]`` (one centre crop, `features.output_batches`), written batch by
-  batch into a preallocated file (`npy_rows.NpyRowWriter`), so the memory of
-  building or reading it does not grow with N (Places205 with ResNet-50:
-  2.45M x 2048 x 4 bytes, about 20 GB on disk);
-- ``labels.npy`` int64 [N] and ``index.npy`` int64 [N] (sorted);
-- ``manifest.json``: what the features are of: the trunk's weights
-  (a SHA-256 of every model variable, and the checkpoint for messages), the
-  dataset, split, image size and selected examples, N and F.
-
-It is built in ``<folder>.partial`` and renamed into place once complete, so
-a crash never leaves a folder that looks like a finished cache (the partial
-one is discarded by the next build). A rebuild replaces only a cache (a
-folder of these files, ``manifest.json`` among them) and discards only a
-partial one (these files alone); any other folder at either name is
-refused. A build holds a lock on ``<folder>.lock``: a second process
-building the same cache stops with an error rather than discarding the
-first one's partial cache. A cache is reused only if its manifest matches
-what is asked for; otherwise `cached_features` raises a `ConfigError` naming
-the difference, or rebuilds it when ``reuse`` is False.
-"""
+"""The probe's feature cache: a folder of ``features.npy`` float32 [N, F] (row j: example
+``index[j]``, written a batch at a time), ``labels.npy`` and ``index.npy`` int64 [N], and
+``manifest.json`` (weights hash, dataset, split, image size, examples). Built in
+``<folder>.partial`` under a lock on ``<folder>.lock`` and renamed when complete; reused
+only when its manifest matches the request, and only a cache is ever replaced."""
 
 import contextlib
 import dataclasses
@@ -49,9 +29,8 @@ LABELS_FILE = "labels.npy"
 INDEX_FILE = "index.npy"
 MANIFEST_FILE = "manifest.json"
 CACHE_FILES = (FEATURES_FILE, LABELS_FILE, INDEX_FILE, MANIFEST_FILE)
-#: Beside a cache folder while a process builds it (`_build_lock`).
 LOCK_SUFFIX = ".lock"
-#: Bumped when the files' layout or meaning changes; older caches are rebuilt.
+#: Raise it when the files' layout or meaning changes.
 CACHE_VERSION = 1
 #: Manifest entries that must equal the request for a cache to be reused.
 MATCHED = ("version", "weights_sha256", "dataset", "split", "image_size",
@@ -59,24 +38,19 @@ MATCHED = ("version", "weights_sha256", "dataset", "split", "image_size",
 
 
 def weights_fingerprint(model: EmbeddingClassifier) -> str:
-    """str: SHA-256 of every variable of ``model`` (names, shapes and values),
-    which determine its features; two checkpoints differ here."""
+    """SHA-256 of every variable of ``model`` (names, shapes and values)."""
     digest = hashlib.sha256()
     for variable in model.weights:
         value = np.ascontiguousarray(variable.numpy())
         digest.update(f"{variable.path}:{value.dtype}:{value.shape};".encode())
-        digest.update(memoryview(value).cast("B"))  # no copy of a large kernel
+        digest.update(memoryview(value).cast("B"))
     return digest.hexdigest()
 
 
 def cache_request(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                   index: Array | None = None, trunk: str = "") -> dict[str, Any]:
-    """The manifest a cache of these features must have (`MATCHED` entries plus
-    ``trunk``, a description such as the checkpoint, for messages).
-
-    Args:
-      index: optional sorted int64 [M], the selected examples (None: all).
-    """
+    """The manifest a cache of these features must have (``index``: sorted int64 [M] or all;
+    ``trunk`` names the trunk in messages)."""
     count = source.info.num_examples(split)
     selected = np.arange(count, dtype=np.int64) if index is None else np.asarray(index, np.int64)
     return {"version": CACHE_VERSION, "weights_sha256": weights_fingerprint(model),
@@ -87,15 +61,8 @@ def cache_request(model: EmbeddingClassifier, source: Source, split: str, image_
 
 @dataclasses.dataclass
 class FeatureCache:
-    """An opened cache (see the module docstring).
-
-    Attributes:
-      directory: str, its folder.
-      manifest: dict, its manifest.
-      features: `NpyRows` float32 [N, F], read on demand.
-      labels, index: int64 [N].
-      reused: bool, True if it existed before (not built by this call).
-    """
+    """An opened cache: ``features`` `NpyRows` float32 [N, F] read on demand, ``labels`` and
+    ``index`` int64 [N]; ``reused``: it existed before this call."""
 
     directory: str
     manifest: dict[str, Any]
@@ -105,7 +72,7 @@ class FeatureCache:
     reused: bool
 
     def feature_set(self) -> FeatureSet:
-        """`FeatureSet` whose features are this cache's rows (read on demand)."""
+        """`FeatureSet` of this cache's rows."""
         return FeatureSet(self.features, self.labels, self.index)
 
 
@@ -124,7 +91,7 @@ def _mismatches(manifest, request):
 
 
 def open_cache(directory: str, request: dict[str, Any]) -> FeatureCache:
-    """Opens the cache in ``directory``, checking its manifest against ``request``.
+    """Opens the cache in ``directory`` whose manifest matches ``request``.
 
     Raises:
       ConfigError: it was made from other weights, data or settings.
@@ -155,8 +122,7 @@ def open_cache(directory: str, request: dict[str, Any]) -> FeatureCache:
 
 
 def _fill(writer_path, model, source, split, image_size, index, batch_size, stream):
-    """Writes the features into a new ``writer_path``; returns (labels int64 [N],
-    index int64 [N], F)."""
+    """(labels int64 [N], index int64 [N], F) of the features written to ``writer_path``."""
     selected = (np.arange(source.info.num_examples(split), dtype=np.int64) if index is None
                 else np.asarray(index, np.int64))
     labels, written, writer = np.zeros(len(selected), np.int64), 0, None
@@ -182,8 +148,8 @@ def _fill(writer_path, model, source, split, image_size, index, batch_size, stre
 
 
 def _check_replaceable(folder, marker):
-    """Raises ConfigError unless ``folder`` is absent, empty, or a directory
-    holding `CACHE_FILES` alone, ``marker`` among them (None: none required)."""
+    """ConfigError unless ``folder`` is absent, empty, or holds `CACHE_FILES` alone, with
+    ``marker`` among them (if not None)."""
     if not os.path.lexists(folder):
         return
     names = None if os.path.islink(folder) or not os.path.isdir(folder) else \
@@ -203,26 +169,16 @@ def build_cache(model: EmbeddingClassifier, source: Source, split: str, image_si
                 request: dict[str, Any], index: Array | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE,
                 stream: TextIO | None = None) -> FeatureCache:
-    """Computes the features of a split into a new cache in ``directory``
-    (replacing one there), atomically: see the module docstring.
-
-    Args:
-      model: `EmbeddingClassifier`, frozen (``training=False``).
-      source, split, image_size: what to compute (`features.output_batches`).
-      directory: str, the cache's folder; its parent is created.
-      request: `cache_request` of the same arguments (the manifest's core).
-      index: optional sorted int64 [M], the examples to compute.
-      batch_size: int, images per forward pass.
-      stream: progress (stdout when None).
+    """Computes a split's features into a new cache in ``directory`` with the manifest
+    ``request`` (`cache_request`), replacing a cache there, atomically.
 
     Raises:
-      ConfigError: ``directory`` exists and is not a cache, or its partial
-        folder holds other files (before anything is computed).
+      ConfigError: ``directory`` or its partial folder holds other files (before any work).
     """
     partial = directory.rstrip(os.sep) + ".partial"
     _check_replaceable(directory, MANIFEST_FILE)
     _check_replaceable(partial, None)
-    shutil.rmtree(partial, ignore_errors=True)  # a crashed build's leftovers
+    shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
     start = time.monotonic()
     labels, selected, feature_dim = _fill(os.path.join(partial, FEATURES_FILE), model, source, split,
@@ -234,7 +190,7 @@ def build_cache(model: EmbeddingClassifier, source: Source, split: str, image_si
     with open(os.path.join(partial, MANIFEST_FILE), "w") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
-    _check_replaceable(directory, MANIFEST_FILE)  # again: the build took a while
+    _check_replaceable(directory, MANIFEST_FILE)
     if os.path.exists(directory):
         shutil.rmtree(directory)
     os.rename(partial, directory)
@@ -247,19 +203,8 @@ def cached_features(model: EmbeddingClassifier, source: Source, split: str, imag
                     directory: str, index: Array | None = None,
                     batch_size: int = DEFAULT_BATCH_SIZE, reuse: bool = True, trunk: str = "",
                     stream: TextIO | None = None) -> FeatureCache:
-    """The cache of a split's features in ``directory``: the existing one if
-    ``reuse`` and it exists (its manifest must match), else a new one.
-
-    Args:
-      model, source, split, image_size, index, batch_size, stream: see
-        `build_cache`.
-      directory: str, the cache's folder.
-      reuse: bool; False rebuilds an existing cache.
-      trunk: str naming the trunk (e.g. its checkpoint) in the manifest and messages.
-
-    Raises:
-      ConfigError: ``reuse`` and the existing cache holds other features.
-    """
+    """The cache of a split's features in ``directory``: the existing one if ``reuse``
+    (ConfigError when it holds other features), else a new one (`build_cache`)."""
     request = cache_request(model, source, split, image_size, index, trunk)
     if reuse and os.path.isdir(directory):
         return open_cache(directory, request)
@@ -270,11 +215,8 @@ def cached_features(model: EmbeddingClassifier, source: Source, split: str, imag
 
 @contextlib.contextmanager
 def _build_lock(directory):
-    """Held while this process builds the cache ``directory``: an advisory
-    ``flock`` on ``<directory>.lock`` (released by the kernel however the
-    holder dies), so that a second probe on the same --cache_dir fails at once
-    instead of deleting the first one's partial cache. The file is removed
-    when the build ends."""
+    """An advisory ``flock`` on ``<directory>.lock`` while this process builds the cache:
+    a second build fails at once instead of deleting the first one's partial cache."""
     path = directory.rstrip(os.sep) + LOCK_SUFFIX
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     while True:
@@ -286,8 +228,7 @@ def _build_lock(directory):
             raise ConfigError(f"Another process is building the feature cache {directory} "
                               f"(it holds {path}). Wait for it to finish, then run again to "
                               "reuse its cache, or give another --cache_dir.") from None
-        # A holder that ended between our open and our lock removed the file:
-        # our lock is then on a deleted file, so take the new one.
+        # A holder that ended between our open and our lock removed the file: retry.
         if os.path.exists(path) and os.fstat(fd).st_ino == os.stat(path).st_ino:
             break
         os.close(fd)
@@ -295,4 +236,4 @@ def _build_lock(directory):
         yield
     finally:
         os.unlink(path)
-        os.close(fd)  # releases the flock
+        os.close(fd)

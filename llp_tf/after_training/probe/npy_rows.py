@@ -1,16 +1,6 @@
-"""Rows of a 2-D .npy file on disk, read and written by position.
-
-The probe's feature cache is an [N, F] float32 ``.npy`` file (the
-`numpy.lib.format` layout, so ``numpy.load(path, mmap_mode="r")`` opens it
-too), preallocated by ``numpy.lib.format.open_memmap`` and then filled batch
-by batch. Here it is read and written with ``os.preadv`` / ``os.pwrite``
-rather than through a memory map: the pages of a mapped file that a process
-touches count towards its resident set until the kernel reclaims them, so one
-pass over a mapped 20 GB cache would raise the probe's peak RSS to 20 GB
-(and get it killed by schedulers that police RSS). Positioned reads go
-through the page cache, which the kernel shares and reclaims, and the
-process holds only the rows it asked for.
-"""
+"""Rows of a 2-D .npy file on disk, read and written with ``os.preadv`` / ``os.pwrite``,
+not a memory map, whose touched pages would count towards the probe's RSS (20 GB for one
+pass over a Places205 cache)."""
 
 import os
 
@@ -21,8 +11,7 @@ from llp_tf.tensor_types import Array
 
 
 def _contiguous_runs(sorted_rows):
-    """list of (first position in ``sorted_rows``, length) of its runs of
-    consecutive row numbers (int64 [K], ascending)."""
+    """(first position, length) of each run of consecutive numbers of ``sorted_rows``."""
     if sorted_rows.size == 0:
         return []
     breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
@@ -51,16 +40,8 @@ def _read_header(path):
 
 
 class NpyRows:
-    """Read-only rows of a 2-D .npy file, indexed like an array of its shape.
-
-    ``rows[a:b]`` (a contiguous slice) and ``rows[index]`` (an int array,
-    any order, repeats allowed) return new arrays of the file's dtype; each
-    run of consecutive row numbers is one read. Sort an index first to read
-    fewer, longer runs.
-
-    Args:
-      path: str, a .npy file of shape [N, F].
-    """
+    """Read-only rows of a .npy file [N, F]: ``rows[a:b]`` and ``rows[index]`` (int array,
+    any order) return new arrays; each run of consecutive rows is one read."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -77,7 +58,6 @@ class NpyRows:
         self._file.close()
 
     def _read_run(self, out, first_row):
-        """Reads rows ``first_row, first_row + 1, ...`` into ``out`` ([k, F], C-contiguous)."""
         view = memoryview(out.reshape(-1).view(np.uint8))
         position = self._offset + first_row * self._row_bytes
         while len(view):  # a read may return fewer bytes than asked (over 2 GB at once)
@@ -109,17 +89,7 @@ class NpyRows:
 
 
 class NpyRowWriter:
-    """Writes the rows of a new [N, F] .npy file by position, in any order.
-
-    The file is preallocated (``numpy.lib.format.open_memmap``: the header,
-    then N x F zero elements as a sparse file) and each `write` puts rows in
-    place with ``os.pwrite``, one call per run of consecutive rows.
-
-    Args:
-      path: str, the file to create (replaced if present).
-      num_rows, num_columns: int N >= 1, F >= 1.
-      dtype: numpy dtype of the elements.
-    """
+    """Writes the rows of a new, preallocated [N, F] .npy file ``path`` by position."""
 
     def __init__(self, path: str, num_rows: int, num_columns: int,
                  dtype: np.dtype = np.float32) -> None:
@@ -133,12 +103,7 @@ class NpyRowWriter:
         self._file = open(path, "r+b")
 
     def write(self, rows: Array, values: Array) -> None:
-        """Writes ``values[i]`` to row ``rows[i]``.
-
-        Args:
-          rows: int [k], distinct row numbers in [0, N).
-          values: [k, F] of the file's dtype (converted if not).
-        """
+        """Writes ``values[i]`` ([k, F]) to row ``rows[i]`` (int [k], distinct)."""
         rows = np.asarray(rows, np.int64).reshape(-1)
         values = np.asarray(values, self.dtype).reshape(rows.size, self.shape[1])
         order = np.argsort(rows, kind="stable")

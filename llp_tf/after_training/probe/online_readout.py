@@ -1,16 +1,6 @@
-"""The paper's probe protocol: the readout trained online through the frozen trunk.
-
-Every SGD step takes a batch of freshly augmented training images (the
-training pipeline, `input_fns.make_train_input_fn`, with the run's
-augmentation policy and smallest crop area; the probe's epoch e is the
-pipeline's epoch e - 1 with the probe's seed, so order and crops are
-deterministic given the seed), computes their pooled features with the trunk
-called with ``training=False`` (batch norm in inference mode, no trunk
-variable changes) and takes one step of the `readout.LinearReadout`. An epoch
-is ``floor(N / batch_size)`` steps. The validation features (one centre crop
-per image) come from the validation cache; `readout.run_epochs` applies the
-plateau rule.
-"""
+"""The paper's probe protocol: every SGD step of the readout on the frozen trunk's
+(``training=False``) features of a batch of freshly augmented training images (the training
+pipeline with the run's augmentation; seeded); validation on the cached centre crops."""
 
 import sys
 from collections.abc import Callable
@@ -38,13 +28,8 @@ FeaturesFn = Callable[[FloatTensor], FloatTensor]
 def online_batches(source: Source, batch_size: int, image_size: int, seed: int, epoch: int,
                    used_index: Array | None = None, augmentation: str = PAPER,
                    min_crop_area: float = MIN_CROP_AREA) -> tf.data.Dataset:
-    """The augmented training batches of the probe's epoch ``epoch`` (1-based).
-
-    Returns:
-      tf.data.Dataset of {"image": float32 [B, S, S, 3], "label": int64 [B],
-      "index": int64 [B]}, ``input_fns.steps_per_epoch(N_used, B)`` batches.
-    """
-    # The probe trains on labelled data: every example's label is read.
+    """The augmented batches {"image": float32 [B, S, S, 3], "label": int64 [B], "index":
+    int64 [B]} of the probe's epoch ``epoch`` (1-based), every example labelled."""
     return input_fns.make_train_input_fn(
         source, batch_size, image_size, seed, epoch - 1, used_index=used_index,
         augmentation=augmentation, min_crop_area=min_crop_area,
@@ -52,8 +37,7 @@ def online_batches(source: Source, batch_size: int, image_size: int, seed: int, 
 
 
 def frozen_features_fn(model: EmbeddingClassifier, image_size: int) -> FeaturesFn:
-    """tf.function images float32 [B, S, S, 3] -> pooled features float32 [B, F],
-    the model called with ``training=False``."""
+    """tf.function images float32 [B, S, S, 3] -> pooled features float32 [B, F]."""
     signature = [tf.TensorSpec([None, image_size, image_size, 3], tf.float32)]
 
     @tf.function(input_signature=signature)
@@ -65,18 +49,8 @@ def frozen_features_fn(model: EmbeddingClassifier, image_size: int) -> FeaturesF
 
 def online_epoch(readout: LinearReadout, features_fn: FeaturesFn, dataset: tf.data.Dataset,
                  on_step: Callable[[int, float], None] | None = None) -> tuple[float, float]:
-    """One pass of SGD steps of ``readout`` over the batches of ``dataset``.
-
-    Args:
-      readout: `LinearReadout`.
-      features_fn: `frozen_features_fn` of the trunk.
-      dataset: batches of {"image", "label"} (`online_batches`).
-      on_step: optional callable(steps done, mean loss so far).
-
-    Returns:
-      (mean batch loss, top-1 accuracy over the batches), each batch
-      measured before its step.
-    """
+    """(mean batch loss, top-1) of one pass of SGD steps of ``readout`` over ``dataset``
+    (`online_batches`), each batch measured before its step."""
     losses, hits, seen = [], 0.0, 0
     with data_errors():
         for batch in dataset:
@@ -98,29 +72,9 @@ def train_online_readout(model: EmbeddingClassifier, source: Source, validation:
                          min_crop_area: float = MIN_CROP_AREA,
                          stream: TextIO | None = None,
                          description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
-    """Trains a linear readout online through the frozen ``model`` (see the
-    module docstring).
-
-    Args:
-      model: `EmbeddingClassifier`, frozen.
-      source: `Source` whose train split is trained on (at most
-        ``settings.max_train_examples`` of it, `features.subsample_index`).
-      validation: `FeatureSet` of the validation split's centre crops (float32
-        [N_val, F], array or cache rows).
-      num_classes: int C of the probe dataset.
-      image_size: int S, the run's image size.
-      settings: `ProbeSettings` (not ``standardize``).
-      augmentation, min_crop_area: the run's training augmentation policy.
-      stream: progress (stdout when None).
-      description: str for progress lines.
-
-    Returns:
-      (`LinearReadout`, `ProbeResult`); ``loss`` / ``top1`` (training) are
-      the last epoch's means over its augmented batches.
-
-    Raises:
-      ConfigError: bad settings, no validation examples, divergence.
-    """
+    """(`LinearReadout`, `ProbeResult`) of a readout trained online through the frozen
+    ``model`` on ``source``'s train split; ``validation`` holds the centre crops' features.
+    ConfigError: bad settings, no validation examples, divergence."""
     stream = stream or sys.stdout
     if settings.standardize:
         raise ConfigError("standardize applies to the cached protocol only.")

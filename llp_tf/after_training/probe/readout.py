@@ -1,17 +1,6 @@
-"""The probe's linear readout: its settings and result, the Dense layer and its training.
-
-``keras.layers.Dense(C)`` with zero-initialised weights, trained with SGD with
-momentum on softmax cross-entropy. `run_epochs` is the loop both protocols
-share: after every epoch, ``val_top1`` (validation top-1, a fraction; names
-by the rule of `llp_tf.training.metrics`) goes to a `schedule.PlateauTracker`;
-``patience`` epochs without a new best drop the rate by ``drop_factor`` (not
-after the last epoch), and once ``max_drops`` drops are taken the next
-plateau ends training.
-`train_readout` runs it on cached features: epoch e visits the training rows
-in ``numpy.random.default_rng([seed, e])``'s permutation, read a batch at a
-time (an array, or a cache file), so memory does not grow with N;
-`online_readout` runs it through the frozen trunk.
-"""
+"""The probe's linear readout (``Dense(C)``, zero-initialised, SGD with momentum on softmax
+cross-entropy), its settings and result, and its training: `run_epochs`, the plateau-drop
+loop both protocols share, and `train_readout` on cached features."""
 
 import dataclasses
 import math
@@ -33,53 +22,24 @@ from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 #: The paper's initial learning rate of the Places205 readout.
 DEFAULT_LEARNING_RATE = 0.01
-#: The momentum of the paper's network training; for the readout the paper
-#: names only SGD and lr 0.01 (docs/after-training.md, "Linear probe (transfer)").
+#: The paper's network training's; for the readout it names only SGD and lr 0.01.
 DEFAULT_MOMENTUM = 0.9
 #: x0.1 per drop and two drops, as in the paper's Places205 readout.
 DEFAULT_DROP_FACTOR = 0.1
 DEFAULT_MAX_DROPS = 2
-#: Epochs without a new best validation top-1 before a drop. The paper says
-#: only "when validation saturates"; docs/after-training.md, "Linear probe (transfer)", has
-#: the measurements behind 10.
+#: Epochs without a new best val_top1 before a drop (the paper: "when validation saturates").
 DEFAULT_PATIENCE = 10
-#: Upper bound on epochs; the plateau rule usually stops earlier.
 DEFAULT_EPOCHS = 100
-#: Smallest improvement of validation top-1 that counts as a new best.
 PLATEAU_MIN_DELTA = 1e-4
-#: top-k of the second reported accuracy (capped at C).
 TOP_K = 5
-#: Features per forward pass of the readout when evaluating: bounds the
-#: memory of the logits ([B, C] floats), nothing else depends on it.
 EVALUATION_BATCH_SIZE = 4096
-#: How the readout is trained: on cached centre-crop features, or online
-#: through the frozen trunk on augmented images (the paper's protocol).
 PROTOCOLS = ("cached", "online")
 
 
 @dataclasses.dataclass(frozen=True)
 class ProbeSettings:
-    """How the readout is trained (see the module docstring).
-
-    Attributes:
-      epochs: int > 0, maximum passes over the training features.
-      batch_size: int > 0, features per SGD step.
-      learning_rate: float > 0, initial rate.
-      momentum: float in [0, 1).
-      patience: int > 0, epochs without a new best validation top-1 before a
-        drop (or, after ``max_drops`` drops, before stopping).
-      max_drops: int >= 0.
-      drop_factor: float in (0, 1).
-      seed: int >= 0, seed of the batch order.
-      standardize: bool; if True, features are shifted and scaled by the
-        training split's per-feature mean and standard deviation (not in
-        the paper; off by default; cached protocol only).
-      protocol: "cached" (train on the features of one centre crop per
-        image, computed once) or "online" (the paper's: every step through
-        the frozen trunk on freshly augmented images).
-      max_train_examples: int > 0 or None; use at most this many training
-        examples, a uniform draw given ``seed`` (`features.subsample_index`).
-    """
+    """How the readout is trained (the flags of tools/linear_probe.py); ConfigError when a
+    value is out of range. ``standardize`` is not in the paper (cached protocol only)."""
 
     epochs: int = DEFAULT_EPOCHS
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -131,31 +91,10 @@ def _is_int(value):
 
 @dataclasses.dataclass
 class ProbeResult:
-    """Outcome of one readout training.
-
-    Named by the rule of `llp_tf.training.metrics` (``val_``: validation);
-    accuracies are fractions.
-
-    Attributes:
-      val_top1, val_top5: float, validation accuracies of the final readout;
-        val_top5 is top-k with k = min(5, C) (``top5_k``).
-      val_loss: float, mean validation cross-entropy of the final readout.
-      loss, top1: float, the same on the training examples; cached protocol:
-        of the final readout on the training features; online protocol:
-        means over the last epoch's (augmented) training batches, each
-        before its step.
-      best_val_top1, best_epoch: the best validation top-1 over the epochs
-        and the (1-based) epoch it was reached.
-      epochs: int, epochs trained.
-      drops: int, learning-rate drops taken.
-      drop_epochs: list of int, the epochs after which the rate dropped.
-      stopped_on_plateau: bool, True if training ended because validation
-        saturated after the last drop (False: ``epochs`` ran out).
-      final_learning_rate: float.
-      history: list of dict per epoch: epoch, learning_rate, loss (the mean
-        over its training batches), val_top1, val_top5.
-      seconds: float, training time.
-    """
+    """Outcome of one readout training, named by the rule of `llp_tf.training.metrics`;
+    accuracies are fractions of the final readout, val_top5 is top-``top5_k`` (min(5, C)).
+    ``loss`` and ``top1`` are on the training examples (online protocol: means over the last
+    epoch's batches, each before its step)."""
 
     val_top1: float
     val_top5: float
@@ -179,19 +118,9 @@ class ProbeResult:
 
 
 class LinearReadout:
-    """``keras.layers.Dense(C)`` on features [B, F], trained with SGD on softmax
-    cross-entropy.
-
-    Args:
-      feature_dim: int F.
-      num_classes: int C.
-      learning_rate: float, initial rate.
-      momentum: float.
-      standardization: optional (mean, scale), float32 [F] each
-        (`feature_statistics.standardizer`): every batch of features is
-        replaced by ``(features - mean) / scale`` (in float32) before the
-        Dense layer, so its weights are those of standardised features.
-    """
+    """``keras.layers.Dense(C)`` on features float32 [B, F], trained with SGD on softmax
+    cross-entropy; with ``standardization`` (mean, scale float32 [F]) it reads
+    ``(features - mean) / scale``."""
 
     def __init__(self, feature_dim: int, num_classes: int,
                  learning_rate: float = DEFAULT_LEARNING_RATE,
@@ -248,31 +177,15 @@ class LinearReadout:
                 tf.reduce_sum(tf.cast(topk, tf.float32)))
 
     def train_step(self, features: FloatTensor, labels: IntTensor) -> tuple[float, float]:
-        """One SGD step on a batch: features float32 [B, F], labels int64 [B].
-
-        Returns:
-          (float mean cross-entropy, float number of top-1 hits), both of the
-          weights before the step.
-        """
+        """(mean cross-entropy, top-1 hits) of one SGD step on features float32 [B, F] and
+        labels int64 [B], both of the weights before the step."""
         loss, correct = self._train_step(features, labels)
         return float(loss), float(correct)
 
     def train_epoch(self, features: Array, labels: Array, order: Array, batch_size: int,
                     on_step: Callable[[int, float], None] | None = None) -> float:
-        """One pass of SGD steps over ``features[order]`` in batches.
-
-        Each batch's rows are read in ascending order (fewer, longer reads of
-        a cache file); its step does not depend on the order of its rows.
-
-        Args:
-          features: float32 [N, F], an array or `NpyRows`; labels: int64 [N];
-            order: int [N].
-          batch_size: int; the last batch may be smaller.
-          on_step: optional callable(steps done, mean loss so far), for progress.
-
-        Returns:
-          float, the mean of the steps' batch losses (before each step).
-        """
+        """The mean batch loss of one pass of SGD steps over ``features[order]`` (float32
+        [N, F], an array or `NpyRows`; labels int64 [N]); ``on_step(steps, mean loss)``."""
         losses = []
         for start in range(0, len(order), batch_size):
             rows = np.sort(order[start:start + batch_size])
@@ -295,8 +208,7 @@ class LinearReadout:
         return {"loss": totals[0] / count, "top1": totals[1] / count, "top5": totals[2] / count}
 
 
-#: ``epoch_fn(epoch, on_step) -> mean training loss`` of one epoch (1-based);
-#: ``on_step(steps done, mean loss so far)`` reports progress.
+#: ``epoch_fn(epoch, on_step) -> mean training loss`` of one epoch (1-based).
 EpochFn = Callable[[int, Callable[[int, float], None]], float]
 
 
@@ -334,8 +246,7 @@ def _check_feature_sets(train, validation, num_classes):
 
 
 def _on_plateau(readout, settings, drop_epochs, epoch):
-    """Drops the readout's rate after a plateau (not after the last epoch, where
-    no epoch would use it); returns whether to stop: every drop was taken."""
+    """Drops the rate after a plateau (not after the last epoch); True: every drop taken."""
     if len(drop_epochs) >= settings.max_drops:
         return True
     if epoch < settings.epochs:
@@ -345,7 +256,6 @@ def _on_plateau(readout, settings, drop_epochs, epoch):
 
 
 def _check_finite(loss, description, epoch, learning_rate):
-    """ConfigError when an epoch's mean loss is not finite: the readout diverged."""
     if not math.isfinite(loss):
         raise ConfigError(
             f"The {description} diverged in epoch {epoch} (loss {loss}) at learning rate "
@@ -356,14 +266,9 @@ def _check_finite(loss, description, epoch, learning_rate):
 def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch: int,
                epoch_fn: EpochFn, validation: FeatureSet, stream: TextIO,
                description: str) -> EpochRecord:
-    """Trains ``readout`` epoch by epoch with ``epoch_fn`` until the plateau rule
-    or ``settings.epochs`` stops it (see the module docstring).
-
-    One progress bar over every epoch's steps (plain lines at most every
-    `LOG_EVERY_SECONDS` when ``stream`` is not a terminal) shows the epoch,
-    its learning rate and running loss, and ``val_top1`` once an epoch ends; it
-    ends at the last epoch trained. ``record.history`` has every epoch.
-    """
+    """Trains ``readout`` epoch by epoch with ``epoch_fn``, a progress bar on ``stream``:
+    ``patience`` epochs without a new best val_top1 drop the rate by ``drop_factor``; after
+    ``max_drops`` drops the next plateau stops, else ``settings.epochs`` does."""
     tracker = PlateauTracker(settings.patience, min_delta=PLATEAU_MIN_DELTA)
     record = EpochRecord([], [], -1.0, 0, False, 0.0)
     start = time.monotonic()
@@ -376,7 +281,7 @@ def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch:
         steps_before = (epoch - 1) * steps_per_epoch
 
         def on_step(step, loss, steps_before=steps_before, learning_rate=learning_rate):
-            if step < steps_per_epoch:  # the last step is reported with validation
+            if step < steps_per_epoch:
                 progress.update(steps_before + step, {"learning_rate": learning_rate,
                                                       "loss": loss})
 
@@ -390,7 +295,7 @@ def run_epochs(readout: LinearReadout, settings: ProbeSettings, steps_per_epoch:
         if tracker.update(metrics["top1"]):
             record.stopped_on_plateau = _on_plateau(readout, settings, record.drop_epochs, epoch)
         if record.stopped_on_plateau:
-            progress.total_steps = steps_before + steps_per_epoch  # the bar ends here
+            progress.total_steps = steps_before + steps_per_epoch
         progress.update(steps_before + steps_per_epoch, {
             "learning_rate": learning_rate, "loss": loss, "val_top1": metrics["top1"]})
         if record.stopped_on_plateau:
@@ -418,25 +323,9 @@ def probe_result(readout: LinearReadout, record: EpochRecord, validation: Featur
 def train_readout(train: FeatureSet, validation: FeatureSet, num_classes: int,
                   settings: ProbeSettings = ProbeSettings(), stream: TextIO | None = None,
                   description: str = "readout") -> tuple[LinearReadout, ProbeResult]:
-    """Trains a linear readout on cached features (see the module docstring).
-
-    Args:
-      train, validation: `FeatureSet`; features float32 [N, F] as arrays or
-        cache rows (`npy_rows.NpyRows`), read a batch at a time.
-      num_classes: int C of the probe dataset.
-      settings: `ProbeSettings` (``protocol`` and ``max_train_examples`` are
-        the caller's business: every training row given is used).
-      stream: where progress goes (stdout when None).
-      description: str, names the probe in progress lines.
-
-    Returns:
-      (`LinearReadout`, `ProbeResult`). With ``settings.standardize`` the
-      readout's weights are those of standardised features (see
-      `feature_statistics.standardizer`); it standardises what it is given.
-
-    Raises:
-      ConfigError: bad feature sets, or the training diverged (non-finite loss).
-    """
+    """(`LinearReadout`, `ProbeResult`) of a readout trained on every row of ``train``
+    (features float32 [N, F], arrays or `NpyRows`, read a batch at a time; epoch e in
+    ``default_rng([seed, e])``'s order). ConfigError: bad feature sets, or divergence."""
     stream = stream or sys.stdout
     _check_feature_sets(train, validation, num_classes)
     standardization = standardizer(train.features) if settings.standardize else None

@@ -1,12 +1,15 @@
-"""A run's trunk probed (`probe_trunks`: the trained trunk, and a random one of its
-architecture for contrast), the summary table of the results (`format_table`) and the
-results file's dict (`results`)."""
+"""A run's trunk probed (`probe_trunks`), with a random one of its architecture for
+contrast, the summary table (`format_table`) and the results file's dict (`results`)."""
 
 import dataclasses
 import os
 import re
+from typing import Any, Mapping, Sequence, TextIO
 
 from llp_tf.after_training.probe import linear_probe
+from llp_tf.after_training.probe.readout import ProbeResult, ProbeSettings
+from llp_tf.after_training.run_loader import TrainedRun
+from llp_tf.data.sources.base import Source, SourceInfo
 
 
 def dataset_slug(name: str) -> str:
@@ -18,9 +21,8 @@ def dataset_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
 
 
-def format_table(rows):
-    """The summary table; rows: list of (trunk name, ProbeResult). Accuracies are
-    fractions under their metric names (llp_tf.training.metrics)."""
+def format_table(rows: Sequence[tuple[str, ProbeResult]]) -> str:
+    """The summary table of (trunk name, ProbeResult) rows; accuracies are fractions."""
     header = (f"{'trunk':<8} {'val_top1':>8} {'val_top5':>8} {'best_val_top1':>13} "
               f"{'at epoch':>8} {'epochs':>6} {'drops':>5} {'train s':>7}")
     lines = [header]
@@ -41,17 +43,14 @@ PROTOCOL_DESCRIPTIONS = {
 }
 
 
-def probe_trunks(run, source, settings, cache_dir, stream, skip_random=False, seed=0,
-                 reuse_cache=True):
-    """Probes the trunk of ``run`` (a `run_loader.TrainedRun`) on ``source`` with
-    ``settings`` (`readout.ProbeSettings`), then, unless ``skip_random``, a random
-    trunk of its architecture (initialised with ``seed``); caches in ``cache_dir``
-    (``reuse_cache``: `linear_probe.probe_trunk`).
-
-    Returns:
-      (results dict by trunk name, table rows for `format_table`, facts of the last
-      probe).
-    """
+def probe_trunks(run: TrainedRun, source: Source, settings: ProbeSettings,
+                 cache_dir: str | None, stream: TextIO | None, skip_random: bool = False,
+                 seed: int = 0, reuse_cache: bool = True
+                 ) -> tuple[dict[str, dict[str, Any]], list[tuple[str, ProbeResult]],
+                            dict[str, Any]]:
+    """(results by trunk name, `format_table` rows, facts of the last probe) of ``run``'s
+    trunk and, unless ``skip_random``, a random one seeded by ``seed``
+    (`linear_probe.probe_trunk`)."""
     trunks = [("trained", run.model)]
     if not skip_random:
         trunks.append(("random", None))
@@ -74,10 +73,10 @@ def probe_trunks(run, source, settings, cache_dir, stream, skip_random=False, se
     return results, rows, facts
 
 
-def results(run_dir, run, info, settings, cache_dir, results_by_trunk, facts):
-    """The results file's dict: the probe of ``run`` (from ``run_dir``) on the dataset
-    of ``info`` (`SourceInfo`) with ``settings``, caches in ``cache_dir``, and
-    `probe_trunks`' results and facts."""
+def results(run_dir: str, run: TrainedRun, info: SourceInfo, settings: ProbeSettings,
+            cache_dir: str | None, results_by_trunk: Mapping[str, Mapping[str, Any]],
+            facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The results file's dict of a probe of ``run`` on the dataset of ``info``."""
     return {
         "run_dir": os.path.abspath(run_dir), "checkpoint": run.checkpoint,
         "step": run.step, "method": run.config.method.name, "dataset": info.name,

@@ -1,13 +1,6 @@
-"""What every label propagation method of the Table 5 comparison takes and returns.
-
-A method propagates the labels of some points of one fixed set of
-embeddings to the others (transduction). It takes L2-normalised embeddings
-float [n, D], a labelled mask bool [n] and labels int [n] (read only where
-the mask is True, in ``[0, num_classes)``), and returns int64 [n] predicted
-classes; labelled points keep their label. Only the predictions of the
-unlabelled points matter. `check_inputs` checks the arguments and
-`with_labelled` assembles the result.
-"""
+"""What every method of the Table 5 comparison takes: unit embeddings float [n, D], a
+labelled mask bool [n] and labels int [n] (read where labelled); and returns: int64 [n]
+classes, labelled points keeping their label."""
 
 import numpy as np
 
@@ -16,12 +9,8 @@ from llp_tf.tensor_types import Array
 
 def check_inputs(embeddings: Array, labelled_mask: Array, labels: Array,
                  num_classes: int) -> tuple[Array, Array, Array]:
-    """Float64 embeddings [n, D], bool mask [n], int64 labels [n].
-
-    Raises:
-      ValueError: shapes that do not match, no labelled point, or a label of
-        a labelled point outside ``[0, num_classes)``.
-    """
+    """Float64 embeddings [n, D], bool mask [n], int64 labels [n]; ValueError: shapes that
+    do not match, no labelled point, or a label outside ``[0, num_classes)``."""
     embeddings = np.asarray(embeddings, np.float64)
     labelled_mask = np.asarray(labelled_mask, bool)
     labels = np.asarray(labels, np.int64)

@@ -1,17 +1,19 @@
-"""The embeddings Table 5's comparison draws from: a run's memory bank (with the
-dataset's true training labels of its rows), a split embedded by the run's model, or
-features and labels in .npy files. Each source gives (features float32 [N, D], labels
-int64 [N], a description dict for the results file); TensorFlow is imported only to
-read a run.
-"""
+"""The embeddings Table 5's comparison draws from, (features float32 [N, D], true labels
+int64 [N], a description dict): a run's memory bank, a split its model embeds, or .npy
+files. TensorFlow is imported only to read a run."""
 
 import os
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
-from llp_tf.tensor_types import Array
-
 from llp_tf.errors import ConfigError, DataError
+from llp_tf.tensor_types import Array
+from llp_tf.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from llp_tf.after_training.run_loader import TrainedRun
+    from llp_tf.data.sources.base import Source
 
 
 def _load_array(path, what):
@@ -42,9 +44,9 @@ def features_from_files(features_path: str, labels_path: str) -> tuple[Array, Ar
             {"features": os.path.abspath(features_path), "labels": os.path.abspath(labels_path)})
 
 
-def embed_split(run, source, split, batch_size, stream):
-    """(embeddings float32 [n, D], true labels int64 [n]) of every image of a split,
-    in index order."""
+def embed_split(run: "TrainedRun", source: "Source", split: str, batch_size: int,
+                stream: TextIO | None) -> tuple[Array, Array]:
+    """(embeddings float32 [n, D], true labels int64 [n]) of a split, in index order."""
     from llp_tf.after_training.features import extract_features
 
     embedded = extract_features(run.model, source, split, run.config.data.image_size,
@@ -52,10 +54,11 @@ def embed_split(run, source, split, batch_size, stream):
     return embedded.features, embedded.labels
 
 
-def features_from_run(run_dir, checkpoint, split, data_dir, batch_size, stream):
-    """(features, labels, description dict, run config) of a run's bank or, with
-    ``split`` ("train" or "validation"), that split embedded by the run's model at
-    ``checkpoint`` (a step number or a checkpoint path, as str; None: the latest)."""
+def features_from_run(run_dir: str, checkpoint: str | None, split: str | None,
+                      data_dir: str | None, batch_size: int, stream: TextIO | None
+                      ) -> tuple[Array, Array, dict, TrainConfig]:
+    """(features, labels, description, run config) of a run's bank or, with ``split``, that
+    split embedded by the model at ``checkpoint`` (a step or a path; None: the latest)."""
     from llp_tf.after_training import run_loader
     from llp_tf.training.methods import method_class
     from llp_tf.training.run_directory import resolve_checkpoint

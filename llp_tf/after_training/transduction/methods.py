@@ -1,20 +1,7 @@
-"""The label propagation methods compared with LLP on one fixed set of embeddings
-(the paper's Table 5; `protocol` draws the subsets and scores them).
-
-- ``local_knn``: LLP's locally weighted kNN (eq. 5-8), the local densities taken
-  over the given set as the "bank" (`llp_tf.core.propagation`);
-- ``knn``: the plain weighted kNN of eq. 5-6 (no local weighting);
-- ``label_spreading``: Zhou et al. 2004, scikit-learn's `LabelSpreading`;
-- ``label_propagation``: Zhu & Ghahramani 2002, scikit-learn's
-  `LabelPropagation`;
-- ``dlp``: the diffusion of Iscen et al. 2019 (`dlp_diffusion`).
-
-Every method follows `contract`. Both scikit-learn methods use the RBF
-kernel with ``gamma = 1 / (2 tau)``: on unit vectors ``||a - b||^2 = 2 - 2
-a.b``, so the kernel is ``exp(-1 / tau) exp(a.b / tau)``, LLP's own
-similarity up to a constant that both methods' normalisations cancel; the
-five methods see one similarity scale and differ only in how they propagate.
-"""
+"""The label propagation methods of the paper's Table 5, on one fixed set of embeddings:
+``local_knn`` (LLP, eq. 5-8), ``knn`` (eq. 5-6), ``label_spreading``, ``label_propagation``
+(scikit-learn, RBF kernel of LLP's similarity scale: `rbf_gamma`) and ``dlp``. Each follows
+`contract`."""
 
 import dataclasses
 from collections.abc import Callable
@@ -28,30 +15,13 @@ from llp_tf.errors import ConfigError
 from llp_tf.tensor_types import Array
 
 
-# Label spreading: scikit-learn's defaults, alpha = 0.2 and 30 steps (0.2^30
-# is far below the tolerance). Zhou et al. 2004's alpha = 0.99 was tried and
-# rejected: on a dense RBF graph whose classes overlap, the iteration's
-# leading eigenvector then takes over and nearly every point gets one class
-# (37% instead of 76% on 20 overlapping Gaussian classes in 128-D, 5 labelled
-# of 50 per class; 33% on 3 classes in 8-D), and it needed over 2,000 steps.
+# scikit-learn's defaults (docs/after-training.md: why not Zhou et al.'s alpha 0.99).
 LABEL_SPREADING_ALPHA = 0.2
 LABEL_SPREADING_MAX_ITER = 30
-# Label propagation: scikit-learn's default cap of 1000 steps. Clustered
-# embeddings converge well before it (~630 steps for 50 classes x 50 points
-# in 128-D, ~200 on the mnist5k demo run); on strongly overlapping classes
-# the iteration mixes slowly and stops at the cap, short of the harmonic
-# solution (scikit-learn then warns; the predictions are the truncated
-# iteration's).
 LABEL_PROPAGATION_MAX_ITER = 1000
-# scikit-learn's default: the sum over all points and classes of the change
-# of the label distributions in one step.
 SKLEARN_TOLERANCE = 1e-3
 
-# The paper's Table 5 (Zhuang et al. 2019): top-1 on the unlabelled images
-# of 50 ImageNet classes x 50 images, 5 labelled per class, ResNet-50
-# features, mean of 10 draws; as fractions, as every accuracy here (the
-# paper prints percent: 88.1). LP_DMT (0.882, Liu et al. 2019's metric
-# transfer) has no counterpart here.
+# The paper's Table 5: top-1 (a fraction) of 50 ImageNet classes x 50 images, 5 labelled.
 PAPER_TABLE5_ACCURACY = {
     "local_knn": ("LLP", 0.881),
     "label_spreading": ("LS", 0.846),
@@ -61,30 +31,11 @@ PAPER_TABLE5_ACCURACY = {
 PAPER_TABLE5_UNMATCHED = {"LP_DMT": 0.882}
 
 
-# -- the methods ---------------------------------------------------------------
-
 def llp_propagation(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                     k: int = hyperparameters.K, t: int = hyperparameters.T,
                     temperature: float = hyperparameters.TEMPERATURE) -> Array:
-    """LLP's locally weighted kNN (eq. 5-8) within one set of embeddings.
-
-    The density rho of each labelled point is the sum of ``exp(v_j . v_i /
-    tau)`` over its ``t`` nearest points of the whole set (labelled and
-    unlabelled, itself included), the set playing the memory bank's part;
-    each unlabelled point then takes the vote of the ``k`` labelled points
-    with the largest ``exp(v_i . v / tau) / rho_i``.
-
-    Args:
-      embeddings: float [n, D], unit rows.
-      labelled_mask: bool [n].
-      labels: int [n], classes in [0, num_classes) where labelled.
-      num_classes: int.
-      k, t: int; more than available uses all.
-      temperature: float, tau.
-
-    Returns:
-      int64 [n].
-    """
+    """int64 [n]: LLP's locally weighted kNN (eq. 5-8) of ``embeddings`` float [n, D]
+    (unit rows), the whole set as the bank; ``labelled_mask`` bool [n], ``labels`` int [n]."""
     embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
                                                              num_classes)
     vectors = embeddings.astype(np.float32)
@@ -98,9 +49,7 @@ def llp_propagation(embeddings: Array, labelled_mask: Array, labels: Array, num_
 def weighted_knn(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
                  k: int = hyperparameters.K,
                  temperature: float = hyperparameters.TEMPERATURE) -> Array:
-    """The weighted kNN of eq. 5-6: the ``k`` labelled points most similar to
-    an unlabelled point vote with weights ``exp(v_i . v / tau)``. Arguments
-    and result as `llp_propagation`."""
+    """The weighted kNN of eq. 5-6; arguments and result as `llp_propagation`."""
     embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
                                                              num_classes)
     vectors = embeddings.astype(np.float32)
@@ -110,13 +59,13 @@ def weighted_knn(embeddings: Array, labelled_mask: Array, labels: Array, num_cla
 
 
 def rbf_gamma(temperature: float) -> float:
-    """The RBF ``gamma`` whose kernel on unit vectors is ``exp(a.b / tau)`` up to
-    a constant factor: ``1 / (2 tau)``."""
+    """``1 / (2 tau)``: the RBF kernel on unit vectors is then ``exp(a.b / tau)`` up to a
+    constant."""
     return 1.0 / (2.0 * temperature)
 
 
 def _sklearn_transduction(model, embeddings, labelled_mask, labels):
-    targets = np.where(labelled_mask, labels, -1)  # scikit-learn marks unlabelled by -1
+    targets = np.where(labelled_mask, labels, -1)
     model.fit(embeddings, targets)
     return contract.with_labelled(model.transduction_[~labelled_mask].astype(np.int64),
                                  labelled_mask, labels)
@@ -127,15 +76,8 @@ def label_spreading(embeddings: Array, labelled_mask: Array, labels: Array, num_
                     alpha: float = LABEL_SPREADING_ALPHA,
                     max_iter: int = LABEL_SPREADING_MAX_ITER,
                     tol: float = SKLEARN_TOLERANCE) -> Array:
-    """Label spreading (Zhou et al. 2004) with scikit-learn, RBF kernel with
-    ``gamma = 1 / (2 temperature)`` (see the module docstring) and
-    scikit-learn's alpha (see `LABEL_SPREADING_ALPHA`).
-
-    It iterates ``F <- alpha S F + (1 - alpha) Y`` with ``S = D^-1/2 W D^-1/2``
-    (W the kernel without its diagonal). A ConvergenceWarning is issued when
-    ``max_iter`` steps do not reach ``tol``. Other arguments and the result
-    as `llp_propagation`.
-    """
+    """Label spreading (Zhou et al. 2004), scikit-learn's, RBF kernel of `rbf_gamma`;
+    warns (ConvergenceWarning) at ``max_iter``. Otherwise as `llp_propagation`."""
     from sklearn.semi_supervised import LabelSpreading  # noqa: PLC0415 -- slow import
 
     embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
@@ -149,15 +91,8 @@ def label_propagation(embeddings: Array, labelled_mask: Array, labels: Array, nu
                       temperature: float = hyperparameters.TEMPERATURE,
                       max_iter: int = LABEL_PROPAGATION_MAX_ITER,
                       tol: float = SKLEARN_TOLERANCE) -> Array:
-    """Label propagation (Zhu & Ghahramani 2002) with scikit-learn, RBF kernel
-    with ``gamma = 1 / (2 temperature)``.
-
-    It iterates ``F <- D^-1 W F`` and resets the labelled rows to their labels
-    after every step, converging to the harmonic solution. A
-    ConvergenceWarning is issued when ``max_iter`` steps do not reach ``tol``
-    (see `LABEL_PROPAGATION_MAX_ITER`).
-    Other arguments and the result as `llp_propagation`.
-    """
+    """Label propagation (Zhu & Ghahramani 2002), scikit-learn's, RBF kernel of `rbf_gamma`;
+    warns (ConvergenceWarning) at ``max_iter``. Otherwise as `llp_propagation`."""
     from sklearn.semi_supervised import LabelPropagation  # noqa: PLC0415 -- slow import
 
     embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
@@ -167,20 +102,10 @@ def label_propagation(embeddings: Array, labelled_mask: Array, labels: Array, nu
     return _sklearn_transduction(model, embeddings, labelled_mask, labels)
 
 
-# -- the set of methods of the comparison --------------------------------------
-
 @dataclasses.dataclass(frozen=True)
 class PropagationMethod:
-    """One method of the comparison.
-
-    Attributes:
-      name: str, key in results and files (e.g. "local_knn").
-      title: str, a readable name for tables.
-      predict: callable(embeddings [n, D], labelled_mask [n], labels [n],
-        num_classes) -> int64 [n], with the settings bound.
-      paper_name: str or None, the matching row of the paper's Table 5.
-      paper_accuracy: float or None, that row's top-1 (a fraction).
-    """
+    """One method of the comparison: its results key, title, ``predict`` (as
+    `llp_propagation`, settings bound) and its Table 5 row's name and top-1, if any."""
 
     name: str
     title: str
@@ -192,21 +117,8 @@ class PropagationMethod:
 def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
                      temperature: float = hyperparameters.TEMPERATURE
                      ) -> tuple[PropagationMethod, ...]:
-    """The five methods of the comparison with their settings bound.
-
-    Args:
-      k: int, voters of LLP and the weighted kNN.
-      t: int, neighbours of LLP's density.
-      temperature: float, tau of LLP and the kNN, and the RBF scale of label
-        spreading and label propagation (`rbf_gamma`).
-
-    Returns:
-      tuple of `PropagationMethod`: local_knn, knn, label_spreading,
-      label_propagation, dlp.
-
-    Raises:
-      ConfigError: a setting that is not positive.
-    """
+    """The five `PropagationMethod`s with ``k``, ``t`` and ``temperature`` bound;
+    ConfigError when one is not positive."""
     for name, value in (("k", k), ("t", t), ("temperature", temperature)):
         if not value > 0:
             raise ConfigError(f"The propagation setting {name} must be positive, got {value}.")

@@ -1,13 +1,6 @@
-"""The sampling protocol of the paper's Table 5: random small subsets of a
-fixed set of embeddings, a few labels kept per class, propagation methods
-scored on the rest.
-
-Each draw picks S classes, I images of each and keeps the labels of L of
-them per class; every method (`methods.PropagationMethod`)
-predicts the other ``S * (I - L)`` images, which alone are scored. The
-paper used S = 50, I = 50, L = 5 and 10 draws on ImageNet ResNet-50
-features. This module needs no TensorFlow: it only calls the methods.
-"""
+"""The sampling protocol of the paper's Table 5: each draw picks S classes, I images of
+each and keeps the labels of L per class; every `methods.PropagationMethod` predicts the
+other ``S * (I - L)`` images, which alone are scored. Needs no TensorFlow."""
 
 import dataclasses
 import time
@@ -20,30 +13,23 @@ from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.tensor_types import Array
 
-if TYPE_CHECKING:  # for the annotations only: this module needs no TensorFlow
+if TYPE_CHECKING:
     from llp_tf.after_training.transduction.methods import PropagationMethod
 
-# The paper's protocol (Table 5 of Zhuang et al. 2019).
+# The paper's Table 5 protocol.
 PAPER_CLASSES = 50
 PAPER_IMAGES_PER_CLASS = 50
 PAPER_LABELLED_PER_CLASS = 5
 PAPER_DRAWS = 10
 
-#: ``on_draw(draw_number, total_draws, {method name: accuracy}, seconds)``, called
-#: by `compare_methods` after each draw.
+#: ``on_draw(draw_number, total_draws, {method name: accuracy}, seconds)``.
 OnDraw = Callable[[int, int, dict[str, float], float], None]
 
 
 @dataclasses.dataclass(frozen=True)
 class Draw:
-    """One drawn subset.
-
-    Attributes:
-      index: int64 [S * I], rows of the features, class by class.
-      labelled_mask: bool [S * I], the L labelled rows of each class.
-      classes: int64 [S * I], the drawn rows' classes renumbered 0..S-1 (in
-        the order of the drawn classes' original labels).
-    """
+    """One drawn subset: feature rows ``index`` int64 [S * I] class by class, the
+    ``labelled_mask`` bool [S * I] and the rows' ``classes`` int64 [S * I] renumbered 0..S-1."""
 
     index: np.ndarray
     labelled_mask: np.ndarray
@@ -52,16 +38,8 @@ class Draw:
 
 def check_protocol(labels: Array, num_classes: int, images_per_class: int,
                    labelled_per_class: int, draws: int) -> None:
-    """Raises ConfigError when the protocol cannot be drawn from ``labels``.
-
-    Args:
-      labels: int [N], the true class of every feature row.
-      num_classes: int, S, classes per draw.
-      images_per_class: int, I.
-      labelled_per_class: int, L.
-      draws: int, R.
-    """
-    # One class would make every method trivially right.
+    """Raises ConfigError when S x I with L labelled cannot be drawn R times from ``labels``
+    int [N]."""
     lowest = {"classes": (num_classes, 2), "images_per_class": (images_per_class, 2),
               "labelled_per_class": (labelled_per_class, 1), "draws": (draws, 1)}
     for name, (value, low) in lowest.items():
@@ -88,22 +66,7 @@ def check_protocol(labels: Array, num_classes: int, images_per_class: int,
 
 def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
                  labelled_per_class: int, draws: int, seed: int) -> list[Draw]:
-    """The protocol's R random subsets, reproducible by seed.
-
-    Each draw picks S distinct classes among those with at least I examples,
-    I distinct examples of each, and labels the first L of each class's
-    drawn examples (a random choice, the draw being random).
-
-    Args:
-      labels: int [N]; see `check_protocol` for the rest.
-      seed: int, of the numpy Generator.
-
-    Returns:
-      list of R `Draw`.
-
-    Raises:
-      ConfigError: see `check_protocol`.
-    """
+    """The protocol's R random `Draw`s given ``seed`` (ConfigError: `check_protocol`)."""
     labels = np.asarray(labels, np.int64)
     check_protocol(labels, num_classes, images_per_class, labelled_per_class, draws)
     present, counts = np.unique(labels, return_counts=True)
@@ -124,16 +87,8 @@ def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
 
 
 def normalize_rows(features: Array, row_ids: Array | None = None) -> Array:
-    """float32 [n, D]: the rows scaled to unit length.
-
-    Args:
-      features: float [n, D].
-      row_ids: optional int [n], the rows' numbers to name in errors (their
-        rows in the full feature set); 0..n-1 by default.
-
-    Raises:
-      DataError: a zero or non-finite row, which has no direction.
-    """
+    """float32 [n, D]: the rows of ``features`` scaled to unit length; DataError names a zero
+    or non-finite row by ``row_ids`` int [n]."""
     features = np.asarray(features, np.float64)
     norms = np.linalg.norm(features, axis=1)
     bad = np.flatnonzero(~np.isfinite(norms) | (norms == 0))
@@ -146,21 +101,14 @@ def normalize_rows(features: Array, row_ids: Array | None = None) -> Array:
 
 @dataclasses.dataclass
 class Comparison:
-    """Accuracies of each method on each draw.
-
-    Attributes:
-      methods: tuple of `methods.PropagationMethod`.
-      accuracy: dict name -> float64 [R], the fraction of the draw's
-        unlabelled points predicted right.
-      seconds: dict name -> float, total time of each method.
-    """
+    """Each method's accuracy float64 [R] per draw (a fraction) and total seconds, by name."""
 
     methods: tuple["PropagationMethod", ...]
     accuracy: dict[str, Array]
     seconds: dict[str, float]
 
     def mean(self, name: str) -> float:
-        """Mean accuracy of a method over the draws."""
+        """Mean accuracy over the draws."""
         return float(np.mean(self.accuracy[name]))
 
     def std(self, name: str) -> float:
@@ -172,25 +120,12 @@ class Comparison:
 def compare_methods(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
                     num_classes: int, images_per_class: int, labelled_per_class: int, draws: int,
                     seed: int, on_draw: OnDraw | None = None) -> Comparison:
-    """Runs every method on every draw of the protocol.
-
-    Args:
-      features: float [N, D]; each draw's rows are L2-normalised (the
-        methods assume unit vectors; memory-bank rows already are).
-      labels: int [N], true classes.
-      methods: sequence of `methods.PropagationMethod`, e.g.
-        `methods.standard_methods()`.
-      num_classes, images_per_class, labelled_per_class, draws, seed: the
-        protocol (S, I, L, R), see `draw_subsets`.
-      on_draw: optional callable(draw_number, total_draws, {name: accuracy},
-        seconds) called after each draw (progress).
-
-    Returns:
-      `Comparison`.
+    """`Comparison` of ``methods`` on every draw of ``features`` float [N, D] (each draw's
+    rows L2-normalised) with true ``labels`` int [N].
 
     Raises:
-      ConfigError, DataError: a protocol that does not fit the labels, or
-        features that do not match them.
+      ConfigError, DataError: a protocol that does not fit the labels, or features that do
+        not match them.
     """
     labels = np.asarray(labels)
     features = np.asarray(features)
@@ -205,7 +140,6 @@ def compare_methods(features: Array, labels: Array, methods: Sequence["Propagati
     for number, draw in enumerate(subsets):
         start = time.monotonic()
         embeddings = normalize_rows(features[draw.index], draw.index)
-        # Unlabelled points' labels are hidden, so no method can read them.
         visible = np.where(draw.labelled_mask, draw.classes, -1)
         scored = ~draw.labelled_mask
         for method in methods:

@@ -1,17 +1,17 @@
-"""The comparison run and reported: its progress and table beside the paper's Table 5
-(`run_and_report`, `format_table`), every method's settings (`method_settings`) and the
+"""The Table 5 comparison run and reported beside the paper's (`run_and_report`), and the
 results file's dict (`results_json`)."""
 
+import types
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, TextIO
 
 from llp_tf.after_training.transduction import protocol as protocol_lib
 from llp_tf.counted_nouns import counted
+from llp_tf.tensor_types import Array
 
 
-def format_table(comparison: Mapping[str, Any]) -> str:
-    """str: one line per method: title, mean accuracy, std, the paper's Table 5
-    row (fractions, as every accuracy: llp_tf.training.metrics)."""
+def format_table(comparison: protocol_lib.Comparison) -> str:
+    """One line per method: title, mean accuracy, std, the paper's Table 5 row (fractions)."""
     header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"
     lines = [header, "-" * len(header)]
     for method in comparison.methods:
@@ -22,7 +22,9 @@ def format_table(comparison: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def results_json(comparison, protocol, settings, source):
+def results_json(comparison: protocol_lib.Comparison, protocol: Mapping[str, Any],
+                 settings: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The results file's dict: every method's accuracies and the paper's protocol."""
     from llp_tf.after_training.transduction import methods
     return {
         "source": source,
@@ -46,9 +48,10 @@ def results_json(comparison, protocol, settings, source):
     }
 
 
-def method_settings(methods, k, t, temperature):
-    """dict: every method's settings, for the results file (``methods``: the
-    `transduction.methods` module, imported late because it loads TensorFlow)."""
+def method_settings(methods: types.ModuleType, k: int, t: int,
+                    temperature: float) -> dict[str, Any]:
+    """Every method's settings, for the results file (``methods``: the module, imported late
+    because it loads TensorFlow)."""
     from llp_tf.after_training.transduction import dlp_diffusion
 
     return {"k": int(k), "t": int(t), "temperature": float(temperature),
@@ -63,15 +66,13 @@ def method_settings(methods, k, t, temperature):
                     "tol": dlp_diffusion.DLP_TOLERANCE}}
 
 
-def run_and_report(features, labels, source, num_classes, images, labelled, draws, seed, k, t,
-                   temperature, stream):
-    """Runs the comparison (`protocol.compare_methods` of `methods.standard_methods`) on
-    ``features`` float [N, D] and their true ``labels`` int64 [N] (described by the dict
-    ``source``): ``draws`` draws, seeded by ``seed``, of ``num_classes`` classes x
-    ``images`` images, ``labelled`` per class labelled; K ``k``, T ``t``, tau
-    ``temperature``. Writes a header, a line per draw, a note per warning of a method, the
-    table and how to read it on ``stream``; returns the `protocol.Comparison`."""
-    from llp_tf.after_training.transduction import methods  # loads TensorFlow
+def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], num_classes: int,
+                   images: int, labelled: int, draws: int, seed: int, k: int, t: int,
+                   temperature: float, stream: TextIO) -> protocol_lib.Comparison:
+    """The `protocol.Comparison` of `methods.standard_methods` on ``features`` float [N, D]
+    and true ``labels`` int64 [N], with progress, a note per method's warning and the table
+    on ``stream``."""
+    from llp_tf.after_training.transduction import methods
 
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
@@ -85,7 +86,6 @@ def run_and_report(features, labels, source, num_classes, images, labelled, draw
         stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
         stream.flush()
 
-    # scikit-learn warns when an iteration stops at its cap; one note each.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         comparison = protocol_lib.compare_methods(

@@ -1,33 +1,23 @@
-"""A tf.data service for the training input: a dispatcher and/or workers, started
-and stopped here (`llp_tf.data.pipeline.data_service` reads from it).
-
-`ServiceSettings` says what to start; `plan` checks it (ValueError naming the flag)
-and picks the worker ports; `serve` starts the servers, announces the address to
-train with (``--input_service=grpc://...``) and runs until SIGTERM, SIGINT or
-SIGHUP. Imports TensorFlow only when the servers start.
-"""
+"""A tf.data service for the training input (`data_service` reads from it): `serve` starts
+a dispatcher and/or workers, announces ``--input_service=grpc://...`` and runs until
+SIGTERM, SIGINT or SIGHUP. Imports TensorFlow only when the servers start."""
 
 import dataclasses
 import signal
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, TextIO
 
 from llp_tf.counted_nouns import counted
 from llp_tf.data import service_address
 
 PROGRAM = "input_service"
-# Seconds between two looks for a stop signal.
 POLL_SECONDS = 0.2
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclasses.dataclass(frozen=True)
 class ServiceSettings:
-    """What to start (the flags of tools/input_service.py): join the dispatcher at
-    ``dispatcher_address``, or start one on ``dispatcher_port`` (0: a free port)
-    listing ``worker_addresses`` (host:port each; empty: the workers started here),
-    journalling in ``work_dir`` (empty: none); ``workers`` workers on
-    ``worker_ports`` (str each; empty: free ports), all reached as ``host``."""
+    """What to start: the flags of tools/input_service.py."""
 
     dispatcher_address: str = ""
     dispatcher_port: int = 5050
@@ -38,11 +28,10 @@ class ServiceSettings:
     work_dir: str = ""
 
 
-def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]) -> tuple[Optional[str], list[int], Optional[list[str]]]:
-    """(dispatcher address to join or None, worker ports, dispatcher's worker
-    list or None) of ``values`` (`ServiceSettings`), the worker ports
-    ``free_ports(count)`` (a list of int) when none are given; raises ValueError
-    naming a bad flag."""
+def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]
+         ) -> tuple[Optional[str], list[int], Optional[list[str]]]:
+    """(dispatcher address to join or None, worker ports, dispatcher's worker list or None);
+    ``free_ports(count)`` when no ports are given. ValueError names a bad flag."""
     joining = values.dispatcher_address
     if joining:
         problem = service_address.address_problem(joining)
@@ -73,9 +62,9 @@ def plan(values: ServiceSettings, free_ports: Callable[[int], list[int]]) -> tup
     return joining or None, ports, None if joining else listed
 
 
-def start_servers(values, joining, ports, listed):
-    """(dispatcher or None, workers, the address to train with) of ``values``
-    (`ServiceSettings`) and its `plan`."""
+def start_servers(values: ServiceSettings, joining: Optional[str], ports: list[int],
+                  listed: Optional[list[str]]) -> tuple[Any, list[Any], str]:
+    """(dispatcher or None, workers, the address to train with) of a `plan`."""
     import tensorflow as tf  # noqa: PLC0415
     service = tf.data.experimental.service
     dispatcher = None
@@ -97,18 +86,17 @@ def start_servers(values, joining, ports, listed):
     return dispatcher, workers, "grpc://" + joining
 
 
-def stop_servers(dispatcher, workers):
+def stop_servers(dispatcher: Any, workers: list[Any]) -> None:
     """Stops the workers, then the dispatcher."""
     for server in workers + ([dispatcher] if dispatcher else []):
         server.stop()
 
 
 class StopSignals:
-    """Within: SIGINT, SIGTERM and SIGHUP set ``event`` instead of ending the
-    process, so the servers are stopped in order. Only in the main thread,
-    where Python handles signals."""
+    """Within (main thread only): SIGINT, SIGTERM and SIGHUP set ``event`` instead of ending
+    the process."""
 
-    def __init__(self, event):
+    def __init__(self, event: threading.Event) -> None:
         self.event, self.previous = event, {}
 
     def __enter__(self):
@@ -123,11 +111,10 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
-def serve(values, free_ports, stdout, stderr, stop=None):
-    """Starts the servers of ``values`` (`ServiceSettings`; `plan` for
-    ``free_ports``), announces them on ``stdout`` and runs until ``stop`` (a
-    `threading.Event`, set by a stop signal) is set; returns the exit code (0, or 1
-    after an error at start, written on ``stderr``)."""
+def serve(values: ServiceSettings, free_ports: Callable[[int], list[int]], stdout: TextIO,
+          stderr: TextIO, stop: Optional[threading.Event] = None) -> int:
+    """Starts the servers, announces them on ``stdout`` and runs until ``stop`` is set (by
+    a stop signal); returns 0, or 1 after an error at start on ``stderr``."""
     stop = stop or threading.Event()
     try:
         joining, ports, listed = plan(values, free_ports)

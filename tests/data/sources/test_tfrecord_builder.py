@@ -162,14 +162,13 @@ def test_make_splits_tool_names_its_seed_as_train_does(tmp_path):
     expected = regime.make_splits(labels, 20, 50, seed=3, num_classes=3)
     # A seeded draw, not the lowest indices.
     assert expected[0].tolist() != [0, 1, 10, 11, 20, 21]
-    for flag, warning in (("--split_seed=3", ""),
-                          ("--seed=3", "warning: --seed is deprecated; use --split_seed.\n")):
-        output = str(tmp_path / f"{flag[2:6]}.npz")
-        result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
-                           "--label_percent=20", "--data_percent=50", flag, f"--output={output}")
-        assert (result.returncode, result.stderr) == (0, warning)
-        for got, want in zip(regime.load_splits(output, labels), expected):
-            np.testing.assert_array_equal(got, want)
+    output = str(tmp_path / "split.npz")
+    result = _run_tool("make_splits.py", f"--dataset=folder:{tmp_path / 'images'}",
+                       "--label_percent=20", "--data_percent=50", "--split_seed=3",
+                       f"--output={output}")
+    assert (result.returncode, result.stderr) == (0, "")
+    for got, want in zip(regime.load_splits(output, labels), expected):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_make_splits_tool_with_a_subset_list(tmp_path):
