@@ -243,3 +243,17 @@ def test_help_documents_every_flag():
     assert "found recursively" in stdout and "JSON Lines" in stdout
     for flag in ("--model_dir:", "--images:", "--top:", "--batch_size:", "--format:"):
         assert flag in stdout, flag
+
+
+def test_an_export_of_imagenet_classes_prints_their_names(run, image_files, tmp_path):
+    # The dataset names its classes by WordNet id, as TFDS's imagenet2012 does.
+    wordnet_ids = ["n01440764", "n01443537", "n01530575", "n01531178"]
+    path = str(tmp_path / "model")
+    info = saved_model.export_run(run, wordnet_ids, path)
+    names = ["tench", "goldfish", "brambling", "goldfinch"]
+    assert info["class_names"] == names
+    code, stdout, stderr = _run(f"--model_dir={path}", "--top=4", image_files[0])
+    assert code == 0, stderr
+    printed = _parse(stdout)[image_files[0]]
+    expected = _expected_probabilities(run, image_files[0])
+    assert [name for name, _ in printed] == [names[c] for c in np.argsort(-expected)]

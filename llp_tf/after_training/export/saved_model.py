@@ -21,6 +21,7 @@ from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN,
 from llp_tf.after_training.run_loader import TrainedRun
 from llp_tf.counted_nouns import listed
 from llp_tf.data.augmentation import eval_transform, weak
+from llp_tf.data.sources.imagenet_names import readable_class_names
 from llp_tf.errors import ConfigError
 from llp_tf.training.run_directory import RunDirectory
 
@@ -87,7 +88,9 @@ def _onnx_info(image_size, signatures):
 def build_inference_module(run: TrainedRun, class_names: Sequence[str],
                            include_knn: bool = False) -> InferenceModule:
     """An `InferenceModule` of a restored run with its C ``class_names`` (and, with
-    ``include_knn``, its bank). ConfigError: wrong number of names, or knn without a bank."""
+    ``include_knn``, its bank); ImageNet's WordNet ids become readable names ("tench").
+    ConfigError: wrong number of names, or knn without a bank."""
+    class_names = readable_class_names(class_names)
     if len(class_names) != run.num_classes:
         raise ConfigError(
             f"The run {run.run_dir} has {run.num_classes} classes but {len(class_names)} "
