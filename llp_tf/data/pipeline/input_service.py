@@ -111,6 +111,17 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
+def open_ports_warning(dispatcher: Optional[str], host: str, ports: list[int]) -> str:
+    """The warning printed at start: TensorFlow's servers bind every interface (its gRPC
+    servers take no bind address) and accept anyone (only insecure "grpc" credentials are
+    registered in TensorFlow's builds)."""
+    listening = ([dispatcher.rsplit(":", 1)[1]] if dispatcher else []) + list(ports)
+    return (f"warning: the tf.data service listens on every network interface of this machine "
+            f"(port {', '.join(str(port) for port in listening)}), not only on --host={host}, "
+            "and has no authentication: anyone who reaches these ports can read the training "
+            "data or add workers. Run it only on a trusted network (or behind a firewall).\n")
+
+
 def serve(values: ServiceSettings, free_ports: Callable[[int], list[int]], stdout: TextIO,
           stderr: TextIO, stop: Optional[threading.Event] = None) -> int:
     """Starts the servers, announces them on ``stdout`` and runs until ``stop`` is set (by
@@ -127,6 +138,7 @@ def serve(values: ServiceSettings, free_ports: Callable[[int], list[int]], stdou
         except Exception as error:  # noqa: BLE001 -- TensorFlow's bind and config errors
             stderr.write(f"error: cannot start the service: {error}\n")
             return 1
+        stderr.write(open_ports_warning(address if dispatcher else None, values.host, ports))
         where = "started here" if dispatcher else "joined"
         stdout.write(f"{PROGRAM}: dispatcher {address} ({where}); workers here: "
                      f"{', '.join(f'{values.host}:{port}' for port in ports) or 'none'}"

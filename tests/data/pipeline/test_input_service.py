@@ -1,8 +1,13 @@
 """llp_tf/data/pipeline/input_service.py: what is started, planned from its settings
 (the servers themselves: tests/cli/test_input_service.py)."""
 
+import io
+import threading
+
 import pytest
 
+from llp_tf.cli import command_line
+from llp_tf.data.pipeline import input_service
 from llp_tf.data.pipeline.input_service import ServiceSettings, plan
 
 
@@ -31,3 +36,19 @@ def test_workers_joining_a_dispatcher_elsewhere_list_nothing():
 def test_bad_settings_name_their_flag(settings, match):
     with pytest.raises(ValueError, match=match):
         plan(settings, _free_ports)
+
+
+def test_the_servers_started_say_they_listen_on_every_interface_without_authentication():
+    # TensorFlow binds its tf.data servers to every interface and registers only insecure
+    # credentials, so the one thing the tool can do is say so.
+    stdout, stderr, stop = io.StringIO(), io.StringIO(), threading.Event()
+    stop.set()  # serve starts the servers, announces them and stops at once
+    settings = input_service.ServiceSettings(dispatcher_port=0, workers=1)
+    assert input_service.serve(settings, command_line.free_ports, stdout, stderr, stop) == 0
+    dispatcher_port = stdout.getvalue().split("--input_service=")[1].splitlines()[0].split(":")[-1]
+    worker_port = stdout.getvalue().split("workers here: 127.0.0.1:")[1].split(";")[0].strip()
+    assert stderr.getvalue() == (
+        f"warning: the tf.data service listens on every network interface of this machine "
+        f"(port {dispatcher_port}, {worker_port}), not only on --host=127.0.0.1, and has no "
+        "authentication: anyone who reaches these ports can read the training data or add "
+        "workers. Run it only on a trusted network (or behind a firewall).\n")
