@@ -119,20 +119,8 @@ class MemoryBank(tf.Module):
         self.labels = variable(labels, "labels")
         self.confidence = variable(np.ones(num_examples, np.float32), "confidence")
         self.density = variable(np.ones(self.num_labelled, np.float32), "density")
-        # Checkpoint keys are attribute names: these two keep the spelling of
-        # the runs saved before, so that those still restore.
-        self.labeled_index = variable(labelled_index, "labelled_index")
-        self.is_labeled = variable(is_labelled, "is_labelled")
-
-    @property
-    def labelled_index(self) -> tf.Variable:
-        """int64 [M]: the labelled rows, sorted."""
-        return self.labeled_index
-
-    @property
-    def is_labelled(self) -> tf.Variable:
-        """bool [N]: whether each row is labelled."""
-        return self.is_labeled
+        self.labelled_index = variable(labelled_index, "labelled_index")
+        self.is_labelled = variable(is_labelled, "is_labelled")
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """Labels and confidences of a batch as they are now.

@@ -247,9 +247,8 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
                              for name in method.metric_names(phase))
     checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
-             **method.checkpoint_items()), RunDirectory(config.run_dir),
-        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir,
-        optional_items=dict(epoch_totals=totals))
+             epoch_totals=totals, **method.checkpoint_items()), RunDirectory(config.run_dir),
+        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir)
     return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 

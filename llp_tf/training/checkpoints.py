@@ -57,16 +57,12 @@ class RunCheckpoints:
       stream: where warnings go.
       scratch_dir: a non-chief worker's folder for its saves (deleted after
         each); None for the chief (or the one process), which writes the run's.
-      optional_items: items saved like ``items`` but restored only when the
-        checkpoint has them (added after runs were written without them).
     """
 
     def __init__(self, items: Mapping[str, Any], run_directory: RunDirectory, keep: int,
-                 stream: TextIO, scratch_dir: Optional[str] = None,
-                 optional_items: Optional[Mapping[str, Any]] = None) -> None:
+                 stream: TextIO, scratch_dir: Optional[str] = None) -> None:
         self.items = dict(items)
-        self.optional_items = dict(optional_items or {})
-        self.checkpoint = tf.train.Checkpoint(**self.items, **self.optional_items)
+        self.checkpoint = tf.train.Checkpoint(**self.items)
         self.run_directory = run_directory
         self.keep = int(keep)
         self.stream = stream
@@ -100,13 +96,8 @@ class RunCheckpoints:
         damaged = []
         for path in reversed(self.run_directory.checkpoint_paths()):
             try:
-                # Every item must be in the checkpoint; what the checkpoint has
-                # beyond them (the optional items) is restored next, so TensorFlow
-                # is told not to warn of it.
                 tf.train.Checkpoint(**self.items).restore(
-                    path).assert_existing_objects_matched().expect_partial()
-                if self.optional_items:
-                    tf.train.Checkpoint(**self.optional_items).restore(path).expect_partial()
+                    path).assert_existing_objects_matched()
             except _READ_ERRORS as error:
                 damaged.append(path)
                 self._warn(f"warning: the checkpoint {path} cannot be read ({_first_line(error)})"

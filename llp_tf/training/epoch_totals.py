@@ -4,9 +4,7 @@ The training columns of an evaluation row (``loss``, ...: unprefixed, by
 the rule of `llp_tf.training.metrics`) are the means of the epoch's per-step
 training metrics. Keeping their running sums in the checkpoint
 makes an epoch that was resumed in its middle report the mean of all its
-steps, not only of those after the resume. A checkpoint written before these
-sums existed restores without them (see `RunCheckpoints`): such an epoch
-averages the steps after the resume.
+steps, not only of those after the resume.
 """
 
 from __future__ import annotations

@@ -12,11 +12,9 @@ metrics file is read back under today's metric names (`read_metrics`,
 `RENAMED`), without TensorFlow: a tool that only reads metrics (e.g.
 ``tools/compare_methods.py``) does not load it.
 
-The checkpoint's items are the checkpoint format, kept so that runs of
-earlier versions resume and export: ``model``, ``optimizer``, ``step`` and
-``plateau`` for every method, what the method adds (LLP: ``bank`` and
-``density_epoch``), and ``epoch_totals``, the running sums of the epoch's
-training metrics, which an older checkpoint may lack.
+The checkpoint's items: ``model``, ``optimizer``, ``step``, ``plateau`` and
+``epoch_totals`` (the running sums of the epoch's training metrics) for every
+method, and what the method adds (LLP: ``bank`` and ``density_epoch``).
 """
 
 import json
@@ -57,21 +55,18 @@ RENAMED = {
     "train_labelled": "labelled", "train_unlabelled": "unlabelled",
     "train_unlabelled_weight": "unlabelled_weight", "train_mask": "mask",
 }
-#: The counts an earlier version wrote as floats (``1000.0``), by today's name.
-_COUNTS = ("val_examples", "val_student_examples")
 
 
 def current_names(row: Mapping[str, Any]) -> dict[str, Any]:
     """A metrics row under today's names: a row written before them renamed by
-    `RENAMED` (its counts made integers); a row written since returned as it is.
+    `RENAMED`; a row written since returned as it is.
 
     ``categorisation`` is the one name of both: today's training term, and
     an old row's validation cross-entropy. An old row is told by its other
     old names (every old row has ``top1``)."""
     if not any(name in RENAMED and name != "categorisation" for name in row):
         return dict(row)
-    renamed = {RENAMED.get(name, name): value for name, value in row.items()}
-    return {name: int(value) if name in _COUNTS else value for name, value in renamed.items()}
+    return {RENAMED.get(name, name): value for name, value in row.items()}
 
 
 #: What training writes in a run directory, beside its lock.
@@ -131,8 +126,7 @@ class RunDirectory:
     def holds_settings(self) -> bool:
         """Whether ``config.json`` is a training run's record of its settings: a
         JSON object naming the run directory and the dataset ("run_dir" in its
-        "run" section and "dataset" in its "data" section, or both at the top,
-        as earlier versions wrote)."""
+        "run" section and "dataset" in its "data" section)."""
         try:
             with open(self.config_path) as f:
                 record = json.load(f)
@@ -140,10 +134,9 @@ class RunDirectory:
             return False
         if not isinstance(record, dict):
             return False
-        sections = [record.get(name) for name in ("run", "data")]
-        if all(isinstance(section, dict) for section in sections):
-            record = {**sections[0], **sections[1]}
-        return "run_dir" in record and "dataset" in record
+        run, data = record.get("run"), record.get("data")
+        return isinstance(run, dict) and isinstance(data, dict) and "run_dir" in run \
+            and "dataset" in data
 
     def delete(self, names: list[str]) -> None:
         """Deletes the files and folders ``names`` of the directory."""
