@@ -49,7 +49,6 @@ def make_flags():
                          flag_values=values)
     flags.DEFINE_integer("labelled", 12_800, "M: labelled rows for per-batch propagation.",
                          flag_values=values)
-    bench_cli.command_line.define_deprecated_alias(values, "labeled", "labelled")
     flags.DEFINE_integer("bank", 32_000, "N: bank rows for the density refresh and the loss "
                          "(--full: 128,000).", flag_values=values)
     flags.DEFINE_integer("density_queries", 8_192, "Q: rows whose density is refreshed "

@@ -58,7 +58,6 @@ def make_flags():
     flags.DEFINE_integer("bank", 1_281_167, "N: bank rows (ImageNet's training set).",
                          flag_values=values)
     flags.DEFINE_integer("labelled", 128_116, "M: labelled rows (10 %).", flag_values=values)
-    bench_cli.command_line.define_deprecated_alias(values, "labeled", "labelled")
     flags.DEFINE_integer("classes", 1000, "C: classes.", flag_values=values)
     flags.DEFINE_string("output_json", None, "Optional file for the figures as JSON.",
                         flag_values=values)

@@ -51,7 +51,6 @@ def make_flags():
                          "training set).", flag_values=values)
     flags.DEFINE_integer("labelled", 12_800, "M: labelled rows, 10 % (--full: 128,116).",
                          flag_values=values)
-    bench_cli.command_line.define_deprecated_alias(values, "labeled", "labelled")
     flags.DEFINE_integer("classes", 1000, "C: classes.", flag_values=values)
     flags.DEFINE_integer("steps", 2, "Steps per timed call (--full: 4).", flag_values=values)
     flags.DEFINE_integer("rounds", 5, "Timed calls per phase (alternating); the median is kept "

@@ -1,24 +1,10 @@
 """llp_tf: Local Label Propagation (Zhuang et al. 2019) in TensorFlow 2 / Keras.
 
-The public API is the core users build on, importable from the top:
-
-    from llp_tf import MemoryBank, propagate, aggregation_loss
-
-- `MemoryBank`: every example's embedding, label, confidence and density;
-- `local_density`, `propagate`: eq. 7 and the (locally) weighted kNN of
-  eq. 5-8;
-- `aggregation_loss`, `categorisation_loss`, `llp_loss`, `l2_penalty`: eq.
-  2-4 and 9, weight decay as the release trained it;
-- `make_splits`: a regime's labelled and used examples.
-
-Subpackages: `core` (the above, and the statistics of a bank's state),
-`data`, `models`, `training` and `after_training` (a run read back, and its
-`export`, `probe`, `transduction` and `analysis`; docs/architecture.md).
-The library never reads flags; the entry points, `cli` (run from tools/ or as
-console scripts), turn flags into one frozen config and pass explicit
-arguments. Names are loaded on first use, so importing a light module such as
-`llp_tf.errors` does not import TensorFlow.
-"""
+The public API, the core, importable from the top (``from llp_tf import MemoryBank``):
+`MemoryBank`; `local_density` and `propagate` (eq. 5-8); `aggregation_loss`,
+`categorisation_loss`, `llp_loss` and `l2_penalty` (eq. 2-4 and 9); `make_splits`, a
+regime's labelled and used examples. Names load on first use, so a light module such as
+`llp_tf.errors` does not import TensorFlow. Layout: docs/architecture.md."""
 
 from llp_tf.lazy_attributes import lazy_getattr
 

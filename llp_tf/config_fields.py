@@ -1,14 +1,6 @@
-"""Config fields that carry their flag: help text, choices, flag name, state role.
-
-A section of the training config (`llp_tf.training.config`) is a frozen
-dataclass whose fields are made by `setting`; the flags of tools/train.py
-are generated from that metadata, and `choice_problems` validates the
-choices from it, so each default, choice list and help text is written once.
-A message about settings names each as ``{flag name}``; `name_settings`
-writes them as flags with their values and, where an entry point knows it,
-where each value came from (`llp_tf.errors.LLPError`).
-This module imports nothing of TensorFlow or of the rest of llp_tf.
-"""
+"""Config fields that carry their flag: help text, choices, flag name, state role. A config
+section is a frozen dataclass of `setting` fields; the flags of tools/train.py are generated
+from them. Imports nothing of TensorFlow or of the rest of llp_tf."""
 
 import dataclasses
 import re
@@ -22,9 +14,7 @@ def setting(default: Any, help: str, choices: Optional[Sequence[str]] = None,  #
             flag: Optional[str] = None, state: bool = False) -> Any:
     """A config field with its flag's help text, choices and (if not the field's) name.
 
-    ``state``: the field shapes a run's saved state (data, split, model,
-    method), so a resumed run cannot change it.
-    """
+    ``state``: the field shapes a run's saved state, so a resume cannot change it."""
     return dataclasses.field(default=default, metadata={
         "help": help, "choices": None if choices is None else tuple(choices), "flag": flag,
         "state": state})
@@ -36,8 +26,7 @@ def flag_name(field: dataclasses.Field) -> str:
 
 
 def choice_problems(section: Any) -> list[str]:
-    """One message per field of the dataclass ``section`` whose value is not
-    among its `setting` choices."""
+    """One message per field of the dataclass ``section`` whose value is not among its choices."""
     return ["{" + flag_name(field) + "} must be one of " + ", ".join(field.metadata["choices"])
             for field in dataclasses.fields(section)
             if field.metadata.get("choices")
@@ -45,9 +34,8 @@ def choice_problems(section: Any) -> list[str]:
 
 
 def as_flag(name: str, value: Any) -> str:
-    """The setting ``name`` set to ``value`` as written on a command line:
-    ``--name=value``; ``--name`` or ``--noname`` for a boolean; a sequence's
-    items joined by commas; ``--name unset`` for None."""
+    """``--name=value`` as on a command line (``--name``/``--noname`` for a bool, a sequence
+    comma-joined, ``--name unset`` for None)."""
     if value is None:
         return f"--{name} unset"
     if isinstance(value, bool):
@@ -59,10 +47,8 @@ def as_flag(name: str, value: Any) -> str:
 
 def name_settings(message: str, values: Mapping[str, Any],
                   origins: Optional[Mapping[str, str]] = None) -> str:
-    """``message`` with each ``{name}`` of a setting in ``values`` (flag name ->
-    value) written `as_flag`, followed by its origin in parentheses where
-    ``origins`` (flag name -> e.g. "command line", "from flags/demo.flags")
-    has it; other text, braces included, stays as it is."""
+    """``message`` with each ``{name}`` of ``values`` (flag name -> value) written `as_flag`,
+    followed by its origin in parentheses where ``origins`` has it."""
     origins = origins or {}
 
     def named(match):

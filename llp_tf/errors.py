@@ -1,14 +1,5 @@
-"""Errors raised for bad user input.
-
-Library code raises these with a one-paragraph message that names the
-offending file, flag or value and says what to do; entry points in `tools/`
-catch `LLPError`, print the message and exit non-zero, without a traceback.
-
-A message about settings names each as ``{flag name}`` and carries their
-values (``settings``): it reads ``--epochs=3``, and once the entry point
-that knows where each value came from calls `LLPError.with_origins`,
-``--epochs=3 (command line)`` (`llp_tf.config_fields.name_settings`).
-"""
+"""Errors raised for bad user input: a one-paragraph message naming the file, flag or value and
+what to do, which the entry points print without a traceback."""
 
 from typing import Any, Mapping, Optional
 
@@ -16,13 +7,12 @@ from llp_tf.config_fields import name_settings
 
 
 class LLPError(Exception):
-    """Base class of errors caused by user input (a path, a file, a setting).
+    """Base class of errors caused by user input.
 
     Args:
-      message: str; ``{name}`` stands for the setting ``name`` of ``settings``.
-      settings: optional dict flag name -> value of the settings ``message`` names.
-      origins: optional dict flag name -> where that value came from.
-    """
+      message: str; ``{name}`` stands for the setting ``name`` of ``settings``, written as
+        ``--name=value`` (`llp_tf.config_fields.name_settings`).
+      settings: optional dict flag name -> value; origins: optional dict flag name -> origin."""
 
     def __init__(self, message: str, settings: Optional[Mapping[str, Any]] = None,
                  origins: Optional[Mapping[str, str]] = None) -> None:
@@ -33,9 +23,8 @@ class LLPError(Exception):
                          if self.settings else message)
 
     def with_origins(self, origins: Mapping[str, str]) -> "LLPError":
-        """This error, naming where each of its settings came from (``origins``:
-        flag name -> e.g. "command line"); origins it names already stay. Itself
-        when it names no setting."""
+        """This error naming where each setting came from (``origins``: flag name -> e.g. "command
+        line"); origins it has stay."""
         if not self.settings:
             return self
         error = type(self)(self.template, self.settings, {**origins, **self.origins})

@@ -1,5 +1,4 @@
-"""Package attributes imported on first use, so that importing a package (or a
-light module inside it) does not import TensorFlow."""
+"""Package attributes imported on first use, so a package import does not import TensorFlow."""
 
 import importlib
 from collections.abc import Callable, Mapping
@@ -7,8 +6,7 @@ from typing import Any
 
 
 def lazy_getattr(package: str, defined_in: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package`` that imports each name of
-    ``defined_in`` (name -> defining module) when it is first read."""
+    """A module ``__getattr__`` that imports each name of ``defined_in`` (name -> module) on use."""
     def __getattr__(name: str) -> Any:
         if name in defined_in:
             return getattr(importlib.import_module(defined_in[name]), name)

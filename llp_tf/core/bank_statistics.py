@@ -1,18 +1,7 @@
-"""Statistics of a memory bank's state, defined once: evaluation logs them and
-the embedding analysis reads them.
-
-- `aggregation_scores`: per class, the L2 norm of the mean of its rows
-  (their mean over classes is ``aggregation_score`` in ``metrics.jsonl``);
-- `pseudo_label_stats`: the pseudo labels of the unlabelled rows against
-  their true classes.
-
-Edge conventions: with no unlabelled row of known true class (every example
-labelled) the pseudo-label statistics are NaN; with no pseudo-labelled row
-(the warm-up, before the first propagation) coverage is 0 and accuracy and
-mean confidence are NaN, as they do not apply yet. Evaluation leaves the
-three out of ``metrics.jsonl`` in both cases. A class with no row has a NaN
-score and is left out of the mean.
-"""
+"""Statistics of a memory bank's state, for evaluation and the embedding analysis: per-class
+aggregation scores and the pseudo labels of the unlabelled rows against their true classes.
+A statistic that does not apply (no unlabelled row, nothing propagated yet, a class with no
+row) is NaN."""
 
 import dataclasses
 import math
@@ -28,13 +17,8 @@ SUM_CHUNK_ROWS = 65536
 
 @dataclasses.dataclass(frozen=True)
 class AggregationScores:
-    """Per-class aggregation scores of one set of rows.
-
-    Attributes:
-      per_class: float64 [C], the score of each class; NaN for a class with
-        no row.
-      counts: int64 [C], rows of each class.
-    """
+    """Per-class aggregation scores: ``per_class`` float64 [C] (NaN for a class with no row) and
+    ``counts`` int64 [C], rows of each class."""
 
     per_class: np.ndarray
     counts: np.ndarray
@@ -48,18 +32,12 @@ class AggregationScores:
 
 def aggregation_scores(embeddings: FloatTensor | Array, classes: IntTensor | Array,
                        num_classes: int) -> AggregationScores:
-    """Per-class aggregation scores: ``|| mean of the rows of class c ||_2``.
+    """`AggregationScores` of ``|| mean of the rows of class c ||_2``, in float64.
 
     Args:
       embeddings: float [N, D], the (unit-norm) bank rows.
-      classes: int [N], the class of each row; rows whose value is not a
-        class (`label_encoding.is_class`: -1 for unknown, or an instance id)
-        are left out.
-      num_classes: int, C.
-
-    Returns:
-      `AggregationScores`, computed in float64.
-    """
+      classes: int [N]; a row whose value is not a class (-1, an instance id) is left out.
+      num_classes: int, C."""
     embeddings = np.asarray(embeddings)
     classes = np.asarray(classes, np.int64).reshape(-1)
     if embeddings.ndim != 2 or embeddings.shape[0] != classes.size:
@@ -81,20 +59,9 @@ def aggregation_scores(embeddings: FloatTensor | Array, classes: IntTensor | Arr
 
 @dataclasses.dataclass(frozen=True)
 class PseudoLabelStats:
-    """The bank's pseudo labels on its unlabelled rows, against their true classes.
-
-    Attributes:
-      unlabelled: int, unlabelled rows with a known true class.
-      coverage: float, the fraction of them that carry a class (not an
-        instance id).
-      accuracy: float, the fraction whose label is their true class (rows
-        still holding an instance id count as wrong).
-      confidence: float, the mean confidence of the pseudo-labelled ones.
-
-    With ``unlabelled`` 0 (every row labelled) the three fractions are NaN;
-    with no pseudo-labelled row (nothing propagated yet), accuracy and
-    confidence are.
-    """
+    """The pseudo labels of the unlabelled rows of known true class (``unlabelled``, int):
+    ``coverage``, the fraction that carry a class; ``accuracy``, the fraction whose label is
+    their true class; ``confidence``, the mean confidence of the pseudo-labelled ones."""
 
     unlabelled: int
     coverage: float
@@ -105,20 +72,12 @@ class PseudoLabelStats:
 def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor | Array,
                        is_labelled: BoolTensor | Array, true_classes: Array,
                        num_classes: int) -> PseudoLabelStats:
-    """`PseudoLabelStats` of a bank state.
+    """`PseudoLabelStats` (Python floats) of a bank state.
 
     Args:
-      bank_labels: int64 [N], the bank's labels (`label_encoding`: a class,
-        or an instance id where nothing has been propagated yet).
-      confidence: float32 [N], the bank's confidences.
-      is_labelled: bool [N], True for the labelled examples.
-      true_classes: int64 [N], each row's true class, -1 where unknown (such
-        rows are left out).
-      num_classes: int, C.
-
-    Returns:
-      `PseudoLabelStats` (Python floats, computed in numpy).
-    """
+      bank_labels: int64 [N] (`label_encoding`); confidence: float32 [N].
+      is_labelled: bool [N]; true_classes: int64 [N], -1 where unknown (left out).
+      num_classes: int, C."""
     bank_labels = np.asarray(bank_labels)
     true_classes = np.asarray(true_classes)
     confidence = np.asarray(confidence)

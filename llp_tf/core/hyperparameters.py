@@ -1,10 +1,6 @@
-"""The paper's values of LLP's hyperparameters, the defaults of the core and the config.
-
-Zhuang et al. 2019, section 4: K = 10 voting neighbours, T = 25 neighbours
-in the local density (the authors' release used 50), tau = 0.07 in every
-softmax over the bank, bank momentum m = 0.5. `DENSITY_CHUNK_SIZE` is ours:
-query rows per chunk of a density refresh, which bounds its memory.
-"""
+"""The paper's LLP hyperparameters (section 4): K voters, T density neighbours (the authors'
+release used 50), temperature tau, bank momentum m; `DENSITY_CHUNK_SIZE`, ours, bounds a
+density refresh's memory."""
 
 K = 10
 T = 25

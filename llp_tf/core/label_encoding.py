@@ -1,14 +1,7 @@
-"""How one int64 label tensor holds both classes and instance ids.
-
-The memory bank keeps a single int64 label per example. A label in
-``[0, num_classes)`` is a class: the true class of a labelled example or the
-pseudo class of a propagated one. A label ``>= num_classes`` is an instance id:
-example ``i`` that has not been propagated to yet carries
-``num_classes + i``, which equals no class and no other example's label, so the
-aggregation loss over such labels is exactly non-parametric instance
-discrimination. (The authors' release stored ``N + class`` for classes and
-``i`` for instances; only the uniqueness property matters.)
-"""
+"""One int64 label per example holds a class or an instance id: ``[0, C)`` is a class (true or
+propagated), ``C + i`` the instance id of example ``i`` not yet propagated to, unique, so the
+aggregation loss over such labels is instance discrimination. (The authors' release stored
+``N + class`` and ``i``; only the uniqueness matters.)"""
 
 import numpy as np
 import tensorflow as tf
@@ -17,15 +10,7 @@ from llp_tf.tensor_types import Array, BoolTensor, IntTensor
 
 
 def instance_labels(indices: IntTensor, num_classes: int | IntTensor) -> IntTensor:
-    """Instance-id labels of examples.
-
-    Args:
-      indices: int64 [B], example indices in ``[0, N)``.
-      num_classes: int, C.
-
-    Returns:
-      int64 [B], ``num_classes + indices``.
-    """
+    """int64 [B]: ``num_classes + indices`` for example indices int64 [B] in ``[0, N)``."""
     return tf.cast(indices, tf.int64) + tf.cast(num_classes, tf.int64)
 
 

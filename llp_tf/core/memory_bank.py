@@ -1,26 +1,17 @@
-"""The memory bank: per-example state that LLP keeps across steps.
+"""The memory bank: per-example state that LLP keeps across steps, as non-trainable
+checkpointed variables over the N used training examples (dense indices ``[0, N)``):
 
-For the N used training examples (dense indices ``[0, N)``) the bank holds,
-as non-trainable variables saved in checkpoints:
+- ``embeddings`` float32 [N, D]: each example's running-average embedding, initialised
+  uniform in ``[-s, s]``, ``s = 1 / sqrt(D / 3)``;
+- ``labels`` int64 [N]: a class or an instance id (`label_encoding`); labelled examples keep
+  their class, the others start with their instance id;
+- ``confidence`` float32 [N]: the propagation confidence, 1 for labelled and not yet
+  propagated-to examples;
+- ``density`` float32 [M]: rho of each labelled example (eq. 7), in ``labelled_index``
+  order, 1 until refreshed;
+- ``labelled_index`` int64 [M] (sorted) and ``is_labelled`` bool [N]: the split.
 
-- ``embeddings`` float32 [N, D]: the running average of the example's
-  embedding, initialised uniform in ``[-s, s]``, ``s = 1 / sqrt(D / 3)``
-  (unit-norm rows in expectation);
-- ``labels`` int64 [N]: a class or an instance id (`label_encoding`);
-  labelled examples hold their true class for good, the others start with
-  their instance id and take pseudo classes once propagated to;
-- ``confidence`` float32 [N]: 1 for labelled examples and for examples not
-  yet propagated to (plain instance discrimination), else the propagation
-  confidence;
-- ``density`` float32 [M]: rho of each labelled example (eq. 7), in the order
-  of ``labelled_index``; refreshed by the trainer, 1 until then;
-- ``labelled_index`` int64 [M] (sorted) and ``is_labelled`` bool [N]: the split,
-  fixed at construction and checkpointed, so a resume cannot change it.
-
-Create the bank inside ``strategy.scope()``. `update` keeps every replica's
-copy identical: in replica context it writes the global batch, gathered
-from all replicas; in cross-replica context it expects the global batch.
-"""
+Create it inside ``strategy.scope()``; `update` keeps every replica's copy identical."""
 
 import numpy as np
 import tensorflow as tf
@@ -52,18 +43,11 @@ def _validate_split(num_examples, num_classes, labelled_index, labelled_classes)
 
 
 def _gather_global_batch(tensors):
-    """All-gather a replica's tensors along axis 0 into the global batch.
-
-    In cross-replica context, or with a single replica, the tensors already
-    are the global batch and are returned as they are.
-    """
+    """A replica's tensors all-gathered along axis 0 (as given in cross-replica context)."""
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return tensors
-    # all_gather sends each tensor to its own device; under
-    # MultiWorkerMirroredStrategy a tensor can come without one (an op placed
-    # by the runtime), which all_gather refuses: a copy made here has this
-    # replica's device.
+    # all_gather refuses a tensor without a device (possible under MultiWorkerMirroredStrategy).
     tensors = tf.nest.map_structure(tf.identity, tensors)
     return context.all_gather(tensors, axis=0)
 
@@ -75,17 +59,12 @@ class MemoryBank(tf.Module):
                  labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
                  momentum: float = hyperparameters.BANK_MOMENTUM, seed: int = 0,
                  name: str = "memory_bank") -> None:
-        """Creates the variables (inside the current distribution strategy's scope).
+        """Creates the variables in the current strategy's scope.
 
         Args:
-          num_examples: int, N.
-          dim: int, D.
-          num_classes: int, C.
-          labelled_index: int [M], distinct indices in [0, N) of labelled examples.
-          labelled_classes: int [M], their classes in [0, C).
-          momentum: float m in [0, 1) of the row update.
-          seed: int, seed of the initial rows.
-        """
+          num_examples, dim, num_classes: int, N, D, C.
+          labelled_index: int [M], distinct indices in [0, N); labelled_classes: int [M] in [0, C).
+          momentum: float m in [0, 1) of the row update; seed: int, of the initial rows."""
         super().__init__(name=name)
         if num_examples <= 0 or dim <= 0 or num_classes <= 0:
             raise ValueError(
@@ -119,30 +98,11 @@ class MemoryBank(tf.Module):
         self.labels = variable(labels, "labels")
         self.confidence = variable(np.ones(num_examples, np.float32), "confidence")
         self.density = variable(np.ones(self.num_labelled, np.float32), "density")
-        # Checkpoint keys are attribute names: these two keep the spelling of
-        # the runs saved before, so that those still restore.
-        self.labeled_index = variable(labelled_index, "labelled_index")
-        self.is_labeled = variable(is_labelled, "is_labelled")
-
-    @property
-    def labelled_index(self) -> tf.Variable:
-        """int64 [M]: the labelled rows, sorted."""
-        return self.labeled_index
-
-    @property
-    def is_labelled(self) -> tf.Variable:
-        """bool [N]: whether each row is labelled."""
-        return self.is_labeled
+        self.labelled_index = variable(labelled_index, "labelled_index")
+        self.is_labelled = variable(is_labelled, "is_labelled")
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
-        """Labels and confidences of a batch as they are now.
-
-        Args:
-          indices: int [B].
-
-        Returns:
-          (labels int64 [B], confidence float32 [B]).
-        """
+        """(labels int64 [B], confidence float32 [B]) of the rows ``indices`` int [B]."""
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)
 
     def labelled_embeddings(self) -> FloatTensor:
@@ -155,24 +115,14 @@ class MemoryBank(tf.Module):
 
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """Writes a batch into the bank, identically on every replica.
-
-        Rows: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``. Labels and
-        confidences, when given: pseudo labels for the unlabelled examples of
-        the batch; a labelled example keeps its class and confidence 1.
-
-        Indices must be distinct across the global batch.
+        """Writes a batch on every replica: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``.
 
         Args:
-          indices: int [B], this replica's (or, in cross-replica context, the
-            global) example indices.
-          embeddings: float32 [B, D], their new embeddings.
-          classes: optional int64 [B], pseudo classes.
-          confidence: optional float32 [B], their confidences (with classes).
-
-        Returns:
-          None; the variables are updated.
-        """
+          indices: int [B], distinct across the global batch: this replica's (the global batch's in
+            cross-replica context).
+          embeddings: float32 [B, D].
+          classes, confidence: optional int64 / float32 [B], pseudo labels; labelled examples keep
+            their class and confidence 1."""
         if (classes is None) != (confidence is None):
             raise ValueError("Give both classes and confidence, or neither.")
         batch = {"indices": tf.cast(indices, tf.int64),
@@ -180,9 +130,7 @@ class MemoryBank(tf.Module):
         if classes is not None:
             batch["classes"] = tf.cast(classes, tf.int64)
             batch["confidence"] = tf.cast(confidence, tf.float32)
-        # Variables are mirrored with aggregation=NONE: a scatter in replica
-        # context changes that replica's copy only, so every replica applies
-        # the same scatter of the whole global batch.
+        # aggregation=NONE: each replica applies the same scatter of the whole global batch.
         batch = _gather_global_batch(batch)
         indices = batch["indices"]
 
@@ -200,8 +148,5 @@ class MemoryBank(tf.Module):
             self.confidence.scatter_update(tf.IndexedSlices(new_confidence, indices))
 
     def assign_density(self, density: FloatTensor) -> None:
-        """Stores rho of every labelled example (float32 [M], `labelled_index` order).
-
-        Call in cross-replica context (or with one replica) so every copy is set.
-        """
+        """Stores rho (float32 [M], `labelled_index` order); call in cross-replica context."""
         self.density.assign(tf.cast(density, tf.float32))

@@ -1,10 +1,6 @@
-"""Label propagation from labelled memory-bank rows to a batch (paper eq. 5-8).
-
-All similarities are dot products of unit vectors divided by a temperature;
-at the paper's temperature of 0.07, ``exp(1 / 0.07)`` is about 1.6e6, so every
-sum of exponentials here is computed as a log-sum-exp and every ratio as a
-difference of logs.
-"""
+"""Label propagation from labelled memory-bank rows to a batch (paper eq. 5-8). Similarities
+are dot products of unit vectors over a temperature; at 0.07, exp(1 / 0.07) is about 1.6e6,
+so sums of exponentials are log-sum-exps and ratios differences of logs."""
 
 import functools
 import math
@@ -18,11 +14,7 @@ DEFAULT_BLOCK_ROWS = 262_144
 
 
 def _num_rows(tensor):
-    """The static size of axis 0 as a Python int, or None when unknown.
-
-    (`tf.get_static_value(tf.shape(x)[0])` returns None inside loop bodies even
-    for static shapes, so the static shape is read directly.)
-    """
+    """The static size of axis 0, or None (`tf.get_static_value` is None in loop bodies)."""
     size = tensor.shape[0]
     return int(size) if size is not None else None
 
@@ -41,12 +33,7 @@ def _validate_positive(name, value):
 
 
 def _group_size(num_rows, k):
-    """Rows per group for `nearest_rows`, or 0 to use a plain top-k.
-
-    The grouped search costs about ``num_rows / g`` (top-k over group maxima)
-    plus ``k * g`` (top-k over the candidates), smallest near sqrt(rows / k);
-    a power of two keeps the reshape aligned.
-    """
+    """Rows per group for `nearest_rows` (a power of two near sqrt(rows / k)); 0: plain top-k."""
     if not isinstance(num_rows, int) or not isinstance(k, int):
         return 0
     group = 2 ** int(round(math.log2(max(math.sqrt(num_rows / k), 1.0))))
@@ -83,7 +70,6 @@ def _nearest_in_block(queries, rows, k, row_offsets):
         candidates = tf.concat([candidates, tail], axis=1)
     scores, position = tf.math.top_k(candidates, k=k, sorted=False)
     in_group = position < k * group
-    # Clamped so that tail positions gather a valid (unused) group.
     group_slot = tf.minimum(position // group, k - 1)
     grouped_index = (tf.gather(best_groups, group_slot, batch_dims=1) * group
                      + position % group)
@@ -102,31 +88,17 @@ def _merge_nearest(best, candidate, k):
 def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
                  row_offsets: FloatTensor | None = None,
                  block_rows: int = DEFAULT_BLOCK_ROWS) -> tuple[FloatTensor, IntTensor]:
-    """Exact top-k of ``scores = queries @ rows^T - row_offsets`` per query.
+    """Exact top-k of ``queries @ rows^T - row_offsets`` per query, faster than one top-k.
 
-    Two things make this faster than `tf.math.top_k` over the full score
-    matrix (which is slower than the matmul that feeds it):
-
-    - Rows are taken ``block_rows`` at a time with a running top-k, so memory
-      stays bounded by B x block scores however large the bank (a 1.28M-row
-      bank in blocks of 256k rows). Smaller blocks cost loop overhead and
-      measured slower, so banks under 2 blocks are searched in one go.
-    - Within a block the columns are cut into groups of g: the k largest
-      scores lie in at most k groups, and those are among the k groups with
-      the largest maximum, so a top-k over the block / g group maxima and one
-      over the k * g candidates is exact (up to which of exactly tied scores
-      is returned).
+    Rows are searched ``block_rows`` at a time with a running top-k (memory B x block); in a
+    block, a top-k over group maxima picks the k groups that can hold the k largest scores.
 
     Args:
-      queries: float32 [B, D].
-      rows: float32 [M, D].
-      k: int or int32 scalar, at most M.
+      queries: float32 [B, D]; rows: float32 [M, D]; k: int or int32 scalar, at most M.
       row_offsets: optional float32 [M], subtracted from every query's scores.
-      block_rows: int, rows per block.
 
     Returns:
-      (scores float32 [B, k], row indices int32 [B, k]), in no set order.
-    """
+      (scores float32 [B, k], row indices int32 [B, k]), in no set order."""
     num_rows = _num_rows(rows)
     if num_rows is None or not isinstance(k, int) or num_rows < 2 * block_rows:
         return _nearest_in_block(queries, rows, k, row_offsets)
@@ -135,8 +107,7 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
     blocked_rows = num_blocks * block_rows
 
     def block(start):
-        # The reshapes give the dynamic slices the static shape the grouped
-        # search needs.
+        # Static shapes for the grouped search.
         rows_j = tf.reshape(rows[start:start + block_rows], [block_rows, -1])
         offsets = None
         if row_offsets is not None:
@@ -148,7 +119,7 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
         return (j + 1,) + _merge_nearest((best_scores, best_index), block(j * block_rows), k)
 
     best = block(0)
-    # parallel_iterations=1 keeps one block of scores alive at a time.
+    # parallel_iterations=1: one block of scores alive at a time.
     _, *best = tf.while_loop(lambda j, *_: j < num_blocks, body, (1,) + best,
                              parallel_iterations=1)
     if blocked_rows < num_rows:
@@ -164,25 +135,13 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
 def log_local_density(queries: FloatTensor, bank: FloatTensor,
                       t: int = hyperparameters.T, temperature: float = hyperparameters.TEMPERATURE,
                       chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> FloatTensor:
-    """Logarithm of the local density rho of eq. 7 for each query row.
-
-    ``log rho(q) = logsumexp over the t bank rows j with the largest q . bank_j
-    of (q . bank_j / temperature)``. The whole bank takes part, the query's
-    own row included when the query is a bank row.
-
-    Queries are processed ``chunk_size`` rows at a time, one chunk after the
-    other, so the peak memory is ``chunk_size x N`` similarities whatever Q is.
+    """log rho of eq. 7 for each query row, float32 [Q]: the logsumexp of q . bank_j / temperature
+    over the t bank rows nearest q (the whole bank, the query's own row included).
 
     Args:
-      queries: float32 [Q, D].
-      bank: float32 [N, D].
-      t: int, neighbours in the estimate; more than N uses all N rows.
-      temperature: float.
-      chunk_size: int, query rows per chunk.
-
-    Returns:
-      float32 [Q].
-    """
+      queries: float32 [Q, D]; bank: float32 [N, D].
+      t: int, neighbours (more than N: all N); chunk_size: query rows per chunk (peak memory
+        chunk_size x N similarities)."""
     _validate_positive("t", t)
     _validate_positive("temperature", temperature)
     _validate_positive("chunk_size", chunk_size)
@@ -198,8 +157,7 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
 
 @functools.lru_cache(maxsize=32)
 def _traced_log_local_density(bank_shape, t, temperature, chunk_size):
-    """One graph per bank shape: the blocked search needs N to be static, and
-    a retracing function would relax it to None after seeing two shapes."""
+    """One graph per bank shape: the blocked search needs a static N."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, bank_shape[1]], tf.float32),
                                   tf.TensorSpec(bank_shape, tf.float32)])
@@ -216,12 +174,11 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
                              element_shape=tf.TensorShape([None]))
 
     def body(i, results):
-        # Scaling the [c, D] chunk by 1/tau is cheaper than scaling [c, N] scores.
         chunk = queries[i * chunk_size:(i + 1) * chunk_size] / temperature
         nearest, _ = nearest_rows(chunk, bank, t)
         return i + 1, results.write(i, tf.reduce_logsumexp(nearest, axis=1))
 
-    # parallel_iterations=1 keeps a single chunk of similarities alive at a time.
+    # parallel_iterations=1: one chunk of similarities alive at a time.
     _, results = tf.while_loop(lambda i, _: i < num_chunks, body, (0, results),
                                parallel_iterations=1)
     return tf.reshape(results.concat(), [num_queries])
@@ -230,16 +187,7 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
 def local_density(queries: FloatTensor, bank: FloatTensor, t: int = hyperparameters.T,
                   temperature: float = hyperparameters.TEMPERATURE,
                   chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> FloatTensor:
-    """Local density rho of eq. 7 for each query row.
-
-    ``rho(q) = sum over the t bank rows j with the largest q . bank_j of
-    exp(q . bank_j / temperature)``, computed in log space and exponentiated
-    at the end (rho <= t * exp(1 / temperature), about 4e7 at the defaults,
-    well inside float32). See `log_local_density` for the arguments.
-
-    Returns:
-      float32 [Q].
-    """
+    """Local density rho of eq. 7, float32 [Q]: `log_local_density` exponentiated."""
     return tf.exp(log_local_density(queries, bank, t, temperature, chunk_size))
 
 
@@ -249,35 +197,25 @@ def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,
               density: FloatTensor | None = None) -> tuple[IntTensor, FloatTensor]:
     """Pseudo labels and confidences for a batch from its labelled neighbours.
 
-    With ``density=None`` this is the weighted kNN of eq. 5-6: the voters are
-    the k labelled rows with the largest ``P(i|v) ~ exp(bank_i . v / tau)``
-    and each votes with that weight. With densities it is LLP's locally
-    weighted vote of eq. 7-8: ``P^L(i|v) = P(i|v) / rho_i`` both chooses the
-    k voters and weighs them. The normaliser Z of P cancels in both.
-
-    The class with the largest summed weight wins (the lowest class index at
-    an exact tie) and its share of the total weight is the confidence.
+    ``density=None``: the weighted kNN of eq. 5-6, k voters with the largest
+    ``P(i|v) ~ exp(bank_i . v / tau)``. With densities, LLP's vote of eq. 7-8:
+    ``P(i|v) / rho_i`` chooses and weighs the k voters. The class of largest summed weight wins
+    (lowest index at a tie); its share of the weight is the confidence.
 
     Args:
-      embeddings: float32 [B, D], the batch's embeddings.
-      labelled_bank: float32 [M, D], bank rows of the labelled examples.
-      labelled_classes: int [M], their classes in [0, num_classes).
-      num_classes: int, C.
-      k: int, voters; more than M uses all M.
-      temperature: float.
+      embeddings: float32 [B, D]; labelled_bank: float32 [M, D].
+      labelled_classes: int [M] in [0, C); num_classes: int, C; k: int (more than M: all M).
       density: optional float32 [M], rho of each labelled row.
 
     Returns:
-      (classes int64 [B], confidence float32 [B]).
-    """
+      (classes int64 [B], confidence float32 [B])."""
     _validate_positive("k", k)
     _validate_positive("temperature", temperature)
     embeddings = tf.convert_to_tensor(embeddings, tf.float32)
     labelled_bank = tf.convert_to_tensor(labelled_bank, tf.float32)
     labelled_classes = tf.cast(labelled_classes, tf.int64)
 
-    # Scores are log P(i|v) + log Z (minus log rho_i with local weighting);
-    # their softmax over the k voters is the vote.
+    # Scores are log P(i|v) + log Z (minus log rho_i); their softmax is the vote.
     log_density = None
     if density is not None:
         log_density = tf.math.log(tf.convert_to_tensor(density, tf.float32))
@@ -289,36 +227,21 @@ def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,
 
 def class_vote(scores: FloatTensor, neighbour_labels: IntTensor,
                num_classes: int) -> FloatTensor:
-    """The weighted vote of eq. 6: each neighbour that has a class votes for it
-    with weight ``exp(score)``; the class weights are normalised to sum to 1.
-
-    `propagate` votes with its k voters (all have a class); the exported
-    ``knn`` signature votes with the K nearest bank rows, some of which may
-    hold no class (`label_encoding.is_class` False: an instance id, or -1)
-    and then do not vote.
+    """The vote of eq. 6, float32 [B, C]: each neighbour with a class votes for it with weight
+    ``exp(score)``; each row's weights normalised to sum to 1 (all 0 where none has a class).
 
     Args:
-      scores: float32 [B, K], log-weights up to a constant per row:
-        ``similarity / tau`` (minus ``log rho`` with local weighting).
-      neighbour_labels: int [B, K], the neighbours' labels.
-      num_classes: int, C.
-
-    Returns:
-      float32 [B, C]: the share of each class in the row's total weight; all
-      zeros in a row where no neighbour has a class.
-    """
+      scores: float32 [B, K], log-weights up to a constant per row.
+      neighbour_labels: int [B, K] (an instance id or -1 does not vote); num_classes: int, C."""
     scores = tf.convert_to_tensor(scores, tf.float32)
     neighbour_labels = tf.cast(neighbour_labels, tf.int64)
     votes = label_encoding.is_class(neighbour_labels, num_classes)
-    # A softmax subtracts the row's largest score, so the weights lie in
-    # (0, 1] however large exp(1 / tau) is. -inf leaves non-voters out; a row
-    # without voters keeps finite scores (zeroed below) so no NaN appears.
+    # -inf leaves non-voters out; a row without voters keeps finite scores (zeroed below).
     any_vote = tf.reduce_any(votes, axis=1, keepdims=True)
     masked = tf.where(votes, scores, tf.where(any_vote, -math.inf, 0.0))
     weights = tf.nn.softmax(masked, axis=1) * tf.cast(votes, tf.float32)
 
-    # Sum the weights per (row, class) without a [B, K, C] one-hot; a
-    # non-voter adds its zero weight to class 0.
+    # Per (row, class) sums without a [B, K, C] one-hot.
     batch_size = tf.shape(scores, out_type=tf.int64)[0]
     rows = tf.range(batch_size)[:, tf.newaxis]
     segment = rows * num_classes + tf.where(votes, neighbour_labels, tf.zeros_like(

@@ -1,10 +1,5 @@
-"""The model section of a run's config, and the choices and defaults it reads.
-
-Architectures, the embedding size, the batch-norm settings and the precision
-names are defined here once; the network code (`factory`, `embedding_classifier`,
-`batch_norm`, `precision`) takes its defaults from here. Imports no
-TensorFlow, so the config tree can be read without it.
-"""
+"""The model section of a run's config, with the architectures, embedding size, batch-norm
+settings and precisions the network code defaults to. Imports no TensorFlow."""
 
 import dataclasses
 from typing import NamedTuple, Optional, Tuple
@@ -17,8 +12,7 @@ class Architecture(NamedTuple):
     bottleneck: bool
 
 
-#: TF official's ResNet sizes, plus "resnet10" (one basic block per stage),
-#: the tiny network for tests and CPU demos (combine with a small width).
+#: TF official's ResNet sizes, plus "resnet10" (one basic block per stage) for tests and demos.
 ARCHITECTURES = {
     "resnet10": Architecture((1, 1, 1, 1), bottleneck=False),
     "resnet18": Architecture((2, 2, 2, 2), bottleneck=False),
@@ -72,8 +66,7 @@ def final_feature_map_side(model: ModelConfig, image_size: int) -> int:
 
 
 def model_problems(model: ModelConfig) -> list[str]:
-    """What is wrong with the model settings, one message each (settings named
-    as ``{flag name}``, `llp_tf.errors`)."""
+    """What is wrong with the model settings, one message each (settings as ``{flag name}``)."""
     checks = [
         (model.width > 0, "{width} must be positive"),
         (0 <= model.batch_norm_momentum < 1, "{batch_norm_momentum} must lie in [0, 1)"),

@@ -1,15 +1,5 @@
-"""The LLP network: a ResNet-v2 trunk and two heads side by side.
-
-After global pooling the trunk's features feed, in parallel,
-
-- the embedding head: dense to D (128), then L2-normalised, so embeddings lie
-  on the unit sphere; the memory bank, label propagation and the aggregation
-  loss use these;
-- the category head: dense to C class logits, trained with cross-entropy on
-  (pseudo-)labelled examples.
-
-The linear probe of the evaluation reads the pooled features before both.
-"""
+"""The LLP network: a ResNet-v2 trunk whose pooled features feed two heads side by side,
+the embedding head (dense to D, L2-normalised) and the category head (dense to C logits)."""
 
 import contextlib
 from typing import Any
@@ -27,33 +17,16 @@ class EmbeddingClassifier(keras.Model):
     """Trunk plus embedding and category heads.
 
     Args:
-      trunk: a `ResNetV2` (or any layer mapping images [B, H, W, 3] to
-        features [B, F] that has `feature_dim` and `batch_norm_layers()`).
-      num_classes: C, the number of category logits.
-      embedding_dim: D, the size of the unit-norm embedding.
+      trunk: a `ResNetV2` (or a layer mapping images [B, H, W, 3] to features [B, F] with
+        `feature_dim` and `batch_norm_layers()`).
+      num_classes: C; embedding_dim: D.
 
-    `call(images, training=False, update_moving_statistics=True)` takes
-    float32 [B, H, W, 3] images, normalised with the ImageNet mean and std,
-    channels last (``update_moving_statistics=False`` with ``training``: the
-    batch norms normalise with the batch's moments but leave their moving
-    statistics alone, `batch_norm.moving_statistics_kept`), and returns a
-    dict of float32 tensors:
-
-    - "features": [B, F], the pooled trunk output;
-    - "embedding": [B, D], unit L2 norm;
-    - "logits": [B, C].
-
-    Built under a mixed-precision policy (`llp_tf.models.precision`), the
-    trunk computes in bfloat16 or float16; the heads are float32 layers, so
-    these outputs are float32 computed in float32 from the cast features.
-
-    Create it inside `strategy.scope()` to train with a distribution strategy;
-    it is trackable, so `tf.train.Checkpoint(model=model)` saves every weight
-    and batch-norm moving statistic. Keras creates the weights on the first
-    call, and a checkpoint read before that restores nothing into them (no
-    deferred restoration for Keras 3 variables): call `create_weights()` (or
-    the model) before restoring.
-    """
+    `call(images, training=False, update_moving_statistics=True)` takes float32 [B, H, W, 3]
+    images (ImageNet-normalised, channels last) and returns float32 "features" [B, F],
+    "embedding" [B, D] (unit norm) and "logits" [B, C]; the heads compute in float32 under any
+    mixed-precision policy. ``update_moving_statistics=False``: see
+    `batch_norm.moving_statistics_kept`. Keras 3 restores nothing into weights not yet created:
+    call `create_weights()` before restoring a checkpoint."""
 
     def __init__(self, trunk: keras.layers.Layer, num_classes: int,
                  embedding_dim: int = EMBEDDING_DIM, name: str = "embedding_classifier",
@@ -69,11 +42,8 @@ class EmbeddingClassifier(keras.Model):
         self.trunk = trunk
         self.num_classes = num_classes
         self.embedding_dim = embedding_dim
-        # Initialisers as in the release: `tf.layers.dense` defaults
-        # (Glorot uniform) for the embedding head, variance scaling for the
-        # category head; both with a zero-initialised bias. Both compute in
-        # float32 under any mixed-precision policy: the embedding feeds the
-        # bank's softmax at temperature 0.07, the logits a softmax too.
+        # Initialisers as in the release: Glorot uniform (`tf.layers.dense`'s) for the embedding
+        # head, variance scaling for the category head; zero biases. float32 under any policy.
         self.embedding_head = keras.layers.Dense(
             embedding_dim, dtype="float32", name="embedding_head")
         self.category_head = keras.layers.Dense(
@@ -88,11 +58,7 @@ class EmbeddingClassifier(keras.Model):
         return self.trunk.feature_dim
 
     def create_weights(self, image_size: int = 32) -> "EmbeddingClassifier":
-        """Creates every weight by one inference call on a zero batch.
-
-        Inference mode leaves the batch-norm moving statistics untouched.
-        Weight shapes do not depend on `image_size`. Returns the model.
-        """
+        """Creates every weight by one inference call on a zero batch; returns the model."""
         if not self.built:
             self(tf.zeros([1, image_size, image_size, 3]), training=False)
         return self
@@ -120,13 +86,8 @@ class EmbeddingClassifier(keras.Model):
                 for variable in norm.trainable_weights]
 
     def weight_decay_variables(self) -> list[keras.Variable]:
-        """The variables that take weight decay.
-
-        Every trainable variable except batch-norm gamma and beta, as in the
-        release (TF official's filter on "batch_normalization" in the
-        variable name): every conv kernel and dense kernel, and also the two
-        heads' dense biases. Build the model (call it once) first.
-        """
+        """Every trainable variable but batch-norm gamma and beta (heads' biases included), as the
+        release's filter on "batch_normalization" does; the model must be built."""
         if not self.built:
             raise ValueError(
                 "EmbeddingClassifier.weight_decay_variables() needs a built model; call "

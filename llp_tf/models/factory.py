@@ -18,29 +18,18 @@ def build_model(architecture: str, num_classes: int,
                 batch_norm_momentum: float = BATCH_NORM_MOMENTUM,
                 batch_norm_epsilon: float = BATCH_NORM_EPSILON,
                 precision: str = "float32") -> EmbeddingClassifier:
-    """An unbuilt `EmbeddingClassifier` (its weights are created on the first call).
+    """An unbuilt `EmbeddingClassifier` (weights created on the first call); create it inside
+    `strategy.scope()` to train with a strategy.
 
     Args:
-      architecture: one of `ARCHITECTURES`, e.g. "resnet18", "resnet50".
-      num_classes: C, the category head's number of logits.
-      embedding_dim: D, the embedding size.
-      width: filter-count multiplier (0.25: 16 first-stage filters, not 64).
-      small_inputs: CIFAR-style stem for 28-32 px images.
-      blocks_per_stage: overrides the architecture's blocks per stage (the
-        block type stays the architecture's), e.g. [1, 1] for a two-stage toy.
-      sync_batch_norm: batch-norm statistics over the global batch of all
-        replicas rather than each replica's share.
-      batch_norm_momentum, batch_norm_epsilon: of every batch norm; default
-        to the release's 0.997 and 1e-5.
-      precision: "float32", or "bfloat16" / "float16" for a trunk that
-        computes in that precision with float32 variables (see
-        `llp_tf.models.precision`); the heads and outputs stay float32.
+      architecture: one of `ARCHITECTURES`; num_classes: C; embedding_dim: D.
+      width, small_inputs, sync_batch_norm, batch_norm_momentum, batch_norm_epsilon: as
+        `ResNetV2`'s (the batch-norm defaults are the release's).
+      blocks_per_stage: overrides the architecture's, e.g. [1, 1] for a two-stage toy.
+      precision: "float32", "bfloat16" or "float16" (`llp_tf.models.precision`).
 
     Raises:
-      ConfigError: for an unknown architecture or an invalid setting.
-
-    Create the model inside `strategy.scope()` when using a strategy.
-    """
+      ConfigError: an unknown architecture or an invalid setting."""
     if architecture not in ARCHITECTURES:
         raise ConfigError(
             f"Unknown architecture {architecture!r}; choose one of "
@@ -68,17 +57,8 @@ def _build(spec, num_classes, embedding_dim, width, small_inputs, blocks_per_sta
 
 def build_model_from_config(model_config: ModelConfig, num_classes: int,
                             image_size: int, precision: str = "float32") -> EmbeddingClassifier:
-    """The `EmbeddingClassifier` a run's model settings describe, with its weights created.
-
-    Args:
-      model_config: the run's `ModelConfig`.
-      num_classes: int, C.
-      image_size: int, side of the input images.
-      precision: see `build_model` (training: the run's ``mixed_precision``;
-        export and analysis read the weights into a float32 model).
-
-    Create it inside `strategy.scope()` to train with a strategy.
-    """
+    """The `EmbeddingClassifier` of a run's `ModelConfig`, its weights created (``precision``: as
+    `build_model`'s; export and analysis use float32)."""
     m = model_config
     return build_model(
         m.architecture, num_classes, embedding_dim=m.embedding_dim, width=m.width,

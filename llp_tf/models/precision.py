@@ -1,22 +1,7 @@
-"""Mixed precision: the network's compute dtype, and loss scaling for float16.
-
-``float32`` computes everything in float32. ``bfloat16`` and ``float16``
-build the trunk under the Keras policy ``mixed_bfloat16`` /
-``mixed_float16``: convolutions and dense layers compute in the low
-precision, every variable stays float32 (checkpoints are the same whatever
-the setting), and batch norm computes its statistics in float32. The two
-heads are float32 layers whatever the policy, so the embedding, the bank,
-propagation, densities and both losses stay float32. float16 trains with
-dynamic loss scaling (`keras.optimizers.LossScaleOptimizer`); the scale is
-not checkpointed, so a resumed float16 run starts again from 2^15. Why, and
-what it changes: docs/training.md, "GPU".
-
-Not every device runs low-precision convolutions: oneDNN has no bfloat16
-convolution on a CPU without AVX-512 (nor float16 where TensorFlow picks
-oneDNN for it), and TensorFlow then fails mid-step or aborts the process.
-`unsupported` probes one tiny convolution so that a run can refuse before
-it starts.
-"""
+"""Mixed precision: ``bfloat16`` / ``float16`` build the trunk under Keras's ``mixed_*`` policy
+(low-precision compute, float32 variables, float32 heads); float16 adds dynamic loss scaling,
+not checkpointed. A device that cannot run the precision is refused before a run starts
+(`unsupported`). docs/training.md, "GPU"."""
 
 import contextlib
 import functools
@@ -44,14 +29,9 @@ def policy_name(precision: str) -> str:
 
 @functools.cache
 def unsupported(precision: str, device: str = "") -> str | None:
-    """Why ``precision`` cannot train on ``device`` (a TensorFlow device name; ""
-    for the default placement): TensorFlow's error, one line; None where it
-    can, and always for float32.
-
-    A child process runs `probe` on a device of the same type and index:
-    where oneDNN lacks a kernel it may throw a C++ exception that aborts
-    the whole process, not a Python error. Cached per process.
-    """
+    """Why ``precision`` cannot train on ``device`` ("" for the default placement): TensorFlow's
+    error in one line; None where it can, and for float32. Probed in a child process (oneDNN
+    may abort the process); cached."""
     if policy_name(precision) == "float32":
         return None
     spec = tf.DeviceSpec.from_string(device or "/CPU:0")
@@ -73,10 +53,8 @@ def unsupported(precision: str, device: str = "") -> str | None:
 
 
 def probe(precision: str, device: str) -> None:
-    """Runs, as a training step does (in a `tf.function`, on ``device``), a 3x3
-    convolution of a [1, 4, 4, 3] batch and a matmul in ``precision``'s
-    compute dtype with their gradients; exits 1 with an ``unsupported:``
-    line on stderr if TensorFlow refuses (or aborts the process)."""
+    """Runs a 3x3 convolution and a matmul with gradients in ``precision`` on ``device`` in a
+    `tf.function`; exits 1 with an ``unsupported:`` line on stderr if TensorFlow refuses."""
     dtype = tf.as_dtype(policy_name(precision).removeprefix("mixed_"))
 
     @tf.function
@@ -111,12 +89,7 @@ def require_supported(precision: str, device: str = "") -> None:
 
 @contextlib.contextmanager
 def dtype_policy(precision: str) -> Iterator[None]:
-    """Layers created inside compute in ``precision`` (see the module docstring).
-
-    Keras layers take the global policy when they are created, so the
-    policy is set for the block and the previous one restored after it:
-    nothing else in the process (export, the probe, another run) changes.
-    """
+    """Layers created inside compute in ``precision``; the previous global policy is restored."""
     previous = keras.mixed_precision.dtype_policy()
     keras.mixed_precision.set_dtype_policy(policy_name(precision))
     try:
@@ -127,13 +100,8 @@ def dtype_policy(precision: str) -> Iterator[None]:
 
 def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: str,
                    variables: Sequence[keras.Variable]) -> keras.optimizers.Optimizer:
-    """The optimizer a step applies gradients with: ``optimizer`` itself, or for
-    float16 a `LossScaleOptimizer` around it, built for ``variables`` (the
-    model's trainable variables; create it in the strategy's scope).
-
-    The checkpoint keeps ``optimizer`` (the inner one), so its slots restore
-    whatever the precision.
-    """
+    """``optimizer``, or for float16 a `LossScaleOptimizer` around it built for ``variables`` (in
+    the strategy's scope); the checkpoint keeps the inner one."""
     if policy_name(precision) != "mixed_float16":
         return optimizer
     scaled = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -142,8 +110,7 @@ def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: str,
 
 
 def loss_scale(optimizer: keras.optimizers.Optimizer) -> FloatTensor | float:
-    """The factor a step's loss is scaled by before the backward pass: the
-    dynamic scale of a `LossScaleOptimizer`, else 1.0."""
+    """The factor a step's loss is scaled by: a `LossScaleOptimizer`'s dynamic scale, else 1.0."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return optimizer.scale_loss(1.0)
     return 1.0

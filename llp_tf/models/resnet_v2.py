@@ -1,21 +1,8 @@
-"""Pre-activation ResNet trunks (ResNet-v2; He et al. 2016, Identity mappings).
-
-The layout of TF official `resnet_model.py` (version 2), the network the LLP
-release trains:
-
-- stem: a bias-free conv (7x7 stride 2 and a 3x3 stride-2 max-pool; 3x3
-  stride 1 and no pool for 28-32 px inputs), without batch norm or ReLU;
-- stages of blocks ``x + F(relu(bn(x)))``; stage ``i`` has
-  ``base_filters * 2**i`` filters; its first block strides (1, 2, 2, 2 ...,
-  on the 3x3 conv and the shortcut) and projects the shortcut with a
-  bias-free 1x1 conv of ``relu(bn(x))``;
-- a final batch norm and ReLU, then global average pooling.
-
-Convolutions with stride > 1 use TF official's fixed padding, independent
-of the input size, not Keras's "same". `keras.applications.ResNet50V2` has
-the same conv kernels and batch norms but strides in each stage's last
-block and has conv biases (tests/models/test_resnet_v2.py compares them).
-"""
+"""Pre-activation ResNet trunks (ResNet-v2; He et al. 2016), laid out as TF official
+`resnet_model.py` (v2), the network the LLP release trains: a bias-free stem conv (7x7/2 and
+a 3x3/2 max-pool; 3x3/1 without pool for 28-32 px), stages of ``x + F(relu(bn(x)))`` blocks
+whose first strides and projects the shortcut, a final batch norm and ReLU, global average
+pooling. Strided convs use TF official's fixed padding, not Keras's "same"."""
 
 import math
 from collections.abc import Sequence
@@ -29,29 +16,20 @@ from llp_tf.models.batch_norm import BatchNormalization, batch_norm
 from llp_tf.models.config import BATCH_NORM_EPSILON, BATCH_NORM_MOMENTUM
 from llp_tf.tensor_types import FloatTensor
 
-# Filters of the first stage at width 1.
 BASE_FILTERS = 64
 
-# Bottleneck blocks output this many times the stage's filter count.
 BOTTLENECK_EXPANSION = 4
 
 
 def _conv_initializer():
-    # TF1 `tf.variance_scaling_initializer()` defaults, used by the release:
-    # scale 1, fan-in, truncated normal.
+    # TF1 `tf.variance_scaling_initializer()` defaults, as the release: fan-in, truncated normal.
     return keras.initializers.VarianceScaling(
         scale=1.0, mode="fan_in", distribution="truncated_normal")
 
 
 class FixedPaddingConv2D(keras.layers.Layer):
-    """Bias-free 2-D convolution with size-independent padding.
-
-    Stride 1 uses "same" padding (identical to fixed padding for odd
-    kernels); stride > 1 pads explicitly, then convolves with "valid".
-
-    Input float [B, H, W, C_in]; output [B, ceil(H / s), ceil(W / s), filters]
-    for odd kernel sizes.
-    """
+    """Bias-free 2-D convolution with input-size-independent padding: float [B, H, W, C_in] ->
+    [B, ceil(H / s), ceil(W / s), filters] for odd kernels."""
 
     def __init__(self, filters: int, kernel_size: int, strides: int = 1,
                  **kwargs: Any) -> None:
@@ -80,13 +58,7 @@ class FixedPaddingConv2D(keras.layers.Layer):
 
 
 class _PreActivationBlock(keras.layers.Layer):
-    """Shared plumbing of the two block types.
-
-    Subclasses create their residual-branch layers as attributes (never in
-    lists: Keras 3 lists are invisible to `tf.train.Checkpoint`), name them in
-    `_residual_conv_names` / `_residual_norm_names`, and implement
-    `_residual(preactivated, training)`.
-    """
+    """Shared plumbing of the two block types (layers as attributes, never in lists)."""
 
     _residual_conv_names = ()
     _residual_norm_names = ()
@@ -120,18 +92,15 @@ class _PreActivationBlock(keras.layers.Layer):
     def call(self, inputs: FloatTensor, training: bool = False) -> FloatTensor:
         preactivated = tf.nn.relu(
             self.preactivation_bn(inputs, training=training))
-        # The projection reads the pre-activated input (TF official v2), the
-        # identity shortcut the raw input.
+        # The projection reads the pre-activated input (TF official v2).
         shortcut = (self.shortcut_conv(preactivated)
                     if self.shortcut_conv is not None else inputs)
         return shortcut + self._residual(preactivated, training)
 
 
 class PreActivationBasicBlock(_PreActivationBlock):
-    """Two 3x3 convs: bn-relu-conv3x3(stride)-bn-relu-conv3x3, plus shortcut.
-
-    Input float32 [B, H, W, C_in]; output [B, H / s, W / s, filters].
-    """
+    """bn-relu-conv3x3(stride)-bn-relu-conv3x3 plus shortcut:
+    [B, H, W, C_in] -> [B, H / s, W / s, filters]."""
 
     _residual_conv_names = ("conv1", "conv2")
     _residual_norm_names = ("bn2",)
@@ -153,10 +122,8 @@ class PreActivationBasicBlock(_PreActivationBlock):
 
 
 class PreActivationBottleneckBlock(_PreActivationBlock):
-    """Bottleneck: bn-relu-conv1x1-bn-relu-conv3x3(stride)-bn-relu-conv1x1.
-
-    Input float32 [B, H, W, C_in]; output [B, H / s, W / s, 4 * filters].
-    """
+    """bn-relu-conv1x1-bn-relu-conv3x3(stride)-bn-relu-conv1x1 plus shortcut:
+    [B, H, W, C_in] -> [B, H / s, W / s, 4 * filters]."""
 
     _residual_conv_names = ("conv1", "conv2", "conv3")
     _residual_norm_names = ("bn2", "bn3")
@@ -189,22 +156,14 @@ def scaled_filters(width: float) -> int:
 
 
 class ResNetV2(keras.layers.Layer):
-    """A pre-activation ResNet trunk, from images to pooled features.
+    """A pre-activation ResNet trunk: images float32 [B, H, W, 3] -> features [B, feature_dim].
 
     Args:
-      blocks_per_stage: number of blocks in each stage, e.g. (2, 2, 2, 2) for
-        ResNet-18; at least one stage, each with at least one block.
+      blocks_per_stage: blocks of each stage, e.g. (2, 2, 2, 2) for ResNet-18.
       bottleneck: bottleneck blocks (ResNet-50 and deeper) or basic blocks.
-      width: multiplier of every layer's filter count (0.25 gives 16 filters
-        in the first stage instead of 64).
-      small_inputs: CIFAR-style stem (3x3 stride-1 conv, no pool) for 28-32 px
-        images instead of the ImageNet stem (7x7 stride-2 conv, max-pool).
-      sync_batch_norm: synchronise batch-norm statistics across replicas.
-      batch_norm_momentum, batch_norm_epsilon: of every batch norm.
-
-    `call(images, training=False)`: images float32 [B, H, W, 3] ->
-    features float32 [B, feature_dim].
-    """
+      width: multiplier of every layer's filter count (0.25: 16 first-stage filters, not 64).
+      small_inputs: the stem for 28-32 px images.
+      sync_batch_norm, batch_norm_momentum, batch_norm_epsilon: of every batch norm."""
 
     def __init__(self, blocks_per_stage: Sequence[int], bottleneck: bool,
                  width: float = 1.0, small_inputs: bool = False,
@@ -237,8 +196,7 @@ class ResNetV2(keras.layers.Layer):
 
         block_class = (PreActivationBottleneckBlock if self.bottleneck
                        else PreActivationBasicBlock)
-        # One attribute per block, not a list: Keras 3 lists of layers are
-        # left out of `tf.train.Checkpoint`'s object graph.
+        # One attribute per block: Keras 3 lists are not in the checkpoint's object graph.
         self._block_names = []
         for stage, num_blocks in enumerate(blocks_per_stage):
             for index in range(num_blocks):
@@ -247,8 +205,7 @@ class ResNetV2(keras.layers.Layer):
                 setattr(self, block_name, block_class(
                     base * 2**stage,
                     strides=2 if first and stage > 0 else 1,
-                    # TF official projects in every stage's first block, even
-                    # where shapes match (stage 1 of ResNet-18: 4,096 weights).
+                    # TF official projects in every stage's first block, even where shapes match.
                     project_shortcut=first,
                     sync_batch_norm=self.sync_batch_norm,
                     batch_norm_momentum=batch_norm_momentum,
@@ -261,7 +218,6 @@ class ResNetV2(keras.layers.Layer):
 
         expansion = BOTTLENECK_EXPANSION if self.bottleneck else 1
         self.feature_dim = expansion * base * 2**(len(blocks_per_stage) - 1)
-        # Total downsampling from image to final feature map.
         self.output_stride = ((1 if self.small_inputs else 4)
                               * 2**(len(blocks_per_stage) - 1))
 
@@ -272,17 +228,8 @@ class ResNetV2(keras.layers.Layer):
 
     def feature_map(self, images: FloatTensor,
                     training: bool = False) -> FloatTensor:
-        """The last feature map, after the final batch norm and ReLU.
-
-        Args:
-          images: float32 [B, H, W, 3], normalised, channels last.
-          training: batch statistics (and moving-average updates) if True.
-
-        Returns:
-          float32 [B, H', W', feature_dim]; H' = H / output_stride for the
-          ImageNet stem at 224 (7), and for the CIFAR stem at 32 (4) with
-          four stages.
-        """
+        """The last feature map float32 [B, H', W', feature_dim] (after the final batch norm and
+        ReLU) of images float32 [B, H, W, 3]."""
         x = self.stem_conv(images)
         if self.stem_pool is not None:
             x = self.stem_pool(x)

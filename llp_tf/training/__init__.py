@@ -1,9 +1,6 @@
 """Training: methods, the controller that owns the loop, its actions, the run directory.
-
-`run_training(config)` trains (or resumes) one run. It is loaded on first
-use, so that modules which only need the run directory's layout
-(`llp_tf.training.run_directory`) import nothing of the training stack.
-"""
+`run_training(config)` loads on first use, so the run directory's modules do not import the
+training stack."""
 
 __all__ = ["TrainingDiverged", "run_training"]
 

@@ -1,14 +1,5 @@
-"""What the controller does after a loop of steps or an evaluation: its
-`Action`s, each called with the loop's `LoopOutput` or the evaluation's
-`EvalOutput`.
-
-- `NanGuard`: stop at a NaN or infinite training metric, keeping the last
-  good checkpoint;
-- `EvaluationLog`: write an evaluation to ``metrics.jsonl``, TensorBoard and
-  the log;
-- `PlateauRule`: count evaluations without a new best ``val_top1`` and drop
-  the learning rate after ``patience`` of them.
-"""
+"""The controller's `Action`s, called with a loop's `LoopOutput` or an evaluation's
+`EvalOutput`: `NanGuard`, `EvaluationLog` and `PlateauRule`."""
 
 import sys
 from typing import Callable, Mapping, Optional, TextIO
@@ -37,12 +28,8 @@ def log_line(stream: TextIO, message: str) -> None:
 
 
 class NanGuard:
-    """Raises `TrainingDiverged` when a loop's metrics hold a NaN or infinity.
-
-    Args:
-      run_dir: str, for the message.
-      latest_checkpoint: () -> str or None, the last good checkpoint.
-    """
+    """Raises `TrainingDiverged` when a loop's metrics hold a NaN or infinity, naming ``run_dir``
+    and ``latest_checkpoint()``, the last good one."""
 
     def __init__(self, run_dir: str, latest_checkpoint: Callable[[], Optional[str]]) -> None:
         self.run_dir = run_dir
@@ -63,13 +50,8 @@ class NanGuard:
 
 
 class EvaluationLog:
-    """Writes each evaluation row to the metrics file, TensorBoard and the log.
-
-    Args:
-      run_directory: `RunDirectory`.
-      writers: run name -> `tf.summary` writer (`summaries.make_writers`).
-      stream: where the one-line summary goes.
-    """
+    """Writes each evaluation row to the metrics file of ``run_directory``, TensorBoard
+    (``writers``: run name -> writer) and one line of ``stream``."""
 
     #: Left out of the log line: the same at every evaluation.
     NOT_LOGGED = (validation_name("examples"),)
@@ -84,8 +66,7 @@ class EvaluationLog:
     def __call__(self, output: EvalOutput) -> None:
         row, evaluated = output.row, output.evaluated
         summaries.write_scalars(self.writers, evaluated, row["step"])
-        # On disk before the epoch's checkpoint, as the training summaries: a
-        # resume drops those past its checkpoint.
+        # Before the epoch's checkpoint: a resume drops those past it.
         for writer in self.writers.values():
             writer.flush()
         self.run_directory.append_metrics(row)
@@ -94,14 +75,8 @@ class EvaluationLog:
 
 
 class PlateauRule:
-    """Feeds ``val_top1`` of the phases the method names to a `PlateauTracker`.
-
-    Args:
-      tracker: `schedule.PlateauTracker` (its state is in the checkpoint).
-      tracks_plateau: phase -> bool, `Method.tracks_plateau`.
-      drop_factor: float, for the message.
-      stream: where the message goes.
-    """
+    """Feeds ``val_top1`` of the phases ``tracks_plateau`` names to ``tracker``, a
+    `schedule.PlateauTracker`, and says on ``stream`` when it drops the learning rate."""
 
     def __init__(self, tracker: PlateauTracker, tracks_plateau: Callable[[str], bool],
                  drop_factor: float, stream: Optional[TextIO] = None) -> None:

@@ -1,13 +1,6 @@
-"""One training run from its config: `run_training`.
-
-Builds the run's parts from a `TrainConfig` and hands them to the
-`Controller`: the data source and the split (`split.npz`, drawn once), the
-model and optimizer, the method from the registry (`methods.method_class`) with
-the state it adds, the checkpoint of all of it, the evaluator and the
-actions. It resumes from the run directory's latest checkpoint when there is
-one. There is no random-generator state to save: data order and
-augmentation are stateless functions of (seed, epoch, example).
-"""
+"""One training run from its config: `run_training` builds the data, split, model, optimizer,
+method, checkpoint, evaluator and actions and hands them to the `Controller`. Data order and
+augmentation are stateless functions of (seed, epoch, example): no random state is saved."""
 
 import contextlib
 import dataclasses
@@ -54,16 +47,9 @@ _log = actions.log_line
 
 @dataclasses.dataclass(frozen=True)
 class RunSplit:
-    """The run's examples.
-
-    Attributes:
-      labelled_index: int64 [M], dataset indices of the labelled examples.
-      used_index: int64 [U], dataset indices of the used examples (bank row j
-        is example ``used_index[j]``).
-      train_labels: int64 [N], the true class of every training example.
-      excluded_validation: int64 [E], validation examples left out (never
-        evaluated: `llp_tf.data.splits.exclusions`).
-    """
+    """The run's examples: ``labelled_index`` int64 [M] and ``used_index`` int64 [U] (bank row j is
+    example ``used_index[j]``), dataset indices; ``train_labels`` int64 [N], every training
+    example's class; ``excluded_validation`` int64 [E], validation examples never evaluated."""
 
     labelled_index: np.ndarray
     used_index: np.ndarray
@@ -73,15 +59,8 @@ class RunSplit:
 
 
 def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded, afresh):
-    """(labelled_index, used_index, made_from): the run's saved split (made_from
-    None) unless the run starts ``afresh``, or else a given split file, a subset
-    list or a new draw, without the ``excluded`` examples
-    (`exclusions.Exclusions`); made_from is what the new split records of its
-    files (`regime.save_splits`).
-
-    Args:
-      data_config: `DataConfig`.
-    """
+    """(labelled_index, used_index, made_from): the saved split (made_from None) unless the run
+    starts ``afresh``, else a split file, a subset list or a new draw, without ``excluded``."""
     path = RunDirectory(run_dir).split_path
     name = source.info.name
     if os.path.exists(path) and not afresh:
@@ -121,12 +100,8 @@ def _check_one_batch(num_used, global_batch_size):
 
 
 def _prepare_run_directory(config, source, stream, chief, afresh):
-    """Resolves the split and, on the chief, writes ``split.npz`` (if new) and
-    ``config.json`` (if new). Every worker resolves the same split: it is
-    drawn deterministically, or read once the chief has written it.
-
-    Everything that can refuse the run is checked before anything is written.
-    """
+    """Resolves the split (the same on every worker) and, on the chief, writes ``split.npz`` and
+    ``config.json`` if new, after every check that can refuse the run."""
     d = config.data
     train_labels = source.train_labels()
     excluded = exclusions.load(d.exclude_list, source)
@@ -147,19 +122,13 @@ def _prepare_run_directory(config, source, stream, chief, afresh):
 
 
 def _training_split(split):
-    """The `TrainingSplit` a method sees of the `RunSplit`: labels of the
-    labelled examples only."""
+    """The `TrainingSplit` a method sees: labels of the labelled examples only."""
     return TrainingSplit(split.labelled_index, split.used_index,
                          split.train_labels[split.labelled_index])
 
 
 def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
-    """make_iterator(epoch, start_step): the distributed iterator of the
-    method's input streams (`Method.input_spec`: ``spec``) from a step of an epoch.
-
-    A repeating stream of at most ``cache_labelled_limit`` examples holds its
-    records in memory (`input_streams.make_streams_input_fn`'s ``cached``).
-    """
+    """make_iterator(epoch, start_step): the distributed iterator of the method's input streams."""
     input_streams.check_batch_split(spec.streams, strategy.num_replicas_in_sync)
     d = config.data
     cache_limit = config.data.cache_labelled_limit
@@ -178,10 +147,8 @@ def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
 
 
 def _evaluate_fn(config, source, strategy, method, split):
-    """() -> the metrics of every model of `Method.evaluated_models`, those of the
-    extra ones named after the model (``val_student_top1``:
-    `metrics.validation_name`); the bank's metrics and the count of
-    ``val_examples`` go with the model of plain names."""
+    """() -> the metrics of every model of `Method.evaluated_models`, the extra ones' named after
+    the model (``val_student_top1``); the bank's and ``val_examples`` go with the unnamed one."""
     bank_labels = split.train_labels[split.used_index]
     evaluators = {prefix: Evaluator(strategy, model, None if prefix else method.bank,
                                     bank_labels, source.info.num_classes)
@@ -193,7 +160,7 @@ def _evaluate_fn(config, source, strategy, method, split):
                                 batch)
     prefix = metrics_lib.VALIDATION_PREFIX
 
-    def of_model(model, name):  # an extra model is evaluated without a bank
+    def of_model(model, name):
         return metrics_lib.validation_name(name[len(prefix):], model) if model else name
 
     return lambda: {of_model(model, name): value
@@ -225,7 +192,6 @@ class _RunState:
 
 
 def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
-    # Seeds weight initialisation, so a run is reproducible from its settings.
     keras.utils.set_random_seed(config.run.seed)
     optimization = config.optimization
     with strategy.scope():
@@ -247,15 +213,13 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
                              for name in method.metric_names(phase))
     checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
-             **method.checkpoint_items()), RunDirectory(config.run_dir),
-        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir,
-        optional_items=dict(epoch_totals=totals))
+             epoch_totals=totals, **method.checkpoint_items()), RunDirectory(config.run_dir),
+        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir)
     return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 
 def _start(state, steps_per_epoch, stream, afresh):
-    """Resumes from the newest readable checkpoint (unless the run starts
-    ``afresh``), or lets the method initialise a new run; returns whether it
+    """Resumes from the newest readable checkpoint, or initialises a new run; returns whether it
     resumed."""
     restored = None if afresh else state.checkpoints.restore_latest()
     if restored:
@@ -312,9 +276,8 @@ def _nothing_to_do(config, step, steps_per_epoch):
 
 
 def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
-    """On the chief, drops records past the restored step and records changed
-    settings; returns False when the run has nothing to do (it has trained the
-    epochs asked)."""
+    """On the chief, drops records past the restored step and records changed settings; False
+    when the run has nothing to do."""
     run_directory = RunDirectory(config.run_dir)
     if resumed and chief:
         dropped = run_directory.drop_records_after(step)
@@ -334,31 +297,21 @@ def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
 
 def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None,
                  overwrite: bool = False) -> dict[str, Any]:
-    """Trains (or resumes) the run described by a `TrainConfig`; returns the final
-    metrics ({} when the run had nothing left to train). With ``overwrite``, or
-    when ``config.run_dir`` holds no checkpoint, the run starts afresh
-    (`run_directory.start_afresh`).
-
-    In a cluster (`cluster`), every worker calls this; the chief alone takes
-    the run directory's lock (`run_lock.RunLock`) and writes the directory.
+    """Trains (or resumes) the run of a `TrainConfig`; returns the final metrics ({} when nothing
+    was left to train). Every worker of a cluster calls it; the chief alone locks and writes the
+    run directory.
 
     Raises:
       LLPError (DataError, ConfigError, RunDirectoryBusy, CheckpointDamaged,
-      CheckpointWriteFailed, TrainingDiverged) for bad input (a
-      ``mixed_precision`` the device cannot compute in among them), a busy or
-      damaged run directory or a diverged run; the message says what to do.
-      TrainingStopped: SIGTERM or a first Ctrl-C stopped the run after a
-        checkpoint (a second Ctrl-C raises KeyboardInterrupt at once).
-    """
+        CheckpointWriteFailed, TrainingDiverged): the message says what to do.
+      TrainingStopped: SIGTERM or a first Ctrl-C stopped the run after a checkpoint."""
     stream = stream or sys.stdout
     run = config.run
     strategy = make_strategy(run.cpu_replicas, run.cluster, run.cluster_timeout)
-    # Before the run directory is touched: a low precision this device cannot run.
     precision.require_supported(run.mixed_precision, first_device(strategy))
     worker = cluster_lib.describe_worker(strategy)
     if not cluster_lib.is_chief(strategy):
         _log(stream, f"This is {worker}: it trains, the chief writes {config.run_dir}.")
-        # Every worker takes part in each save; this one saves here, then deletes.
         with tempfile.TemporaryDirectory(prefix="llp-worker-checkpoints-") as scratch:
             return _train(config, strategy, stream, scratch, bool(worker), overwrite)
     with RunLock(config.run_dir, stream):

@@ -1,19 +1,6 @@
-"""The run's checkpoints: restored with a fallback past damaged files, saved
-without losing the previous one.
-
-`RunCheckpoints.restore_latest` restores the newest checkpoint that can be
-read; one that cannot (truncated data file, lost index) is moved with a
-warning to ``checkpoints/damaged/``, and when none can be read it raises
-`CheckpointDamaged` naming the damaged files. A checkpoint that reads but
-does not fit the run (other shapes) is a `ConfigError`. `save` writes as
-TensorFlow does (a temporary folder renamed into place, older checkpoints
-deleted only after a complete write); a failed write removes the partial
-folder and raises `CheckpointWriteFailed`, naming the previous checkpoint,
-still intact. Under multi-worker training every worker takes part in each
-save, but only the chief writes the run's checkpoints; the others save into
-a scratch folder of their own, emptied after each save. docs/training.md, "The run
-directory".
-"""
+"""The run's checkpoints, restored past damaged files (moved to ``checkpoints/damaged/``) and
+saved as TensorFlow does, without losing the previous one. Only the chief writes the run's;
+other workers save into a scratch folder. docs/training.md, "The run directory"."""
 
 from __future__ import annotations
 
@@ -30,7 +17,6 @@ from llp_tf.training.run_directory import RunDirectory
 
 DAMAGED_DIR = "damaged"
 
-# What reading a truncated, corrupted or half-missing checkpoint raises.
 _READ_ERRORS = (IndexError, tf.errors.DataLossError, tf.errors.NotFoundError,
                 tf.errors.OutOfRangeError, OSError)
 
@@ -48,25 +34,16 @@ def _checkpoint_files(path: str) -> list[str]:
 
 
 class RunCheckpoints:
-    """A run's `tf.train.Checkpoint` of ``items`` and its kept checkpoints.
+    """A run's `tf.train.Checkpoint` of ``items`` (name -> trackable) and its kept checkpoints.
 
     Args:
-      items: dict of item name -> trackable (see `run_directory`).
-      run_directory: `RunDirectory`.
-      keep: int, checkpoints kept.
-      stream: where warnings go.
-      scratch_dir: a non-chief worker's folder for its saves (deleted after
-        each); None for the chief (or the one process), which writes the run's.
-      optional_items: items saved like ``items`` but restored only when the
-        checkpoint has them (added after runs were written without them).
-    """
+      run_directory: `RunDirectory`; keep: int, checkpoints kept; stream: where warnings go.
+      scratch_dir: a non-chief worker's folder for its saves; None for the chief."""
 
     def __init__(self, items: Mapping[str, Any], run_directory: RunDirectory, keep: int,
-                 stream: TextIO, scratch_dir: Optional[str] = None,
-                 optional_items: Optional[Mapping[str, Any]] = None) -> None:
+                 stream: TextIO, scratch_dir: Optional[str] = None) -> None:
         self.items = dict(items)
-        self.optional_items = dict(optional_items or {})
-        self.checkpoint = tf.train.Checkpoint(**self.items, **self.optional_items)
+        self.checkpoint = tf.train.Checkpoint(**self.items)
         self.run_directory = run_directory
         self.keep = int(keep)
         self.stream = stream
@@ -90,23 +67,16 @@ class RunCheckpoints:
         return self.manager.latest_checkpoint
 
     def restore_latest(self) -> Optional[str]:
-        """Restores the newest readable checkpoint; returns its path (None if the
-        run has none).
+        """Restores the newest readable checkpoint; returns its path (None if there is none).
 
         Raises:
           CheckpointDamaged: checkpoints exist but none can be read.
-          ConfigError: the newest readable one does not fit the run's state.
-        """
+          ConfigError: the newest readable one does not fit the run's state."""
         damaged = []
         for path in reversed(self.run_directory.checkpoint_paths()):
             try:
-                # Every item must be in the checkpoint; what the checkpoint has
-                # beyond them (the optional items) is restored next, so TensorFlow
-                # is told not to warn of it.
                 tf.train.Checkpoint(**self.items).restore(
-                    path).assert_existing_objects_matched().expect_partial()
-                if self.optional_items:
-                    tf.train.Checkpoint(**self.optional_items).restore(path).expect_partial()
+                    path).assert_existing_objects_matched()
             except _READ_ERRORS as error:
                 damaged.append(path)
                 self._warn(f"warning: the checkpoint {path} cannot be read ({_first_line(error)})"
@@ -128,8 +98,7 @@ class RunCheckpoints:
         return None
 
     def _set_aside(self, damaged: list[str]) -> None:
-        """Moves damaged checkpoints to ``damaged/`` and drops them from the list
-        (the chief's work: a non-chief worker only reads the run directory)."""
+        """Moves damaged checkpoints to ``damaged/`` and drops them from the list."""
         if not damaged or self.scratch_dir:
             return
         directory = self.run_directory.checkpoint_dir
@@ -149,11 +118,7 @@ class RunCheckpoints:
             last_preserved_timestamp=state.last_preserved_timestamp)
 
     def save(self, checkpoint_number: int) -> str:
-        """Writes a checkpoint numbered ``checkpoint_number`` (the global step).
-
-        Raises:
-          CheckpointWriteFailed: the write failed; the previous checkpoint is kept.
-        """
+        """Writes checkpoint ``checkpoint_number`` (the global step), or CheckpointWriteFailed."""
         previous = self.latest
         try:
             path = self.manager.save(checkpoint_number=checkpoint_number)

@@ -1,23 +1,8 @@
-"""Training over several processes (workers): `MultiWorkerMirroredStrategy`.
-
-A run is multi-worker when its cluster is described by ``TF_CONFIG`` (the
-environment variable TensorFlow's cluster resolvers read; ``cluster="auto"``
-uses it when it is set) or by SLURM (``cluster="slurm"``,
-`tf.distribute.cluster_resolver.SlurmClusterResolver`). Every worker then
-mirrors its devices, and the global batch is split over all replicas of all
-workers: the same global batches, the same bank protocol (all-gather the
-global batch, identical scatter everywhere) as one process with as many
-replicas.
-
-Collectives run over NCCL when the workers have GPUs and over gRPC rings on
-CPU. Forming the cluster blocks until every worker has joined, and
-TensorFlow neither times out nor answers SIGTERM meanwhile; a watchdog
-process therefore stops a worker whose cluster has not formed within
-``timeout_seconds``, with a message naming the peers that do not answer.
-
-The chief (the ``chief`` task, or worker 0 in a cluster without one) alone
-writes the run directory; see `is_chief`.
-"""
+"""Training over several processes (workers) with `MultiWorkerMirroredStrategy`, the cluster
+described by ``TF_CONFIG`` or SLURM; the global batch is split over all replicas of all
+workers. A watchdog stops a worker whose cluster has not formed within ``timeout_seconds``,
+naming the peers that do not answer. Only the chief writes the run directory.
+docs/multi-worker.md."""
 
 from __future__ import annotations
 
@@ -31,8 +16,7 @@ import tensorflow as tf
 
 from llp_tf.errors import ConfigError
 
-# Run in its own process: waits for its stdin to close (the cluster formed,
-# or the worker died); on timeout names the peers that do not answer, then
+# Run in its own process until its stdin closes; on timeout names the silent peers and
 # kills the worker, whose Python cannot run while TensorFlow waits.
 _WATCHDOG = r"""
 import os, select, signal, socket, sys
@@ -76,12 +60,8 @@ def _tf_config_resolver() -> Optional[tf.distribute.cluster_resolver.ClusterReso
 
 
 def cluster_resolver(cluster: str) -> Optional[tf.distribute.cluster_resolver.ClusterResolver]:
-    """The resolver of a run's ``--cluster`` setting (one of the config's
-    `CLUSTERS`); None for one process.
-
-    Raises:
-      ConfigError: a malformed ``TF_CONFIG``.
-    """
+    """The resolver of a run's ``--cluster`` setting (one of `CLUSTERS`), None for one process;
+    ConfigError for a malformed ``TF_CONFIG``."""
     if cluster == "slurm":
         return tf.distribute.cluster_resolver.SlurmClusterResolver()
     return _tf_config_resolver() if cluster == "auto" else None
@@ -100,8 +80,7 @@ def _addresses(resolver) -> tuple[str, list[str]]:
 def multi_worker_strategy(resolver: tf.distribute.cluster_resolver.ClusterResolver,
                           timeout_seconds: float) -> tf.distribute.Strategy:
     """A `MultiWorkerMirroredStrategy` over ``resolver``'s cluster, formed within
-    ``timeout_seconds`` or the process is stopped with a message (see the module
-    docstring). Call it before any other TensorFlow work of the process."""
+    ``timeout_seconds`` or the process is stopped; call it before other TensorFlow work."""
     gpus = tf.config.list_physical_devices("GPU")
     implementation = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
@@ -120,8 +99,8 @@ def multi_worker_strategy(resolver: tf.distribute.cluster_resolver.ClusterResolv
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """Whether this process writes the run directory: always for one process; the
-    ``chief`` task, or worker 0 where there is none, for a cluster."""
+    """Whether this process writes the run directory: one process, or the ``chief`` task (worker 0
+    where there is none)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.cluster_spec().as_dict():
         return True

@@ -1,18 +1,11 @@
-"""The outer training loop, the same for every method.
+"""The outer training loop, the same for every method and every worker.
 
-`Controller.run` trains epoch by epoch up to the last step: before an epoch
-it asks the method to prepare (`Method.before_epoch`) and sets the epoch's
-learning rate; it runs the method's steps in loops of ``steps_per_loop``,
-checkpoints every ``checkpoint_every`` steps and at each epoch end, writes
-training summaries and progress, and evaluates every ``eval_every`` epochs.
-After each loop and each evaluation it runs its actions (`actions.py`: the
-NaN guard, the metrics file, the plateau rule). After each loop it asks
-whether to stop (`preemption.PreemptionWatch`: SIGTERM or Ctrl-C on any
-worker), and then saves a checkpoint and raises `TrainingStopped`. Every
-worker of a cluster runs the same loop; what only the chief writes is
-decided by the checkpoints, writer and actions it is given (`assembly`).
-Nothing in it depends on the method.
-"""
+`Controller.run` trains epoch by epoch: the method prepares (`Method.before_epoch`), the
+epoch's learning rate is set, the method's steps run in loops of ``steps_per_loop``; it
+checkpoints every ``checkpoint_every`` steps and at epoch ends, evaluates every
+``eval_every`` epochs, runs its actions after each loop and evaluation, and after each loop
+stops with a checkpoint (`TrainingStopped`) when a signal asks. What only the chief writes is
+decided by the checkpoints, writer and actions it is given (`assembly`)."""
 
 import dataclasses
 import sys
@@ -31,13 +24,8 @@ from llp_tf.training.progress import LEARNING_RATE, EpochProgress, RunClock
 
 @dataclasses.dataclass(frozen=True)
 class LoopOutput:
-    """What a loop of steps gives its actions.
-
-    Attributes:
-      global_step: int, the global step before the loop.
-      steps: int, steps the loop ran.
-      metrics: dict name -> float32 [steps], each step's training metric.
-    """
+    """What a loop gives its actions: ``global_step`` before it, ``steps`` run, and ``metrics``,
+    name -> float32 [steps]."""
 
     global_step: int
     steps: int
@@ -46,38 +34,22 @@ class LoopOutput:
 
 @dataclasses.dataclass(frozen=True)
 class EvalOutput:
-    """What an evaluation gives its actions.
-
-    Attributes:
-      row: dict, the metrics-file line (epoch, step, phase, learning rate,
-        the epoch's training means and ``evaluated``), named by the rule of
-        `llp_tf.training.metrics`.
-      evaluated: dict name -> float, the evaluation's metrics.
-      phase: str, the method's phase of the evaluated epoch.
-    """
+    """What an evaluation gives its actions: ``row``, the metrics-file line; ``evaluated``, name ->
+    float, its metrics; ``phase``, the method's phase of the epoch."""
 
     row: dict[str, Any]
     evaluated: dict[str, float]
     phase: str
 
 
-#: An action of the controller (Orbit's style): called with a loop's
-#: `LoopOutput` (train actions) or an evaluation's `EvalOutput` (eval actions).
+#: An action (Orbit's style), called with a `LoopOutput` or an `EvalOutput`.
 Action = Callable[[Any], None]
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
-    """How the controller runs.
-
-    Attributes:
-      epochs: int, total epochs.
-      steps_per_epoch: int, global batches per epoch.
-      global_batch_size: int, for throughput.
-      steps_per_loop: int, steps per call of the compiled loop.
-      checkpoint_every: int, steps between checkpoints (also at epoch ends).
-      eval_every: int, epochs between evaluations (also after the last).
-    """
+    """How the controller runs: total ``epochs``, ``steps_per_epoch``, ``global_batch_size``,
+    ``steps_per_loop``, ``checkpoint_every`` steps and ``eval_every`` epochs."""
 
     epochs: int
     steps_per_epoch: int
@@ -91,27 +63,16 @@ class Controller:
     """Owns the outer loop (see the module docstring).
 
     Args:
-      method: the run's `Method`.
-      runner: its `StepRunner`.
-      settings: `LoopSettings`.
-      step: int64 [] `tf.Variable`, the global step (in the checkpoint).
-      totals: `EpochTotals` of the training metrics (in the checkpoint).
-      checkpoints: `RunCheckpoints` of the run (anything with ``save(checkpoint_number)``).
-      optimizer: its ``learning_rate`` is set at each epoch start.
-      learning_rate: epoch -> float, read at each epoch start.
-      make_iterator: (epoch, start_step) -> distributed iterator of the
-        epoch's remaining global batches.
-      evaluate: () -> dict of evaluation metrics.
-      writer: `tf.summary` writer of the training metrics (`summaries.TRAIN_RUN`:
-        their names have no ``val_``).
-      train_actions: `Action`s called with each loop's `LoopOutput`, before
-        its steps count (the NaN guard).
-      eval_actions: `Action`s called with each evaluation's `EvalOutput`.
-      stop_requested: () -> the signal asking the run to stop, or None; asked
-        after each loop (by every worker at once): a signal saves a checkpoint
-        and raises `TrainingStopped`.
-      stream: where progress is written.
-    """
+      method, runner, settings: the run's `Method`, its `StepRunner`, `LoopSettings`.
+      step: int64 [] `tf.Variable`, the global step; totals: `EpochTotals`.
+      checkpoints: `RunCheckpoints` (anything with ``save(checkpoint_number)``).
+      optimizer, learning_rate: the optimizer's rate is set to ``learning_rate(epoch)``.
+      make_iterator: (epoch, start_step) -> iterator of the epoch's remaining global batches.
+      evaluate: () -> dict of evaluation metrics; writer: `tf.summary` writer (training run).
+      train_actions, eval_actions: `Action`s called with each `LoopOutput` (before its steps
+        count) and each `EvalOutput`.
+      stop_requested: () -> the signal asking the run to stop, or None.
+      stream: where progress is written."""
 
     def __init__(self, *, method: Method, runner: StepRunner, settings: LoopSettings,
                  step: tf.Variable, totals: EpochTotals, checkpoints: RunCheckpoints,
@@ -154,8 +115,7 @@ class Controller:
         return final
 
     def _epoch(self, epoch, start):
-        """Trains the rest of ``epoch`` from step ``start`` of it; returns its
-        evaluation row, or None if it was not evaluated."""
+        """Trains ``epoch`` from its step ``start``; returns its evaluation row or None."""
         settings = self.settings
         phase = self.method.phase(epoch)
         self.method.before_epoch(epoch, phase)
@@ -192,7 +152,7 @@ class Controller:
         to_checkpoint = settings.checkpoint_every - global_step % settings.checkpoint_every
         steps = min(settings.steps_per_loop, settings.steps_per_epoch - start, to_checkpoint)
         def on_step(done):
-            if done < steps:  # the loop's last step is reported with its metrics, below
+            if done < steps:
                 progress.update(start + done)
 
         metrics = self.runner.run(iterator, steps, phase, on_step=on_step)
@@ -208,7 +168,7 @@ class Controller:
                 tf.summary.scalar(name, value)
             tf.summary.scalar(LEARNING_RATE, learning_rate)
         progress.update(start + steps, means)
-        if start + steps < settings.steps_per_epoch:  # epoch ends: see _epoch
+        if start + steps < settings.steps_per_epoch:
             if global_step % settings.checkpoint_every == 0:
                 self._save(global_step)
             else:
@@ -216,14 +176,12 @@ class Controller:
         return steps
 
     def _stop_if_requested(self, global_step, saved=None):
-        """Raises `TrainingStopped` after a checkpoint (``saved``, or one written
-        now) if a signal asks the run to stop."""
+        """Raises `TrainingStopped` after a checkpoint if a signal asks to stop."""
         stop_signal = self.stop_requested()
         if stop_signal:
             raise TrainingStopped(global_step, saved or self._save(global_step), stop_signal)
 
     def _save(self, global_step):
-        # Summaries up to the checkpoint reach the disk first: a resumed run
-        # drops those past its checkpoint, and so records every step once.
+        # Summaries up to the checkpoint reach the disk first: a resume drops those past it.
         self.writer.flush()
         return self.checkpoints.save(checkpoint_number=global_step)

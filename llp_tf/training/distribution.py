@@ -1,11 +1,5 @@
-"""Choice of the `tf.distribute` strategy of a run.
-
-Strategies are cached per device set: two `MirroredStrategy` objects over the
-same devices in one process number their collective operations from the same
-start, and the second one's all-reduces then collide with the first's
-("collective instance mismatch"). Reusing one strategy per device set makes
-repeated runs in one process (tests, notebooks) safe.
-"""
+"""Choice of the `tf.distribute` strategy of a run. One `MirroredStrategy` per device set and
+process: a second one's all-reduces would collide with the first's."""
 
 from typing import Optional, Sequence
 
@@ -27,8 +21,7 @@ def mirrored_strategy(devices: Optional[Sequence[str]] = None
 
 
 def first_device(strategy: tf.distribute.Strategy) -> str:
-    """The name of the first device ``strategy`` computes on in this process;
-    "" (TensorFlow's default placement) for the default strategy."""
+    """The first device ``strategy`` computes on here; "" for the default strategy."""
     if isinstance(strategy, (tf.distribute.MirroredStrategy,
                              tf.distribute.MultiWorkerMirroredStrategy)):
         return strategy.extended.worker_devices[0]
@@ -37,15 +30,8 @@ def first_device(strategy: tf.distribute.Strategy) -> str:
 
 def make_strategy(cpu_replicas: int = 0, cluster: str = "none",
                   cluster_timeout: float = 300.0) -> tf.distribute.Strategy:
-    """The distribution strategy of a run.
-
-    A cluster (``cluster``: see `llp_tf.training.cluster`) trains with
-    `MultiWorkerMirroredStrategy` over every worker's devices. Otherwise
-    ``cpu_replicas >= 2`` splits the CPU into that many logical devices and
-    mirrors over them (to try multi-replica training without GPUs); otherwise
-    all GPUs are mirrored when there are several, and the default strategy
-    (one device) is used when there is one or none.
-    """
+    """The strategy of a run: `MultiWorkerMirroredStrategy` for a ``cluster``; else a mirror over
+    ``cpu_replicas`` (>= 2) logical CPUs, or over several GPUs; else the default strategy."""
     resolver = cluster_lib.cluster_resolver(cluster)
     if resolver is not None:
         if cpu_replicas >= 2:
@@ -58,7 +44,7 @@ def make_strategy(cpu_replicas: int = 0, cluster: str = "none",
             tf.config.set_logical_device_configuration(
                 cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
         except RuntimeError:
-            pass  # TensorFlow is initialised already: use the devices it has.
+            pass
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         if len(devices) < cpu_replicas:
             raise ConfigError(

@@ -1,13 +1,5 @@
-"""Running sums of an epoch's training metrics, kept in the checkpoint.
-
-The training columns of an evaluation row (``loss``, ...: unprefixed, by
-the rule of `llp_tf.training.metrics`) are the means of the epoch's per-step
-training metrics. Keeping their running sums in the checkpoint
-makes an epoch that was resumed in its middle report the mean of all its
-steps, not only of those after the resume. A checkpoint written before these
-sums existed restores without them (see `RunCheckpoints`): such an epoch
-averages the steps after the resume.
-"""
+"""Running sums of an epoch's training metrics, kept in the checkpoint, so that an epoch
+resumed in its middle reports the mean of all its steps."""
 
 from __future__ import annotations
 
@@ -20,11 +12,8 @@ from llp_tf.tensor_types import Array
 
 
 class EpochTotals(tf.Module):
-    """Per metric name, the sum of its per-step values this epoch and their count.
-
-    Args:
-      names: every metric name any phase of the method reports.
-    """
+    """Per metric name (``names``: every one any phase reports), the sum of this epoch's per-step
+    values and their count."""
 
     def __init__(self, names: Iterable[str]) -> None:
         super().__init__(name="epoch_totals")

@@ -1,24 +1,7 @@
-"""Evaluation of a run: validation accuracy and the memory bank's state.
-
-Named by the rule of `llp_tf.training.metrics`:
-
-- ``val_top1`` / ``val_top5``: softmax top-1 / top-5 of the category head
-  on the validation split, and ``val_categorisation``, its cross-entropy
-  with the validation labels (the training term's counterpart, without
-  confidence weights), over ``val_examples`` real examples;
-- ``val_nn_top1``, nearest neighbour (NN) top-1: the true training label of
-  the bank row closest to the validation image's embedding (as in the
-  paper's ablations);
-- ``pseudo_label_accuracy``, ``_coverage`` and ``_confidence`` on the
-  unlabelled examples, where their true labels are known (a diagnostic),
-  once some of them have a pseudo label;
-- ``aggregation_score``: per class, the L2 norm of the mean bank row of the
-  class's examples (higher is tighter), averaged over classes.
-
-Each is defined once, in `llp_tf.training.metrics` (the per-batch counts)
-and `llp_tf.core.bank_statistics` (the bank's); this module runs them over
-the validation split and the bank.
-"""
+"""Evaluation of a run (docs/training.md, "Evaluation"): ``val_top1``, ``val_top5`` and
+``val_categorisation`` of the category head over ``val_examples`` real validation examples;
+``val_nn_top1``, the true label of the nearest bank row (as in the paper's ablations); and
+the bank's statistics (`llp_tf.core.bank_statistics`)."""
 
 from typing import Optional
 
@@ -36,13 +19,10 @@ class Evaluator:
     """Computes the metrics above for one run.
 
     Args:
-      strategy: the run's `tf.distribute.Strategy`.
-      model: `EmbeddingClassifier`.
-      bank: `MemoryBank`, or None (supervised baseline: validation accuracy only).
-      bank_true_labels: int64 [N], the true class of each bank row (-1 where
-        unknown); used for NN accuracy, pseudo-label accuracy and aggregation.
-      num_classes: int, C.
-    """
+      strategy: the run's `tf.distribute.Strategy`; model: `EmbeddingClassifier`.
+      bank: `MemoryBank`, or None (validation accuracy only).
+      bank_true_labels: int64 [N], the true class of each bank row (-1 where unknown).
+      num_classes: int, C."""
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  bank: Optional[MemoryBank], bank_true_labels: Array, num_classes: int) -> None:
@@ -56,16 +36,9 @@ class Evaluator:
 
     def evaluate(self, distributed_dataset: tf.distribute.DistributedDataset,
                  num_steps: int) -> dict[str, float]:
-        """All metrics; validation ones from one pass over ``distributed_dataset``.
-
-        Args:
-          distributed_dataset: from `strategy.distribute_datasets_from_function`
-            of an evaluation input_fn (elements with "image", "label", "mask").
-          num_steps: int, its number of global batches (`input_fns.eval_steps`).
-
-        Returns:
-          dict of metric name -> Python float (``val_examples``: int).
-        """
+        """All metrics, name -> Python float (``val_examples``: int), the validation ones from one
+        pass over ``distributed_dataset`` (elements "image", "label", "mask") of ``num_steps``
+        global batches."""
         counts = self._eval_loop(iter(distributed_dataset), tf.constant(num_steps))
         counts = {name: float(value.numpy()) for name, value in counts.items()}
         examples = int(round(counts.pop("examples")))
@@ -77,21 +50,13 @@ class Evaluator:
         return metrics
 
     def bank_metrics(self) -> dict[str, float]:
-        """Pseudo-label and aggregation statistics of the bank's current state.
-
-        Returns:
-          dict of metric name -> Python float: ``aggregation_score`` (the
-          mean of `bank_statistics.aggregation_scores` on the true classes)
-          and, once some unlabelled row of known true class has a pseudo
-          label (not in the warm-up), ``pseudo_label_accuracy``,
-          ``pseudo_label_coverage`` and ``pseudo_label_confidence``
-          (`bank_statistics.pseudo_label_stats`).
-        """
+        """``aggregation_score`` and, once an unlabelled row of known class has a pseudo label,
+        ``pseudo_label_accuracy``, ``_coverage`` and ``_confidence``: name -> Python float."""
         stats = bank_statistics.pseudo_label_stats(
             self.bank.labels.numpy(), self.bank.confidence.numpy(),
             self.bank.is_labelled.numpy(), self.bank_true_labels, self.num_classes)
         metrics = {}
-        if stats.coverage > 0:  # NaN (every row labelled) is not
+        if stats.coverage > 0:
             metrics["pseudo_label_accuracy"] = stats.accuracy
             metrics["pseudo_label_coverage"] = stats.coverage
             metrics["pseudo_label_confidence"] = stats.confidence

@@ -1,12 +1,5 @@
-"""A worker lost in the middle of a multi-worker run, said in one line.
-
-When a worker dies (SIGKILL, an out-of-memory kill, a lost node), the next
-collective of every other worker fails within seconds with TensorFlow's
-`tf.errors.UnavailableError` (or `AbortedError`) and a report of dozens of
-lines. `report_lost_worker` turns it into `WorkerLost`: which worker was lost,
-the checkpoint a relaunch resumes from, and that relaunching every worker
-resumes the run.
-"""
+"""A worker lost in the middle of a multi-worker run, said in one line (`WorkerLost`) instead
+of TensorFlow's report of dozens, with the checkpoint a relaunch of every worker resumes from."""
 
 from __future__ import annotations
 
@@ -28,13 +21,8 @@ class WorkerLost(LLPError):
 
 
 def lost_worker_message(report: str, run_dir: str, this_task: tuple[str, int]) -> str:
-    """The one-line message of a lost worker, from TensorFlow's ``report``.
-
-    Args:
-      report: the error message of the failed collective.
-      run_dir: the run directory, whose newest checkpoint a relaunch resumes from.
-      this_task: (task type, index) of this worker, e.g. ("worker", 0).
-    """
+    """The one-line message of a lost worker, from TensorFlow's ``report`` of the failed
+    collective, for the run in ``run_dir`` and ``this_task`` (task type, index)."""
     named = sorted({(kind, int(index)) for kind, index in _TASK.findall(report)}
                    - {(this_task[0], int(this_task[1]))})
     lost = " and ".join(f"{kind} {index}" for kind, index in named) or "another worker"
@@ -48,12 +36,10 @@ def lost_worker_message(report: str, run_dir: str, this_task: tuple[str, int]) -
 
 @contextlib.contextmanager
 def report_lost_worker(run_dir: str, this_task: tuple[str, int]) -> Iterator[None]:
-    """Raises `WorkerLost` (`lost_worker_message`) in place of the error of a
-    collective, or one naming a task, that a lost worker causes in the block."""
+    """Raises `WorkerLost` in place of a collective's error a lost worker causes in the block."""
     try:
         yield
     except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
-        # Other services (a tf.data service) fail with these errors too.
         if "ollective" not in error.message and not _TASK.search(error.message):
             raise
         raise WorkerLost(lost_worker_message(error.message, run_dir, this_task)) from None

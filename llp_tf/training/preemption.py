@@ -1,22 +1,9 @@
-"""Stopping on SIGTERM or Ctrl-C with a checkpoint: preemption, a scheduler's
-time limit, a user at the terminal.
+"""Stopping on SIGTERM or Ctrl-C with a checkpoint (preemption, a time limit, a user).
 
-A cluster scheduler (SLURM, Kubernetes, a cloud's spot instances) warns a
-job with SIGTERM before it kills it; a user stops a run with Ctrl-C
-(SIGINT). `PreemptionWatch` turns either signal into a request the
-controller sees after its current loop of steps: every worker then writes a
-checkpoint at the same global step and the run stops with `TrainingStopped`,
-which names the signal; the same command relaunched resumes from it. A
-second Ctrl-C does not wait: after the first, SIGINT goes back to its
-previous handler (Python's raises KeyboardInterrupt), so the run aborts at
-once without a checkpoint. A SIGINT ignored already (a shell's background
-job) stays ignored. With several workers a signal to any one of them stops
-them all: the requests are summed over workers (one tiny all-reduce per
-loop) so that all stop together.
-
-The wait is at most one loop of steps (``--steps_per_loop``): keep a loop
-shorter than the scheduler's grace period.
-"""
+Either signal becomes a request the controller sees after its current loop of steps; every
+worker (requests are summed over workers) then checkpoints at the same step and the run stops
+with `TrainingStopped`. After the first SIGINT the previous handler is back, so a second
+Ctrl-C aborts at once; an ignored SIGINT stays ignored. docs/multi-worker.md."""
 
 from __future__ import annotations
 
@@ -32,13 +19,8 @@ _NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C (SIGINT)"}
 
 
 class TrainingStopped(Exception):
-    """The run stopped on request after saving a checkpoint (not an error of input).
-
-    Attributes:
-      step: int, the global step it stopped at.
-      checkpoint: str, the checkpoint it saved there.
-      signal: `signal.Signals`, the signal that asked it to stop.
-    """
+    """The run stopped on request after saving a checkpoint: ``step`` (int), ``checkpoint`` (str)
+    and the ``signal`` (`signal.Signals`) that asked."""
 
     def __init__(self, step: int, checkpoint: Optional[str], stop_signal: signal.Signals) -> None:
         super().__init__(f"Stopped by {_NAMES[stop_signal]} at step {step}, after writing the "
@@ -49,14 +31,8 @@ class TrainingStopped(Exception):
 
 
 class PreemptionWatch:
-    """Catches SIGTERM and a first SIGINT while training and says when all
-    workers should stop.
-
-    Use as a context manager around training (in the main thread; elsewhere
-    it watches nothing). Args:
-      strategy: the run's strategy; a multi-worker one sums the requests.
-      multi_worker: bool, whether there are several workers.
-    """
+    """A context manager (in the main thread) that catches SIGTERM and a first SIGINT and says when
+    all workers should stop; a multi-worker ``strategy`` sums the requests."""
 
     def __init__(self, strategy: tf.distribute.Strategy, multi_worker: bool) -> None:
         self.strategy = strategy
@@ -68,7 +44,7 @@ class PreemptionWatch:
     def _on_signal(self, signum, frame) -> None:
         del frame
         self.received.add(signum)
-        if signum == signal.SIGINT:  # a second Ctrl-C aborts at once
+        if signum == signal.SIGINT:
             signal.signal(signum, self._previous[signum])
 
     def __enter__(self) -> "PreemptionWatch":
@@ -85,8 +61,8 @@ class PreemptionWatch:
         self._previous = {}
 
     def stop_requested(self) -> Optional[signal.Signals]:
-        """The signal that asks the run to stop, on any worker (the first of
-        `STOP_SIGNALS` that came), or None. Every worker must call this together."""
+        """The first signal of `STOP_SIGNALS` that came on any worker, or None; every worker
+        calls it together."""
         requests = [1.0 if number in self.received else 0.0 for number in STOP_SIGNALS]
         if self.multi_worker:
             if self._agree is None:

@@ -1,12 +1,5 @@
-"""Progress of an epoch: a live bar on a terminal, plain log lines elsewhere.
-
-On an interactive terminal the bar is rewritten in place (step, loss terms,
-images/s, ETA of the epoch and, with a `RunClock`, of the whole run). When
-output goes to a file or pipe, or ``CI`` is set, a plain line is printed at
-most every ``log_every_seconds`` and at the end of the epoch, so logs stay
-readable. Metric values are printed by `format_value`, the rule of every
-line and table of metrics (`llp_tf.training.metrics`).
-"""
+"""Progress of an epoch: a live bar on a terminal; elsewhere (a file, a pipe, ``CI``) a plain
+line at most every ``log_every_seconds`` and at the epoch's end."""
 
 import numbers
 import os
@@ -19,10 +12,8 @@ LEARNING_RATE = "learning_rate"
 
 
 def format_value(name: str, value: Any) -> str:
-    """str of a metric's value: an integer (a count, an epoch, a step) as an
-    integer, ``learning_rate`` to 6 significant digits (``0.00375``), any
-    other float to 4 with its decimal point kept (``1.000``, ``0.0001234``),
-    anything else as ``str``."""
+    """A metric's value as printed: integers as integers, ``learning_rate`` to 6 significant
+    digits, other floats to 4 (``1.000``), anything else as ``str``."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return str(int(value))
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -48,13 +39,8 @@ def _format_duration(seconds):
 
 
 class RunClock:
-    """The pace of a whole run, for its ETA: the time per step since this process
-    started training, evaluations and checkpoints included.
-
-    Args:
-      start_step: the global step this process starts from.
-      total_steps: the run's last global step (epochs x steps per epoch).
-    """
+    """The whole run's pace, for its ETA: time per step since this process started, from
+    ``start_step`` to ``total_steps``."""
 
     def __init__(self, start_step: int, total_steps: int) -> None:
         self.start_step = int(start_step)
@@ -62,8 +48,7 @@ class RunClock:
         self._start = time.monotonic()
 
     def remaining(self, global_step: int, now: float) -> Optional[float]:
-        """Seconds the run needs after ``global_step`` at this process's pace so
-        far (None before its first step)."""
+        """Seconds the run needs after ``global_step`` at this pace (None before a first step)."""
         done = int(global_step) - self.start_step
         if done <= 0:
             return None
@@ -74,15 +59,10 @@ class EpochProgress:
     """Reports the steps of one epoch.
 
     Args:
-      description: str, e.g. "epoch 3/10 (llp)".
-      total_steps: int, steps in the epoch.
-      images_per_step: int, the global batch size.
-      start_step: int, steps already done (resumed mid-epoch).
-      stream: where to write; default stdout.
-      log_every_seconds: float, the interval of plain lines.
-      run_clock: `RunClock` of the run, for its ETA; None shows the epoch's only.
-      first_global_step: the global step of the epoch's step 0 (with ``run_clock``).
-    """
+      description: str, e.g. "epoch 3/10 (llp)"; total_steps: int, steps in the epoch.
+      images_per_step: int, the global batch size; start_step: int, steps already done.
+      stream: where to write (stdout); log_every_seconds: float, between plain lines.
+      run_clock: `RunClock`, for the run's ETA; first_global_step: of the epoch's step 0."""
 
     BAR_WIDTH = 20
 
@@ -105,8 +85,7 @@ class EpochProgress:
         self._last_log = self._start
 
     def update(self, step: int, metrics: Optional[Mapping[str, float]] = None) -> None:
-        """Reports that ``step`` steps of the epoch are done; metrics: name -> float
-        (None: a step inside a loop, shown with the last loop's metrics)."""
+        """``step`` steps of the epoch are done; metrics: name -> float, or None inside a loop."""
         self.step = int(step)
         if metrics is not None:
             self._metrics = dict(metrics)
@@ -135,7 +114,7 @@ class EpochProgress:
                   f"in {_format_duration(elapsed)}")
         run_left = (self.run_clock.remaining(self.first_global_step + self.step, now)
                     if self.run_clock else None)
-        if run_left:  # None before the first step, 0 at the run's end
+        if run_left:
             timing += f", run ETA {_format_duration(run_left)}"
         return (f"{self.description} [{bar}] {self.step}/{self.total_steps} {terms} "
                 f"{timing}")

@@ -1,23 +1,8 @@
-"""The run directory: its layout, the checkpoint's items, and the metrics file.
+"""The run directory: its layout (docs/training.md, "The run directory"), the checkpoint's
+items and the metrics file, read back without TensorFlow (`read_metrics`).
 
-A run lives in one directory, written by training and read by every tool
-(the files: docs/training.md, "The run directory"): ``run.lock`` (`run_lock`),
-``config.json`` and ``config_history.jsonl`` (`run_record`), ``split.npz``
-(`llp_tf.data.splits.regime`), ``checkpoints/`` (numbered by global step, the
-newest ``keep`` kept), ``metrics.jsonl`` (one JSON object per evaluation)
-and ``tensorboard/``. A resumed run first drops the metrics rows and
-TensorBoard events past the step it resumes from
-(`RunDirectory.drop_records_after`), so every epoch appears once. The
-metrics file is read back under today's metric names (`read_metrics`,
-`RENAMED`), without TensorFlow: a tool that only reads metrics (e.g.
-``tools/compare_methods.py``) does not load it.
-
-The checkpoint's items are the checkpoint format, kept so that runs of
-earlier versions resume and export: ``model``, ``optimizer``, ``step`` and
-``plateau`` for every method, what the method adds (LLP: ``bank`` and
-``density_epoch``), and ``epoch_totals``, the running sums of the epoch's
-training metrics, which an older checkpoint may lack.
-"""
+The checkpoint's items: ``model``, ``optimizer``, ``step``, ``plateau`` and ``epoch_totals``
+for every method, and what the method adds (LLP: ``bank`` and ``density_epoch``)."""
 
 import json
 import os
@@ -35,15 +20,8 @@ METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 HISTORY_FILE = "config_history.jsonl"
 
-#: Metric names written to ``metrics.jsonl`` by earlier versions -> today's
-#: (the rule of `llp_tf.training.metrics`): validation metrics were unprefixed
-#: and training means prefixed ``train_``. ``read_metrics`` renames them, so
-#: runs made before the rule read back under it. Left as written:
-#: ``train_confidence``, a mean over every row (rows without a class at
-#: confidence 1), not the mean over the rows with a class that ``confidence``
-#: is; the names that kept their meaning and name (``epoch``, ``step``,
-#: ``phase``, ``learning_rate``, ``aggregation_score``, ``pseudo_label_*``:
-#: an old warm-up row keeps the zeros it logged for the last).
+#: Metric names of ``metrics.jsonl`` before the rule of `llp_tf.training.metrics` -> today's.
+#: (An old ``train_confidence``, a mean over every row, stays as written.)
 RENAMED = {
     "top1": "val_top1", "top5": "val_top5", "categorisation": "val_categorisation",
     "nn_top1": "val_nn_top1", "examples": "val_examples",
@@ -57,21 +35,14 @@ RENAMED = {
     "train_labelled": "labelled", "train_unlabelled": "unlabelled",
     "train_unlabelled_weight": "unlabelled_weight", "train_mask": "mask",
 }
-#: The counts an earlier version wrote as floats (``1000.0``), by today's name.
-_COUNTS = ("val_examples", "val_student_examples")
 
 
 def current_names(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A metrics row under today's names: a row written before them renamed by
-    `RENAMED` (its counts made integers); a row written since returned as it is.
-
-    ``categorisation`` is the one name of both: today's training term, and
-    an old row's validation cross-entropy. An old row is told by its other
-    old names (every old row has ``top1``)."""
+    """A metrics row under today's names: an old row (told by its other old names, every one has
+    ``top1``; ``categorisation`` is in both) renamed by `RENAMED`, a new one as it is."""
     if not any(name in RENAMED and name != "categorisation" for name in row):
         return dict(row)
-    renamed = {RENAMED.get(name, name): value for name, value in row.items()}
-    return {name: int(value) if name in _COUNTS else value for name, value in renamed.items()}
+    return {RENAMED.get(name, name): value for name, value in row.items()}
 
 
 #: What training writes in a run directory, beside its lock.
@@ -80,11 +51,7 @@ TRAINING_RECORD = (CONFIG_FILE, HISTORY_FILE, SPLIT_FILE, CHECKPOINT_DIR, METRIC
 
 
 class RunDirectory:
-    """Paths of one run directory and its metrics file.
-
-    Args:
-      path: str, the run directory (need not exist yet).
-    """
+    """Paths of one run directory (``path``, str; need not exist yet) and its metrics file."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = str(path)
@@ -129,10 +96,8 @@ class RunDirectory:
         return [name for name in TRAINING_RECORD if os.path.exists(self.file(name))]
 
     def holds_settings(self) -> bool:
-        """Whether ``config.json`` is a training run's record of its settings: a
-        JSON object naming the run directory and the dataset ("run_dir" in its
-        "run" section and "dataset" in its "data" section, or both at the top,
-        as earlier versions wrote)."""
+        """Whether ``config.json`` is a training run's record: "run_dir" in its "run" section and
+        "dataset" in its "data" section."""
         try:
             with open(self.config_path) as f:
                 record = json.load(f)
@@ -140,10 +105,9 @@ class RunDirectory:
             return False
         if not isinstance(record, dict):
             return False
-        sections = [record.get(name) for name in ("run", "data")]
-        if all(isinstance(section, dict) for section in sections):
-            record = {**sections[0], **sections[1]}
-        return "run_dir" in record and "dataset" in record
+        run, data = record.get("run"), record.get("data")
+        return isinstance(run, dict) and isinstance(data, dict) and "run_dir" in run \
+            and "dataset" in data
 
     def delete(self, names: list[str]) -> None:
         """Deletes the files and folders ``names`` of the directory."""
@@ -155,8 +119,7 @@ class RunDirectory:
                 os.remove(path)
 
     def write_atomically(self, name: str, text: str) -> None:
-        """Writes ``text`` to ``name`` through a temporary file in the run directory,
-        so a crash leaves the old file or the new one, never half of one."""
+        """Writes ``text`` to ``name`` via a temporary file: a crash leaves old or new."""
         os.makedirs(self.path, exist_ok=True)
         path = self.file(name)
         temporary = f"{path}.tmp-{os.getpid()}"
@@ -175,13 +138,8 @@ class RunDirectory:
     def read_json_lines(self, name: str, *, drop_torn_last_line: bool = False) -> list[dict]:
         """The rows of the JSON-lines file ``name`` in order ([] if it does not exist).
 
-        Args:
-          drop_torn_last_line: skip a last line that is not JSON (a write cut
-            off by a crash) instead of raising.
-
         Raises:
-          DataError: a line that is not JSON (the file was damaged).
-        """
+          DataError: a line that is not JSON, unless it is the last and ``drop_torn_last_line``."""
         path = self.file(name)
         if not os.path.isfile(path):
             return []
@@ -204,24 +162,13 @@ class RunDirectory:
         self.append_json_line(METRICS_FILE, row)
 
     def read_metrics(self, *, drop_torn_last_line: bool = False) -> list[dict]:
-        """list of dict: the metrics file's rows in order, under today's metric
-        names (`current_names`); [] if there is none.
-
-        Args:
-          drop_torn_last_line: as `read_json_lines`' (a run killed mid-write).
-
-        Raises:
-          DataError: a line that is not JSON (the file was damaged).
-        """
+        """The metrics rows under today's names (`current_names`); as `read_json_lines`."""
         return [current_names(row) for row in
                 self.read_json_lines(METRICS_FILE, drop_torn_last_line=drop_torn_last_line)]
 
     def drop_records_after(self, step: int) -> int:
-        """Forgets what was recorded past global step ``step``, the step a run
-        resumes from: metrics rows and TensorBoard events of work whose
-        checkpoint was lost, so that the resumed run records each step once.
-        Also drops a metrics line torn by a crash. Returns the metrics rows dropped.
-        """
+        """Drops the metrics rows (and a torn last line) and TensorBoard events past global step
+        ``step``, which a resumed run records again; returns the metrics rows dropped."""
         rows = self.read_json_lines(METRICS_FILE, drop_torn_last_line=True)
         kept = [row for row in rows if int(row["step"]) <= step]
         if os.path.isfile(self.metrics_path):
@@ -235,20 +182,14 @@ class RunDirectory:
 
 
 def start_afresh(run_dir: str, overwrite: bool, chief: bool) -> tuple[bool, Optional[str]]:
-    """Whether the run in ``run_dir`` starts afresh instead of from its record, and
-    the one-line notice saying so (None when it does not).
+    """Whether the run in ``run_dir`` starts afresh, and the one-line notice saying so (or None).
 
-    It does when ``overwrite`` asks, or when the directory holds a record but no
-    checkpoint: a start that failed before its first, whose settings a retry
-    may change. The chief deletes the old record; with ``overwrite`` all of it,
-    otherwise all but the checkpoint folder (which may hold damaged ones).
-    Only a training run's record is deleted: one whose ``config.json`` holds
-    a run's settings (`RunDirectory.holds_settings`).
+    It does with ``overwrite``, or when the directory holds a record but no checkpoint (a failed
+    start). The chief deletes the record: all of it with ``overwrite``, else all but
+    ``checkpoints/``.
 
     Raises:
-      ConfigError: the directory holds files of `TRAINING_RECORD`'s names that
-        would be deleted, but no config.json of a training run.
-    """
+      ConfigError: files of `TRAINING_RECORD`'s names but no training run's config.json."""
     directory = RunDirectory(run_dir)
     present = directory.training_record()
     if not present or (directory.checkpoint_paths() and not overwrite):
@@ -272,15 +213,14 @@ def start_afresh(run_dir: str, overwrite: bool, chief: bool) -> tuple[bool, Opti
 
 
 def _trim_event_file(path: str, step: int) -> None:
-    """Rewrites a TensorBoard event file without its summaries past ``step`` (and
-    without a last record torn by a crash); leaves it alone if nothing goes."""
+    """Rewrites an event file without its summaries past ``step`` or a torn last record."""
     import tensorflow as tf  # noqa: PLC0415 -- see the module docstring
     records = []
     try:
         for record in tf.data.TFRecordDataset(path):
             records.append(record.numpy())
     except tf.errors.DataLossError:
-        pass  # a torn last record
+        pass
     kept = [r for r in records if not _is_summary_after(r, step)]
     if len(kept) == len(records) and os.path.getsize(path) == sum(
             len(r) + 16 for r in records):
@@ -304,13 +244,10 @@ def checkpoint_step(path: str) -> int:
 
 
 def resolve_checkpoint(run_dir: str, checkpoint: Optional[str]) -> Optional[str]:
-    """A --checkpoint value (None, a step number or a path) as a checkpoint path of the
-    run in ``run_dir``, or None.
+    """A --checkpoint value (None, a step number or a path) as a path of the run's, or None.
 
     Raises:
-      ConfigError: a step the run has no kept checkpoint of, or a path that
-        is not a checkpoint.
-    """
+      ConfigError: a step without a kept checkpoint, or a path that is not a checkpoint."""
     if checkpoint is None:
         return None
     if checkpoint.isdigit():
@@ -321,7 +258,6 @@ def resolve_checkpoint(run_dir: str, checkpoint: Optional[str]) -> Optional[str]
             raise ConfigError(f"The run {run_dir} has no checkpoint at step {checkpoint}; "
                               f"its kept checkpoints are at steps: {kept}.")
         return by_step[int(checkpoint)]
-    # A checkpoint is a prefix: its files are PATH.index and PATH.data-*.
     if not os.path.isfile(checkpoint + ".index"):
         raise ConfigError(f"{checkpoint} is not a checkpoint (there is no "
                           f"{checkpoint}.index); give a path from {run_dir}/checkpoints "

@@ -1,22 +1,9 @@
 """The run-directory lock: one training process per run directory.
 
-Training takes ``run.lock`` in its run directory before it writes anything
-and holds it until it ends: an advisory ``flock`` on the file, which the
-kernel releases when the holder dies, plus the holder's host, pid and start
-time written in it for the messages. The file
-
-- held by a live process: `RunDirectoryBusy`, naming the holder;
-- left by a process of this host that is gone: taken over, with a warning;
-- written on another host, whose ``flock`` this host can take: refused (a
-  file system's locks may not reach across hosts); the message says to
-  delete the file once that process is known to be gone.
-
-A run directory that is a file, or that cannot be made or written, is a
-`ConfigError` naming ``--run_dir``.
-
-Under multi-worker training only the chief takes it; tools that only read a
-run do not. docs/training.md, "The run directory".
-"""
+Training (the chief) holds ``run.lock`` while it runs: a ``flock``, released when the holder
+dies, plus the holder's host, pid and start for the messages. A live holder is
+`RunDirectoryBusy`; a gone one on this host is taken over with a warning; one on another
+host is refused (locks may not reach across hosts). docs/training.md, "The run directory"."""
 
 from __future__ import annotations
 
@@ -54,14 +41,11 @@ def _describe(holder: dict) -> str:
 
 
 class RunLock:
-    """The lock of one run directory (see the module docstring).
-
-    Use as a context manager, or `acquire` and `release`.
+    """The lock of one run directory; a context manager, or `acquire` and `release`.
 
     Args:
       run_dir: str, the run directory; created if missing.
-      stream: where the takeover warning goes (None: nowhere).
-    """
+      stream: where the takeover warning goes (None: nowhere)."""
 
     def __init__(self, run_dir: str, stream: Optional[TextIO] = None) -> None:
         self.run_dir = str(run_dir)
@@ -74,10 +58,8 @@ class RunLock:
         """Takes the lock.
 
         Raises:
-          RunDirectoryBusy: another live process (or one on another host)
-            holds it.
-          ConfigError: the run directory is a file, or cannot be made or written.
-        """
+          RunDirectoryBusy: another live process (or one on another host) holds it.
+          ConfigError: the run directory is a file, or cannot be made or written."""
         if os.path.isfile(self.run_dir):
             raise ConfigError("{run_dir} is a file, not a directory: give a --run_dir that is "
                               "a directory, or where one can be made.",
@@ -89,8 +71,7 @@ class RunLock:
             fd = self._open_or_refuse(os.open, self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 self._lock_fd(fd)
-                # The previous holder may have unlinked the file between our
-                # open and our lock: then we hold a lock on a deleted file.
+                # The previous holder may have unlinked the file between our open and lock.
                 if os.path.exists(self.path) and \
                         os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                     break
@@ -108,8 +89,7 @@ class RunLock:
         return self
 
     def _open_or_refuse(self, make, path, *args):
-        """``make(path, *args)`` (os.makedirs, os.open); a ConfigError naming
-        --run_dir when the system refuses it."""
+        """``make(path, *args)``, or a ConfigError naming --run_dir."""
         try:
             return make(path, *args)
         except OSError as error:
@@ -160,13 +140,13 @@ class RunLock:
         os.fsync(fd)
 
     def release(self) -> None:
-        """Releases the lock and deletes its file (and the run directory, if this
-        lock created it and nothing else was written there)."""
+        """Releases the lock and deletes its file (and the run directory if this lock created it
+        and it is empty)."""
         if self._fd is None:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        os.close(self._fd)  # releases the flock
+        os.close(self._fd)
         self._fd = None
         if self._created_dir:
             with contextlib.suppress(OSError):  # not empty: the run wrote its files

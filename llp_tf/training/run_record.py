@@ -1,21 +1,8 @@
-"""The run's record of its settings: what it started with, and each change.
-
-- ``config.json``: the settings the run was started with, written once,
-  when the run directory is set up, and never rewritten; beside them,
-  ``data_files`` records the label subset and exclude lists the split was
-  made from (path and SHA-256; `save_config`);
-- ``config_history.jsonl``: one line per resume that changed settings,
-  ``{"step": S, "time": ..., "changed": {name: [old, new], ...}}``, where
-  ``step`` is the global step the resumed run continued from.
-
-The settings a run trains with now are ``config.json`` with the history
-applied in order (`current_config`); tools that read a finished run use
-them. Settings that shape the saved state (`config.state_settings`: data,
-split, model, method) cannot change on resume: `check_resumable` refuses them.
-Where the run directory lives (``run_dir``) is not a setting of the run and
-is never compared. Errors about settings read from these files name the file
-each value came from (`llp_tf.errors`).
-"""
+"""The run's record of its settings: ``config.json``, the settings it started with (and
+``data_files``, the lists its split was made from), never rewritten, and
+``config_history.jsonl``, ``{"step": S, "time": ..., "changed": {name: [old, new]}}`` per
+resume that changed settings. The settings a run trains with now are ``config.json`` with
+the history applied (`current_config`); state settings cannot change (`check_resumable`)."""
 
 from __future__ import annotations
 
@@ -29,7 +16,7 @@ from llp_tf.errors import ConfigError, DataError
 from llp_tf.training.config import TrainConfig, state_settings
 from llp_tf.training.run_directory import CONFIG_FILE, HISTORY_FILE, RunDirectory
 
-#: The key of ``config.json`` that records the list files a run's split was made from.
+#: The key of ``config.json`` recording the list files the split was made from.
 DATA_FILES = "data_files"
 
 #: Settings that are not part of how the run trains.
@@ -42,8 +29,7 @@ def _read_json(path: str) -> str:
 
 
 def _from_files(origins: dict[str, str], make: Any, *args: Any, **kwargs: Any) -> Any:
-    """``make(*args, **kwargs)``, its ConfigError naming where each setting came
-    from: the origin in ``origins`` (flag name -> origin), else ``origins[""]``."""
+    """``make(*args, **kwargs)``, its ConfigError naming each setting's origin (``origins``)."""
     try:
         return make(*args, **kwargs)
     except ConfigError as error:
@@ -61,17 +47,12 @@ def started_config(run_dir: str) -> Optional[TrainConfig]:
 
 
 def read_history(run_dir: str) -> list[dict]:
-    """The run's settings changes, oldest first ([] if there were none).
-
-    Raises:
-      DataError: a line that is not JSON.
-    """
+    """The run's settings changes, oldest first; DataError for a line that is not JSON."""
     return RunDirectory(run_dir).read_json_lines(HISTORY_FILE)
 
 
 def current_config(run_dir: str) -> Optional[TrainConfig]:
-    """The settings the run trains with now: ``config.json`` with the history
-    applied (None if the run has no ``config.json``)."""
+    """The settings the run trains with now (None if it has no ``config.json``)."""
     config = started_config(run_dir)
     origins = {"": f"from {RunDirectory(run_dir).file(CONFIG_FILE)}"}
     history = RunDirectory(run_dir).file(HISTORY_FILE)
@@ -99,8 +80,7 @@ def format_changes(changed: dict[str, tuple[Any, Any]]) -> str:
 
 
 def check_resumable(config: TrainConfig) -> None:
-    """Raises ConfigError when ``config.run_dir`` holds a run whose state
-    settings (`config.state_settings`) differ from ``config``'s."""
+    """Raises ConfigError when ``config.run_dir`` holds a run whose state settings differ."""
     saved = current_config(config.run_dir)
     if saved is None:
         return
@@ -116,13 +96,8 @@ def check_resumable(config: TrainConfig) -> None:
 
 
 def save_config(config: TrainConfig, data_files: Optional[dict] = None) -> None:
-    """Writes ``run_dir/config.json`` (atomically), the record of a new run's settings.
-
-    ``data_files``: what the run's split records of the files it was made from
-    (`regime.read_made_from`: the label subset list and the exclude list, each
-    with its path and SHA-256), written under the key "data_files" beside the
-    settings (readers of the settings ignore it).
-    """
+    """Writes ``run_dir/config.json`` atomically: a new run's settings, and under "data_files" the
+    split's source files (`regime.read_made_from`: path and SHA-256 of each)."""
     text = config.to_json()
     if data_files is not None:
         text = json.dumps({**json.loads(text), DATA_FILES: data_files}, indent=2,
@@ -131,8 +106,7 @@ def save_config(config: TrainConfig, data_files: Optional[dict] = None) -> None:
 
 
 def record_changes(config: TrainConfig, step: int) -> dict[str, tuple[Any, Any]]:
-    """Appends the settings ``config`` changes against the run's current ones to
-    the history, at global step ``step``; returns them ({} when none changed)."""
+    """Appends the settings ``config`` changes to the history at step ``step``; returns them."""
     saved = current_config(config.run_dir)
     if saved is None:
         raise DataError(f"{config.run_dir} has no {CONFIG_FILE} to record changes against.")

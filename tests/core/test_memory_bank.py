@@ -181,12 +181,3 @@ def test_cross_replica_update_and_density_reach_every_copy(two_replica_strategy)
     np.testing.assert_array_equal(_replica_copies(bank.labels)[1][4:7], [1, 2, 3])
     np.testing.assert_array_equal(_replica_copies(bank.density)[1], np.full(5, 7.0))
 
-
-def test_checkpoint_keys_of_the_labelled_set_keep_their_stored_spelling(tmp_path):
-    # Runs saved before 'labelled' became the spelling still restore.
-    bank = _bank()
-    path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ckpt"))
-    names = {name for name, _ in tf.train.list_variables(path)}
-    assert {"bank/labeled_index/.ATTRIBUTES/VARIABLE_VALUE",
-            "bank/is_labeled/.ATTRIBUTES/VARIABLE_VALUE"} <= names
-    assert bank.labelled_index is bank.labeled_index and bank.is_labelled is bank.is_labeled

@@ -138,19 +138,3 @@ def test_a_write_failing_for_lack_of_space_keeps_the_previous_checkpoint(tmp_pat
     value = tf.Variable(tf.zeros([200, 200]))
     RunCheckpoints({"value": value}, directory, keep=1, stream=io.StringIO()).restore_latest()
     assert float(value[0, 0]) == 3.0
-
-
-def test_optional_items_are_saved_and_absent_ones_leave_old_checkpoints_readable(tmp_path):
-    old = RunDirectory(tmp_path / "old")
-    RunCheckpoints({"value": tf.Variable(3.0)}, old, keep=1, stream=io.StringIO()).save(3)
-    value, extra = tf.Variable(0.0), tf.Variable(-1.0)
-    assert RunCheckpoints({"value": value}, old, keep=1, stream=io.StringIO(),
-                          optional_items={"extra": extra}).restore_latest()
-    assert (float(value.numpy()), float(extra.numpy())) == (3.0, -1.0)
-
-    new = RunDirectory(tmp_path / "new")
-    RunCheckpoints({"value": tf.Variable(4.0)}, new, keep=1, stream=io.StringIO(),
-                   optional_items={"extra": tf.Variable(5.0)}).save(4)
-    RunCheckpoints({"value": value}, new, keep=1, stream=io.StringIO(),
-                   optional_items={"extra": extra}).restore_latest()
-    assert (float(value.numpy()), float(extra.numpy())) == (4.0, 5.0)

@@ -139,7 +139,8 @@ def test_make_splits_tool_replaces_neither_a_runs_split_nor_another_file(tmp_pat
     write_image_folder(str(tmp_path / "images"), {"a": 10, "b": 10}, size=(6, 6))
     run_dir = tmp_path / "run"  # a split file, but the run's
     run_dir.mkdir()
-    (run_dir / "config.json").write_text('{"run_dir": "run", "dataset": "digits"}')
+    (run_dir / "config.json").write_text(
+        '{"run": {"run_dir": "run"}, "data": {"dataset": "digits"}}')
     args = (f"--dataset=folder:{tmp_path / 'images'}", "--label_percent=20")
     assert _run_tool("make_splits.py", *args, f"--output={run_dir / 'split.npz'}").returncode == 0
     other = tmp_path / "features.npz"
