@@ -160,7 +160,7 @@ def run_probe(options: flags.FlagValues, stream: TextIO) -> dict[str, Any]:
     run = run_loader.load_run(options.run_dir, checkpoint)
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
-        options.run_dir, "probe_cache")), trunk_probes.dataset_slug(options.dataset))
+        options.run_dir, "probe_cache")), trunk_probes.cache_folder_name(source.info))
     stream.write(f"Linear probe of {options.run_dir} ({os.path.basename(run.checkpoint)}) on "
                  f"{info.name}: {counted(info.num_classes, 'class')}, {info.num_train} train / "
                  f"{info.num_validation} validation images at {run.config.data.image_size} px; "

@@ -19,7 +19,7 @@ import numpy as np
 from llp_tf.after_training.features import DEFAULT_BATCH_SIZE, FeatureSet, output_batches
 from llp_tf.after_training.probe.npy_rows import NpyRows, NpyRowWriter
 from llp_tf.counted_nouns import counted, listed
-from llp_tf.data.sources.base import Source
+from llp_tf.data.sources.base import Source, SourceInfo
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.tensor_types import Array
@@ -31,7 +31,9 @@ MANIFEST_FILE = "manifest.json"
 CACHE_FILES = (FEATURES_FILE, LABELS_FILE, INDEX_FILE, MANIFEST_FILE)
 LOCK_SUFFIX = ".lock"
 #: Raise it when the files' layout or meaning changes.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+#: Dataset name forms whose part after the colon is a path (`registry.load_source`).
+_PATH_KINDS = ("folder", "tfrecord", "places205", "list")
 #: Manifest entries that must equal the request for a cache to be reused.
 MATCHED = ("version", "weights_sha256", "dataset", "split", "image_size",
            "num_split_examples", "num_rows", "index_sha256")
@@ -47,6 +49,20 @@ def weights_fingerprint(model: EmbeddingClassifier) -> str:
     return digest.hexdigest()
 
 
+def dataset_identity(info: SourceInfo) -> dict[str, Any]:
+    """What tells two datasets apart: the name with its path made absolute, the split sizes
+    and a SHA-256 of the class names (JSON-ready dict)."""
+    kind, _, rest = info.name.partition(":")
+    name = info.name
+    if kind in _PATH_KINDS and rest:
+        path, query_mark, query = rest.partition("?")
+        name = f"{kind}:{os.path.abspath(path)}{query_mark}{query}"
+    return {"name": name, "num_train": int(info.num_train),
+            "num_validation": int(info.num_validation),
+            "class_names_sha256": hashlib.sha256(
+                json.dumps(list(info.class_names)).encode()).hexdigest()}
+
+
 def cache_request(model: EmbeddingClassifier, source: Source, split: str, image_size: int,
                   index: Array | None = None, trunk: str = "") -> dict[str, Any]:
     """The manifest a cache of these features must have (``index``: sorted int64 [M] or all;
@@ -54,7 +70,7 @@ def cache_request(model: EmbeddingClassifier, source: Source, split: str, image_
     count = source.info.num_examples(split)
     selected = np.arange(count, dtype=np.int64) if index is None else np.asarray(index, np.int64)
     return {"version": CACHE_VERSION, "weights_sha256": weights_fingerprint(model),
-            "dataset": source.info.name, "split": split, "image_size": int(image_size),
+            "dataset": dataset_identity(source.info), "split": split, "image_size": int(image_size),
             "num_split_examples": int(count), "num_rows": int(len(selected)),
             "index_sha256": hashlib.sha256(selected.tobytes()).hexdigest(), "trunk": trunk}
 
@@ -100,11 +116,12 @@ def open_cache(directory: str, request: dict[str, Any]) -> FeatureCache:
     manifest = _read_manifest(directory)
     problems = _mismatches(manifest, request)
     if problems:
-        made_by = manifest.get("trunk") or "another trunk"
+        made_by, now = manifest.get("trunk") or "another trunk", request["trunk"] or "this trunk"
+        trunks = f" (it was made by {made_by}; now: {now})" if made_by != now else ""
         raise ConfigError(
-            f"The feature cache {directory} does not hold the features asked for (it was made "
-            f"by {made_by}; now: {request['trunk'] or 'this trunk'}): " + "; ".join(problems) +
-            ". Give another --cache_dir, or rebuild it with --noreuse_cache.")
+            f"The feature cache {directory} does not hold the features asked for{trunks}: "
+            + "; ".join(problems) + ". Give another --cache_dir, or rebuild it with "
+            "--noreuse_cache.")
     try:
         features = NpyRows(os.path.join(directory, FEATURES_FILE))
         labels = np.load(os.path.join(directory, LABELS_FILE))

@@ -2,11 +2,13 @@
 contrast, the summary table (`format_table`) and the results file's dict (`results`)."""
 
 import dataclasses
+import hashlib
+import json
 import os
 import re
 from typing import Any, Mapping, Sequence, TextIO
 
-from llp_tf.after_training.probe import linear_probe
+from llp_tf.after_training.probe import feature_cache, linear_probe
 from llp_tf.after_training.probe.readout import ProbeResult, ProbeSettings
 from llp_tf.after_training.run_loader import TrainedRun
 from llp_tf.data.sources.base import Source, SourceInfo
@@ -19,6 +21,13 @@ def dataset_slug(name: str) -> str:
     if rest:
         name = f"{kind}_{os.path.basename(os.path.normpath(rest))}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
+
+
+def cache_folder_name(info: SourceInfo) -> str:
+    """The folder of a dataset's feature caches: its `dataset_slug` and a hash of its whole
+    `feature_cache.dataset_identity`, so datasets in folders of one name keep apart."""
+    identity = json.dumps(feature_cache.dataset_identity(info), sort_keys=True)
+    return f"{dataset_slug(info.name)}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
 
 
 def format_table(rows: Sequence[tuple[str, ProbeResult]]) -> str:

@@ -1,3 +1,5 @@
+import copy
+import dataclasses
 import io
 import json
 import os
@@ -5,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from llp_tf.data.sources.base import TRAIN, VALIDATION
+from llp_tf.data.sources.base import TRAIN, VALIDATION, SourceInfo
 from llp_tf.data.sources.registry import load_source
 from llp_tf.after_training import features
 from llp_tf.after_training.probe import feature_cache, linear_probe
@@ -46,7 +48,8 @@ def test_cache_holds_the_models_features_of_each_images_centre_crop(run, source,
         manifest = json.load(f)
     assert (manifest["num_rows"], manifest["feature_dim"], manifest["split"]) == \
         (160, run.model.feature_dim, "train")
-    assert manifest["dataset"] == source.info.name and manifest["image_size"] == 16
+    assert manifest["dataset"] == feature_cache.dataset_identity(source.info)
+    assert manifest["dataset"]["name"] == source.info.name and manifest["image_size"] == 16
     assert manifest["trunk"] == "trained test trunk"
     assert manifest["weights_sha256"] == feature_cache.weights_fingerprint(run.model)
     assert not cache.reused and not os.path.exists(str(tmp_path / "train") + ".partial")
@@ -161,3 +164,30 @@ def test_a_cache_being_built_by_another_process_is_a_clear_error(run, source, tm
     cache = _cache(run, source, directory)  # once released, the build goes ahead
     assert cache.features.shape[0] == 160 and not cache.reused
     assert not os.path.exists(str(directory) + feature_cache.LOCK_SUFFIX)
+
+
+def test_a_datasets_identity_is_its_absolute_path_sizes_and_class_names(tmp_path, monkeypatch):
+    info = SourceInfo("folder:scenes", 2, ("a", "b"), 10, 4, None, 3)
+    monkeypatch.chdir(tmp_path)
+    identity = feature_cache.dataset_identity(info)
+    assert identity["name"] == f"folder:{tmp_path / 'scenes'}"
+    assert identity == feature_cache.dataset_identity(
+        dataclasses.replace(info, name=f"folder:{tmp_path / 'x' / '..' / 'scenes'}"))
+    assert feature_cache.dataset_identity(dataclasses.replace(info, name="tfds:scenes"))[
+        "name"] == "tfds:scenes"
+    for other in (dict(name="folder:/elsewhere/scenes"), dict(num_train=11),
+                  dict(num_validation=5), dict(class_names=("a", "c"))):
+        assert feature_cache.dataset_identity(dataclasses.replace(info, **other)) != identity
+
+
+def test_a_cache_of_another_dataset_names_the_dataset_not_the_same_trunk_twice(
+        run, source, tmp_path):
+    _cache(run, source, tmp_path / "c", split=VALIDATION, trunk="ckpt A")
+    renamed = copy.copy(source)
+    renamed.info = dataclasses.replace(source.info, name="folder:/elsewhere/stripes")
+    with pytest.raises(ConfigError) as error:
+        _cache(run, renamed, tmp_path / "c", split=VALIDATION, trunk="ckpt A")
+    message = str(error.value)
+    assert "made by" not in message and "/elsewhere/stripes" in message
+    assert message.startswith(f"The feature cache {tmp_path / 'c'} does not hold the features "
+                              "asked for: dataset {")

@@ -1,9 +1,12 @@
 """llp_tf/after_training/probe/trunk_probes.py: the parts that need no trunk (the
 probes themselves: tests/cli/test_linear_probe_tool.py)."""
 
+import dataclasses
+import re
 import types
 
 from llp_tf.after_training.probe import trunk_probes
+from llp_tf.data.sources.base import SourceInfo
 
 
 def test_a_dataset_name_becomes_a_file_name_part():
@@ -12,6 +15,15 @@ def test_a_dataset_name_becomes_a_file_name_part():
     assert trunk_probes.dataset_slug("digits") == "digits"
     assert trunk_probes.dataset_slug("list:/a b?train=x") == "list_a_b_train_x"
     assert trunk_probes.dataset_slug(":::") == "dataset"
+
+
+def test_datasets_in_folders_of_one_name_get_their_own_cache_folders():
+    first = SourceInfo("folder:/data/a/scenes", 2, ("x", "y"), 10, 4, None, 3)
+    second = dataclasses.replace(first, name="folder:/data/b/scenes")
+    names = trunk_probes.cache_folder_name(first), trunk_probes.cache_folder_name(second)
+    assert all(re.fullmatch(r"folder_scenes-[0-9a-f]{12}", name) for name in names)
+    assert names[0] != names[1]
+    assert trunk_probes.cache_folder_name(dataclasses.replace(first)) == names[0]
 
 
 def test_the_table_has_a_row_per_trunk():
