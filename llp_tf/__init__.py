@@ -8,7 +8,7 @@ regime's labelled and used examples. Names load on first use, so a light module 
 
 from llp_tf.lazy_attributes import lazy_getattr
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _PUBLIC = {
     "MemoryBank": "llp_tf.core.memory_bank",
