@@ -16,6 +16,8 @@ from tests.cli.tool_main import ROOT
 
 MAX_MODULE_CODE_LINES = 400
 MAX_FUNCTION_LINES = 60
+# Docstrings state the contract in a few lines; how-to and measurements live in docs/.
+MAX_COMMENT_AND_DOCSTRING_LINES_PER_CODE_LINE = 0.35
 
 
 def _sources():
@@ -70,3 +72,29 @@ def test_modules_and_functions_stay_small():
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{path}: {node.name} has {length} lines")
     assert not too_long, "\n".join(too_long)
+
+
+def comment_and_docstring_lines(source):
+    """The number of lines holding a comment or part of a docstring."""
+    comments = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                if token.type == tokenize.COMMENT}
+    return len(comments | _docstring_lines(ast.parse(source)))
+
+
+def test_comment_and_docstring_counts_leave_out_code():
+    source = '"""Module\n\ndocstring."""\n\n# a comment\nimport os  # why\n\n\ndef f():\n    """D."""\n'
+    assert comment_and_docstring_lines(source) == 6  # three of the docstring, two comments, D
+
+
+def test_the_package_says_each_thing_briefly():
+    paths = glob.glob(os.path.join(ROOT, "llp_tf", "**", "*.py"), recursive=True)
+    code = explanation = 0
+    for path in paths:
+        with open(path) as f:
+            source = f.read()
+        code += code_lines(source)
+        explanation += comment_and_docstring_lines(source)
+    ratio = explanation / code
+    assert ratio <= MAX_COMMENT_AND_DOCSTRING_LINES_PER_CODE_LINE, (
+        f"{explanation} comment and docstring lines over {code} lines of code in llp_tf/: "
+        f"{ratio:.2f} per code line")

@@ -11,6 +11,7 @@ import tomllib
 
 from packaging.requirements import Requirement
 
+from llp_tf.data.sources import imagenet_names
 from tests.cli.tool_main import ROOT
 
 PINNED = ("requirements.txt", "requirements-bench.txt")
@@ -94,4 +95,12 @@ def test_the_regimes_are_package_data():
                for path in glob.glob(os.path.join(ROOT, "llp_tf", pattern))}
     regimes = glob.glob(os.path.join(ROOT, "flags", "*"))
     assert "demo.flags" in map(os.path.basename, regimes)
-    assert sorted(map(os.path.basename, shipped)) == sorted(map(os.path.basename, regimes))
+    assert sorted(os.path.basename(path) for path in shipped if path.endswith(".flags")) == \
+        sorted(map(os.path.basename, regimes))
+
+
+def test_the_imagenet_class_names_are_package_data():
+    patterns = _project()["tool"]["setuptools"]["package-data"]["llp_tf"]
+    shipped = {path for pattern in patterns
+               for path in glob.glob(os.path.join(ROOT, "llp_tf", pattern))}
+    assert imagenet_names.NAMES_FILE in shipped
