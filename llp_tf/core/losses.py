@@ -3,16 +3,18 @@ masked cross-entropy with hard pseudo labels. Per-example losses are float32 [B]
 divide by the *global* batch size, so replica losses summed under `tf.distribute` give the mean."""
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding
 from llp_tf.tensor_types import FloatTensor, IntTensor
 
 
-#: Bank rows per block of `aggregation_loss`: its backward pass holds the [B, N] logits
-#: plus one block of their gradients (docs/performance.md).
-DEFAULT_LOSS_BLOCK_ROWS = 262_144
+#: Bank rows per block of `aggregation_loss`: it holds one block's [rows, B] float32 logits and
+#: weights whatever N is (docs/performance.md).
+DEFAULT_LOSS_BLOCK_ROWS = 16_384
 
 
 def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: IntTensor,
@@ -21,84 +23,135 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     """Aggregation loss of eq. 2-4 over the whole bank, float32 [B]:
     ``-log(sum_{i: bank_labels_i = y} exp(bank_i . v / tau) / sum_i exp(bank_i . v / tau))``.
 
-    Exact in float32 (a difference of log-sum-exps); gradients reach ``embeddings`` only. A
-    label absent from ``bank_labels`` gives an infinite loss.
+    One pass over the bank, ``block_rows`` rows at a time, into running float32 softmax sums
+    shifted by their max (log space, `_SoftmaxSums`); no [B, N] tensor. The gradient reaches
+    ``embeddings`` only: ``(sum_i p_i bank_i - sum_{same label} q_i bank_i) / tau``. A label
+    absent from ``bank_labels`` gives an infinite loss and the all-rows term's gradient alone.
 
     Args:
       embeddings: float32 [B, D], L2-normalised.
       bank: float32 [N, D]; bank_labels: int64 [N], class or instance id of every row.
       labels: int64 [B], the batch's current labels.
       temperature: float, tau; block_rows: int, bank rows per block."""
+    if block_rows <= 0:
+        raise ValueError(f"block_rows must be positive, got {block_rows}.")
     embeddings = tf.convert_to_tensor(embeddings, tf.float32)
     bank = tf.stop_gradient(tf.convert_to_tensor(bank, tf.float32))
     bank_labels = tf.cast(bank_labels, tf.int64)
     labels = tf.cast(labels, tf.int64)
     inverse_temperature = 1.0 / float(temperature)
-    blocks = _row_blocks(bank.shape[0], block_rows)
 
-    # Hand-written backward pass: the forward keeps the [B, N] logits and three [B] sums.
     @tf.custom_gradient
     def loss_and_gradient(embeddings):
-        scaled = embeddings * inverse_temperature
-        logits = [tf.matmul(scaled, bank[rows], transpose_b=True) for rows in blocks]
-        row_max, total, same_total = _combined_sums(
-            [_partition_sums(block, labels, bank_labels[rows])
-             for block, rows in zip(logits, blocks)])
-
-        def gradient(upstream):
-            result = None
-            for block, rows in zip(logits, blocks):
-                # One block of logit gradients alive at a time.
-                with tf.control_dependencies([] if result is None else [result]):
-                    part = tf.matmul(_logits_gradient(block, labels, bank_labels[rows], row_max,
-                                                      total, same_total, upstream), bank[rows])
-                result = part if result is None else result + part
-            return result * inverse_temperature
-
-        return tf.math.log(total) - tf.math.log(same_total), gradient
+        all_rows, same_rows = _bank_sums(embeddings * inverse_temperature, bank, bank_labels,
+                                         labels, block_rows)
+        # The maxima first: equal maxima (the nearest row has the label) cancel exactly.
+        loss = ((all_rows.row_max - same_rows.row_max)
+                + tf.math.log(all_rows.total) - tf.math.log(same_rows.total))
+        gradient = inverse_temperature * (
+            all_rows.weighted / all_rows.total[:, tf.newaxis]
+            - tf.math.divide_no_nan(same_rows.weighted, same_rows.total[:, tf.newaxis]))
+        return loss, lambda upstream: upstream[:, tf.newaxis] * gradient
 
     return loss_and_gradient(embeddings)
 
 
-def _row_blocks(num_rows, block_rows):
-    if block_rows <= 0:
-        raise ValueError(f"block_rows must be positive, got {block_rows}.")
-    if num_rows is None or num_rows < 2 * block_rows:
-        return [slice(None)]
-    return [slice(start, min(start + block_rows, num_rows))
-            for start in range(0, num_rows, block_rows)]
+class _SoftmaxSums(NamedTuple):
+    """Per example, over some bank rows: row_max float32 [B] (-inf over no rows); total
+    float32 [B], sum of exp(logit - row_max); weighted float32 [B, D], those times the rows."""
+    row_max: FloatTensor
+    total: FloatTensor
+    weighted: FloatTensor
 
 
-def _combined_sums(block_sums):
-    """(row_max, total, same_total) of `_partition_sums` over all blocks."""
-    if len(block_sums) == 1:
-        return block_sums[0]
-    row_max = tf.reduce_max(tf.concat([m for m, _, _ in block_sums], axis=1), axis=1,
-                            keepdims=True)
-    total = tf.add_n([t * tf.exp(m - row_max)[:, 0] for m, t, _ in block_sums])
-    same_total = tf.add_n([s * tf.exp(m - row_max)[:, 0] for m, _, s in block_sums])
-    return row_max, total, same_total
+def _combine(first: _SoftmaxSums, second: _SoftmaxSums) -> _SoftmaxSums:
+    """The sums over both's rows, each rescaled by exp(its max - the larger max) <= 1;
+    commutative and associative up to rounding."""
+    row_max = tf.maximum(first.row_max, second.row_max)
+
+    def rescaled(sums):
+        # exp(-inf - -inf) would be NaN: sums over no rows count 0.
+        scale = tf.where(sums.row_max == -np.inf, 0.0, tf.exp(sums.row_max - row_max))
+        return sums.total * scale, sums.weighted * scale[:, tf.newaxis]
+
+    (first_total, first_weighted), (second_total, second_weighted) = (
+        rescaled(first), rescaled(second))
+    return _SoftmaxSums(row_max, first_total + second_total, first_weighted + second_weighted)
 
 
-# XLA fuses each kernel below into one pass; the matmuls stay outside (faster on CPU).
+def _bank_sums(scaled, bank, bank_labels, labels, block_rows):
+    """(all rows, same-label rows) `_SoftmaxSums` of ``scaled`` [B, D] against the bank: its
+    whole blocks one at a time (a single block's logits alive), then the rows left over."""
+    num_rows = bank.shape[0] if bank.shape[0] is not None else tf.shape(bank)[0]
+    num_blocks, tail_start = num_rows // block_rows, num_rows // block_rows * block_rows
+    batch, dim = tf.shape(scaled)[0], tf.shape(scaled)[1]
+    no_rows = _SoftmaxSums(tf.fill([batch], -np.inf), tf.zeros([batch]), tf.zeros([batch, dim]))
+    sums = (no_rows, no_rows)
+
+    def add(sums, rows, row_labels):
+        block = _block_sums(scaled, rows, row_labels, labels)
+        return tuple(_combine(a, b) for a, b in zip(sums, block))
+
+    def add_block(index, sums):
+        start = index * block_rows
+        return index + 1, add(sums, tf.slice(bank, [start, 0], [block_rows, -1]),
+                              tf.slice(bank_labels, [start], [block_rows]))
+
+    if not isinstance(num_blocks, int) or num_blocks > 0:
+        _, sums = tf.while_loop(lambda index, _: index < num_blocks, add_block,
+                                (tf.constant(0), sums), parallel_iterations=1)
+    if not isinstance(num_rows, int) or tail_start < num_rows:
+        sums = add(sums, bank[tail_start:], bank_labels[tail_start:])
+    return sums
+
+
+def _block_sums(scaled, rows, row_labels, labels):
+    """(all rows, same-label rows) `_SoftmaxSums` of one block of bank ``rows`` [n, D]; the
+    same-label ones over the rows holding a batch label, gathered unless over half the block."""
+    # [n, B], not [B, n]: the rows of a subset are then contiguous to gather.
+    logits = tf.matmul(rows, scaled, transpose_b=True)
+    all_max, all_total, all_weights, has_batch_label = _all_rows_weights(
+        logits, labels, row_labels)
+    index = tf.where(has_batch_label)[:, 0]
+
+    def same_label_sums(same_label_weights, logits, row_labels, rows):
+        same_max, same_total, weights = same_label_weights(logits, labels, row_labels)
+        return same_max, same_total, tf.matmul(weights, rows, transpose_a=True)
+
+    same_rows = tf.cond(
+        2 * tf.size(index) > tf.shape(rows)[0],
+        lambda: same_label_sums(_fused_same_label_weights, logits, row_labels, rows),
+        lambda: same_label_sums(_same_label_weights, tf.gather(logits, index),
+                                tf.gather(row_labels, index), tf.gather(rows, index)))
+    return (_SoftmaxSums(all_max, all_total, tf.matmul(all_weights, rows, transpose_a=True)),
+            _SoftmaxSums(*same_rows))
+
+
+# XLA fuses each element-wise pass into one kernel; the matmuls stay outside (faster on CPU).
 @tf.function(jit_compile=True)
-def _partition_sums(logits, labels, bank_labels):
-    """row_max [B, 1]; shifted sums of exp(logits) over all and same-label rows, [B] each."""
-    row_max = tf.reduce_max(logits, axis=1, keepdims=True)
-    shifted = tf.exp(logits - row_max)
-    same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
-    return (row_max, tf.reduce_sum(shifted, axis=1),
-            tf.reduce_sum(tf.where(same, shifted, tf.zeros_like(shifted)), axis=1))
+def _all_rows_weights(logits, labels, row_labels):
+    """Of ``logits`` float32 [n, B] (``row_labels`` int64 [n], ``labels`` int64 [B]): row_max
+    [B] (-inf when n = 0), total [B], weights = exp(logits - row_max) [n, B], all float32, and
+    has_batch_label bool [n], whether a row's label is one of ``labels``."""
+    row_max = tf.reduce_max(logits, axis=0)
+    weights = tf.exp(logits - row_max)
+    has_batch_label = tf.reduce_any(
+        tf.equal(row_labels[:, tf.newaxis], labels[tf.newaxis, :]), axis=1)
+    return row_max, tf.reduce_sum(weights, axis=0), weights, has_batch_label
 
 
-@tf.function(jit_compile=True)
-def _logits_gradient(logits, labels, bank_labels, row_max, total, same_total, upstream):
-    """d(sum upstream * L_A)/dlogits = upstream * (softmax_all - softmax_same), [B, N]."""
-    shifted = tf.exp(logits - row_max)
-    same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
-    all_weight = (upstream / total)[:, tf.newaxis]
-    same_weight = (upstream / same_total)[:, tf.newaxis]
-    return shifted * tf.where(same, all_weight - same_weight, all_weight)
+def _same_label_weights(logits, labels, row_labels):
+    """`_all_rows_weights`'s first three over each example's same-label rows: row_max -inf and
+    total 0 where there are none, weights 0 off the set."""
+    same = tf.equal(row_labels[:, tf.newaxis], labels[tf.newaxis, :])
+    row_max = tf.reduce_max(tf.where(same, logits, -np.inf), axis=0)
+    # exp(-inf) = 0 off the set (where the set is empty, everywhere).
+    weights = tf.exp(tf.where(same, logits - row_max, -np.inf))
+    return row_max, tf.reduce_sum(weights, axis=0), weights
+
+
+# On whole blocks only: gathered subsets vary in size, and XLA would compile each.
+_fused_same_label_weights = tf.function(_same_label_weights, jit_compile=True)
 
 
 def categorisation_loss(logits: FloatTensor, labels: IntTensor) -> FloatTensor:

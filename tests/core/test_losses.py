@@ -7,6 +7,29 @@ from llp_tf.core import losses
 from tests import reference
 
 TAU = 0.07
+#: float32's unit roundoff.
+U = 2.0 ** -24
+
+
+def _tolerances(dim, rows, temperature=TAU):
+    """(loss, gradient) absolute tolerances of the float32 aggregation loss of
+    unit vectors against the float64 reference, from its rounding errors:
+
+    - a logit v.b / tau sums D products: off by about sqrt(D) u / tau;
+    - a sum of N terms (exponentials, or exponential-weighted rows) is off by
+      about sqrt(N) u of itself (errors of either sign add up as a random
+      walk; the blocks' rescaling adds one rounding per block, fewer than N);
+    - so a log-sum-exp is off by e = sqrt(D) u / tau + sqrt(N) u, and the
+      loss, a difference of two, by 2 e;
+    - the gradient is the difference of two softmax-weighted means of unit
+      rows, over tau: each mean's weights are off by e of themselves and its
+      sum by sqrt(N) u more, so 2 (e + sqrt(N) u) / tau.
+
+    A wrong rescaling or a lost block changes the values by a share of
+    themselves (losses ~1, gradients ~1-10 here), far above these.
+    """
+    logsumexp_error = (np.sqrt(dim) / temperature + np.sqrt(rows)) * U
+    return 2 * logsumexp_error, 2 * (logsumexp_error + np.sqrt(rows) * U) / temperature
 
 
 def _problem(seed, batch, rows, dim, num_labels):
@@ -30,9 +53,10 @@ def test_aggregation_loss_matches_equation(seed, batch, rows, dim, num_labels):
     got = aggregation_loss(embeddings, bank, bank_labels, labels, TAU).numpy()
     want = reference.aggregation_loss(embeddings, bank, bank_labels, labels, TAU)
     assert got.shape == (batch,) and got.dtype == np.float32
-    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
+    loss_atol, _ = _tolerances(dim, rows)
+    np.testing.assert_allclose(got, want, atol=loss_atol, rtol=0)
     if num_labels == 1:
-        np.testing.assert_allclose(got, 0.0, atol=1e-5)
+        np.testing.assert_allclose(got, 0.0, atol=loss_atol)
 
 
 def test_aggregation_loss_is_exact_at_temperature_0_07_with_100k_rows():
@@ -43,7 +67,7 @@ def test_aggregation_loss_is_exact_at_temperature_0_07_with_100k_rows():
     got = aggregation_loss(embeddings, bank, bank_labels, labels, TAU).numpy()
     want = reference.aggregation_loss(embeddings, bank, bank_labels, labels, TAU)
     assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
+    np.testing.assert_allclose(got, want, atol=_tolerances(128, 100_000)[0], rtol=0)
 
 
 def test_aggregation_loss_with_instance_labels_is_instance_discrimination():
@@ -55,7 +79,7 @@ def test_aggregation_loss_with_instance_labels_is_instance_discrimination():
     got = aggregation_loss(embeddings, bank, bank_labels, bank_labels[idx], TAU).numpy()
     logits = embeddings.astype(np.float64) @ bank.astype(np.float64).T / TAU
     want = -(logits[np.arange(10), idx] - reference.logsumexp(logits, axis=1))
-    np.testing.assert_allclose(got, want, atol=1e-4)
+    np.testing.assert_allclose(got, want, atol=_tolerances(16, 200)[0], rtol=0)
 
 
 @pytest.mark.parametrize("seed,rows,num_labels", [(6, 300, 10), (7, 5000, 4000)])
@@ -71,12 +95,14 @@ def test_aggregation_loss_gradient_matches_analytic_gradient(seed, rows, num_lab
     assert grad_bank is None, "the bank must not receive gradients"
     want = upstream[:, None] * reference.aggregation_loss_gradient(
         embeddings, bank, bank_labels, labels, TAU)
-    np.testing.assert_allclose(grad_v.numpy(), want, atol=2e-4, rtol=1e-4)
+    # The upstream weights (< 2) scale the error with the gradient.
+    np.testing.assert_allclose(grad_v.numpy(), want, atol=2 * _tolerances(16, rows)[1], rtol=0)
 
 
 def test_aggregation_loss_gradient_matches_finite_differences():
     # Central differences of the float64 reference loss, independent of the
-    # analytic formula used above.
+    # analytic formula used above; their own error (eps^2 / tau^3 of the
+    # third derivative, 1e-16 / eps of rounding) is far below float32's.
     embeddings, bank, bank_labels, labels = _problem(8, 3, 60, 6, 4)
     v = tf.Variable(embeddings)
     with tf.GradientTape() as tape:
@@ -93,7 +119,7 @@ def test_aggregation_loss_gradient_matches_finite_differences():
             want[b, d] = (reference.aggregation_loss(plus, bank, bank_labels, labels, TAU).sum()
                           - reference.aggregation_loss(minus, bank, bank_labels, labels,
                                                        TAU).sum()) / (2 * eps)
-    np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(got, want, atol=_tolerances(6, 60)[1], rtol=0)
 
 
 def test_aggregation_loss_in_tf_function_gradient():
@@ -107,12 +133,14 @@ def test_aggregation_loss_in_tf_function_gradient():
         return total, tape.gradient(total, v)
 
     total, grad = step()
-    np.testing.assert_allclose(
+    loss_atol, gradient_atol = _tolerances(8, 64)
+    np.testing.assert_allclose(  # a sum of 4 losses: 4 losses' errors
         total.numpy(), reference.aggregation_loss(embeddings, bank, bank_labels, labels,
-                                                  TAU).sum(), rtol=1e-5)
+                                                  TAU).sum(), atol=4 * loss_atol, rtol=0)
     np.testing.assert_allclose(
         grad.numpy(), reference.aggregation_loss_gradient(embeddings, bank, bank_labels,
-                                                          labels, TAU), atol=2e-4)
+                                                          labels, TAU), atol=gradient_atol,
+        rtol=0)
 
 
 def test_categorisation_loss_counts_classes_only():
@@ -174,10 +202,122 @@ def test_aggregation_loss_in_row_blocks_matches_equation(rows, block_rows, num_l
         loss = aggregation_loss(v, bank, bank_labels, labels, TAU, block_rows=block_rows)
         weighted = tf.reduce_sum(loss * upstream)
     grad = tape.gradient(weighted, v).numpy()
+    loss_atol, gradient_atol = _tolerances(16, rows)
     np.testing.assert_allclose(loss.numpy(), reference.aggregation_loss(
-        embeddings, bank, bank_labels, labels, TAU), atol=1e-4, rtol=1e-5)
+        embeddings, bank, bank_labels, labels, TAU), atol=loss_atol, rtol=0)
+    # The upstream weights (< 2) scale the error with the gradient.
     np.testing.assert_allclose(grad, upstream[:, None] * reference.aggregation_loss_gradient(
-        embeddings, bank, bank_labels, labels, TAU), atol=2e-4, rtol=1e-4)
+        embeddings, bank, bank_labels, labels, TAU), atol=2 * gradient_atol, rtol=0)
+
+
+def _loss_and_gradient(embeddings, bank, bank_labels, labels, temperature, block_rows,
+                       in_function):
+    """The loss and the gradient of its sum, eagerly or in a `tf.function`."""
+    v = tf.Variable(embeddings)
+
+    def run():
+        with tf.GradientTape() as tape:
+            loss = aggregation_loss(v, bank, bank_labels, labels, temperature,
+                                    block_rows=block_rows)
+            total = tf.reduce_sum(loss)
+        return loss, tape.gradient(total, v)
+
+    loss, gradient = tf.function(run)() if in_function else run()
+    return loss.numpy(), gradient.numpy()
+
+
+LONE_LABEL, TAIL_LABEL = 10**6, 10**6 + 1
+
+
+def _blocked_problem(num_labels, rows=700, dim=16):
+    """A bank of 10 blocks of 64 rows and a 60-row tail whose batch has
+    labels of every kind: common ones, one held by rows 200-209 only (in the
+    fourth block), one by rows 650-699 only (the tail). Half the batch sits
+    on bank rows (logits of 1 / tau, the largest), one of them on a row of
+    another label than its own, so its same-label max is far below its max."""
+    rng = np.random.default_rng(num_labels)
+    bank = reference.unit_rows(rng, rows, dim)
+    bank_labels = rng.integers(0, num_labels, rows)
+    bank_labels[200:210] = LONE_LABEL
+    bank_labels[650:] = TAIL_LABEL
+    on_rows = [3, 203, 680, 400, 64, 127]
+    embeddings = np.concatenate([bank[on_rows], bank[[10]], reference.unit_rows(rng, 5, dim)])
+    labels = np.concatenate([bank_labels[on_rows], [LONE_LABEL],
+                             bank_labels[rng.choice(rows, 5, replace=False)]])
+    return embeddings, bank, bank_labels, labels
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+@pytest.mark.parametrize("num_labels,block_rows", [
+    (2, 64),      # a block's same-label rows are most of it: the whole block
+    (1000, 64),   # a few per block: the rows of the batch's labels, gathered
+    (1000, 70),   # blocks across the lone label's rows and a 700-row bank in 10
+    (1000, 16),   # small blocks: most hold no row of an example's label
+    (2, 1024),    # the tail alone
+])
+def test_aggregation_loss_over_blocks_matches_equation(num_labels, block_rows, in_function):
+    embeddings, bank, bank_labels, labels = _blocked_problem(num_labels)
+    got_loss, got_gradient = _loss_and_gradient(embeddings, bank, bank_labels, labels, TAU,
+                                                block_rows, in_function)
+    loss_atol, gradient_atol = _tolerances(16, 700)
+    lone_logits = bank[200:210].astype(np.float64) @ embeddings[6] / TAU
+    assert 1 / TAU - lone_logits.max() > 5, "the lone label's rows should be far from its example"
+    np.testing.assert_allclose(got_loss, reference.aggregation_loss(
+        embeddings, bank, bank_labels, labels, TAU), atol=loss_atol, rtol=0)
+    np.testing.assert_allclose(got_gradient, reference.aggregation_loss_gradient(
+        embeddings, bank, bank_labels, labels, TAU), atol=gradient_atol, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [TAU, 0.005])
+def test_aggregation_loss_over_blocks_does_not_overflow_at_large_logits(temperature):
+    # Every example on its own bank row: its largest logit is 1 / tau, and at
+    # tau = 0.005 exp(200) is far above float32's largest (exp(88.7)), so
+    # only sums shifted by the running max stay finite.
+    rng = np.random.default_rng(12)
+    bank = reference.unit_rows(rng, 500, 16)
+    bank_labels = rng.integers(0, 5, 500)
+    on_rows = rng.choice(500, 12, replace=False)
+    embeddings, labels = bank[on_rows], bank_labels[on_rows]
+    got_loss, got_gradient = _loss_and_gradient(embeddings, bank, bank_labels, labels,
+                                                temperature, 64, in_function=True)
+    loss_atol, gradient_atol = _tolerances(16, 500, temperature)
+    np.testing.assert_allclose(got_loss, reference.aggregation_loss(
+        embeddings, bank, bank_labels, labels, temperature), atol=loss_atol, rtol=0)
+    np.testing.assert_allclose(got_gradient, reference.aggregation_loss_gradient(
+        embeddings, bank, bank_labels, labels, temperature), atol=gradient_atol, rtol=0)
+
+
+@pytest.mark.parametrize("block_rows", [64, 1024])
+def test_aggregation_loss_of_a_label_missing_from_the_bank_is_infinite(block_rows):
+    embeddings, bank, bank_labels, labels = _blocked_problem(1000)
+    labels = labels.copy()
+    labels[2] = -5  # no row has it
+    got_loss, got_gradient = _loss_and_gradient(embeddings, bank, bank_labels, labels, TAU,
+                                                block_rows, in_function=True)
+    assert got_loss[2] == np.inf
+    # The others, and the missing label's all-rows term, are untouched.
+    others = np.arange(len(labels)) != 2
+    loss_atol, gradient_atol = _tolerances(16, 700)
+    np.testing.assert_allclose(got_loss[others], reference.aggregation_loss(
+        embeddings[others], bank, bank_labels, labels[others], TAU), atol=loss_atol, rtol=0)
+    logits = embeddings[2].astype(np.float64) @ bank.astype(np.float64).T / TAU
+    softmax = np.exp(logits - reference.logsumexp(logits, axis=0))
+    want = np.concatenate([reference.aggregation_loss_gradient(
+        embeddings[others], bank, bank_labels, labels[others], TAU)[:2],
+        [softmax @ bank / TAU]])
+    np.testing.assert_allclose(got_gradient[:3], want, atol=gradient_atol, rtol=0)
+
+
+def test_aggregation_loss_of_a_bank_of_unknown_size():
+    embeddings, bank, bank_labels, labels = _blocked_problem(1000)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32),
+                                  tf.TensorSpec([None], tf.int64)])
+    def loss(bank, bank_labels):
+        return aggregation_loss(embeddings, bank, bank_labels, labels, TAU, block_rows=64)
+
+    np.testing.assert_allclose(loss(bank, bank_labels).numpy(), reference.aggregation_loss(
+        embeddings, bank, bank_labels, labels, TAU), atol=_tolerances(16, 700)[0], rtol=0)
 
 
 def test_aggregation_loss_rejects_a_bad_block_size():
