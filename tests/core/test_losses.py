@@ -230,9 +230,9 @@ LONE_LABEL, TAIL_LABEL = 10**6, 10**6 + 1
 
 
 def _blocked_problem(num_labels, rows=700, dim=16):
-    """A bank of 10 blocks of 64 rows and a 60-row tail whose batch has
-    labels of every kind: common ones, one held by rows 200-209 only (in the
-    fourth block), one by rows 650-699 only (the tail). Half the batch sits
+    """A 700-row bank (in blocks of 64: 10 and a 60-row tail) whose batch has
+    labels of every kind: common ones, one held by rows 200-209 only (one
+    block's), one by rows 650-699 only (the tail's). Half the batch sits
     on bank rows (logits of 1 / tau, the largest), one of them on a row of
     another label than its own, so its same-label max is far below its max."""
     rng = np.random.default_rng(num_labels)
@@ -251,7 +251,7 @@ def _blocked_problem(num_labels, rows=700, dim=16):
 @pytest.mark.parametrize("num_labels,block_rows", [
     (2, 64),      # a block's same-label rows are most of it: the whole block
     (1000, 64),   # a few per block: the rows of the batch's labels, gathered
-    (1000, 70),   # blocks across the lone label's rows and a 700-row bank in 10
+    (1000, 70),   # 10 whole blocks, no tail
     (1000, 16),   # small blocks: most hold no row of an example's label
     (2, 1024),    # the tail alone
 ])
