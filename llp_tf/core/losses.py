@@ -24,7 +24,8 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     ``-log(sum_{i: bank_labels_i = y} exp(bank_i . v / tau) / sum_i exp(bank_i . v / tau))``.
 
     One pass over the bank, ``block_rows`` rows at a time, into running float32 softmax sums
-    shifted by their max (log space, `_SoftmaxSums`); no [B, N] tensor. The gradient reaches
+    shifted by their max (log space, `_SoftmaxSums`); no [B, N] tensor. A bank of one block
+    keeps its [B, N] logits for the backward pass instead (`_one_block_loss`). The gradient reaches
     ``embeddings`` only: ``(sum_i p_i bank_i - sum_{same label} q_i bank_i) / tau``. A label
     absent from ``bank_labels`` gives an infinite loss and the all-rows term's gradient alone.
 
@@ -40,6 +41,8 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     bank_labels = tf.cast(bank_labels, tf.int64)
     labels = tf.cast(labels, tf.int64)
     inverse_temperature = 1.0 / float(temperature)
+    if bank.shape[0] is not None and bank.shape[0] <= block_rows:
+        return _one_block_loss(embeddings, bank, bank_labels, labels, inverse_temperature)
 
     @tf.custom_gradient
     def loss_and_gradient(embeddings):
@@ -52,6 +55,24 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
             all_rows.weighted / all_rows.total[:, tf.newaxis]
             - tf.math.divide_no_nan(same_rows.weighted, same_rows.total[:, tf.newaxis]))
         return loss, lambda upstream: upstream[:, tf.newaxis] * gradient
+
+    return loss_and_gradient(embeddings)
+
+
+def _one_block_loss(embeddings, bank, bank_labels, labels, inverse_temperature):
+    """The loss of a bank of at most one block: the forward keeps its [B, N] logits, and the
+    backward pass does one matmul of the gradient's two softmax terms, subtracted first."""
+
+    @tf.custom_gradient
+    def loss_and_gradient(embeddings):
+        logits = tf.matmul(embeddings * inverse_temperature, bank, transpose_b=True)
+        row_max, total, same_total = _partition_sums(logits, labels, bank_labels)
+
+        def gradient(upstream):
+            return tf.matmul(_logits_gradient(logits, labels, bank_labels, row_max, total,
+                                              same_total, upstream), bank) * inverse_temperature
+
+        return tf.math.log(total) - tf.math.log(same_total), gradient
 
     return loss_and_gradient(embeddings)
 
@@ -125,6 +146,26 @@ def _block_sums(scaled, rows, row_labels, labels):
                                 tf.gather(row_labels, index), tf.gather(rows, index)))
     return (_SoftmaxSums(all_max, all_total, tf.matmul(all_weights, rows, transpose_a=True)),
             _SoftmaxSums(*same_rows))
+
+
+@tf.function(jit_compile=True)
+def _partition_sums(logits, labels, bank_labels):
+    """row_max [B, 1]; shifted sums of exp(logits) over all and same-label rows, [B] each."""
+    row_max = tf.reduce_max(logits, axis=1, keepdims=True)
+    shifted = tf.exp(logits - row_max)
+    same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
+    return (row_max, tf.reduce_sum(shifted, axis=1),
+            tf.reduce_sum(tf.where(same, shifted, tf.zeros_like(shifted)), axis=1))
+
+
+@tf.function(jit_compile=True)
+def _logits_gradient(logits, labels, bank_labels, row_max, total, same_total, upstream):
+    """d(sum upstream * L_A)/dlogits = upstream * (softmax_all - softmax_same), [B, N]."""
+    shifted = tf.exp(logits - row_max)
+    same = tf.equal(labels[:, tf.newaxis], bank_labels[tf.newaxis, :])
+    all_weight = (upstream / total)[:, tf.newaxis]
+    same_weight = (upstream / same_total)[:, tf.newaxis]
+    return shifted * tf.where(same, all_weight - same_weight, all_weight)
 
 
 # XLA fuses each element-wise pass into one kernel; the matmuls stay outside (faster on CPU).

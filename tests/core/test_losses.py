@@ -253,7 +253,8 @@ def _blocked_problem(num_labels, rows=700, dim=16):
     (1000, 64),   # a few per block: the rows of the batch's labels, gathered
     (1000, 70),   # 10 whole blocks, no tail
     (1000, 16),   # small blocks: most hold no row of an example's label
-    (2, 1024),    # the tail alone
+    (2, 1024),    # one block: its logits kept for the backward pass
+    (2, 700),     # one block exactly
 ])
 def test_aggregation_loss_over_blocks_matches_equation(num_labels, block_rows, in_function):
     embeddings, bank, bank_labels, labels = _blocked_problem(num_labels)
