@@ -38,7 +38,7 @@ def requested_verbosity(argv: Sequence[str]) -> int:
         try:
             level = int(value)
         except ValueError:
-            pass
+            pass  # absl reports the bad value
     return level
 
 

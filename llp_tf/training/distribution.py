@@ -44,7 +44,7 @@ def make_strategy(cpu_replicas: int = 0, cluster: str = "none",
             tf.config.set_logical_device_configuration(
                 cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
         except RuntimeError:
-            pass
+            pass  # TensorFlow is initialised already: use the devices it has
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         if len(devices) < cpu_replicas:
             raise ConfigError(

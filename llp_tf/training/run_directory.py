@@ -220,7 +220,7 @@ def _trim_event_file(path: str, step: int) -> None:
         for record in tf.data.TFRecordDataset(path):
             records.append(record.numpy())
     except tf.errors.DataLossError:
-        pass
+        pass  # a torn last record
     kept = [r for r in records if not _is_summary_after(r, step)]
     if len(kept) == len(records) and os.path.getsize(path) == sum(
             len(r) + 16 for r in records):

@@ -146,7 +146,7 @@ def serve(values: ServiceSettings, free_ports: Callable[[int], list[int]], stdou
                      f"train with --input_service={address}\n")
         stdout.flush()
         while not stop.wait(POLL_SECONDS):
-            pass
+            pass  # a timed wait lets the stop signals' handlers run
         stop_servers(dispatcher, workers)
     stdout.write(f"{PROGRAM}: stopped.\n")
     stdout.flush()
