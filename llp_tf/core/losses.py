@@ -24,7 +24,7 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     ``-log(sum_{i: bank_labels_i = y} exp(bank_i . v / tau) / sum_i exp(bank_i . v / tau))``.
 
     One pass over the bank, ``block_rows`` rows at a time, into running float32 softmax sums
-    shifted by their max (log space, `_SoftmaxSums`); no [B, N] tensor. A bank of one block
+    shifted by their max (log space, `SoftmaxSums`); no [B, N] tensor. A bank of one block
     keeps its [B, N] logits for the backward pass instead (`_one_block_loss`). The gradient reaches
     ``embeddings`` only: ``(sum_i p_i bank_i - sum_{same label} q_i bank_i) / tau``. A label
     absent from ``bank_labels`` gives an infinite loss and the all-rows term's gradient alone.
@@ -46,14 +46,9 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
 
     @tf.custom_gradient
     def loss_and_gradient(embeddings):
-        all_rows, same_rows = _bank_sums(embeddings * inverse_temperature, bank, bank_labels,
-                                         labels, block_rows)
-        # The maxima first: equal maxima (the nearest row has the label) cancel exactly.
-        loss = ((all_rows.row_max - same_rows.row_max)
-                + tf.math.log(all_rows.total) - tf.math.log(same_rows.total))
-        gradient = inverse_temperature * (
-            all_rows.weighted / all_rows.total[:, tf.newaxis]
-            - tf.math.divide_no_nan(same_rows.weighted, same_rows.total[:, tf.newaxis]))
+        loss, gradient = loss_from_sums(*bank_sums(
+            embeddings * inverse_temperature, bank, bank_labels, labels, block_rows),
+            temperature)
         return loss, lambda upstream: upstream[:, tf.newaxis] * gradient
 
     return loss_and_gradient(embeddings)
@@ -77,7 +72,20 @@ def _one_block_loss(embeddings, bank, bank_labels, labels, inverse_temperature):
     return loss_and_gradient(embeddings)
 
 
-class _SoftmaxSums(NamedTuple):
+def loss_from_sums(all_rows: "SoftmaxSums", same_rows: "SoftmaxSums",
+                   temperature: float) -> tuple[FloatTensor, FloatTensor]:
+    """(aggregation loss float32 [B], its gradient float32 [B, D] with respect to the
+    embeddings) from the all-rows and same-label `SoftmaxSums` of the whole bank."""
+    # The maxima first: equal maxima (the nearest row has the label) cancel exactly.
+    loss = ((all_rows.row_max - same_rows.row_max)
+            + tf.math.log(all_rows.total) - tf.math.log(same_rows.total))
+    gradient = (1.0 / float(temperature)) * (
+        all_rows.weighted / all_rows.total[:, tf.newaxis]
+        - tf.math.divide_no_nan(same_rows.weighted, same_rows.total[:, tf.newaxis]))
+    return loss, gradient
+
+
+class SoftmaxSums(NamedTuple):
     """Per example, over some bank rows: row_max float32 [B] (-inf over no rows); total
     float32 [B], sum of exp(logit - row_max); weighted float32 [B, D], those times the rows."""
     row_max: FloatTensor
@@ -85,7 +93,7 @@ class _SoftmaxSums(NamedTuple):
     weighted: FloatTensor
 
 
-def _combine(first: _SoftmaxSums, second: _SoftmaxSums) -> _SoftmaxSums:
+def combine(first: "SoftmaxSums", second: "SoftmaxSums") -> "SoftmaxSums":
     """The sums over both's rows, each rescaled by exp(its max - the larger max) <= 1;
     commutative and associative up to rounding."""
     row_max = tf.maximum(first.row_max, second.row_max)
@@ -97,21 +105,23 @@ def _combine(first: _SoftmaxSums, second: _SoftmaxSums) -> _SoftmaxSums:
 
     (first_total, first_weighted), (second_total, second_weighted) = (
         rescaled(first), rescaled(second))
-    return _SoftmaxSums(row_max, first_total + second_total, first_weighted + second_weighted)
+    return SoftmaxSums(row_max, first_total + second_total, first_weighted + second_weighted)
 
 
-def _bank_sums(scaled, bank, bank_labels, labels, block_rows):
-    """(all rows, same-label rows) `_SoftmaxSums` of ``scaled`` [B, D] against the bank: its
+def bank_sums(scaled: FloatTensor, bank: FloatTensor, bank_labels: IntTensor, labels: IntTensor,
+              block_rows: int = DEFAULT_LOSS_BLOCK_ROWS) -> tuple["SoftmaxSums", "SoftmaxSums"]:
+    """(all rows, same-label rows) `SoftmaxSums` of ``scaled`` float32 [B, D] (embeddings / tau)
+    against ``bank`` float32 [N, D] with ``bank_labels`` int64 [N], for ``labels`` int64 [B]:
     whole blocks one at a time (a single block's logits alive), then the rows left over."""
     num_rows = bank.shape[0] if bank.shape[0] is not None else tf.shape(bank)[0]
     num_blocks, tail_start = num_rows // block_rows, num_rows // block_rows * block_rows
     batch, dim = tf.shape(scaled)[0], tf.shape(scaled)[1]
-    no_rows = _SoftmaxSums(tf.fill([batch], -np.inf), tf.zeros([batch]), tf.zeros([batch, dim]))
+    no_rows = SoftmaxSums(tf.fill([batch], -np.inf), tf.zeros([batch]), tf.zeros([batch, dim]))
     sums = (no_rows, no_rows)
 
     def add(sums, rows, row_labels):
         block = _block_sums(scaled, rows, row_labels, labels)
-        return tuple(_combine(a, b) for a, b in zip(sums, block))
+        return tuple(combine(a, b) for a, b in zip(sums, block))
 
     def add_block(index, sums):
         start = index * block_rows
@@ -127,7 +137,7 @@ def _bank_sums(scaled, bank, bank_labels, labels, block_rows):
 
 
 def _block_sums(scaled, rows, row_labels, labels):
-    """(all rows, same-label rows) `_SoftmaxSums` of one block of bank ``rows`` [n, D]; the
+    """(all rows, same-label rows) `SoftmaxSums` of one block of bank ``rows`` [n, D]; the
     same-label ones over the rows holding a batch label, gathered unless over half the block."""
     # [n, B], not [B, n]: the rows of a subset are then contiguous to gather.
     logits = tf.matmul(rows, scaled, transpose_b=True)
@@ -144,8 +154,8 @@ def _block_sums(scaled, rows, row_labels, labels):
         lambda: same_label_sums(_fused_same_label_weights, logits, row_labels, rows),
         lambda: same_label_sums(_same_label_weights, tf.gather(logits, index),
                                 tf.gather(row_labels, index), tf.gather(rows, index)))
-    return (_SoftmaxSums(all_max, all_total, tf.matmul(all_weights, rows, transpose_a=True)),
-            _SoftmaxSums(*same_rows))
+    return (SoftmaxSums(all_max, all_total, tf.matmul(all_weights, rows, transpose_a=True)),
+            SoftmaxSums(*same_rows))
 
 
 @tf.function(jit_compile=True)

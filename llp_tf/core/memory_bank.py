@@ -13,6 +13,8 @@ checkpointed variables over the N used training examples (dense indices ``[0, N)
 
 Create it inside ``strategy.scope()``; `update` keeps every replica's copy identical."""
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
@@ -42,7 +44,35 @@ def _validate_split(num_examples, num_classes, labelled_index, labelled_classes)
     return labelled_index[order], labelled_classes[order]
 
 
-def _gather_global_batch(tensors):
+#: The bank's state, in checkpoint order: `initial_state`'s keys.
+STATE = ("embeddings", "labels", "confidence", "density", "labelled_index", "is_labelled")
+
+
+def initial_state(num_examples: int, dim: int, num_classes: int,
+                  labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
+                  seed: int) -> dict[str, Array]:
+    """The bank's initial state (module docstring), numpy arrays by name (`STATE`)."""
+    if num_examples <= 0 or dim <= 0 or num_classes <= 0:
+        raise ValueError(
+            f"num_examples, dim and num_classes must be positive; got {num_examples}, "
+            f"{dim}, {num_classes}.")
+    labelled_index, labelled_classes = _validate_split(
+        num_examples, num_classes, labelled_index, labelled_classes)
+    scale = 1.0 / np.sqrt(dim / 3.0)
+    rng = np.random.default_rng(seed)
+    rows = rng.random((num_examples, dim), dtype=np.float32)
+    labels = np.array(label_encoding.instance_labels(
+        np.arange(num_examples, dtype=np.int64), num_classes))
+    labels[labelled_index] = labelled_classes
+    is_labelled = np.zeros(num_examples, dtype=bool)
+    is_labelled[labelled_index] = True
+    return {"embeddings": ((2.0 * scale) * rows - scale).astype(np.float32),
+            "labels": labels, "confidence": np.ones(num_examples, np.float32),
+            "density": np.ones(labelled_index.size, np.float32),
+            "labelled_index": labelled_index, "is_labelled": is_labelled}
+
+
+def gather_global_batch(tensors: Any) -> Any:
     """A replica's tensors all-gathered along axis 0 (as given in cross-replica context)."""
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
@@ -66,40 +96,18 @@ class MemoryBank(tf.Module):
           labelled_index: int [M], distinct indices in [0, N); labelled_classes: int [M] in [0, C).
           momentum: float m in [0, 1) of the row update; seed: int, of the initial rows."""
         super().__init__(name=name)
-        if num_examples <= 0 or dim <= 0 or num_classes <= 0:
-            raise ValueError(
-                f"num_examples, dim and num_classes must be positive; got {num_examples}, "
-                f"{dim}, {num_classes}.")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
-        labelled_index, labelled_classes = _validate_split(
-            num_examples, num_classes, labelled_index, labelled_classes)
+        state = initial_state(num_examples, dim, num_classes, labelled_index, labelled_classes,
+                              seed)
         self.num_examples = int(num_examples)
         self.dim = int(dim)
         self.num_classes = int(num_classes)
-        self.num_labelled = int(labelled_index.size)
+        self.num_labelled = int(state["labelled_index"].size)
         self.momentum = float(momentum)
-
-        scale = 1.0 / np.sqrt(dim / 3.0)
-        rng = np.random.default_rng(seed)
-        initial_rows = rng.random((num_examples, dim), dtype=np.float32)
-        initial_rows = ((2.0 * scale) * initial_rows - scale).astype(np.float32)
-        labels = np.array(label_encoding.instance_labels(
-            np.arange(num_examples, dtype=np.int64), num_classes))
-        labels[labelled_index] = labelled_classes
-        is_labelled = np.zeros(num_examples, dtype=bool)
-        is_labelled[labelled_index] = True
-
-        def variable(value, name):
-            return tf.Variable(value, trainable=False, name=name,
-                               aggregation=tf.VariableAggregation.NONE)
-
-        self.embeddings = variable(initial_rows, "embeddings")
-        self.labels = variable(labels, "labels")
-        self.confidence = variable(np.ones(num_examples, np.float32), "confidence")
-        self.density = variable(np.ones(self.num_labelled, np.float32), "density")
-        self.labelled_index = variable(labelled_index, "labelled_index")
-        self.is_labelled = variable(is_labelled, "is_labelled")
+        for name, value in state.items():
+            setattr(self, name, tf.Variable(value, trainable=False, name=name,
+                                            aggregation=tf.VariableAggregation.NONE))
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """(labels int64 [B], confidence float32 [B]) of the rows ``indices`` int [B]."""
@@ -131,22 +139,26 @@ class MemoryBank(tf.Module):
             batch["classes"] = tf.cast(classes, tf.int64)
             batch["confidence"] = tf.cast(confidence, tf.float32)
         # aggregation=NONE: each replica applies the same scatter of the whole global batch.
-        batch = _gather_global_batch(batch)
-        indices = batch["indices"]
-
-        old_rows = tf.gather(self.embeddings, indices)
-        new_rows = tf.math.l2_normalize(
-            self.momentum * old_rows + (1.0 - self.momentum) * batch["embeddings"], axis=1)
-        self.embeddings.scatter_update(tf.IndexedSlices(new_rows, indices))
-
-        if classes is not None:
-            labelled = tf.gather(self.is_labelled, indices)
-            new_labels = tf.where(labelled, tf.gather(self.labels, indices), batch["classes"])
-            new_confidence = tf.where(labelled, tf.ones_like(batch["confidence"]),
-                                      batch["confidence"])
-            self.labels.scatter_update(tf.IndexedSlices(new_labels, indices))
-            self.confidence.scatter_update(tf.IndexedSlices(new_confidence, indices))
+        write_rows(self, gather_global_batch(batch), self.momentum)
 
     def assign_density(self, density: FloatTensor) -> None:
         """Stores rho (float32 [M], `labelled_index` order); call in cross-replica context."""
         self.density.assign(tf.cast(density, tf.float32))
+
+
+def write_rows(state: Any, batch: dict, momentum: float) -> None:
+    """Writes ``batch`` into the variables ``embeddings``, ``labels``, ``confidence`` and
+    ``is_labelled`` of ``state`` (a bank, or a shard of one) at its rows ``batch["indices"]``
+    int64 [B]: the update of `MemoryBank.update` (with "classes" and "confidence" if given)."""
+    indices = batch["indices"]
+    old_rows = tf.gather(state.embeddings, indices)
+    new_rows = tf.math.l2_normalize(
+        momentum * old_rows + (1.0 - momentum) * batch["embeddings"], axis=1)
+    state.embeddings.scatter_update(tf.IndexedSlices(new_rows, indices))
+    if "classes" in batch:
+        labelled = tf.gather(state.is_labelled, indices)
+        new_labels = tf.where(labelled, tf.gather(state.labels, indices), batch["classes"])
+        new_confidence = tf.where(labelled, tf.ones_like(batch["confidence"]),
+                                  batch["confidence"])
+        state.labels.scatter_update(tf.IndexedSlices(new_labels, indices))
+        state.confidence.scatter_update(tf.IndexedSlices(new_confidence, indices))

@@ -1,0 +1,324 @@
+"""The memory bank sharded over the replicas of one machine (``--shard_bank``): replica r
+holds the contiguous rows ``[start_r, stop_r)`` of `memory_bank.MemoryBank`'s state
+(`shard_bounds`) and the densities of its labelled rows, so each holds about N / R rows.
+
+A step all-gathers the global batch; each replica computes its shard's share, and the shares
+are all-gathered and merged exactly:
+
+- aggregation loss: the shard's (max, sum, weighted sum) `losses.SoftmaxSums`, combined with
+  rescaling by exp(shard max - global max) (`combine_shards`);
+- propagation: the shard's top-K labelled rows per example (`shard_candidates`), merged by a
+  top-K over all shards' candidates (`merge_candidates`) before the vote;
+- density refresh: each labelled row's top-T rows of the shard, merged likewise.
+
+Each replica writes the rows it owns. The checkpoint holds the whole bank under
+`MemoryBank`'s names, so either bank restores the other's, at any replica count. One machine
+only: the shards are variables on the strategy's local replica devices."""
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from llp_tf.core import hyperparameters, label_encoding, losses, memory_bank, propagation
+from llp_tf.tensor_types import Array, FloatTensor, IntTensor
+
+
+def shard_bounds(num_rows: int, num_shards: int) -> list[tuple[int, int]]:
+    """(start, stop) of each shard's contiguous rows; sizes differ by at most one."""
+    sizes = [num_rows // num_shards + (shard < num_rows % num_shards)
+             for shard in range(num_shards)]
+    stops = np.cumsum(sizes)
+    return [(int(stop - size), int(stop)) for size, stop in zip(sizes, stops)]
+
+
+def combine_shards(shard_sums: Sequence[losses.SoftmaxSums]) -> losses.SoftmaxSums:
+    """The `losses.SoftmaxSums` over the union of disjoint shards' rows from each shard's."""
+    return functools.reduce(losses.combine, shard_sums)
+
+
+def shard_candidates(queries: FloatTensor, rows: FloatTensor, k: int,
+                     row_offsets: FloatTensor | None = None
+                     ) -> tuple[FloatTensor, IntTensor]:
+    """`propagation.nearest_rows` of one shard's ``rows`` float32 [n, D] (n static, maybe 0),
+    padded to k candidates: (scores float32 [B, k], -inf past n; row indices int32 [B, k],
+    -1 past n)."""
+    num_rows = int(rows.shape[0])
+    found = min(int(k), num_rows)
+    batch = tf.shape(queries)[0]
+    if found:
+        scores, index = propagation.nearest_rows(queries, rows, found, row_offsets)
+    else:
+        scores, index = tf.zeros([batch, 0]), tf.zeros([batch, 0], tf.int32)
+    if found < k:
+        scores = tf.concat([scores, tf.fill([batch, k - found], -np.inf)], axis=1)
+        index = tf.concat([index, tf.fill([batch, k - found], -1)], axis=1)
+    return scores, index
+
+
+def merge_candidates(scores: FloatTensor, values: IntTensor, k: int
+                     ) -> tuple[FloatTensor, IntTensor]:
+    """Top-k of the candidates ``scores`` float32 [B, S] and their ``values`` int [B, S] (all
+    shards' side by side): (scores [B, k], values [B, k])."""
+    scores, position = tf.math.top_k(scores, k=k, sorted=False)
+    return scores, tf.gather(values, position, batch_dims=1)
+
+
+def _gather_shares(tensors):
+    """Every replica's ``tensors`` stacked on a new axis 0 [R, ...] (R = 1 outside a strategy)."""
+    tensors = tf.nest.map_structure(lambda t: tf.identity(t)[tf.newaxis], tensors)
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tensors
+    return context.all_gather(tensors, axis=0)
+
+
+def _local_part(global_values, local_size):
+    """This replica's consecutive part of an all-gathered global batch [B, ...]."""
+    sizes = _gather_shares(local_size)
+    replica = _replica_id()
+    offset = tf.reduce_sum(sizes[:replica])
+    return global_values[offset:offset + local_size]
+
+
+def _replica_id():
+    context = tf.distribute.get_replica_context()
+    return 0 if context is None else int(tf.get_static_value(context.replica_id_in_sync_group))
+
+
+class _Shard:
+    """One replica's rows ``[start, stop)``: variables on its device, not tracked by
+    checkpoints (the bank's `_WholeState` views are)."""
+
+    def __init__(self, state, bounds, labelled_bounds, device):
+        self.start, self.stop = bounds
+        self.labelled_start, self.labelled_stop = labelled_bounds
+        with tf.device(device):
+            for name in ("embeddings", "labels", "confidence", "is_labelled"):
+                setattr(self, name, tf.Variable(state[name][self.start:self.stop],
+                                                trainable=False, name=name))
+            self.density = tf.Variable(state["density"][self.labelled_start:self.labelled_stop],
+                                       trainable=False, name="density")
+            self.labelled_rows = tf.constant(
+                state["labelled_index"][self.labelled_start:self.labelled_stop] - self.start)
+
+    def owned(self, indices):
+        """(whether this shard owns each of ``indices`` int64 [B], its local row or 0)."""
+        owned = (indices >= self.start) & (indices < self.stop)
+        return owned, tf.where(owned, indices - self.start, tf.zeros_like(indices))
+
+
+class _Untracked:
+    """Holds a value out of sight of `tf.Module`'s dependency tracking."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _WholeState(tf.__internal__.tracking.Trackable):
+    """The checkpoint's view of one state variable: the shards' parts concatenated, saved
+    under a variable's attribute name, restored into the shards whatever their number."""
+
+    def __init__(self, parts, bounds):
+        self._parts, self._bounds = parts, bounds
+
+    def read_value(self) -> tf.Tensor:
+        with tf.device("CPU:0"):
+            return tf.concat([tf.convert_to_tensor(part) for part in self._parts], axis=0)
+
+    def numpy(self) -> Array:
+        return self.read_value().numpy()
+
+    @property
+    def shape(self) -> tf.TensorShape:
+        return self.read_value().shape
+
+    def _serialize_to_tensors(self):
+        return {"VARIABLE_VALUE": self.read_value()}
+
+    def _restore_from_tensors(self, restored_tensors):
+        value = restored_tensors["VARIABLE_VALUE"]
+        size = self._bounds[-1][1]
+        if value.shape[0] != size:
+            raise ValueError(f"the checkpoint's bank has {value.shape[0]} rows where this "
+                             f"one has {size}")
+        return tf.group([part.assign(value[start:stop])
+                         for part, (start, stop) in zip(self._parts, self._bounds)])
+
+
+tf.register_tensor_conversion_function(
+    _WholeState, lambda value, dtype=None, name=None, as_ref=False: value.read_value())
+
+
+class ShardedMemoryBank(tf.Module):
+    """`memory_bank.MemoryBank`'s state, sharded over ``strategy``'s local replicas (module
+    docstring). Create it outside ``strategy.scope()``; its `read`, `aggregation_loss`,
+    `propagate`, `update` and `refresh_density` run in replica context (`strategy.run`), and
+    their collectives need every replica to call them. ``embeddings``, ``labels``,
+    ``confidence``, ``density`` and ``is_labelled`` are whole-bank views (``numpy()``,
+    convertible to tensors), ``labelled_index`` a variable."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, num_examples: int, dim: int,
+                 num_classes: int, labelled_index: Array | IntTensor,
+                 labelled_classes: Array | IntTensor,
+                 momentum: float = hyperparameters.BANK_MOMENTUM, seed: int = 0,
+                 name: str = "memory_bank") -> None:
+        """Arguments as `MemoryBank`'s, the same initial state; ``strategy`` names the devices."""
+        super().__init__(name=name)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
+        if tf.distribute.has_strategy():
+            raise ValueError("Create a ShardedMemoryBank outside strategy.scope(): its shards "
+                             "are variables of one device each.")
+        state = memory_bank.initial_state(num_examples, dim, num_classes, labelled_index,
+                                          labelled_classes, seed)
+        try:
+            devices = tuple(strategy.extended.worker_devices)
+        except RuntimeError:  # the default strategy
+            devices = (None,)
+        if num_examples < len(devices):
+            raise ValueError(f"{num_examples} rows cannot fill {len(devices)} shards.")
+        self.num_examples, self.dim, self.num_classes = num_examples, dim, num_classes
+        self.num_labelled = int(state["labelled_index"].size)
+        self.momentum = float(momentum)
+        bounds = shard_bounds(num_examples, len(devices))
+        labelled_bounds = [tuple(int(b) for b in np.searchsorted(state["labelled_index"], pair))
+                           for pair in bounds]
+        shards = [_Shard(state, pair, labelled, device)
+                  for pair, labelled, device in zip(bounds, labelled_bounds, devices)]
+        # In a non-trackable holder: checkpoints see only the whole-bank views.
+        self._shard_holder = _Untracked(tuple(shards))
+        for name in ("embeddings", "labels", "confidence", "is_labelled"):
+            setattr(self, name, _WholeState([getattr(s, name) for s in shards], bounds))
+        self.density = _WholeState([s.density for s in shards], labelled_bounds)
+        with tf.device("CPU:0"):
+            self.labelled_index = tf.Variable(state["labelled_index"], trainable=False,
+                                              name="labelled_index")
+
+    @property
+    def shards(self) -> tuple[_Shard, ...]:
+        """Each replica's `_Shard`, in replica order."""
+        return self._shard_holder.value
+
+    def _shard(self) -> _Shard:
+        return self.shards[_replica_id()]
+
+    def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
+        """(labels int64 [b], confidence float32 [b]) of this replica's rows ``indices`` int [b]."""
+        indices = tf.cast(indices, tf.int64)
+        global_index = memory_bank.gather_global_batch(indices)
+        shard = self._shard()
+        owned, rows = shard.owned(global_index)
+        shares = _gather_shares((
+            tf.where(owned, tf.gather(shard.labels, rows), tf.zeros_like(global_index)),
+            tf.where(owned, tf.gather(shard.confidence, rows), 0.0)))
+        size = tf.shape(indices)[0]
+        return tuple(_local_part(tf.reduce_sum(share, axis=0), size) for share in shares)
+
+    def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
+                         temperature: float = hyperparameters.TEMPERATURE,
+                         instance_labels: bool = False) -> FloatTensor:
+        """`losses.aggregation_loss` of this replica's ``embeddings`` float32 [b, D] and
+        ``labels`` int64 [b] against the whole bank, float32 [b], gradient to ``embeddings``.
+        ``instance_labels``: every row labelled by its instance id (the warm start)."""
+        shard = self._shard()
+        rows = tf.convert_to_tensor(shard.embeddings)
+        if instance_labels:
+            row_labels = label_encoding.instance_labels(
+                tf.range(shard.start, shard.stop, dtype=tf.int64), self.num_classes)
+        else:
+            row_labels = tf.convert_to_tensor(shard.labels)
+        labels = tf.cast(labels, tf.int64)
+        size = tf.shape(labels)[0]
+
+        @tf.custom_gradient
+        def loss_and_gradient(embeddings):
+            batch = memory_bank.gather_global_batch(
+                {"embeddings": embeddings, "labels": labels})
+            shares = _gather_shares(losses.bank_sums(
+                batch["embeddings"] / float(temperature), rows, row_labels, batch["labels"]))
+            num_shards = len(self.shards)
+            all_rows, same_rows = (
+                combine_shards([losses.SoftmaxSums(*(part[shard] for part in sums))
+                                for shard in range(num_shards)])
+                for sums in shares)
+            loss, gradient = losses.loss_from_sums(all_rows, same_rows, temperature)
+            loss, gradient = _local_part(loss, size), _local_part(gradient, size)
+            return loss, lambda upstream: upstream[:, tf.newaxis] * gradient
+
+        return loss_and_gradient(tf.cast(embeddings, tf.float32))
+
+    def propagate(self, embeddings: FloatTensor, k: int = hyperparameters.K,
+                  temperature: float = hyperparameters.TEMPERATURE,
+                  local_weights: bool = True) -> tuple[IntTensor, FloatTensor]:
+        """`propagation.propagate` of this replica's ``embeddings`` float32 [b, D] from every
+        shard's labelled rows (with their densities if ``local_weights``): (classes int64 [b],
+        confidence float32 [b])."""
+        embeddings = tf.cast(embeddings, tf.float32)
+        queries = memory_bank.gather_global_batch(embeddings) / float(temperature)
+        shard = self._shard()
+        offsets = tf.math.log(tf.convert_to_tensor(shard.density)) if local_weights else None
+        scores, index = shard_candidates(
+            queries, tf.gather(shard.embeddings, shard.labelled_rows), k, offsets)
+        classes = tf.gather(shard.labels, tf.gather(shard.labelled_rows, tf.maximum(index, 0)))
+        classes = tf.where(index >= 0, classes, -tf.ones_like(classes))
+        scores, classes = _gather_shares((scores, classes))
+        # [R, B, k] -> [B, R k]: every shard's candidates side by side.
+        scores, classes = (tf.reshape(tf.transpose(t, [1, 0, 2]), [tf.shape(t)[1], -1])
+                           for t in (scores, classes))
+        scores, classes = merge_candidates(scores, classes, k)
+        class_weights = propagation.class_vote(scores, classes, self.num_classes)
+        size = tf.shape(embeddings)[0]
+        return (_local_part(tf.argmax(class_weights, axis=1), size),
+                _local_part(tf.reduce_max(class_weights, axis=1), size))
+
+    def update(self, indices: IntTensor, embeddings: FloatTensor,
+               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
+        """`MemoryBank.update`: the global batch all-gathered, each replica writes its rows."""
+        if (classes is None) != (confidence is None):
+            raise ValueError("Give both classes and confidence, or neither.")
+        batch = {"indices": tf.cast(indices, tf.int64),
+                 "embeddings": tf.cast(embeddings, tf.float32)}
+        if classes is not None:
+            batch["classes"] = tf.cast(classes, tf.int64)
+            batch["confidence"] = tf.cast(confidence, tf.float32)
+        batch = memory_bank.gather_global_batch(batch)
+        shard = self._shard()
+        owned, rows = shard.owned(batch["indices"])
+        batch = {name: tf.boolean_mask(value, owned) for name, value in batch.items()}
+        batch["indices"] = tf.boolean_mask(rows, owned)
+        memory_bank.write_rows(shard, batch, self.momentum)
+
+    def refresh_density(self, t: int = hyperparameters.T,
+                        temperature: float = hyperparameters.TEMPERATURE,
+                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
+        """Recomputes rho (eq. 7) of every shard's labelled rows against the whole bank; each
+        query chunk's top-t rows of every shard, merged, then their logsumexp."""
+        shard, shards = self._shard(), self.shards
+        most = max(s.labelled_stop - s.labelled_start for s in shards)
+        own = tf.gather(shard.embeddings, shard.labelled_rows)
+        own = tf.pad(own, [[0, most - (shard.labelled_stop - shard.labelled_start)], [0, 0]])
+        gathered = _gather_shares(own)
+        queries = tf.concat([gathered[r, :s.labelled_stop - s.labelled_start]
+                             for r, s in enumerate(shards)], axis=0) / float(temperature)
+        rows = tf.convert_to_tensor(shard.embeddings)
+        t = min(int(t), self.num_examples)
+        num_chunks = -(-self.num_labelled // int(chunk_size))
+        results = tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False,
+                                 element_shape=tf.TensorShape([None, t]))
+
+        def body(i, results):
+            chunk = queries[i * chunk_size:(i + 1) * chunk_size]
+            scores, _ = shard_candidates(chunk, rows, t)
+            return i + 1, results.write(i, scores)
+
+        # parallel_iterations=1: one chunk of similarities alive at a time.
+        _, results = tf.while_loop(lambda i, _: i < num_chunks, body, (0, results),
+                                   parallel_iterations=1)
+        scores = _gather_shares(tf.reshape(results.concat(), [self.num_labelled, t]))
+        scores = tf.reshape(tf.transpose(scores, [1, 0, 2]), [self.num_labelled, -1])
+        nearest, _ = tf.math.top_k(scores, k=t, sorted=False)
+        log_density = tf.reduce_logsumexp(nearest, axis=1)
+        shard.density.assign(tf.exp(log_density[shard.labelled_start:shard.labelled_stop]))
+
