@@ -1,10 +1,11 @@
-"""Test session setup: TensorFlow quiet, CPU split into two logical devices.
+"""Test session setup: TensorFlow quiet, CPU split into four logical devices.
 
 The split must happen before TensorFlow initialises its devices, so it runs at
 import time, before any test module touches TensorFlow. Tests that need two
-replicas use the `two_replica_strategy` fixture (one strategy for the whole
-session: see `llp_tf.training.distribution`); everything else runs on the first
-logical CPU as usual.
+replicas use the `two_replica_strategy` fixture, those that need four
+`four_replica_strategy` (one strategy per device set for the whole session: see
+`llp_tf.training.distribution`); everything else runs on the first logical CPU
+as usual.
 """
 
 import os
@@ -21,7 +22,7 @@ quiet_start.import_tensorflow(["pytest"])
 
 import tensorflow as tf  # noqa: E402
 
-NUM_LOGICAL_CPUS = 2
+NUM_LOGICAL_CPUS = 4
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
@@ -32,7 +33,21 @@ LOGICAL_CPUS = [d.name for d in tf.config.list_logical_devices("CPU")]
 def two_replica_strategy():
     """MirroredStrategy over two logical CPU devices."""
     from llp_tf.training.distribution import mirrored_strategy
-    return mirrored_strategy(LOGICAL_CPUS)
+    return mirrored_strategy(LOGICAL_CPUS[:2])
+
+
+@pytest.fixture
+def four_replica_strategy():
+    """MirroredStrategy over four logical CPU devices, its collectives' group keys apart from
+    the two-device one's (as TensorFlow's own tests set them: the same keys over another
+    device set abort)."""
+    from llp_tf.training.distribution import mirrored_strategy
+    base = tf.distribute.MirroredStrategy._collective_key_base
+    tf.distribute.MirroredStrategy._collective_key_base = base + 100_000
+    try:
+        return mirrored_strategy(LOGICAL_CPUS[:4])
+    finally:
+        tf.distribute.MirroredStrategy._collective_key_base = base
 
 
 @pytest.fixture(scope="session")

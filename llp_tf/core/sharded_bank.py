@@ -261,8 +261,12 @@ class ShardedMemoryBank(tf.Module):
         offsets = tf.math.log(tf.convert_to_tensor(shard.density)) if local_weights else None
         scores, index = shard_candidates(
             queries, tf.gather(shard.embeddings, shard.labelled_rows), k, offsets)
-        classes = tf.gather(shard.labels, tf.gather(shard.labelled_rows, tf.maximum(index, 0)))
-        classes = tf.where(index >= 0, classes, -tf.ones_like(classes))
+        if shard.labelled_stop > shard.labelled_start:
+            classes = tf.gather(shard.labels,
+                                tf.gather(shard.labelled_rows, tf.maximum(index, 0)))
+            classes = tf.where(index >= 0, classes, -tf.ones_like(classes))
+        else:  # no candidates
+            classes = -tf.ones_like(index, tf.int64)
         scores, classes = _gather_shares((scores, classes))
         # [R, B, k] -> [B, R k]: every shard's candidates side by side.
         scores, classes = (tf.reshape(tf.transpose(t, [1, 0, 2]), [tf.shape(t)[1], -1])

@@ -35,6 +35,7 @@ from llp_tf.core import hyperparameters, label_encoding, losses, propagation
 from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.core.sharded_bank import ShardedMemoryBank
 from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
                                           TrainingSplit)
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
@@ -76,6 +77,12 @@ class LLPSettings:
                                       "chunk of the density refresh; bounds its memory.")
     warm_start: Optional[str] = setting(None, "Run directory or checkpoint of an instance-"
                                         "recognition run: start LLP from its model and bank.")
+    shard_bank: bool = setting(False, "Split the memory bank over the replicas of this machine "
+                               "(each holds N / R rows, their labels, confidences and "
+                               "densities) instead of a copy on each; the losses, pseudo "
+                               "labels and densities are the same. Checkpoints hold the whole "
+                               "bank and resume at any replica count, sharded or not. One "
+                               "machine only (not with --cluster), not with --jit_compile.")
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the `TrainConfig` ``config``."""
@@ -89,6 +96,9 @@ class LLPSettings:
             (self.k > 0 and self.t > 0, "{k} and {t} must be positive"),
             (self.temperature > 0, "{temperature} must be positive"),
             (0 <= self.bank_momentum < 1, "{bank_momentum} must lie in [0, 1)"),
+            (not (self.shard_bank and config.run.jit_compile),
+             "{shard_bank} exchanges shares between replicas inside the step, which "
+             "{jit_compile} cannot compile; give one of them"),
         ]
         return [message for ok, message in checks if not ok]
 
@@ -97,7 +107,8 @@ class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring), with its
     `LLPSettings`.
 
-    ``bank`` is a `MemoryBank` created in ``strategy.scope()``; ``used_index`` (int64 [U],
+    ``bank`` is a `MemoryBank` created in ``strategy.scope()``, or with ``shard_bank`` a
+    `ShardedMemoryBank` created outside it; ``used_index`` (int64 [U],
     the run's used examples) checks that a warm-start run used the same examples.
     """
 
@@ -112,7 +123,7 @@ class LLPMethod(Method):
     RATIOS = {"confidence": ("confidence_sum", "pseudo_labelled")}
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                 optimizer: keras.optimizers.Optimizer, bank: MemoryBank, *,
+                 optimizer: keras.optimizers.Optimizer, bank: MemoryBank | ShardedMemoryBank, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
                  settings: LLPSettings, used_index: Optional[Array] = None,
                  jit_compile: bool = False) -> None:
@@ -129,6 +140,9 @@ class LLPMethod(Method):
         self.density_chunk_size = int(settings.density_chunk_size)
         self.warmup_epochs = int(settings.warmup_epochs)
         self.warm_start = settings.warm_start
+        self.shard_bank = bool(settings.shard_bank)
+        if self.shard_bank != isinstance(bank, ShardedMemoryBank):
+            raise ValueError("settings.shard_bank must say whether the bank is sharded.")
         self.used_index = used_index
         with strategy.scope():
             self.density_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False,
@@ -138,11 +152,16 @@ class LLPMethod(Method):
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         m = config.method_settings
-        with strategy.scope():
-            bank = MemoryBank(len(split.used_index), config.model.embedding_dim, num_classes,
-                              regime.dense_index(split.used_index, split.labelled_index),
-                              split.labelled_labels,
-                              momentum=m.bank_momentum, seed=config.run.seed)
+        arguments = (len(split.used_index), config.model.embedding_dim, num_classes,
+                     regime.dense_index(split.used_index, split.labelled_index),
+                     split.labelled_labels)
+        options = {"momentum": m.bank_momentum, "seed": config.run.seed}
+        if m.shard_bank:
+            refuse_sharding_across_workers(strategy)
+            bank = ShardedMemoryBank(strategy, *arguments, **options)
+        else:
+            with strategy.scope():
+                bank = MemoryBank(*arguments, **options)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay, settings=m,
@@ -151,7 +170,7 @@ class LLPMethod(Method):
     # ---- the Method interface ------------------------------------------------
 
     @property
-    def bank(self) -> MemoryBank:
+    def bank(self) -> MemoryBank | ShardedMemoryBank:
         return self._bank
 
     def phase(self, epoch: int) -> str:
@@ -191,10 +210,17 @@ class LLPMethod(Method):
     def refresh_density(self) -> None:
         """Recomputes rho of every labelled example against the whole bank (eq. 7)."""
         if self._density_function is None:
-            self._density_function = tf.function(lambda: propagation.local_density(
-                self._bank.labelled_embeddings(), self._bank.embeddings, t=self.t,
-                temperature=self.temperature, chunk_size=self.density_chunk_size))
-        self._bank.assign_density(self._density_function())
+            self._density_function = tf.function(self._refresh_density)
+        self._density_function()
+
+    def _refresh_density(self):
+        settings = {"t": self.t, "temperature": self.temperature,
+                    "chunk_size": self.density_chunk_size}
+        if self.shard_bank:
+            self.strategy.run(self._bank.refresh_density, kwargs=settings)
+        else:
+            self._bank.assign_density(propagation.local_density(
+                self._bank.labelled_embeddings(), self._bank.embeddings, **settings))
 
     def _load_warm_start(self, warm_start):
         """Loads the model and bank rows of an instance-recognition run."""
@@ -222,11 +248,15 @@ class LLPMethod(Method):
         bank = self._bank
         index = tf.cast(batch["used"]["index"], tf.int64)
         labels = label_encoding.instance_labels(index, self.num_classes)
-        bank_labels = label_encoding.instance_labels(
+        bank_labels = None if self.shard_bank else label_encoding.instance_labels(
             tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
         outputs = self.model(batch["used"]["image"], training=True)
-        aggregation = losses.aggregation_loss(
-            outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
+        if self.shard_bank:
+            aggregation = bank.aggregation_loss(outputs["embedding"], labels, self.temperature,
+                                                instance_labels=True)
+        else:
+            aggregation = losses.aggregation_loss(
+                outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
         data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
         decay = self.weight_decay_share()
         loss = data_loss + decay
@@ -242,8 +272,11 @@ class LLPMethod(Method):
         # The loss uses the state as read at the start of the step.
         labels, confidence = bank.read(index)
         outputs = self.model(batch["used"]["image"], training=True)
-        aggregation = losses.aggregation_loss(
-            outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
+        if self.shard_bank:
+            aggregation = bank.aggregation_loss(outputs["embedding"], labels, self.temperature)
+        else:
+            aggregation = losses.aggregation_loss(
+                outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
         categorisation = losses.categorisation_loss(outputs["logits"], labels)
         data_loss = losses.llp_loss(aggregation, categorisation, confidence,
                                     self.global_batch_size, self.weight_by_confidence,
@@ -274,7 +307,22 @@ class LLPMethod(Method):
         if self.propagation_method == "classifier":
             probabilities = tf.nn.softmax(tf.stop_gradient(logits))
             return tf.argmax(probabilities, axis=1), tf.reduce_max(probabilities, axis=1)
+        if self.shard_bank:
+            return self._bank.propagate(embedding, k=self.k, temperature=self.temperature,
+                                        local_weights=self.propagation_method == "local")
         density = self._bank.density if self.propagation_method == "local" else None
         return propagation.propagate(
             embedding, self._bank.labelled_embeddings(), self._bank.labelled_classes(),
             self.num_classes, k=self.k, temperature=self.temperature, density=density)
+
+
+def refuse_sharding_across_workers(strategy: tf.distribute.Strategy) -> None:
+    """ConfigError for ``--shard_bank`` under `MultiWorkerMirroredStrategy` (docs/multi-worker.md,
+    "Sharding the bank across workers")."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        raise ConfigError(
+            "--shard_bank splits the memory bank over the replicas of one machine; this run's "
+            "workers form a cluster (--cluster), and sharding across workers is not "
+            "implemented (docs/multi-worker.md, \"Sharding the bank across workers\"). Drop "
+            "--shard_bank (each replica then keeps the whole bank), or train on one machine "
+            "(--cluster=none).")
