@@ -131,19 +131,26 @@ class MemoryBank(tf.Module):
           embeddings: float32 [B, D].
           classes, confidence: optional int64 / float32 [B], pseudo labels; labelled examples keep
             their class and confidence 1."""
-        if (classes is None) != (confidence is None):
-            raise ValueError("Give both classes and confidence, or neither.")
-        batch = {"indices": tf.cast(indices, tf.int64),
-                 "embeddings": tf.cast(embeddings, tf.float32)}
-        if classes is not None:
-            batch["classes"] = tf.cast(classes, tf.int64)
-            batch["confidence"] = tf.cast(confidence, tf.float32)
         # aggregation=NONE: each replica applies the same scatter of the whole global batch.
-        write_rows(self, gather_global_batch(batch), self.momentum)
+        write_rows(self, global_update(indices, embeddings, classes, confidence), self.momentum)
 
     def assign_density(self, density: FloatTensor) -> None:
         """Stores rho (float32 [M], `labelled_index` order); call in cross-replica context."""
         self.density.assign(tf.cast(density, tf.float32))
+
+
+def global_update(indices: IntTensor, embeddings: FloatTensor, classes: IntTensor | None,
+                  confidence: FloatTensor | None) -> dict[str, tf.Tensor]:
+    """`MemoryBank.update`'s arguments as a dict ("indices", "embeddings", and "classes" and
+    "confidence" if given), all-gathered over the replicas into the global batch's."""
+    if (classes is None) != (confidence is None):
+        raise ValueError("Give both classes and confidence, or neither.")
+    batch = {"indices": tf.cast(indices, tf.int64),
+             "embeddings": tf.cast(embeddings, tf.float32)}
+    if classes is not None:
+        batch["classes"] = tf.cast(classes, tf.int64)
+        batch["confidence"] = tf.cast(confidence, tf.float32)
+    return gather_global_batch(batch)
 
 
 def write_rows(state: Any, batch: dict, momentum: float) -> None:

@@ -280,14 +280,7 @@ class ShardedMemoryBank(tf.Module):
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
         """`MemoryBank.update`: the global batch all-gathered, each replica writes its rows."""
-        if (classes is None) != (confidence is None):
-            raise ValueError("Give both classes and confidence, or neither.")
-        batch = {"indices": tf.cast(indices, tf.int64),
-                 "embeddings": tf.cast(embeddings, tf.float32)}
-        if classes is not None:
-            batch["classes"] = tf.cast(classes, tf.int64)
-            batch["confidence"] = tf.cast(confidence, tf.float32)
-        batch = memory_bank.gather_global_batch(batch)
+        batch = memory_bank.global_update(indices, embeddings, classes, confidence)
         shard = self._shard()
         owned, rows = shard.owned(batch["indices"])
         batch = {name: tf.boolean_mask(value, owned) for name, value in batch.items()}

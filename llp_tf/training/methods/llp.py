@@ -248,13 +248,13 @@ class LLPMethod(Method):
         bank = self._bank
         index = tf.cast(batch["used"]["index"], tf.int64)
         labels = label_encoding.instance_labels(index, self.num_classes)
-        bank_labels = None if self.shard_bank else label_encoding.instance_labels(
-            tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
         outputs = self.model(batch["used"]["image"], training=True)
         if self.shard_bank:
             aggregation = bank.aggregation_loss(outputs["embedding"], labels, self.temperature,
                                                 instance_labels=True)
         else:
+            bank_labels = label_encoding.instance_labels(
+                tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
             aggregation = losses.aggregation_loss(
                 outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
         data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
