@@ -209,12 +209,16 @@ class ShardedMemoryBank(tf.Module):
         indices = tf.cast(indices, tf.int64)
         global_index = memory_bank.gather_global_batch(indices)
         shard = self._shard()
-        owned, rows = shard.owned(global_index)
-        shares = _gather_shares((
-            tf.where(owned, tf.gather(shard.labels, rows), tf.zeros_like(global_index)),
-            tf.where(owned, tf.gather(shard.confidence, rows), 0.0)))
+        _, rows = shard.owned(global_index)
+        shares = _gather_shares((tf.gather(shard.labels, rows),
+                                 tf.gather(shard.confidence, rows)))
+        # Each row's value from the shard that owns it (the others read their row 0): [R, B]
+        # -> [B].
+        stops = tf.constant([s.stop for s in self.shards], tf.int64)
+        owner = tf.searchsorted(stops, global_index, side="right")
         size = tf.shape(indices)[0]
-        return tuple(_local_part(tf.reduce_sum(share, axis=0), size) for share in shares)
+        return tuple(_local_part(tf.gather(tf.transpose(share), owner, batch_dims=1), size)
+                     for share in shares)
 
     def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
                          temperature: float = hyperparameters.TEMPERATURE,

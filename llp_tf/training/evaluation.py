@@ -92,6 +92,7 @@ class Evaluator:
         }
         if self.bank is not None:
             counts["nn_top1"] = metrics_lib.nearest_neighbour_count(
-                outputs["embedding"], self.bank.embeddings, self._bank_true_labels_tensor,
+                outputs["embedding"], tf.convert_to_tensor(self.bank.embeddings),
+                self._bank_true_labels_tensor,
                 labels, mask)
         return counts

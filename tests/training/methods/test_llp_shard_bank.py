@@ -161,3 +161,22 @@ def test_sharding_is_refused_across_workers():
     with pytest.raises(ConfigError, match="--shard_bank.*one machine"):
         refuse_sharding_across_workers(strategy)
     refuse_sharding_across_workers(tf.distribute.get_strategy())
+
+
+def test_a_sharded_run_trains_evaluates_and_loads_as_a_replicated_one(
+        tmp_path, stripes, two_replica_strategy):
+    """`run_training` end to end with --shard_bank on two replicas; the run's checkpoint is
+    read by `run_loader` into a replicated `MemoryBank`."""
+    import io
+
+    from llp_tf.after_training import run_loader
+    from llp_tf.training import run_training
+    from tests.runs import tiny_config
+    config = tiny_config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True,
+                         shard_bank=True)
+    final = run_training(config, io.StringIO())
+    assert np.isfinite(final["loss"]) and 0 <= final["val_nn_top1"] <= 1
+    run = run_loader.load_run(config.run_dir)
+    rows = run.bank.embeddings.numpy()
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+    assert np.all(run.bank.density.numpy() > 1)
