@@ -91,7 +91,8 @@ class _Shard:
     """One replica's rows ``[start, stop)``: variables on its device, not tracked by
     checkpoints (the bank's `_WholeState` views are)."""
 
-    def __init__(self, state, bounds, labelled_bounds, device):
+    def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
+                 labelled_bounds: tuple[int, int], device: str | None) -> None:
         self.start, self.stop = bounds
         self.labelled_start, self.labelled_stop = labelled_bounds
         with tf.device(device):
@@ -103,7 +104,7 @@ class _Shard:
             self.labelled_rows = tf.constant(
                 state["labelled_index"][self.labelled_start:self.labelled_stop] - self.start)
 
-    def owned(self, indices):
+    def owned(self, indices: IntTensor) -> tuple[tf.Tensor, IntTensor]:
         """(whether this shard owns each of ``indices`` int64 [B], its local row or 0)."""
         owned = (indices >= self.start) & (indices < self.stop)
         return owned, tf.where(owned, indices - self.start, tf.zeros_like(indices))
@@ -112,7 +113,7 @@ class _Shard:
 class _Untracked:
     """Holds a value out of sight of `tf.Module`'s dependency tracking."""
 
-    def __init__(self, value):
+    def __init__(self, value: tuple) -> None:
         self.value = value
 
 
@@ -120,7 +121,7 @@ class _WholeState(tf.__internal__.tracking.Trackable):
     """The checkpoint's view of one state variable: the shards' parts concatenated, saved
     under a variable's attribute name, restored into the shards whatever their number."""
 
-    def __init__(self, parts, bounds):
+    def __init__(self, parts: list[tf.Variable], bounds: list[tuple[int, int]]) -> None:
         self._parts, self._bounds = parts, bounds
 
     def read_value(self) -> tf.Tensor:
