@@ -95,6 +95,9 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
      "less (equal: an instance-recognition run only)"),
     (dict(temperature=0), "--temperature=0.0 must be positive"),
     (dict(bank_momentum=1.0), "--bank_momentum=1.0 must lie in [0, 1)"),
+    (dict(shard_bank=True, jit_compile=True, image_size=224),
+     "--shard_bank exchanges shares between replicas inside the step, which "
+     "--jit_compile cannot compile; give one of them"),
     (dict(k=0), "--k=0 and --t=25 must be positive"),
     (dict(min_crop_area=0.0), "--min_crop_area=0.0 must lie in (0, 1]"),
     (dict(min_crop_area=1.5), "--min_crop_area=1.5 must lie in (0, 1]"),
