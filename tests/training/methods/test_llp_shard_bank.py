@@ -5,7 +5,7 @@ checkpoints resume at another replica count, sharded or not.
 BOUND: the runs differ only in the order of float32 sums (the loss's shards combined after
 their blocks, the merged top-K candidates); over a few steps of a tiny model with
 lr 0.05 that moves weights by about 1e-6, far below 1e-4, while a wrong merge moves the
-loss, its gradient and so every weight by a share of the step (about 1e-2 here)."""
+loss, its gradient and so every weight by a share of the step (1e-2 or more here)."""
 
 import keras
 import numpy as np
