@@ -18,11 +18,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import hyperparameters, label_encoding
+from llp_tf.core import hyperparameters, label_encoding, propagation
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
-def _validate_split(num_examples, num_classes, labelled_index, labelled_classes):
+def validated_split(num_examples: int, num_classes: int, labelled_index: Array | IntTensor,
+                    labelled_classes: Array | IntTensor) -> tuple[Array, Array]:
+    """(labelled_index int64 [M] sorted, labelled_classes int64 [M] in its order); ValueError
+    for a split that does not fit N and C."""
     labelled_index = np.asarray(labelled_index, dtype=np.int64).reshape(-1)
     labelled_classes = np.asarray(labelled_classes, dtype=np.int64).reshape(-1)
     if labelled_index.shape != labelled_classes.shape:
@@ -47,27 +50,49 @@ def _validate_split(num_examples, num_classes, labelled_index, labelled_classes)
 #: The bank's state, in checkpoint order: `initial_state`'s keys.
 STATE = ("embeddings", "labels", "confidence", "density", "labelled_index", "is_labelled")
 
+#: Rows of initial embeddings drawn and scaled at a time (float64 temporaries of this size).
+_DRAW_BLOCK_ROWS = 65_536
+
+
+def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
+    """float32 [stop - start, D]: rows ``[start, stop)`` of the initial embeddings, equal to
+    those rows of the whole bank's: one PCG64 stream from ``seed``, advanced to ``start``."""
+    generator = np.random.PCG64(seed)
+    # A float32 draw takes 32 of the stream's 64-bit words' bits.
+    generator.advance(start * dim // 2)
+    draws = np.random.Generator(generator)
+    if start * dim % 2:
+        draws.random(1, dtype=np.float32)
+    scale = 1.0 / np.sqrt(dim / 3.0)
+    rows = np.empty((stop - start, dim), np.float32)
+    for first in range(0, stop - start, _DRAW_BLOCK_ROWS):
+        block = draws.random((min(_DRAW_BLOCK_ROWS, stop - start - first), dim), np.float32)
+        rows[first:first + len(block)] = (2.0 * scale) * block - scale
+    return rows
+
 
 def initial_state(num_examples: int, dim: int, num_classes: int,
                   labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
-                  seed: int) -> dict[str, Array]:
-    """The bank's initial state (module docstring), numpy arrays by name (`STATE`)."""
+                  seed: int, rows: tuple[int, int] | None = None) -> dict[str, Array]:
+    """The bank's initial state (module docstring), numpy arrays by name (`STATE`): of the
+    rows ``[start, stop)`` if ``rows`` is given, ``density`` and ``labelled_index`` (global
+    indices) then of the labelled rows among them."""
     if num_examples <= 0 or dim <= 0 or num_classes <= 0:
         raise ValueError(
             f"num_examples, dim and num_classes must be positive; got {num_examples}, "
             f"{dim}, {num_classes}.")
-    labelled_index, labelled_classes = _validate_split(
+    labelled_index, labelled_classes = validated_split(
         num_examples, num_classes, labelled_index, labelled_classes)
-    scale = 1.0 / np.sqrt(dim / 3.0)
-    rng = np.random.default_rng(seed)
-    rows = rng.random((num_examples, dim), dtype=np.float32)
+    start, stop = rows or (0, num_examples)
+    first, last = np.searchsorted(labelled_index, [start, stop])
+    labelled_index, labelled_classes = labelled_index[first:last], labelled_classes[first:last]
     labels = np.array(label_encoding.instance_labels(
-        np.arange(num_examples, dtype=np.int64), num_classes))
-    labels[labelled_index] = labelled_classes
-    is_labelled = np.zeros(num_examples, dtype=bool)
-    is_labelled[labelled_index] = True
-    return {"embeddings": ((2.0 * scale) * rows - scale).astype(np.float32),
-            "labels": labels, "confidence": np.ones(num_examples, np.float32),
+        np.arange(start, stop, dtype=np.int64), num_classes))
+    labels[labelled_index - start] = labelled_classes
+    is_labelled = np.zeros(stop - start, dtype=bool)
+    is_labelled[labelled_index - start] = True
+    return {"embeddings": initial_rows(dim, seed, start, stop),
+            "labels": labels, "confidence": np.ones(stop - start, np.float32),
             "density": np.ones(labelled_index.size, np.float32),
             "labelled_index": labelled_index, "is_labelled": is_labelled}
 
@@ -120,6 +145,13 @@ class MemoryBank(tf.Module):
     def labelled_classes(self) -> IntTensor:
         """int64 [M]: classes of the labelled examples, in `labelled_index` order."""
         return tf.gather(self.labels, self.labelled_index)
+
+    def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:
+        """int64 [B]: the row of largest dot product with each of ``embeddings`` float32
+        [B, D] (the lowest of equal ones)."""
+        _, nearest = propagation.nearest_rows(tf.cast(embeddings, tf.float32),
+                                              self.embeddings, 1)
+        return tf.cast(nearest[:, 0], tf.int64)
 
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:

@@ -93,16 +93,13 @@ class _Shard:
 
     def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
                  labelled_bounds: tuple[int, int], device: str | None) -> None:
+        """``state``: `memory_bank.initial_state` of the rows ``bounds``."""
         self.start, self.stop = bounds
         self.labelled_start, self.labelled_stop = labelled_bounds
         with tf.device(device):
-            for name in ("embeddings", "labels", "confidence", "is_labelled"):
-                setattr(self, name, tf.Variable(state[name][self.start:self.stop],
-                                                trainable=False, name=name))
-            self.density = tf.Variable(state["density"][self.labelled_start:self.labelled_stop],
-                                       trainable=False, name="density")
-            self.labelled_rows = tf.constant(
-                state["labelled_index"][self.labelled_start:self.labelled_stop] - self.start)
+            for name in ("embeddings", "labels", "confidence", "is_labelled", "density"):
+                setattr(self, name, tf.Variable(state[name], trainable=False, name=name))
+            self.labelled_rows = tf.constant(state["labelled_index"] - self.start)
 
     def owned(self, indices: IntTensor) -> tuple[tf.Tensor, IntTensor]:
         """(whether this shard owns each of ``indices`` int64 [B], its local row or 0)."""
@@ -172,8 +169,8 @@ class ShardedMemoryBank(tf.Module):
         if tf.distribute.has_strategy():
             raise ValueError("Create a ShardedMemoryBank outside strategy.scope(): its shards "
                              "are variables of one device each.")
-        state = memory_bank.initial_state(num_examples, dim, num_classes, labelled_index,
-                                          labelled_classes, seed)
+        labelled_index, labelled_classes = memory_bank.validated_split(
+            num_examples, num_classes, labelled_index, labelled_classes)
         try:
             devices = tuple(strategy.extended.worker_devices)
         except RuntimeError:  # the default strategy
@@ -181,12 +178,16 @@ class ShardedMemoryBank(tf.Module):
         if num_examples < len(devices):
             raise ValueError(f"{num_examples} rows cannot fill {len(devices)} shards.")
         self.num_examples, self.dim, self.num_classes = num_examples, dim, num_classes
-        self.num_labelled = int(state["labelled_index"].size)
+        self.num_labelled = int(labelled_index.size)
         self.momentum = float(momentum)
         bounds = shard_bounds(num_examples, len(devices))
-        labelled_bounds = [tuple(int(b) for b in np.searchsorted(state["labelled_index"], pair))
+        labelled_bounds = [tuple(int(b) for b in np.searchsorted(labelled_index, pair))
                            for pair in bounds]
-        shards = [_Shard(state, pair, labelled, device)
+        # One shard's initial state on the host at a time.
+        shards = [_Shard(memory_bank.initial_state(num_examples, dim, num_classes,
+                                                   labelled_index, labelled_classes, seed,
+                                                   rows=pair),
+                         pair, labelled, device)
                   for pair, labelled, device in zip(bounds, labelled_bounds, devices)]
         # In a non-trackable holder: checkpoints see only the whole-bank views.
         self._shard_holder = _Untracked(tuple(shards))
@@ -194,7 +195,7 @@ class ShardedMemoryBank(tf.Module):
             setattr(self, name, _WholeState([getattr(s, name) for s in shards], bounds))
         self.density = _WholeState([s.density for s in shards], labelled_bounds)
         with tf.device("CPU:0"):
-            self.labelled_index = tf.Variable(state["labelled_index"], trainable=False,
+            self.labelled_index = tf.Variable(labelled_index, trainable=False,
                                               name="labelled_index")
 
     @property
@@ -281,6 +282,20 @@ class ShardedMemoryBank(tf.Module):
         size = tf.shape(embeddings)[0]
         return (_local_part(tf.argmax(class_weights, axis=1), size),
                 _local_part(tf.reduce_max(class_weights, axis=1), size))
+
+    def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:
+        """int64 [b]: `MemoryBank.nearest_rows` of this replica's ``embeddings`` float32 [b, D],
+        each shard's nearest row merged (ties to the lowest index, as unsharded)."""
+        embeddings = tf.cast(embeddings, tf.float32)
+        shard = self._shard()
+        scores, index = shard_candidates(memory_bank.gather_global_batch(embeddings),
+                                         tf.convert_to_tensor(shard.embeddings), 1)
+        index = tf.where(index >= 0, tf.cast(index, tf.int64) + shard.start, -1)
+        scores, index = _gather_shares((scores, index))
+        # [R, B, 1] -> [B, R], shards in row order: top_k keeps the first of equal scores.
+        scores, index = (tf.transpose(t[:, :, 0]) for t in (scores, index))
+        _, index = merge_candidates(scores, index, 1)
+        return _local_part(index[:, 0], tf.shape(embeddings)[0])
 
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_statistics
 from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.core.sharded_bank import ShardedMemoryBank
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training import metrics as metrics_lib
 from llp_tf.tensor_types import Array
@@ -20,12 +21,13 @@ class Evaluator:
 
     Args:
       strategy: the run's `tf.distribute.Strategy`; model: `EmbeddingClassifier`.
-      bank: `MemoryBank`, or None (validation accuracy only).
+      bank: `MemoryBank` or `ShardedMemoryBank`, or None (validation accuracy only).
       bank_true_labels: int64 [N], the true class of each bank row (-1 where unknown).
       num_classes: int, C."""
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                 bank: Optional[MemoryBank], bank_true_labels: Array, num_classes: int) -> None:
+                 bank: Optional[MemoryBank | ShardedMemoryBank], bank_true_labels: Array,
+                 num_classes: int) -> None:
         self.strategy = strategy
         self.model = model
         self.bank = bank
@@ -92,7 +94,6 @@ class Evaluator:
         }
         if self.bank is not None:
             counts["nn_top1"] = metrics_lib.nearest_neighbour_count(
-                outputs["embedding"], tf.convert_to_tensor(self.bank.embeddings),
-                self._bank_true_labels_tensor,
+                self.bank.nearest_rows(outputs["embedding"]), self._bank_true_labels_tensor,
                 labels, mask)
         return counts

@@ -7,7 +7,6 @@ counts are integers, a metric that does not apply is absent. docs/training.md, "
 
 import tensorflow as tf
 
-from llp_tf.core import propagation
 from llp_tf.tensor_types import BoolTensor, FloatTensor, IntTensor
 
 #: The prefix of a metric measured on the validation split.
@@ -50,14 +49,12 @@ def cross_entropy_sum(logits: FloatTensor, labels: IntTensor,
     return _masked_sum(losses, mask)
 
 
-def nearest_neighbour_count(embeddings: FloatTensor, bank: FloatTensor,
-                            bank_true_labels: IntTensor, labels: IntTensor,
+def nearest_neighbour_count(nearest: IntTensor, bank_true_labels: IntTensor, labels: IntTensor,
                             mask: BoolTensor | FloatTensor) -> FloatTensor:
     """float32 []: real examples whose nearest bank row has their true class.
 
     Args:
-      embeddings: float32 [B, D], unit rows; bank: float32 [N, D].
+      nearest: int [B], each example's nearest bank row (a bank's ``nearest_rows``).
       bank_true_labels: int64 [N], -1 where unknown; labels: int [B]; mask: as `top_k_count`'s."""
-    _, nearest = propagation.nearest_rows(embeddings, bank, 1)
-    neighbour_labels = tf.gather(bank_true_labels, nearest[:, 0])
+    neighbour_labels = tf.gather(bank_true_labels, nearest)
     return _masked_sum(tf.equal(neighbour_labels, tf.cast(labels, tf.int64)), mask)

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf import MemoryBank
-from llp_tf.core import label_encoding
+from llp_tf.core import label_encoding, memory_bank
 from tests import reference
 
 N, D, C = 40, 8, 5
@@ -45,6 +45,32 @@ def test_initial_state():
     np.testing.assert_array_equal(bank.is_labelled.numpy(), np.isin(np.arange(N), LABELLED_INDEX))
     assert bank.density.shape == (5,)
     assert all(not v.trainable for v in bank.variables)
+
+
+@pytest.mark.parametrize("dim", [4, 3])
+def test_the_initial_state_of_a_row_range_is_those_rows_of_the_whole(dim, monkeypatch):
+    """Drawn in blocks of 4 rows from a stream advanced to the range's first row; odd D starts
+    some ranges inside a 64-bit word of the stream."""
+    monkeypatch.setattr(memory_bank, "_DRAW_BLOCK_ROWS", 4)
+    scale = 1.0 / np.sqrt(dim / 3.0)
+    draws = np.random.default_rng(7).random((N, dim), dtype=np.float32).astype(np.float64)
+    whole = memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES, seed=7)
+    np.testing.assert_array_equal(whole["embeddings"],
+                                  (2.0 * scale * draws - scale).astype(np.float32))
+    parts = [memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES, seed=7,
+                                       rows=rows) for rows in [(0, 5), (5, 6), (6, 17), (17, N)]]
+    for name, value in whole.items():
+        np.testing.assert_array_equal(np.concatenate([part[name] for part in parts]), value,
+                                      err_msg=name)
+
+
+def test_nearest_rows_against_float64():
+    bank = _bank(seed=2)
+    queries = np.random.default_rng(4).normal(size=(9, D))
+    want = np.argmax(queries @ bank.embeddings.numpy().astype(np.float64).T, axis=1)
+    got = bank.nearest_rows(tf.constant(queries, tf.float32))
+    assert got.dtype == tf.int64
+    np.testing.assert_array_equal(got.numpy(), want)
 
 
 def test_same_seed_same_rows():

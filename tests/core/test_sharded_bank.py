@@ -125,3 +125,25 @@ def test_merged_shard_candidates_give_the_local_density(num_shards):
 def test_a_shard_without_rows_gives_no_candidates():
     scores, index = sharded_bank.shard_candidates(tf.ones([2, 4]), tf.zeros([0, 4]), 3)
     assert np.all(np.isneginf(scores.numpy())) and np.all(index.numpy() == -1)
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_nearest_rows_of_the_shards_merged_are_the_banks(replicas, two_replica_strategy,
+                                                         four_replica_strategy):
+    """Against float64 argmax; a row repeated in a later shard loses the tie, as unsharded."""
+    strategy = two_replica_strategy if replicas == 2 else four_replica_strategy
+    rng = np.random.default_rng(5)
+    rows = rng.normal(size=(13, 4)).astype(np.float32)
+    rows[11] = rows[2]  # in the last shard at 2 and at 4 replicas; row 2 in the first
+    queries = np.concatenate([rows[[2, 11]], rng.normal(size=(6, 4))]).astype(np.float32)
+    bank = sharded_bank.ShardedMemoryBank(strategy, 13, 4, 3, [0, 1], [0, 1])
+    for shard in bank.shards:
+        shard.embeddings.assign(rows[shard.start:shard.stop])
+    share = len(queries) // replicas
+    per_replica = strategy.experimental_distribute_values_from_function(
+        lambda context: queries[context.replica_id_in_sync_group * share:][:share])
+    nearest = strategy.run(tf.function(bank.nearest_rows), args=(per_replica,))
+    got = np.concatenate([t.numpy() for t in strategy.experimental_local_results(nearest)])
+    want = np.argmax(queries.astype(np.float64) @ rows.astype(np.float64).T, axis=1)
+    assert want[0] == want[1] == 2
+    np.testing.assert_array_equal(got, want)
