@@ -91,6 +91,7 @@ bench: setup $(VENV)/.bench-installed
 	$(PY) benchmarks/bench_input.py
 	$(PY) benchmarks/bench_train_step.py
 	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache site

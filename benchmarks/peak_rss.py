@@ -10,15 +10,17 @@ above that baseline, printed as the last line, in JSON.
 import json
 import subprocess
 import sys
+import tempfile
+import time
 
 
-def status_kib(field: str) -> int:
-    """A field of /proc/self/status in KiB, e.g. "VmRSS" or "VmHWM"."""
-    with open("/proc/self/status") as f:
+def status_kib(field: str, process: str = "self") -> int:
+    """A field of /proc/<process>/status in KiB, e.g. "VmRSS" or "VmHWM"."""
+    with open(f"/proc/{process}/status") as f:
         for line in f:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
+    raise RuntimeError(f"{field} not in /proc/{process}/status")
 
 
 def reset_peak_rss() -> int:
@@ -33,15 +35,46 @@ def peak_growth_mib(baseline_kib: int) -> float:
     return (status_kib("VmHWM") - baseline_kib) / 1024.0
 
 
-def fresh_process_figures(script: str, args: list, timeout: float | None = None) -> dict:
+class MemoryLimitExceeded(RuntimeError):
+    """A fresh process's RSS went over its limit, and it was stopped."""
+
+
+def fresh_process_figures(script: str, args: list, timeout: float | None = None,
+                          rss_limit_kib: int | None = None) -> dict:
     """The JSON object a fresh ``python script *args`` prints as its last line.
 
-    Raises `RuntimeError` with the process's stderr when it fails, and
-    `subprocess.TimeoutExpired` after ``timeout`` seconds (None: no limit).
+    Raises `RuntimeError` with the process's stderr when it fails,
+    `subprocess.TimeoutExpired` after ``timeout`` seconds (None: no limit), and
+    `MemoryLimitExceeded` once its RSS exceeds ``rss_limit_kib`` (None: no limit;
+    checked every 0.1 s, the process then killed).
     """
-    result = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                            timeout=timeout)
-    if result.returncode != 0:
-        raise RuntimeError(f"{script} {' '.join(args)} exited with {result.returncode}:\n"
-                           f"{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen([sys.executable, script, *args], stdout=stdout,
+                                   stderr=stderr, text=True)
+        start = time.monotonic()
+        try:
+            while process.poll() is None:
+                if rss_limit_kib is not None and _rss_kib(process.pid) > rss_limit_kib:
+                    raise MemoryLimitExceeded(f"{script} {' '.join(args)} went over "
+                                              f"{rss_limit_kib} KiB of RSS")
+                if timeout is not None and time.monotonic() - start > timeout:
+                    raise subprocess.TimeoutExpired(process.args, timeout)
+                time.sleep(0.1)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        stdout.seek(0)
+        stderr.seek(0)
+        if process.returncode != 0:
+            raise RuntimeError(f"{script} {' '.join(args)} exited with {process.returncode}:\n"
+                               f"{stderr.read()}")
+        return json.loads(stdout.read().strip().splitlines()[-1])
+
+
+def _rss_kib(pid: int) -> int:
+    """VmRSS of process ``pid`` in KiB (0 once it has exited)."""
+    try:
+        return status_kib("VmRSS", str(pid))
+    except (FileNotFoundError, RuntimeError):  # exited between the poll and the read
+        return 0

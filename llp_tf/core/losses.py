@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import hyperparameters, label_encoding
+from llp_tf.core import hyperparameters, label_encoding, variable_rows
 from llp_tf.tensor_types import FloatTensor, IntTensor
 
 
@@ -37,21 +37,27 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     if block_rows <= 0:
         raise ValueError(f"block_rows must be positive, got {block_rows}.")
     embeddings = tf.convert_to_tensor(embeddings, tf.float32)
-    bank = tf.stop_gradient(tf.convert_to_tensor(bank, tf.float32))
-    bank_labels = tf.cast(bank_labels, tf.int64)
+    bank = variable_rows.as_rows(bank, tf.float32)
+    bank_labels = variable_rows.as_rows(bank_labels, tf.int64)
     labels = tf.cast(labels, tf.int64)
     inverse_temperature = 1.0 / float(temperature)
     if bank.shape[0] is not None and bank.shape[0] <= block_rows:
-        return _one_block_loss(embeddings, bank, bank_labels, labels, inverse_temperature)
+        return _one_block_loss(embeddings, tf.stop_gradient(tf.convert_to_tensor(bank)),
+                               tf.convert_to_tensor(bank_labels), labels, inverse_temperature)
 
-    @tf.custom_gradient
-    def loss_and_gradient(embeddings):
-        loss, gradient = loss_from_sums(*bank_sums(
-            embeddings * inverse_temperature, bank, bank_labels, labels, block_rows),
-            temperature)
-        return loss, lambda upstream: upstream[:, tf.newaxis] * gradient
+    loss, gradient = loss_from_sums(*bank_sums(
+        tf.stop_gradient(embeddings) * inverse_temperature, bank, bank_labels, labels,
+        block_rows), temperature)
+    return with_gradient(embeddings, loss, gradient)
 
-    return loss_and_gradient(embeddings)
+
+def with_gradient(embeddings: FloatTensor, loss: FloatTensor,
+                  gradient: FloatTensor) -> FloatTensor:
+    """``loss`` float32 [B], its gradient with respect to ``embeddings`` float32 [B, D] the
+    upstream times ``gradient`` [B, D]: plus ``s - stop_gradient(s)``, an exact 0 of that
+    gradient. Not `tf.custom_gradient`, which reads every variable its function reads whole."""
+    linear = tf.reduce_sum(embeddings * tf.stop_gradient(gradient), axis=1)
+    return tf.stop_gradient(loss) + (linear - tf.stop_gradient(linear))
 
 
 def _one_block_loss(embeddings, bank, bank_labels, labels, inverse_temperature):
@@ -112,7 +118,9 @@ def bank_sums(scaled: FloatTensor, bank: FloatTensor, bank_labels: IntTensor, la
               block_rows: int = DEFAULT_LOSS_BLOCK_ROWS) -> tuple["SoftmaxSums", "SoftmaxSums"]:
     """(all rows, same-label rows) `SoftmaxSums` of ``scaled`` float32 [B, D] (embeddings / tau)
     against ``bank`` float32 [N, D] with ``bank_labels`` int64 [N], for ``labels`` int64 [B]:
-    whole blocks one at a time (a single block's logits alive), then the rows left over."""
+    whole blocks one at a time (a single block's logits alive), then the rows left over.
+    Variables are read a block at a time: a whole read of a variable that has been scattered
+    into copies all of it."""
     num_rows = bank.shape[0] if bank.shape[0] is not None else tf.shape(bank)[0]
     num_blocks, tail_start = num_rows // block_rows, num_rows // block_rows * block_rows
     batch, dim = tf.shape(scaled)[0], tf.shape(scaled)[1]
@@ -125,14 +133,15 @@ def bank_sums(scaled: FloatTensor, bank: FloatTensor, bank_labels: IntTensor, la
 
     def add_block(index, sums):
         start = index * block_rows
-        return index + 1, add(sums, tf.slice(bank, [start, 0], [block_rows, -1]),
-                              tf.slice(bank_labels, [start], [block_rows]))
+        return index + 1, add(sums, variable_rows.rows(bank, start, start + block_rows),
+                              variable_rows.rows(bank_labels, start, start + block_rows))
 
     if not isinstance(num_blocks, int) or num_blocks > 0:
         _, sums = tf.while_loop(lambda index, _: index < num_blocks, add_block,
                                 (tf.constant(0), sums), parallel_iterations=1)
     if not isinstance(num_rows, int) or tail_start < num_rows:
-        sums = add(sums, bank[tail_start:], bank_labels[tail_start:])
+        sums = add(sums, variable_rows.rows(bank, tail_start, num_rows),
+                   variable_rows.rows(bank_labels, tail_start, num_rows))
     return sums
 
 

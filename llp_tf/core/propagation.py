@@ -7,7 +7,7 @@ import math
 
 import tensorflow as tf
 
-from llp_tf.core import hyperparameters, label_encoding
+from llp_tf.core import hyperparameters, label_encoding, variable_rows
 from llp_tf.tensor_types import FloatTensor, IntTensor
 
 DEFAULT_BLOCK_ROWS = 262_144
@@ -94,7 +94,8 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
     block, a top-k over group maxima picks the k groups that can hold the k largest scores.
 
     Args:
-      queries: float32 [B, D]; rows: float32 [M, D]; k: int or int32 scalar, at most M.
+      queries: float32 [B, D]; rows: float32 [M, D], a variable read by blocks (`variable_rows`);
+        k: int or int32 scalar, at most M.
       row_offsets: optional float32 [M], subtracted from every query's scores.
 
     Returns:
@@ -108,7 +109,8 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
 
     def block(start):
         # Static shapes for the grouped search.
-        rows_j = tf.reshape(rows[start:start + block_rows], [block_rows, -1])
+        rows_j = tf.reshape(variable_rows.rows(rows, start, start + block_rows),
+                            [block_rows, -1])
         offsets = None
         if row_offsets is not None:
             offsets = tf.reshape(row_offsets[start:start + block_rows], [block_rows])
@@ -126,8 +128,8 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
         tail_size = int(num_rows) - blocked_rows
         tail_k = min(k, tail_size)
         offsets = None if row_offsets is None else row_offsets[blocked_rows:]
-        tail_scores, tail_index = _nearest_in_block(queries, rows[blocked_rows:], tail_k,
-                                                    offsets)
+        tail_scores, tail_index = _nearest_in_block(
+            queries, variable_rows.rows(rows, blocked_rows, num_rows), tail_k, offsets)
         best = _merge_nearest(best, (tail_scores, tail_index + blocked_rows), k)
     return tuple(best)
 

@@ -229,31 +229,26 @@ class ShardedMemoryBank(tf.Module):
         ``labels`` int64 [b] against the whole bank, float32 [b], gradient to ``embeddings``.
         ``instance_labels``: every row labelled by its instance id (the warm start)."""
         shard = self._shard()
-        rows = tf.convert_to_tensor(shard.embeddings)
         if instance_labels:
             row_labels = label_encoding.instance_labels(
                 tf.range(shard.start, shard.stop, dtype=tf.int64), self.num_classes)
         else:
-            row_labels = tf.convert_to_tensor(shard.labels)
+            row_labels = shard.labels
         labels = tf.cast(labels, tf.int64)
         size = tf.shape(labels)[0]
-
-        @tf.custom_gradient
-        def loss_and_gradient(embeddings):
-            batch = memory_bank.gather_global_batch(
-                {"embeddings": embeddings, "labels": labels})
-            shares = _gather_shares(losses.bank_sums(
-                batch["embeddings"] / float(temperature), rows, row_labels, batch["labels"]))
-            num_shards = len(self.shards)
-            all_rows, same_rows = (
-                combine_shards([losses.SoftmaxSums(*(part[shard] for part in sums))
-                                for shard in range(num_shards)])
-                for sums in shares)
-            loss, gradient = losses.loss_from_sums(all_rows, same_rows, temperature)
-            loss, gradient = _local_part(loss, size), _local_part(gradient, size)
-            return loss, lambda upstream: upstream[:, tf.newaxis] * gradient
-
-        return loss_and_gradient(tf.cast(embeddings, tf.float32))
+        embeddings = tf.cast(embeddings, tf.float32)
+        batch = memory_bank.gather_global_batch(
+            {"embeddings": tf.stop_gradient(embeddings), "labels": labels})
+        shares = _gather_shares(losses.bank_sums(
+            batch["embeddings"] / float(temperature), shard.embeddings, row_labels,
+            batch["labels"]))
+        all_rows, same_rows = (
+            combine_shards([losses.SoftmaxSums(*(part[r] for part in sums))
+                            for r in range(len(self.shards))])
+            for sums in shares)
+        loss, gradient = losses.loss_from_sums(all_rows, same_rows, temperature)
+        return losses.with_gradient(embeddings, _local_part(loss, size),
+                                    _local_part(gradient, size))
 
     def propagate(self, embeddings: FloatTensor, k: int = hyperparameters.K,
                   temperature: float = hyperparameters.TEMPERATURE,
@@ -289,7 +284,7 @@ class ShardedMemoryBank(tf.Module):
         embeddings = tf.cast(embeddings, tf.float32)
         shard = self._shard()
         scores, index = shard_candidates(memory_bank.gather_global_batch(embeddings),
-                                         tf.convert_to_tensor(shard.embeddings), 1)
+                                         shard.embeddings, 1)
         index = tf.where(index >= 0, tf.cast(index, tf.int64) + shard.start, -1)
         scores, index = _gather_shares((scores, index))
         # [R, B, 1] -> [B, R], shards in row order: top_k keeps the first of equal scores.
@@ -319,7 +314,7 @@ class ShardedMemoryBank(tf.Module):
         gathered = _gather_shares(own)
         queries = tf.concat([gathered[r, :s.labelled_stop - s.labelled_start]
                              for r, s in enumerate(shards)], axis=0) / float(temperature)
-        rows = tf.convert_to_tensor(shard.embeddings)
+        rows = shard.embeddings
         t = min(int(t), self.num_examples)
         num_chunks = -(-self.num_labelled // int(chunk_size))
         results = tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False,

@@ -26,3 +26,12 @@ def test_a_failing_process_raises_with_its_stderr(tmp_path):
     script.write_text("import sys\nsys.exit('out of memory in the probe')\n")
     with pytest.raises(RuntimeError, match="exited with 1:\nout of memory in the probe"):
         peak_rss.fresh_process_figures(str(script), [], timeout=60)
+
+
+def test_a_process_over_its_memory_limit_is_stopped(tmp_path):
+    """It holds 400 MiB and then sleeps a minute: stopped within the poll, not the minute."""
+    script = tmp_path / "probe.py"
+    script.write_text("import time\nimport numpy as np\nblock = np.ones(400 * 2**20 // 8)\n"
+                      "time.sleep(60)\n")
+    with pytest.raises(peak_rss.MemoryLimitExceeded, match="over 204800 KiB"):
+        peak_rss.fresh_process_figures(str(script), [], timeout=50, rss_limit_kib=200 * 1024)

@@ -1,5 +1,6 @@
 """The Evaluator logs the metrics of `llp_tf.training.metrics` over a padded split."""
 
+import functools
 import math
 import types
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.training.evaluation import Evaluator
 
 C, D, N = 6, 4, 40
@@ -19,11 +21,13 @@ def _unit(rows):
 def _bank(rng):
     labels = rng.integers(0, C, N)
     labels[::5] = C + np.arange(N)[::5]  # instance ids: not yet propagated
-    return types.SimpleNamespace(
+    bank = types.SimpleNamespace(
         embeddings=tf.Variable(_unit(rng.normal(size=(N, D)))),
         labels=tf.Variable(labels.astype(np.int64)),
         confidence=tf.Variable(rng.uniform(0.1, 1.0, N).astype(np.float32)),
         is_labelled=tf.Variable(np.arange(N) < 8))
+    bank.nearest_rows = functools.partial(MemoryBank.nearest_rows, bank)
+    return bank
 
 
 def _model(images, training):

@@ -1,0 +1,177 @@
+"""Benchmark of the memory bank at scale: what --shard_bank saves, in one run.
+
+On --replicas logical CPU devices under MirroredStrategy, with a tiny network
+(resnet10 x0.125 on 8-pixel images), a global batch of --batch, C = 1000
+classes and 1 % of the rows labelled, each measurement in a fresh process:
+
+  1. peak RSS of the process through one LLP step with a synthetic bank of
+     --bank rows, the bank sharded (each replica holds N / R rows) against
+     replicated (each replica holds all N), and their ratio;
+  2. one sharded LLP step at each size of --largest, in increasing order, until
+     one does not complete within --memory_limit GiB of RSS (its process is
+     stopped there): the largest N that completed, its peak RSS and time.
+
+Peak RSS is everything the process held from its start (TensorFlow, the bank's
+initial values and variables, the step), VmHWM of /proc/self/status. Logical
+CPU devices keep every replica's variables in host memory, so the ratio is
+the one a GPU's memory sees with R GPUs. The density refresh, once an epoch,
+is not part of a step (the bank's densities stay at their initial 1).
+"""
+
+import dataclasses
+import json
+import sys
+import time
+
+import bench_cli  # noqa: E402 -- benchmarks/ is on the path of a script run from it
+from llp_tf.cli import quiet_start  # noqa: E402 -- imports nothing heavy
+quiet_start.import_tensorflow(sys.argv)  # before anything imports TensorFlow
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+import peak_rss  # noqa: E402 -- benchmarks/ is on the path of a script run from it
+
+#: The sizes of docs/performance.md's figures, for --full: the search for the largest N.
+FULL_SIZES = {"largest": [20_000_000, 28_000_000, 36_000_000]}
+CLASSES, IMAGE_SIZE, LABELLED_SHARE = 1000, 8, 0.01
+
+
+def make_flags():
+    """The benchmark's `flags.FlagValues`."""
+    values = bench_cli.new_flag_values(FULL_SIZES)
+    flags.DEFINE_integer("replicas", 4, "R: logical CPU devices, one replica each.",
+                         flag_values=values)
+    flags.DEFINE_integer("batch", 32, "Global batch size.", flag_values=values)
+    flags.DEFINE_integer("bank", 2_000_000, "N of the sharded-against-replicated comparison.",
+                         flag_values=values)
+    flags.DEFINE_list("largest", ["20000000"], "Bank sizes tried for one sharded step, in "
+                      "increasing order (--full: 20M, 28M, 36M).", flag_values=values)
+    flags.DEFINE_float("memory_limit", 21.0, "GiB of RSS at which a measurement's process is "
+                       "stopped (this machine has 24).", flag_values=values)
+    flags.DEFINE_enum("step_probe", None, ["sharded", "replicated"], "Internal: build a bank "
+                      "of --bank rows so and run one LLP step in this process; print its "
+                      "figures (used by the measurements).", flag_values=values)
+    return values
+
+
+def _strategy(replicas):
+    import tensorflow as tf
+
+    from llp_tf.training.distribution import mirrored_strategy
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    return mirrored_strategy([d.name for d in tf.config.list_logical_devices("CPU")])
+
+
+def _batches(strategy, rng, batch, num_rows):
+    """Endless distributed iterator of one batch of images with random distinct bank rows."""
+    import tensorflow as tf
+
+    images = tf.constant(rng.normal(size=(batch, IMAGE_SIZE, IMAGE_SIZE, 3)), tf.float32)
+    index = tf.constant(rng.choice(num_rows, batch, replace=False), tf.int64)
+    element = {"used": {"image": images, "label": tf.zeros([batch], tf.int64), "index": index}}
+    replicas = strategy.num_replicas_in_sync
+    return iter(strategy.distribute_datasets_from_function(
+        lambda context: tf.data.Dataset.from_tensors(element).repeat().unbatch().batch(
+            batch // replicas),
+        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+
+
+def step_probe(values, out):
+    """Builds the bank (``--step_probe`` sharded or replicated) and runs one LLP step; prints
+    {"peak_gib", "after_bank_gib", "bank_seconds", "step_seconds"} as JSON."""
+    import keras
+
+    from llp_tf.core.memory_bank import MemoryBank
+    from llp_tf.core.sharded_bank import ShardedMemoryBank
+    from llp_tf.models.config import EMBEDDING_DIM
+    from llp_tf.models.factory import build_model
+    from llp_tf.training.methods import LLPMethod, StepRunner
+
+    strategy = _strategy(values.replicas)
+    rng = np.random.default_rng(0)
+    n, labelled = values.bank, max(1, int(values.bank * LABELLED_SHARE))
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = build_model("resnet10", CLASSES, width=0.125, small_inputs=True,
+                            sync_batch_norm=True).create_weights(IMAGE_SIZE)
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        optimizer.build(model.trainable_variables)
+    split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
+    start = time.perf_counter()
+    if values.step_probe == "sharded":
+        bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split)
+    else:
+        with strategy.scope():
+            bank = MemoryBank(n, EMBEDDING_DIM, CLASSES, *split)
+    bank_seconds = time.perf_counter() - start
+    after_bank = peak_rss.status_kib("VmRSS")
+    settings = dataclasses.replace(bench_cli.paper_llp_settings(),
+                                   shard_bank=values.step_probe == "sharded")
+    method = LLPMethod(strategy, model, optimizer, bank, num_classes=CLASSES,
+                       global_batch_size=values.batch, weight_decay=1e-4, settings=settings)
+    start = time.perf_counter()
+    StepRunner(method).run(_batches(strategy, rng, values.batch, n), 1, "llp")
+    print(json.dumps({"peak_gib": peak_rss.status_kib("VmHWM") / 2**20,
+                      "after_bank_gib": after_bank / 2**20, "bank_seconds": bank_seconds,
+                      "step_seconds": time.perf_counter() - start}), file=out)
+
+
+def _probe(values, kind, num_rows):
+    """The figures of a fresh process's `step_probe`, or None if it went over --memory_limit."""
+    try:
+        return peak_rss.fresh_process_figures(
+            __file__, [f"--step_probe={kind}", f"--bank={num_rows}",
+                       f"--replicas={values.replicas}", f"--batch={values.batch}"],
+            rss_limit_kib=int(values.memory_limit * 2**20))
+    except peak_rss.MemoryLimitExceeded:
+        return None
+
+
+def _row(name, figures):
+    return (f"  {name:34s} peak RSS {figures['peak_gib']:6.2f} GiB (after the bank "
+            f"{figures['after_bank_gib']:6.2f}; bank built in {figures['bank_seconds']:5.1f} s, "
+            f"step {figures['step_seconds']:5.1f} s)")
+
+
+def benchmark(values, out, err):
+    """The measurements of the module docstring, printed."""
+    del err
+    if values.step_probe:
+        return step_probe(values, out)
+    bank_gib = values.bank * 128 * 4 / 2**30
+    print(f"one LLP step, bank N={values.bank:,} (its rows {bank_gib:.2f} GiB), "
+          f"{values.replicas} logical CPU replicas, global batch {values.batch}, "
+          f"{CLASSES} classes, {LABELLED_SHARE:.0%} labelled (fresh process each)", file=out)
+    figures = {kind: _probe(values, kind, values.bank) for kind in ("replicated", "sharded")}
+    for kind, value in figures.items():
+        print(_row(kind, value) if value else f"  {kind}: over {values.memory_limit} GiB",
+              file=out)
+    if all(figures.values()):
+        print(f"  sharded / replicated peak RSS = "
+              f"{figures['sharded']['peak_gib'] / figures['replicated']['peak_gib']:.2f}",
+              file=out)
+    print(f"one sharded LLP step at larger banks (stopped over {values.memory_limit} GiB RSS)",
+          file=out)
+    largest = None
+    for num_rows in sorted(int(n) for n in values.largest):
+        result = _probe(values, "sharded", num_rows)
+        if result is None:
+            print(f"  N={num_rows:,}: stopped over {values.memory_limit} GiB", file=out)
+            break
+        largest = num_rows
+        print(_row(f"N={num_rows:,} ({num_rows * 512 / 2**30:.1f} GiB of rows)", result),
+              file=out)
+    print(f"  largest N completing one sharded step: "
+          f"{f'{largest:,}' if largest else 'none of ' + ','.join(values.largest)}", file=out)
+    return 0
+
+
+def main(argv, stdout=None, stderr=None):
+    """Runs the benchmark; argv[0] is the program name. Returns the exit code."""
+    return bench_cli.run(argv, stdout, stderr, make_flags(), __doc__, benchmark, FULL_SIZES)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
