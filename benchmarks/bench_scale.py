@@ -99,6 +99,7 @@ def step_probe(values, out):
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         optimizer.build(model.trainable_variables)
     split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
+    before_bank = peak_rss.status_kib("VmRSS")
     start = time.perf_counter()
     if values.step_probe == "sharded":
         bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split)
@@ -107,6 +108,7 @@ def step_probe(values, out):
             bank = MemoryBank(n, EMBEDDING_DIM, CLASSES, *split)
     bank_seconds = time.perf_counter() - start
     after_bank = peak_rss.status_kib("VmRSS")
+    bank_peak = peak_rss.status_kib("VmHWM")
     settings = dataclasses.replace(bench_cli.paper_llp_settings(),
                                    shard_bank=values.step_probe == "sharded")
     method = LLPMethod(strategy, model, optimizer, bank, num_classes=CLASSES,
@@ -114,7 +116,8 @@ def step_probe(values, out):
     start = time.perf_counter()
     StepRunner(method).run(_batches(strategy, rng, values.batch, n), 1, "llp")
     print(json.dumps({"peak_gib": peak_rss.status_kib("VmHWM") / 2**20,
-                      "after_bank_gib": after_bank / 2**20, "bank_seconds": bank_seconds,
+                      "after_bank_gib": after_bank / 2**20, "bank_peak_gib": bank_peak / 2**20,
+                      "before_bank_gib": before_bank / 2**20, "bank_seconds": bank_seconds,
                       "step_seconds": time.perf_counter() - start}), file=out)
 
 

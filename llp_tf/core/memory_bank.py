@@ -51,7 +51,7 @@ def validated_split(num_examples: int, num_classes: int, labelled_index: Array |
 STATE = ("embeddings", "labels", "confidence", "density", "labelled_index", "is_labelled")
 
 #: Rows of initial embeddings drawn and scaled at a time (float64 temporaries of this size).
-_DRAW_BLOCK_ROWS = 65_536
+DRAW_BLOCK_ROWS = 65_536
 
 
 def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
@@ -65,8 +65,8 @@ def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
         draws.random(1, dtype=np.float32)
     scale = 1.0 / np.sqrt(dim / 3.0)
     rows = np.empty((stop - start, dim), np.float32)
-    for first in range(0, stop - start, _DRAW_BLOCK_ROWS):
-        block = draws.random((min(_DRAW_BLOCK_ROWS, stop - start - first), dim), np.float32)
+    for first in range(0, stop - start, DRAW_BLOCK_ROWS):
+        block = draws.random((min(DRAW_BLOCK_ROWS, stop - start - first), dim), np.float32)
         rows[first:first + len(block)] = (2.0 * scale) * block - scale
     return rows
 

@@ -93,13 +93,16 @@ class _Shard:
 
     def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
                  labelled_bounds: tuple[int, int], device: str | None) -> None:
-        """``state``: `memory_bank.initial_state` of the rows ``bounds``."""
+        """``state``: `memory_bank.initial_state` of the rows ``bounds``, emptied as the
+        variables are made (at most two copies of a state array alive)."""
         self.start, self.stop = bounds
         self.labelled_start, self.labelled_stop = labelled_bounds
         with tf.device(device):
+            self.labelled_rows = tf.constant(state.pop("labelled_index") - self.start)
             for name in ("embeddings", "labels", "confidence", "is_labelled", "density"):
-                setattr(self, name, tf.Variable(state[name], trainable=False, name=name))
-            self.labelled_rows = tf.constant(state["labelled_index"] - self.start)
+                value = tf.convert_to_tensor(state.pop(name))
+                setattr(self, name, tf.Variable(value, trainable=False, name=name))
+                del value
 
     def owned(self, indices: IntTensor) -> tuple[tf.Tensor, IntTensor]:
         """(whether this shard owns each of ``indices`` int64 [B], its local row or 0)."""
@@ -183,7 +186,6 @@ class ShardedMemoryBank(tf.Module):
         bounds = shard_bounds(num_examples, len(devices))
         labelled_bounds = [tuple(int(b) for b in np.searchsorted(labelled_index, pair))
                            for pair in bounds]
-        # One shard's initial state on the host at a time.
         shards = [_Shard(memory_bank.initial_state(num_examples, dim, num_classes,
                                                    labelled_index, labelled_classes, seed,
                                                    rows=pair),

@@ -14,5 +14,5 @@ def rows(value, start, stop) -> tf.Tensor:
     """Rows ``[start, stop)`` of a tensor, or of a variable by a gather of just those rows;
     no gradient flows to them."""
     if isinstance(value, tf.Variable):
-        return tf.stop_gradient(value.sparse_read(tf.range(start, stop)))
+        return tf.stop_gradient(tf.gather(value, tf.range(start, stop)))
     return tf.stop_gradient(value[start:stop])

@@ -51,7 +51,7 @@ def test_initial_state():
 def test_the_initial_state_of_a_row_range_is_those_rows_of_the_whole(dim, monkeypatch):
     """Drawn in blocks of 4 rows from a stream advanced to the range's first row; odd D starts
     some ranges inside a 64-bit word of the stream."""
-    monkeypatch.setattr(memory_bank, "_DRAW_BLOCK_ROWS", 4)
+    monkeypatch.setattr(memory_bank, "DRAW_BLOCK_ROWS", 4)
     scale = 1.0 / np.sqrt(dim / 3.0)
     draws = np.random.default_rng(7).random((N, dim), dtype=np.float32).astype(np.float64)
     whole = memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES, seed=7)
