@@ -94,15 +94,15 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
     block, a top-k over group maxima picks the k groups that can hold the k largest scores.
 
     Args:
-      queries: float32 [B, D]; rows: float32 [M, D], a variable read by blocks (`variable_rows`);
-        k: int or int32 scalar, at most M.
+      queries: float32 [B, D]; rows: float32 [M, D], or a variable or
+        `variable_rows.GatheredRows` read by blocks; k: int or int32 scalar, at most M.
       row_offsets: optional float32 [M], subtracted from every query's scores.
 
     Returns:
       (scores float32 [B, k], row indices int32 [B, k]), in no set order."""
     num_rows = _num_rows(rows)
     if num_rows is None or not isinstance(k, int) or num_rows < 2 * block_rows:
-        return _nearest_in_block(queries, rows, k, row_offsets)
+        return _nearest_in_block(queries, variable_rows.whole(rows), k, row_offsets)
 
     num_blocks = int(num_rows) // block_rows
     blocked_rows = num_blocks * block_rows
@@ -205,7 +205,7 @@ def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,
     (lowest index at a tie); its share of the weight is the confidence.
 
     Args:
-      embeddings: float32 [B, D]; labelled_bank: float32 [M, D].
+      embeddings: float32 [B, D]; labelled_bank: float32 [M, D] (read as `nearest_rows` reads).
       labelled_classes: int [M] in [0, C); num_classes: int, C; k: int (more than M: all M).
       density: optional float32 [M], rho of each labelled row.
 
@@ -214,7 +214,7 @@ def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,
     _validate_positive("k", k)
     _validate_positive("temperature", temperature)
     embeddings = tf.convert_to_tensor(embeddings, tf.float32)
-    labelled_bank = tf.convert_to_tensor(labelled_bank, tf.float32)
+    labelled_bank = variable_rows.as_rows(labelled_bank, tf.float32)
     labelled_classes = tf.cast(labelled_classes, tf.int64)
 
     # Scores are log P(i|v) + log Z (minus log rho_i); their softmax is the vote.

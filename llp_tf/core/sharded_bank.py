@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import hyperparameters, label_encoding, losses, memory_bank, propagation
+from llp_tf.core import hyperparameters, label_encoding, losses, memory_bank, propagation, \
+    variable_rows
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -113,7 +114,7 @@ class _Shard:
 class _Untracked:
     """Holds a value out of sight of `tf.Module`'s dependency tracking."""
 
-    def __init__(self, value: tuple) -> None:
+    def __init__(self, value: object) -> None:
         self.value = value
 
 
@@ -155,8 +156,9 @@ tf.register_tensor_conversion_function(
 class ShardedMemoryBank(tf.Module):
     """`memory_bank.MemoryBank`'s state, sharded over ``strategy``'s local replicas (module
     docstring). Create it outside ``strategy.scope()``; its `read`, `aggregation_loss`,
-    `propagate`, `update` and `refresh_density` run in replica context (`strategy.run`), and
-    their collectives need every replica to call them. ``embeddings``, ``labels``,
+    `propagate`, `nearest_rows` and `update` run in replica context (`strategy.run`), and
+    their collectives need every replica to call them; `refresh_density` runs in
+    cross-replica context. ``embeddings``, ``labels``,
     ``confidence``, ``density`` and ``is_labelled`` are whole-bank views (``numpy()``,
     convertible to tensors), ``labelled_index`` a variable."""
 
@@ -193,6 +195,7 @@ class ShardedMemoryBank(tf.Module):
                   for pair, labelled, device in zip(bounds, labelled_bounds, devices)]
         # In a non-trackable holder: checkpoints see only the whole-bank views.
         self._shard_holder = _Untracked(tuple(shards))
+        self._strategy_holder = _Untracked(strategy)
         for name in ("embeddings", "labels", "confidence", "is_labelled"):
             setattr(self, name, _WholeState([getattr(s, name) for s in shards], bounds))
         self.density = _WholeState([s.density for s in shards], labelled_bounds)
@@ -263,7 +266,8 @@ class ShardedMemoryBank(tf.Module):
         shard = self._shard()
         offsets = tf.math.log(tf.convert_to_tensor(shard.density)) if local_weights else None
         scores, index = shard_candidates(
-            queries, tf.gather(shard.embeddings, shard.labelled_rows), k, offsets)
+            queries, variable_rows.GatheredRows(shard.embeddings, shard.labelled_rows), k,
+            offsets)
         if shard.labelled_stop > shard.labelled_start:
             classes = tf.gather(shard.labels,
                                 tf.gather(shard.labelled_rows, tf.maximum(index, 0)))
@@ -307,32 +311,43 @@ class ShardedMemoryBank(tf.Module):
     def refresh_density(self, t: int = hyperparameters.T,
                         temperature: float = hyperparameters.TEMPERATURE,
                         chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
-        """Recomputes rho (eq. 7) of every shard's labelled rows against the whole bank; each
-        query chunk's top-t rows of every shard, merged, then their logsumexp."""
-        shard, shards = self._shard(), self.shards
-        most = max(s.labelled_stop - s.labelled_start for s in shards)
-        own = tf.gather(shard.embeddings, shard.labelled_rows)
-        own = tf.pad(own, [[0, most - (shard.labelled_stop - shard.labelled_start)], [0, 0]])
-        gathered = _gather_shares(own)
-        queries = tf.concat([gathered[r, :s.labelled_stop - s.labelled_start]
-                             for r, s in enumerate(shards)], axis=0) / float(temperature)
-        rows = shard.embeddings
+        """Recomputes rho (eq. 7) of every shard's labelled rows against the whole bank, in
+        cross-replica context: chunks of about ``chunk_size`` queries, one `strategy.run` each
+        (`_refresh_density_chunk`), so a replica holds one chunk's queries, similarities and
+        candidates."""
+        share = max(1, int(chunk_size) // len(self.shards))
+        most = max(s.labelled_stop - s.labelled_start for s in self.shards)
         t = min(int(t), self.num_examples)
-        num_chunks = -(-self.num_labelled // int(chunk_size))
-        results = tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False,
-                                 element_shape=tf.TensorShape([None, t]))
 
-        def body(i, results):
-            chunk = queries[i * chunk_size:(i + 1) * chunk_size]
-            scores, _ = shard_candidates(chunk, rows, t)
-            return i + 1, results.write(i, scores)
+        def body(chunk):
+            self._strategy_holder.value.run(self._refresh_density_chunk,
+                                            args=(chunk, share, t, float(temperature)))
+            return chunk + 1
 
-        # parallel_iterations=1: one chunk of similarities alive at a time.
-        _, results = tf.while_loop(lambda i, _: i < num_chunks, body, (0, results),
-                                   parallel_iterations=1)
-        scores = _gather_shares(tf.reshape(results.concat(), [self.num_labelled, t]))
-        scores = tf.reshape(tf.transpose(scores, [1, 0, 2]), [self.num_labelled, -1])
+        # parallel_iterations=1: one chunk alive at a time.
+        tf.while_loop(lambda chunk: chunk < -(-most // share), body, [0],
+                      parallel_iterations=1)
+
+    def _refresh_density_chunk(self, chunk, share, t, temperature):
+        """Each replica's labelled rows ``[chunk share, (chunk + 1) share)`` all-gathered as
+        queries; each shard's top-t rows of every query, merged, then their logsumexp; each
+        replica writes its rows' rho."""
+        shard, replicas = self._shard(), len(self.shards)
+        own_rows = shard.labelled_stop - shard.labelled_start
+        start = tf.minimum(chunk * share, own_rows)
+        stop = tf.minimum(start + share, own_rows)
+        own = variable_rows.rows(variable_rows.GatheredRows(shard.embeddings, shard.labelled_rows),
+                                 start, stop)
+        # Padded to `share` rows: every replica gathers the same shape.
+        own = tf.pad(own, [[0, share - (stop - start)], [0, 0]])
+        queries = tf.reshape(_gather_shares(own), [replicas * share, -1])
+        scores, _ = shard_candidates(queries / temperature, shard.embeddings, t)
+        # [R, R share, t] -> [R share, R t]: every shard's candidates side by side.
+        scores = tf.reshape(tf.transpose(_gather_shares(scores), [1, 0, 2]),
+                            [replicas * share, replicas * t])
         nearest, _ = tf.math.top_k(scores, k=t, sorted=False)
         log_density = tf.reduce_logsumexp(nearest, axis=1)
-        shard.density.assign(tf.exp(log_density[shard.labelled_start:shard.labelled_stop]))
+        replica = _replica_id()
+        mine = log_density[replica * share:replica * share + (stop - start)]
+        shard.density.scatter_update(tf.IndexedSlices(tf.exp(mine), tf.range(start, stop)))
 

@@ -2,17 +2,40 @@
 into (the bank's rows are) is in copy-on-read mode: a whole read copies all of it, so the
 bank's readers take a block of rows at a time with a gather of those rows."""
 
+from typing import NamedTuple
+
 import tensorflow as tf
+
+from llp_tf.tensor_types import IntTensor
+
+
+class GatheredRows(NamedTuple):
+    """The rows ``index`` (int [M], static M) of ``variable`` [N, D], as an [M, D] whose
+    blocks `rows` gathers one at a time: no [M, D] copy."""
+    variable: tf.Variable
+    index: IntTensor | tf.Variable
+
+    @property
+    def shape(self) -> tf.TensorShape:
+        return tf.TensorShape(self.index.shape[:1]).concatenate(self.variable.shape[1:])
 
 
 def as_rows(value, dtype: tf.DType):
-    """``value`` as it is if a variable (read later by `rows`), else a ``dtype`` tensor."""
-    return value if isinstance(value, tf.Variable) else tf.cast(value, dtype)
+    """``value`` as it is if a variable or `GatheredRows` (read later by `rows`), else a
+    ``dtype`` tensor."""
+    return value if isinstance(value, (tf.Variable, GatheredRows)) else tf.cast(value, dtype)
 
 
 def rows(value, start, stop) -> tf.Tensor:
-    """Rows ``[start, stop)`` of a tensor, or of a variable by a gather of just those rows;
-    no gradient flows to them."""
+    """Rows ``[start, stop)`` of a tensor, or of a variable or `GatheredRows` by a gather of
+    just those rows; no gradient flows to them."""
+    if isinstance(value, GatheredRows):
+        return tf.stop_gradient(tf.gather(value.variable, rows(value.index, start, stop)))
     if isinstance(value, tf.Variable):
         return tf.stop_gradient(tf.gather(value, tf.range(start, stop)))
     return tf.stop_gradient(value[start:stop])
+
+
+def whole(value) -> tf.Tensor:
+    """All rows of a `GatheredRows` gathered, anything else as it is (a small bank's read)."""
+    return rows(value, 0, value.shape[0]) if isinstance(value, GatheredRows) else value

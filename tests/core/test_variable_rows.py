@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import losses, variable_rows
+from llp_tf.core import losses, propagation, variable_rows
 
 VALUES = np.arange(24, dtype=np.float32).reshape(8, 3)
 
@@ -47,3 +47,23 @@ def test_the_loss_reads_a_variable_bank_by_blocks_and_equals_its_tensors():
     assert "ResourceGather" in types and "ReadVariableOp" not in types
     np.testing.assert_array_equal(loss(rows, row_labels).numpy(),
                                   loss(tf.constant(bank), tf.constant(bank_labels)).numpy())
+
+
+def test_gathered_rows_are_read_a_block_at_a_time_and_propagate_as_their_tensor():
+    """The nearest labelled rows of `propagation.nearest_rows` over blocks of 16 gathered rows
+    equal those of the gathered tensor; the graph gathers, never reads the bank whole."""
+    rng = np.random.default_rng(1)
+    bank = rng.normal(size=(200, 4)).astype(np.float32)
+    index = np.sort(rng.choice(200, 70, replace=False))
+    queries = tf.constant(rng.normal(size=(6, 4)), tf.float32)
+    gathered = variable_rows.GatheredRows(tf.Variable(bank), tf.Variable(index))
+    assert gathered.shape == (70, 4)
+    np.testing.assert_array_equal(variable_rows.rows(gathered, 16, 32).numpy(), bank[index[16:32]])
+
+    def nearest(rows):
+        return propagation.nearest_rows(queries, rows, 5, block_rows=16)
+
+    types = _op_types(lambda: nearest(gathered))
+    assert "ResourceGather" in types and "ReadVariableOp" not in types
+    for got, want in zip(nearest(gathered), nearest(tf.constant(bank[index]))):
+        np.testing.assert_array_equal(np.sort(got.numpy()), np.sort(want.numpy()))

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.config_fields import setting
-from llp_tf.core import hyperparameters, label_encoding, losses, propagation
+from llp_tf.core import hyperparameters, label_encoding, losses, propagation, variable_rows
 from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.core.memory_bank import MemoryBank
@@ -217,7 +217,7 @@ class LLPMethod(Method):
         settings = {"t": self.t, "temperature": self.temperature,
                     "chunk_size": self.density_chunk_size}
         if self.shard_bank:
-            self.strategy.run(self._bank.refresh_density, kwargs=settings)
+            self._bank.refresh_density(**settings)
         else:
             self._bank.assign_density(propagation.local_density(
                 self._bank.labelled_embeddings(), self._bank.embeddings, **settings))
@@ -311,8 +311,9 @@ class LLPMethod(Method):
             return self._bank.propagate(embedding, k=self.k, temperature=self.temperature,
                                         local_weights=self.propagation_method == "local")
         density = self._bank.density if self.propagation_method == "local" else None
+        labelled = variable_rows.GatheredRows(self._bank.embeddings, self._bank.labelled_index)
         return propagation.propagate(
-            embedding, self._bank.labelled_embeddings(), self._bank.labelled_classes(),
+            embedding, labelled, self._bank.labelled_classes(),
             self.num_classes, k=self.k, temperature=self.temperature, density=density)
 
 
