@@ -95,15 +95,13 @@ class _Shard:
     def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
                  labelled_bounds: tuple[int, int], device: str | None) -> None:
         """``state``: `memory_bank.initial_state` of the rows ``bounds``, emptied as the
-        variables are made (at most two copies of a state array alive)."""
+        variables are made (each array freed once its variable holds it)."""
         self.start, self.stop = bounds
         self.labelled_start, self.labelled_stop = labelled_bounds
         with tf.device(device):
             self.labelled_rows = tf.constant(state.pop("labelled_index") - self.start)
             for name in ("embeddings", "labels", "confidence", "is_labelled", "density"):
-                value = tf.convert_to_tensor(state.pop(name))
-                setattr(self, name, tf.Variable(value, trainable=False, name=name))
-                del value
+                setattr(self, name, tf.Variable(state.pop(name), trainable=False, name=name))
 
     def owned(self, indices: IntTensor) -> tuple[tf.Tensor, IntTensor]:
         """(whether this shard owns each of ``indices`` int64 [B], its local row or 0)."""
@@ -158,9 +156,9 @@ class ShardedMemoryBank(tf.Module):
     docstring). Create it outside ``strategy.scope()``; its `read`, `aggregation_loss`,
     `propagate`, `nearest_rows` and `update` run in replica context (`strategy.run`), and
     their collectives need every replica to call them; `refresh_density` runs in
-    cross-replica context. ``embeddings``, ``labels``,
-    ``confidence``, ``density`` and ``is_labelled`` are whole-bank views (``numpy()``,
-    convertible to tensors), ``labelled_index`` a variable."""
+    cross-replica context. ``embeddings``, ``labels``, ``confidence``, ``density`` and
+    ``is_labelled`` are whole-bank views (``numpy()``, convertible to tensors),
+    ``labelled_index`` a variable."""
 
     def __init__(self, strategy: tf.distribute.Strategy, num_examples: int, dim: int,
                  num_classes: int, labelled_index: Array | IntTensor,

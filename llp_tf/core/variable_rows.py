@@ -2,11 +2,11 @@
 into (the bank's rows are) is in copy-on-read mode: a whole read copies all of it, so the
 bank's readers take a block of rows at a time with a gather of those rows."""
 
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import tensorflow as tf
 
-from llp_tf.tensor_types import IntTensor
+from llp_tf.tensor_types import Array, IntTensor
 
 
 class GatheredRows(NamedTuple):
@@ -20,13 +20,17 @@ class GatheredRows(NamedTuple):
         return tf.TensorShape(self.index.shape[:1]).concatenate(self.variable.shape[1:])
 
 
-def as_rows(value, dtype: tf.DType):
+#: What the readers take: a tensor (or anything convertible), a variable, or `GatheredRows`.
+Rows = Union[tf.Tensor, tf.Variable, GatheredRows, Array]
+
+
+def as_rows(value: "Rows", dtype: tf.DType) -> "Rows":
     """``value`` as it is if a variable or `GatheredRows` (read later by `rows`), else a
     ``dtype`` tensor."""
     return value if isinstance(value, (tf.Variable, GatheredRows)) else tf.cast(value, dtype)
 
 
-def rows(value, start, stop) -> tf.Tensor:
+def rows(value: "Rows", start: int | IntTensor, stop: int | IntTensor) -> tf.Tensor:
     """Rows ``[start, stop)`` of a tensor, or of a variable or `GatheredRows` by a gather of
     just those rows; no gradient flows to them."""
     if isinstance(value, GatheredRows):
@@ -36,6 +40,6 @@ def rows(value, start, stop) -> tf.Tensor:
     return tf.stop_gradient(value[start:stop])
 
 
-def whole(value) -> tf.Tensor:
+def whole(value: "Rows") -> "Rows":
     """All rows of a `GatheredRows` gathered, anything else as it is (a small bank's read)."""
     return rows(value, 0, value.shape[0]) if isinstance(value, GatheredRows) else value

@@ -77,7 +77,8 @@ def _lockstep(want, got, data, llp_steps=3):
         _assert_equal_state(_state(want), _state(got), f"after LLP step {step + 1}")
 
 
-@pytest.mark.parametrize("replicas", [2, 4])
+# Four replicas on two cores take about four minutes: make test-all (CI) runs them.
+@pytest.mark.parametrize("replicas", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_llp_steps_equal_the_replicated_ones(replicas, two_replica_strategy,
                                                      four_replica_strategy):
     strategy = two_replica_strategy if replicas == 2 else four_replica_strategy
@@ -111,7 +112,8 @@ def _checkpoint(method):
                                **method.checkpoint_items())
 
 
-@pytest.mark.parametrize("resume", [(4, True), (1, True), (1, False)],
+@pytest.mark.parametrize("resume", [pytest.param((4, True), marks=pytest.mark.slow),
+                                    (1, True), (1, False)],
                          ids=["4 sharded", "1 sharded", "1 replicated"])
 def test_a_sharded_checkpoint_of_two_replicas_resumes_at_another_count(
         resume, two_replica_strategy, four_replica_strategy, tmp_path):
