@@ -133,15 +133,15 @@ def bank_sums(scaled: FloatTensor, bank: FloatTensor, bank_labels: IntTensor, la
 
     def add_block(index, sums):
         start = index * block_rows
-        return index + 1, add(sums, variable_rows.rows(bank, start, start + block_rows),
-                              variable_rows.rows(bank_labels, start, start + block_rows))
+        return index + 1, add(sums, variable_rows.rows(bank, start, block_rows),
+                              variable_rows.rows(bank_labels, start, block_rows))
 
     if not isinstance(num_blocks, int) or num_blocks > 0:
         _, sums = tf.while_loop(lambda index, _: index < num_blocks, add_block,
                                 (tf.constant(0), sums), parallel_iterations=1)
     if not isinstance(num_rows, int) or tail_start < num_rows:
-        sums = add(sums, variable_rows.rows(bank, tail_start, num_rows),
-                   variable_rows.rows(bank_labels, tail_start, num_rows))
+        sums = add(sums, variable_rows.rows(bank, tail_start, num_rows - tail_start),
+                   variable_rows.rows(bank_labels, tail_start, num_rows - tail_start))
     return sums
 
 

@@ -109,7 +109,7 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
 
     def block(start):
         # Static shapes for the grouped search.
-        rows_j = tf.reshape(variable_rows.rows(rows, start, start + block_rows),
+        rows_j = tf.reshape(variable_rows.rows(rows, start, block_rows),
                             [block_rows, -1])
         offsets = None
         if row_offsets is not None:
@@ -129,7 +129,7 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
         tail_k = min(k, tail_size)
         offsets = None if row_offsets is None else row_offsets[blocked_rows:]
         tail_scores, tail_index = _nearest_in_block(
-            queries, variable_rows.rows(rows, blocked_rows, num_rows), tail_k, offsets)
+            queries, variable_rows.rows(rows, blocked_rows, tail_size), tail_k, offsets)
         best = _merge_nearest(best, (tail_scores, tail_index + blocked_rows), k)
     return tuple(best)
 

@@ -335,7 +335,7 @@ class ShardedMemoryBank(tf.Module):
         start = tf.minimum(chunk * share, own_rows)
         stop = tf.minimum(start + share, own_rows)
         own = variable_rows.rows(variable_rows.GatheredRows(shard.embeddings, shard.labelled_rows),
-                                 start, stop)
+                                 start, stop - start)
         # Padded to `share` rows: every replica gathers the same shape.
         own = tf.pad(own, [[0, share - (stop - start)], [0, 0]])
         queries = tf.reshape(_gather_shares(own), [replicas * share, -1])

@@ -30,14 +30,16 @@ def as_rows(value: "Rows", dtype: tf.DType) -> "Rows":
     return value if isinstance(value, (tf.Variable, GatheredRows)) else tf.cast(value, dtype)
 
 
-def rows(value: "Rows", start: int | IntTensor, stop: int | IntTensor) -> tf.Tensor:
-    """Rows ``[start, stop)`` of a tensor, or of a variable or `GatheredRows` by a gather of
-    just those rows; no gradient flows to them."""
+def rows(value: "Rows", start: int | IntTensor, size: int | IntTensor) -> tf.Tensor:
+    """``size`` rows from ``start`` of a tensor, or of a variable or `GatheredRows` by a gather
+    of just those rows; no gradient flows to them. A static ``size`` keeps the shape static
+    (XLA needs it)."""
     if isinstance(value, GatheredRows):
-        return tf.stop_gradient(tf.gather(value.variable, rows(value.index, start, stop)))
+        return tf.stop_gradient(tf.gather(value.variable, rows(value.index, start, size)))
     if isinstance(value, tf.Variable):
-        return tf.stop_gradient(tf.gather(value, tf.range(start, stop)))
-    return tf.stop_gradient(value[start:stop])
+        return tf.stop_gradient(tf.gather(value, start + tf.range(size)))
+    rank = len(value.shape)
+    return tf.stop_gradient(tf.slice(value, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1)))
 
 
 def whole(value: "Rows") -> "Rows":
