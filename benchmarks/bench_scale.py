@@ -1,7 +1,7 @@
 """Benchmark of the memory bank at scale: what --shard_bank saves, in one run.
 
 On --replicas logical CPU devices under MirroredStrategy, with a tiny network
-(resnet10 x0.125 on 8-pixel images), a global batch of --batch, C = 1000
+(resnet10 x0.125 on 8-pixel images, batch norm per replica), a global batch of --batch, C = 1000
 classes and 1 % of the rows labelled, each measurement in a fresh process:
 
   1. peak RSS of the process through one LLP step with a synthetic bank of
@@ -94,8 +94,8 @@ def step_probe(values, out):
     n, labelled = values.bank, max(1, int(values.bank * LABELLED_SHARE))
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = build_model("resnet10", CLASSES, width=0.125, small_inputs=True,
-                            sync_batch_norm=True).create_weights(IMAGE_SIZE)
+        model = build_model("resnet10", CLASSES, width=0.125,
+                            small_inputs=True).create_weights(IMAGE_SIZE)
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         optimizer.build(model.trainable_variables)
     split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
@@ -132,6 +132,10 @@ def _probe(values, kind, num_rows):
         return None
 
 
+def _growth(figures):
+    return figures["peak_gib"] - figures["before_bank_gib"]
+
+
 def _row(name, figures):
     return (f"  {name:34s} peak RSS {figures['peak_gib']:6.2f} GiB (after the bank "
             f"{figures['after_bank_gib']:6.2f}; bank built in {figures['bank_seconds']:5.1f} s, "
@@ -152,9 +156,11 @@ def benchmark(values, out, err):
         print(_row(kind, value) if value else f"  {kind}: over {values.memory_limit} GiB",
               file=out)
     if all(figures.values()):
+        sharded, replicated = figures["sharded"], figures["replicated"]
         print(f"  sharded / replicated peak RSS = "
-              f"{figures['sharded']['peak_gib'] / figures['replicated']['peak_gib']:.2f}",
-              file=out)
+              f"{sharded['peak_gib'] / replicated['peak_gib']:.2f}; their growth over the RSS "
+              f"before the bank (TensorFlow and the network) = "
+              f"{_growth(sharded) / _growth(replicated):.2f}", file=out)
     print(f"one sharded LLP step at larger banks (stopped over {values.memory_limit} GiB RSS)",
           file=out)
     largest = None
