@@ -77,7 +77,7 @@ def _lockstep(want, got, data, llp_steps=3):
         _assert_equal_state(_state(want), _state(got), f"after LLP step {step + 1}")
 
 
-# Four replicas on two cores take about four minutes: make test-all (CI) runs them.
+# Four replicas on two cores take minutes: make test-all (CI) runs them.
 @pytest.mark.parametrize("replicas", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_llp_steps_equal_the_replicated_ones(replicas, two_replica_strategy,
                                                      four_replica_strategy):
@@ -113,7 +113,7 @@ def _checkpoint(method):
 
 
 @pytest.mark.parametrize("resume", [pytest.param((4, True), marks=pytest.mark.slow),
-                                    (1, True), (1, False)],
+                                    (1, True), pytest.param((1, False), marks=pytest.mark.slow)],
                          ids=["4 sharded", "1 sharded", "1 replicated"])
 def test_a_sharded_checkpoint_of_two_replicas_resumes_at_another_count(
         resume, two_replica_strategy, four_replica_strategy, tmp_path):
