@@ -31,7 +31,8 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
 
     Args:
       embeddings: float32 [B, D], L2-normalised.
-      bank: float32 [N, D]; bank_labels: int64 [N], class or instance id of every row.
+      bank: float32 [N, D]; bank_labels: int64 [N], class or instance id of every row; either
+        may be a variable, read a block at a time (`variable_rows`).
       labels: int64 [B], the batch's current labels.
       temperature: float, tau; block_rows: int, bank rows per block."""
     if block_rows <= 0:
