@@ -47,9 +47,6 @@ def validated_split(num_examples: int, num_classes: int, labelled_index: Array |
     return labelled_index[order], labelled_classes[order]
 
 
-#: The bank's state, in checkpoint order: `initial_state`'s keys.
-STATE = ("embeddings", "labels", "confidence", "density", "labelled_index", "is_labelled")
-
 #: Rows of initial embeddings drawn and scaled at a time (float64 temporaries of this size).
 DRAW_BLOCK_ROWS = 65_536
 
@@ -74,7 +71,7 @@ def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
 def initial_state(num_examples: int, dim: int, num_classes: int,
                   labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
                   seed: int, rows: tuple[int, int] | None = None) -> dict[str, Array]:
-    """The bank's initial state (module docstring), numpy arrays by name (`STATE`): of the
+    """The bank's initial state (module docstring), numpy arrays by name: of the
     rows ``[start, stop)`` if ``rows`` is given, ``density`` and ``labelled_index`` (global
     indices) then of the labelled rows among them."""
     if num_examples <= 0 or dim <= 0 or num_classes <= 0:
