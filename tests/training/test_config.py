@@ -112,8 +112,8 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     (dict(method="pseudo_label", pseudo_label_ramp_start=0.5, pseudo_label_ramp_end=0.2),
      "--pseudo_label_ramp_start=0.5 and --pseudo_label_ramp_end=0.2 must satisfy "
      "0 <= start <= end"),
-    (dict(method="mean_teacher", mean_teacher_ema_decay_after_rampup=1.0),
-     "--mean_teacher_ema_decay_after_rampup=1.0 must lie in [0, 1)"),
+    (dict(method="mean_teacher", mean_teacher_ema_decay=1.0),
+     "--mean_teacher_ema_decay=1.0 must lie in [0, 1)"),
     (dict(jit_compile=True, sync_batch_norm=True),
      "--jit_compile cannot compile the cross-replica statistics of --sync_batch_norm; drop one "
      "of them"),

@@ -1,5 +1,9 @@
 """Pseudo-label (Lee 2013): the current network's argmax as the label of unlabelled examples.
 
+One configuration, whole: the pseudo-label baseline of the FixMatch codebase
+(google-research/fixmatch ``pseudo_label.py``): weight 1, threshold 0.95, a
+linear ramp to 0.4 of the run, equal labelled and unlabelled batches.
+
 Each step reads a labelled batch (B examples, their true labels) and an
 unlabelled batch (U examples of the used set, labelled ones too; their batch
 labels are never read) and passes them through the network in training mode
@@ -18,12 +22,12 @@ Lee's original):
 
     loss = sum_l CE(l) / B + alpha(t) * sum_u mask_u * CE(u, argmax_u) / U + decay
 
-alpha(t) is Lee's schedule over the epoch t (0-based): 0 before T1, linear
-from 0 at T1 to alpha_f at T2, alpha_f from T2 on; it is constant within an
-epoch and set before each (`before_epoch`), so a resumed run sees the same
-values. Lee's T1 = 100 and T2 = 600 are epochs of his MNIST fine-tuning,
-which our runs (40 demo epochs) never reach; the settings give T1 and T2 as
-fractions of the run's epochs instead (`PseudoLabelSettings`).
+alpha(t) is a ramp over the epoch t (0-based): 0 before T1, linear from 0 at
+T1 to alpha_f at T2, alpha_f from T2 on, with T1 and T2 fractions of the run's
+epochs (`PseudoLabelSettings`: pseudo_label.py's ramp from 0 to 0.4 of the
+run, or Lee's delay as a fraction); it is constant within an epoch and set
+before each (`before_epoch`), so a resumed run sees the same values.
+pseudo_label.py ramps per step: the demo's 40 epochs make the ramp 16 stairs.
 """
 
 import dataclasses
@@ -47,25 +51,27 @@ class PseudoLabelSettings:
     """Pseudo-label (Lee 2013): config section "pseudo_label"."""
 
     final_weight: float = setting(
-        3.0, "alpha_f: the weight of the unlabelled cross-entropy after the ramp (Lee 2013: "
-        "alpha_f = 3).", flag="pseudo_label_final_weight")
+        1.0, "alpha_f: the weight of the unlabelled cross-entropy after the ramp: 1, the "
+        "FixMatch codebase's pseudo-label baseline (google-research/fixmatch pseudo_label.py "
+        "--consistency_weight). Lee 2013's configuration: 3, with his delay "
+        "(pseudo_label_ramp_start) and no threshold.", flag="pseudo_label_final_weight")
     ramp_start: float = setting(
-        0.0, "T1 as a fraction of the run's epochs: the unlabelled weight is 0 before it. Lee "
-        "2013: T1 = 100 epochs of his MNIST runs, beyond our runs (the demo has 40); the "
-        "default starts the ramp at once, as the pseudo-label baseline of the FixMatch code "
-        "(google-research/fixmatch pseudo_label.py) does.", flag="pseudo_label_ramp_start")
+        0.0, "T1 as a fraction of the run's epochs: the unlabelled weight is 0 before it. 0: "
+        "pseudo_label.py ramps from the start. Lee 2013's T1 = 100 of his T2 = 600 epochs "
+        "is 1/6 of the ramp's end.", flag="pseudo_label_ramp_start")
     ramp_end: float = setting(
-        0.4, "T2 as a fraction of the run's epochs: the weight reaches alpha_f there (Lee 2013: "
-        "T2 = 600 epochs). Default: the FixMatch code's pseudo-label baseline, whose ramp ends "
-        "at 0.4 of training (its warmup_pos).", flag="pseudo_label_ramp_end")
+        0.4, "T2 as a fraction of the run's epochs: the weight reaches alpha_f there. 0.4: "
+        "pseudo_label.py's --warmup_pos (Lee 2013: T2 = 600 epochs).",
+        flag="pseudo_label_ramp_end")
     threshold: float = setting(
-        0.0, "The max probability an unlabelled example's pseudo label needs to count; 0 keeps "
-        "all (Lee 2013). 0.95 is the later thresholded variant (FixMatch code's pseudo-label "
-        "baseline).", flag="pseudo_label_threshold")
+        0.95, "The max probability an unlabelled example's pseudo label needs to count: 0.95, "
+        "pseudo_label.py's --threshold. 0 keeps all (Lee 2013).",
+        flag="pseudo_label_threshold")
     unlabelled_ratio: int = setting(
         1, "Unlabelled examples per labelled one in a step: the labelled batch is "
-        "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: equal batches, as "
-        "the FixMatch code's pseudo-label baseline.", flag="pseudo_label_unlabelled_ratio")
+        "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: pseudo_label.py's "
+        "equal labelled and unlabelled batches (64 each).",
+        flag="pseudo_label_unlabelled_ratio")
     batch_norm: str = setting(
         "separate", "How the labelled and unlabelled batches pass batch norm. separate: two "
         "training-mode passes, each batch normalised with its own moments, the moving "
