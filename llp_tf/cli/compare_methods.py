@@ -6,7 +6,7 @@
 Each (method, seed) is one run of tools/train.py in --runs_dir/METHOD_seedS with the
 arguments after `--`; a finished run is not trained again. The table (val_top1 of the last
 evaluation per seed, their mean and spread) is printed as Markdown and written as JSON to
---output.
+--output. Mean Teacher's student has a row of its own beside its teacher's.
 """
 
 import os
@@ -61,16 +61,17 @@ def compare(values: flags.FlagValues, extra_args: Sequence[str], stdout: TextIO,
         return 1
     output = values.output or os.path.join(values.runs_dir, "methods_table.json")
     result_files.check_result_file(output, RESULT_KEYS)
-    results = {method: {} for method in values.methods}
+    results = {}
     for method in values.methods:
         for seed in values.seeds:
             try:
-                results[method][seed] = float(method_comparison.train(
-                    TRAIN_COMMAND, values.regime, method, seed, values.runs_dir, extra_args,
-                    stderr)[METRIC])
+                row = method_comparison.train(TRAIN_COMMAND, values.regime, method, seed,
+                                              values.runs_dir, extra_args, stderr)
             except method_comparison.ComparisonError as error:
                 stderr.write(f"error: {error}\n")
                 return 1
+            for label, value in method_comparison.table_rows(method, row).items():
+                results.setdefault(label, {})[seed] = value
     result_files.write_json_atomically(output, {
         "regime": values.regime, "train_args": extra_args, "metric": METRIC,
         "seeds": values.seeds, METRIC: results}, RESULT_KEYS)

@@ -12,6 +12,19 @@ from llp_tf.training.run_directory import RunDirectory
 
 #: The last evaluation's validation top-1 of the run's exported model.
 METRIC = "val_top1"
+#: Other evaluated models whose top-1 the table shows beside it, by metric-name prefix
+#: (Mean Teacher's student beside its teacher): row label suffix -> metric.
+OTHER_MODELS = {"student": "val_student_top1"}
+
+
+def table_rows(method: str, row: Mapping[str, Any]) -> dict[str, float]:
+    """The table's rows of one run's last evaluation ``row``: {label: top-1}, the method's
+    exported model under its name, each of `OTHER_MODELS` the run evaluated as "method
+    (student)"."""
+    rows = {method: float(row[METRIC])}
+    rows.update({f"{method} ({label})": float(row[metric])
+                 for label, metric in OTHER_MODELS.items() if metric in row})
+    return rows
 
 
 class ComparisonError(Exception):

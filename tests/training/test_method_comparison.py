@@ -30,3 +30,11 @@ def test_a_run_of_an_earlier_version_is_read_under_todays_names(tmp_path):
     with pytest.raises(method_comparison.ComparisonError,
                        match=r"Line 2 of .*metrics.jsonl is not JSON"):
         method_comparison.last_evaluation(str(tmp_path))
+
+
+def test_mean_teachers_student_has_a_row_beside_its_teacher():
+    row = {"epoch": 40, "val_top1": 0.81, "val_student_top1": 0.78, "val_top5": 0.99}
+    assert method_comparison.table_rows("mean_teacher", row) == {
+        "mean_teacher": 0.81, "mean_teacher (student)": 0.78}
+    assert method_comparison.table_rows("llp", {"val_top1": 0.8, "val_nn_top1": 0.7}) == {
+        "llp": 0.8}
