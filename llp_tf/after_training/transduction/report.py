@@ -94,7 +94,7 @@ def format_sweep(sweep: Mapping[int, protocol_lib.Comparison]) -> str:
     """Mean accuracy of each method at each level, then LLP's mean difference +- std and draws
     won, and whether the claim holds."""
     levels = sorted(sweep)
-    width = 22
+    width = 24
     first = sweep[levels[0]]
     lines = [f"{'labelled per class':<20}" + "".join(f"{level:>{width}}" for level in levels)]
     for method in first.methods:
