@@ -2,18 +2,16 @@ import json
 import os
 import re
 import types
-import warnings
 
 import numpy as np
 import pytest
-from sklearn.exceptions import ConvergenceWarning
 
 from llp_tf.after_training.transduction import methods, protocol
 from tests.cli.tool_main import load_tool, run_main
 
 METHOD_TITLES = ("LLP (local kNN, K=10, T=25)", "weighted kNN (K=10)",
-                 "label spreading (sklearn)", "label propagation (sklearn)",
-                 "DLP diffusion (k=50)")
+                 "label spreading (alpha=0.99, gamma=20)", "label propagation (gamma=20)",
+                 "DLP diffusion (k=2)")
 
 
 def _error_line(stderr):
@@ -51,41 +49,138 @@ def test_features_files_print_the_table_and_write_json(feature_files):
     out = result.stdout
     assert ("note: the labels have 4 classes; using --classes=4 instead of the default 50 "
             "(give --classes to choose).\n") in out
-    assert "draw 2/2:" in out
-    table = out[out.index("method"):]
+    # The default sweep's 20 leaves no image to score at 20 a class.
+    assert ("note: the sweep's 20 labelled per class need more than --images_per_class=20 "
+            "images a class; left out.\n") in out
+    assert "labelled per class: 3, 5, 10 (the same draws at each)" in out
+    assert "3 labelled, draw 2/2:" in out and "10 labelled, draw 2/2:" in out
+    table = out[out.index("== 3 labelled per class"):out.index("== 5 labelled per class")]
     for title in METHOD_TITLES:
         assert title in table
     assert "0.881 (LLP)" in table and "0.846 (LS)" in table and "0.877 (LP)" in table
     assert "0.892 (LP_DLP)" in table
+    assert re.search(r"weighted kNN \(K=10\) +[\d.]+ +[\d.]+ +not in Table 5\n", table)
 
     written = features.parent / "feats_propagation_comparison.json"
     assert f"wrote {written}" in out
     assert [p.name for p in features.parent.iterdir() if p.name.startswith(".")] == []
     report = json.loads(written.read_text())
-    assert report["protocol"] == {"classes": 4, "images_per_class": 20, "labelled_per_class": 3,
+    assert report["protocol"] == {"classes": 4, "classes_available": 4,
+                                  "class_draw_vacuous": True, "images_per_class": 20,
+                                  "labelled_per_class": 3, "labelled_per_class_sweep": [3, 5, 10],
                                   "draws": 2, "seed": 3, "feature_rows": 120, "feature_dim": 16}
-    # The same protocol run here gives the same accuracies. (Label propagation
-    # stops at its step cap on these overlapping classes; the tool notes it.)
-    assert "note: a method warned: max_iter=1000 was reached without convergence." in out
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    assert sorted(report["sweep"], key=int) == ["3", "5", "10"]
+    # The same protocol run here gives the same accuracies, at each level on the same draws.
+    for level in (3, 5, 10):
         expected = protocol.compare_methods(np.load(features), np.load(labels),
-                                            methods.standard_methods(), 4, 20, 3, 2, seed=3)
-    for method in expected.methods:
-        entry = report["methods"][method.name]
-        # Fractions, as every accuracy.
-        np.testing.assert_allclose(entry["accuracy_per_draw"], expected.accuracy[method.name])
-        assert entry["accuracy_mean"] == pytest.approx(expected.mean(method.name))
-        assert entry["accuracy_std"] == pytest.approx(expected.std(method.name))
-        assert f"{expected.mean(method.name):.4f}" in table
+                                            methods.standard_methods(dlp_k=2), 4, 20, level, 2,
+                                            seed=3)
+        entry = report["sweep"][str(level)]
+        for method in expected.methods:
+            np.testing.assert_allclose(entry["methods"][method.name]["accuracy_per_draw"],
+                                       expected.accuracy[method.name])
+            assert entry["methods"][method.name]["accuracy_mean"] == pytest.approx(
+                expected.mean(method.name))
+            if method.name != "local_knn":
+                np.testing.assert_allclose(
+                    entry["differences"][method.name]["per_draw"],
+                    expected.accuracy["local_knn"] - expected.accuracy[method.name])
+    # The top level is the verdict's level, --labelled_per_class.
+    assert report["labelled_per_class"] == 3
+    assert report["methods"] == report["sweep"]["3"]["methods"]
+    assert report["verdict"] == report["sweep"]["3"]["verdict"]
     assert report["methods"]["local_knn"]["paper_table5"] == {"name": "LLP", "accuracy": 0.881}
-    assert report["methods"]["knn"]["paper_table5"] is None
+    assert report["methods"]["knn"]["paper_table5"] == "not in Table 5"
+    assert report["methods"]["knn"]["in_paper_table5"] is False
+
+
+def _arcs(folder):
+    """Paths of features [120, 8] and labels: 4 classes of 30 unit vectors evenly spaced on an
+    arc of 0.6 rad, each class in its own pair of dimensions (orthogonal to the others)."""
+    angles = np.linspace(0.0, 0.6, 30)
+    features = np.zeros((120, 8), np.float32)
+    for c in range(4):
+        features[30 * c:30 * (c + 1), 2 * c] = np.cos(angles)
+        features[30 * c:30 * (c + 1), 2 * c + 1] = np.sin(angles)
+    np.save(folder / "arcs.npy", features)
+    np.save(folder / "arcs_labels.npy", np.repeat(np.arange(4), 30))
+    return folder / "arcs.npy", folder / "arcs_labels.npy"
+
+
+def test_separated_classes_every_method_right_so_every_difference_is_zero(tmp_path):
+    # Orthogonal classes: every kernel weight across classes is exp(-40) or less (exp(0) =
+    # 1 against exp(0.83 / 0.07) for LLP and the kNN, nothing for DLP), and each arc is one
+    # chain of DLP's graph (k = 30 // 10 = 3): every method labels every point right. So LLP
+    # minus each method is 0 in every draw: LLP is "comparable" to all of them, LP included,
+    # but not above LS, and Table 5's claim does not hold.
+    features, labels = _arcs(tmp_path)
+    output = tmp_path / "arcs.json"
+    result = _run(f"--features={features}", f"--labels={labels}", "--images_per_class=30",
+                  "--draws=3", f"--output={output}")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert ("note: 4 classes have 30 images or more and each draw takes 4: the class draw is "
+            "vacuous (every draw has the same classes; only the images are drawn).\n") in out
+    assert "hyperparameters: external defaults, none chosen on these embeddings" in out
+    assert out.count("Table 5's claim does not hold: LLP comparable to LP: yes (LLP - LP = "
+                     "+0.0000 +- 0.0000, won 0 of 3: comparable); LLP above LS: no") == 4
+    assert "claim holds" in out and re.search(r"claim holds +no +no +no\n", out)
+    report = json.loads(output.read_text())
+    assert report["protocol"]["class_draw_vacuous"] is True
+    assert report["protocol"]["labelled_per_class_sweep"] == [5, 10, 20]
+    for level, scored in (("5", 100), ("10", 80), ("20", 40)):
+        entry = report["sweep"][level]
+        for name, method in entry["methods"].items():
+            assert method["accuracy_per_draw"] == [1.0, 1.0, 1.0], (level, name)
+        for name, difference in entry["differences"].items():
+            assert difference == {"per_draw": [0.0, 0.0, 0.0], "mean": 0.0, "std": 0.0,
+                                  "draws_won": 0, "draws_tied": 3, "draws_lost": 0,
+                                  "relation": "comparable"}, (level, name)
+        assert entry["verdict"]["parts"] == {
+            "label_propagation": {"paper": "comparable", "measured": "comparable",
+                                  "matches": True},
+            "label_spreading": {"paper": "above", "measured": "comparable", "matches": False}}
+        assert entry["verdict"]["holds"] is False
+        assert f"{level} labelled per class" in out and f"{scored} scored per draw" in out
+    rule = report["hyperparameter_rule"]
+    assert rule["rule"] == "external defaults" and rule["given_on_command_line"] == []
+    values = {method: {name: entry["value"] for name, entry in settings.items()}
+              for method, settings in rule["methods"].items()}
+    assert values == {
+        "local_knn": {"k": 10, "t": 25, "temperature": 0.07},
+        "knn": {"k": 10, "temperature": 0.07},
+        "label_spreading": {"alpha": 0.99, "rbf_gamma": 20.0,
+                            "solver": "closed form (I - alpha S)^-1 Y"},
+        "label_propagation": {"rbf_gamma": 20.0, "solver": "harmonic solution"},
+        "dlp": {"k": 3, "gamma": 3.0, "alpha": 0.99, "max_iter": 20, "tol": 1e-6}}
+    assert rule["methods"]["local_knn"]["t"]["source"] == (
+        "the LLP paper's T = 25 (the authors' release: 50)")
+
+    # Three of the four classes a draw: the class draw is no longer vacuous; a value given on
+    # the command line is recorded as given.
+    fewer = _run(f"--features={features}", f"--labels={labels}", "--classes=3",
+                 "--images_per_class=30", "--labelled_per_class_sweep=", "--draws=2",
+                 "--dlp_k=4", f"--output={output}")
+    assert fewer.returncode == 0, fewer.stderr
+    assert "vacuous" not in fewer.stdout and "== sweep" not in fewer.stdout
+    assert "external defaults but --dlp_k (given)" in fewer.stdout
+    report = json.loads(output.read_text())
+    assert report["protocol"]["class_draw_vacuous"] is False
+    assert report["protocol"]["labelled_per_class_sweep"] == [5]
+    assert report["hyperparameter_rule"]["given_on_command_line"] == ["dlp_k"]
+    assert report["hyperparameter_rule"]["methods"]["dlp"]["k"] == {
+        "value": 4, "source": "given on the command line"}
 
 
 @pytest.mark.parametrize("args, message", [
     (("--labelled_per_class=20", "--images_per_class=20"),
      "labelled_per_class (20) must be smaller than images_per_class (20)"),
     (("--classes=5",), "Asked for 5 classes per draw, but the labels have only 4 classes"),
+    (("--images_per_class=20", "--labelled_per_class_sweep=5,20"),
+     "--labelled_per_class_sweep level 20 leaves no image to score at --images_per_class=20"),
+    (("--labelled_per_class_sweep=5,ten",),
+     "--labelled_per_class_sweep must list whole numbers separated by commas, got 5,ten."),
+    (("--labelled_per_class_sweep=0",), "--labelled_per_class_sweep levels must be at least 1"),
 ])
 def test_impossible_protocols_are_one_line_errors(feature_files, args, message):
     features, labels = feature_files
@@ -125,8 +220,10 @@ def test_a_run_is_compared_from_its_bank_or_from_an_embedded_split(tiny_llp_run,
     out = bank.stdout
     assert "160 embeddings of dimension 16 (memory bank (true training labels))" in out
     assert "note: the labels have 4 classes" in out
-    # The run's own K and T (3 and 5) are the defaults.
-    assert "K=3 T=5 tau=0.07" in out and "LLP (local kNN, K=3, T=5)" in out
+    # The paper's K and T are the defaults, whatever the run trained with (3 and 5).
+    assert ("note: the run trained with K=3 T=5 tau=0.07; the comparison uses K=10 T=25 "
+            "tau=0.07 (give --k, --t, --temperature to change them).") in out
+    assert "LLP (local kNN, K=10, T=25)" in out
     report = json.loads(bank_output.read_text())
     assert report["source"]["step"] == 15
     assert report["source"]["embeddings"] == "memory bank (true training labels)"

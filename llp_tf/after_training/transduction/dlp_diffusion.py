@@ -1,7 +1,9 @@
 """The diffusion of Iscen et al. 2019 ("Label propagation for deep semi-supervised
 learning"), a method of the Table 5 comparison (`contract`): a normalised kNN graph
 (`dlp_graph`), ``(I - alpha W_n) Z = Y`` solved by conjugate gradient (`dlp_class_scores`),
-each unlabelled point's best class (`dlp_diffusion`)."""
+each unlabelled point's best class (`dlp_diffusion`). The graph's neighbourhood k scales with
+the class size (`dlp_k_for`): their release's k = 50 is a tenth of a class of CIFAR-100's 500
+training images, and would be a whole class of the Table 5 protocol's 50."""
 
 from typing import Any
 
@@ -14,11 +16,19 @@ from llp_tf.tensor_types import Array
 
 # As Iscen et al.'s release (ahmetius/LP-DeepSSL).
 DLP_K = 50
+#: The release's k = 50 over CIFAR-100's 500 training images a class: k is a tenth of a class.
+DLP_CLASS_SIZE_PER_NEIGHBOUR = 10
 DLP_GAMMA = 3.0
 DLP_ALPHA = 0.99
 DLP_MAX_ITER = 20
 DLP_TOLERANCE = 1e-6
 DLP_SEARCH_CHUNK = 2048
+
+
+def dlp_k_for(images_per_class: int) -> int:
+    """The graph's neighbourhood k for classes of ``images_per_class`` points: a tenth of a class
+    (rounded down, at least 1), at most the release's 50 (reached at 500 a class)."""
+    return max(1, min(DLP_K, int(images_per_class) // DLP_CLASS_SIZE_PER_NEIGHBOUR))
 
 
 def dlp_graph(embeddings: Array, k: int = DLP_K, gamma: float = DLP_GAMMA,

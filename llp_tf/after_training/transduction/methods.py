@@ -1,25 +1,22 @@
 """The label propagation methods of the paper's Table 5, on one fixed set of embeddings:
-``local_knn`` (LLP, eq. 5-8), ``knn`` (eq. 5-6), ``label_spreading``, ``label_propagation``
-(scikit-learn, RBF kernel of LLP's similarity scale: `rbf_gamma`) and ``dlp``. Each follows
-`contract`."""
+``local_knn`` (LLP, eq. 5-8), ``knn`` (eq. 5-6, not in Table 5), ``label_spreading``,
+``label_propagation`` (`rbf_graph_propagation`, scikit-learn's RBF kernel) and ``dlp``
+(`dlp_diffusion`). Each follows `contract`; `method_settings` says where each default comes
+from."""
 
 import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 
-from llp_tf.after_training.transduction import contract
+from llp_tf.after_training.transduction import contract, rbf_graph_propagation
 from llp_tf.after_training.transduction.dlp_diffusion import DLP_K, dlp_diffusion
+from llp_tf.after_training.transduction.rbf_graph_propagation import (
+    SKLEARN_RBF_GAMMA, ZHOU_LABEL_SPREADING_ALPHA)
 from llp_tf.core import hyperparameters, propagation
 from llp_tf.errors import ConfigError
 from llp_tf.tensor_types import Array
 
-
-# scikit-learn's defaults (docs/after-training.md: why not Zhou et al.'s alpha 0.99).
-LABEL_SPREADING_ALPHA = 0.2
-LABEL_SPREADING_MAX_ITER = 30
-LABEL_PROPAGATION_MAX_ITER = 1000
-SKLEARN_TOLERANCE = 1e-3
 
 # The paper's Table 5: top-1 (a fraction) of 50 ImageNet classes x 50 images, 5 labelled.
 PAPER_TABLE5_ACCURACY = {
@@ -58,48 +55,29 @@ def weighted_knn(embeddings: Array, labelled_mask: Array, labels: Array, num_cla
     return contract.with_labelled(classes.numpy(), labelled_mask, labels)
 
 
-def rbf_gamma(temperature: float) -> float:
-    """``1 / (2 tau)``: the RBF kernel on unit vectors is then ``exp(a.b / tau)`` up to a
-    constant."""
-    return 1.0 / (2.0 * temperature)
-
-
-def _sklearn_transduction(model, embeddings, labelled_mask, labels):
-    targets = np.where(labelled_mask, labels, -1)
-    model.fit(embeddings, targets)
-    return contract.with_labelled(model.transduction_[~labelled_mask].astype(np.int64),
-                                 labelled_mask, labels)
+def _argmax_transduction(scores, labelled_mask, labels):
+    labelled_mask = np.asarray(labelled_mask, bool)
+    labels = np.asarray(labels, np.int64)
+    return contract.with_labelled(scores[~labelled_mask].argmax(axis=1), labelled_mask, labels)
 
 
 def label_spreading(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
-                    temperature: float = hyperparameters.TEMPERATURE,
-                    alpha: float = LABEL_SPREADING_ALPHA,
-                    max_iter: int = LABEL_SPREADING_MAX_ITER,
-                    tol: float = SKLEARN_TOLERANCE) -> Array:
-    """Label spreading (Zhou et al. 2004), scikit-learn's, RBF kernel of `rbf_gamma`;
-    warns (ConvergenceWarning) at ``max_iter``. Otherwise as `llp_propagation`."""
-    from sklearn.semi_supervised import LabelSpreading  # noqa: PLC0415 -- slow import
-
-    embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
-                                                             num_classes)
-    model = LabelSpreading(kernel="rbf", gamma=rbf_gamma(temperature), alpha=alpha,
-                           max_iter=max_iter, tol=tol)
-    return _sklearn_transduction(model, embeddings, labelled_mask, labels)
+                    gamma: float = SKLEARN_RBF_GAMMA,
+                    alpha: float = ZHOU_LABEL_SPREADING_ALPHA) -> Array:
+    """Label spreading (Zhou et al. 2004) at its fixed point, RBF kernel
+    ``exp(-gamma |a - b|^2)``; arguments and result as `llp_propagation`."""
+    scores = rbf_graph_propagation.label_spreading_scores(embeddings, labelled_mask, labels,
+                                                          num_classes, gamma, alpha)
+    return _argmax_transduction(scores, labelled_mask, labels)
 
 
 def label_propagation(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
-                      temperature: float = hyperparameters.TEMPERATURE,
-                      max_iter: int = LABEL_PROPAGATION_MAX_ITER,
-                      tol: float = SKLEARN_TOLERANCE) -> Array:
-    """Label propagation (Zhu & Ghahramani 2002), scikit-learn's, RBF kernel of `rbf_gamma`;
-    warns (ConvergenceWarning) at ``max_iter``. Otherwise as `llp_propagation`."""
-    from sklearn.semi_supervised import LabelPropagation  # noqa: PLC0415 -- slow import
-
-    embeddings, labelled_mask, labels = contract.check_inputs(embeddings, labelled_mask, labels,
-                                                             num_classes)
-    model = LabelPropagation(kernel="rbf", gamma=rbf_gamma(temperature), max_iter=max_iter,
-                             tol=tol)
-    return _sklearn_transduction(model, embeddings, labelled_mask, labels)
+                      gamma: float = SKLEARN_RBF_GAMMA) -> Array:
+    """Label propagation (Zhu & Ghahramani 2002), the harmonic solution, RBF kernel
+    ``exp(-gamma |a - b|^2)``; arguments and result as `llp_propagation`."""
+    scores = rbf_graph_propagation.label_propagation_scores(embeddings, labelled_mask, labels,
+                                                            num_classes, gamma)
+    return _argmax_transduction(scores, labelled_mask, labels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,13 +93,21 @@ class PropagationMethod:
 
 
 def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
-                     temperature: float = hyperparameters.TEMPERATURE
-                     ) -> tuple[PropagationMethod, ...]:
-    """The five `PropagationMethod`s with ``k``, ``t`` and ``temperature`` bound;
-    ConfigError when one is not positive."""
-    for name, value in (("k", k), ("t", t), ("temperature", temperature)):
+                     temperature: float = hyperparameters.TEMPERATURE,
+                     rbf_gamma: float = SKLEARN_RBF_GAMMA,
+                     label_spreading_alpha: float = ZHOU_LABEL_SPREADING_ALPHA,
+                     dlp_k: int = DLP_K) -> tuple[PropagationMethod, ...]:
+    """The five `PropagationMethod`s with their settings bound (``k``, ``temperature``: LLP's
+    and the kNN's; ``t``: LLP's; ``rbf_gamma``: label spreading's and propagation's;
+    ``dlp_k``: DLP's graph neighbourhood); ConfigError when one is out of range."""
+    for name, value in (("k", k), ("t", t), ("temperature", temperature),
+                        ("rbf_gamma", rbf_gamma), ("dlp_k", dlp_k)):
         if not value > 0:
             raise ConfigError(f"The propagation setting {name} must be positive, got {value}.")
+    if not 0.0 < label_spreading_alpha < 1.0:
+        raise ConfigError(f"The propagation setting label_spreading_alpha must lie in (0, 1), "
+                          f"got {label_spreading_alpha}.")
+
     def method(name, title, predict):
         paper_name, paper_accuracy = PAPER_TABLE5_ACCURACY.get(name, (None, None))
         return PropagationMethod(name, title, predict, paper_name, paper_accuracy)
@@ -131,9 +117,12 @@ def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
                lambda x, m, y, c: llp_propagation(x, m, y, c, k=k, t=t, temperature=temperature)),
         method("knn", f"weighted kNN (K={k})",
                lambda x, m, y, c: weighted_knn(x, m, y, c, k=k, temperature=temperature)),
-        method("label_spreading", "label spreading (sklearn)",
-               lambda x, m, y, c: label_spreading(x, m, y, c, temperature=temperature)),
-        method("label_propagation", "label propagation (sklearn)",
-               lambda x, m, y, c: label_propagation(x, m, y, c, temperature=temperature)),
-        method("dlp", f"DLP diffusion (k={DLP_K})", dlp_diffusion),
+        method("label_spreading", f"label spreading (alpha={label_spreading_alpha:g}, "
+               f"gamma={rbf_gamma:g})",
+               lambda x, m, y, c: label_spreading(x, m, y, c, gamma=rbf_gamma,
+                                                  alpha=label_spreading_alpha)),
+        method("label_propagation", f"label propagation (gamma={rbf_gamma:g})",
+               lambda x, m, y, c: label_propagation(x, m, y, c, gamma=rbf_gamma)),
+        method("dlp", f"DLP diffusion (k={dlp_k})",
+               lambda x, m, y, c: dlp_diffusion(x, m, y, c, k=dlp_k)),
     )

@@ -1,6 +1,8 @@
 """The sampling protocol of the paper's Table 5: each draw picks S classes, I images of
 each and keeps the labels of L per class; every `methods.PropagationMethod` predicts the
-other ``S * (I - L)`` images, which alone are scored. Needs no TensorFlow."""
+other ``S * (I - L)`` images, which alone are scored. A sweep over L (`compare_sweep`) scores
+the same draws at each L, the labelled images of a smaller L among those of a larger one.
+Needs no TensorFlow."""
 
 import dataclasses
 import time
@@ -64,6 +66,24 @@ def check_protocol(labels: Array, num_classes: int, images_per_class: int,
             f"or --classes.")
 
 
+def eligible_classes(labels: Array, images_per_class: int) -> int:
+    """How many classes of ``labels`` int [N] have at least ``images_per_class`` examples."""
+    _, counts = np.unique(np.asarray(labels), return_counts=True)
+    return int((counts >= images_per_class).sum())
+
+
+def class_draw_is_vacuous(labels: Array, num_classes: int, images_per_class: int) -> bool:
+    """True when every draw must take the same classes: no more than ``num_classes`` classes
+    have ``images_per_class`` examples (only the images are drawn)."""
+    return eligible_classes(labels, images_per_class) <= num_classes
+
+
+def with_labelled_per_class(draw: Draw, images_per_class: int, labelled_per_class: int) -> Draw:
+    """``draw`` with the first ``labelled_per_class`` drawn images of each class labelled."""
+    position = np.tile(np.arange(images_per_class), len(draw.index) // images_per_class)
+    return dataclasses.replace(draw, labelled_mask=position < labelled_per_class)
+
+
 def draw_subsets(labels: Array, num_classes: int, images_per_class: int,
                  labelled_per_class: int, draws: int, seed: int) -> list[Draw]:
     """The protocol's R random `Draw`s given ``seed`` (ConfigError: `check_protocol`)."""
@@ -117,25 +137,19 @@ class Comparison:
         return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-def compare_methods(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
-                    num_classes: int, images_per_class: int, labelled_per_class: int, draws: int,
-                    seed: int, on_draw: OnDraw | None = None) -> Comparison:
-    """`Comparison` of ``methods`` on every draw of ``features`` float [N, D] (each draw's
-    rows L2-normalised) with true ``labels`` int [N].
-
-    Raises:
-      ConfigError, DataError: a protocol that does not fit the labels, or features that do
-        not match them.
-    """
+def _check_features(features, labels):
     labels = np.asarray(labels)
     features = np.asarray(features)
     if features.ndim != 2 or labels.ndim != 1 or features.shape[0] != labels.shape[0]:
         raise DataError(f"Features must be [N, D] and labels [N] with the same N; got "
                         f"{features.shape} and {labels.shape}.")
-    subsets = draw_subsets(labels, num_classes, images_per_class, labelled_per_class, draws,
-                           seed)
+    return features, labels
+
+
+def _score(features, subsets, methods, num_classes, on_draw):
+    """`Comparison` of ``methods`` on the `Draw`s ``subsets``."""
     methods = tuple(methods)
-    accuracy = {m.name: np.zeros(draws) for m in methods}
+    accuracy = {m.name: np.zeros(len(subsets)) for m in methods}
     seconds = {m.name: 0.0 for m in methods}
     for number, draw in enumerate(subsets):
         start = time.monotonic()
@@ -149,6 +163,46 @@ def compare_methods(features: Array, labels: Array, methods: Sequence["Propagati
             seconds[method.name] += time.monotonic() - method_start
             accuracy[method.name][number] = np.mean(predictions[scored] == draw.classes[scored])
         if on_draw is not None:
-            on_draw(number + 1, draws, {m.name: accuracy[m.name][number] for m in methods},
+            on_draw(number + 1, len(subsets),
+                    {m.name: accuracy[m.name][number] for m in methods},
                     time.monotonic() - start)
     return Comparison(methods=methods, accuracy=accuracy, seconds=seconds)
+
+
+def compare_methods(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
+                    num_classes: int, images_per_class: int, labelled_per_class: int, draws: int,
+                    seed: int, on_draw: OnDraw | None = None) -> Comparison:
+    """`Comparison` of ``methods`` on every draw of ``features`` float [N, D] (each draw's
+    rows L2-normalised) with true ``labels`` int [N].
+
+    Raises:
+      ConfigError, DataError: a protocol that does not fit the labels, or features that do
+        not match them.
+    """
+    features, labels = _check_features(features, labels)
+    subsets = draw_subsets(labels, num_classes, images_per_class, labelled_per_class, draws,
+                           seed)
+    return _score(features, subsets, methods, num_classes, on_draw)
+
+
+def compare_sweep(features: Array, labels: Array, methods: Sequence["PropagationMethod"],
+                  num_classes: int, images_per_class: int, levels: Sequence[int], draws: int,
+                  seed: int, on_draw: Callable[[int], OnDraw | None] | None = None
+                  ) -> dict[int, Comparison]:
+    """Labelled per class -> `Comparison` for each of ``levels``, all on the same draws (those
+    of `compare_methods` with the same ``seed``); ``on_draw(level)`` gives a level's callback.
+
+    Raises:
+      ConfigError, DataError: as `compare_methods`, for the largest level.
+    """
+    features, labels = _check_features(features, labels)
+    levels = sorted(set(int(level) for level in levels))
+    if not levels:
+        raise ConfigError("No labelled-per-class level to compare.")
+    for level in levels:
+        check_protocol(labels, num_classes, images_per_class, level, draws)
+    subsets = draw_subsets(labels, num_classes, images_per_class, levels[-1], draws, seed)
+    return {level: _score(features,
+                          [with_labelled_per_class(d, images_per_class, level) for d in subsets],
+                          methods, num_classes, on_draw(level) if on_draw else None)
+            for level in levels}

@@ -1,35 +1,124 @@
-"""The Table 5 comparison run and reported beside the paper's (`run_and_report`), and the
-results file's dict (`results_json`)."""
+"""The Table 5 comparison run over a sweep of labelled images per class and reported beside
+the paper's (`run_and_report`): each level's accuracies, LLP's paired differences and the
+claim's verdict; and the results file's dict (`results_json`)."""
 
-import types
 import warnings
-from typing import Any, Mapping, TextIO
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
+from llp_tf.after_training.transduction import method_settings as settings_lib
+from llp_tf.after_training.transduction import paired_differences
 from llp_tf.after_training.transduction import protocol as protocol_lib
 from llp_tf.counted_nouns import counted
 from llp_tf.tensor_types import Array
 
+#: How the table and results file label a method without a Table 5 row (the weighted kNN).
+NOT_IN_TABLE5 = "not in Table 5"
+#: Column names of the differences table, the paper's names where it has them.
+SHORT_NAMES = {"local_knn": "LLP", "knn": "kNN", "label_spreading": "LS",
+               "label_propagation": "LP", "dlp": "DLP"}
+
+
+def short_name(name: str) -> str:
+    """A method's column name (its results key when it has none)."""
+    return SHORT_NAMES.get(name, name)
+
+
+def level_title(level: int, headline: int, scored: int) -> str:
+    """"5 labelled per class (the paper's protocol), 450 scored per draw"."""
+    if level == protocol_lib.PAPER_LABELLED_PER_CLASS:
+        mark = " (the paper's protocol)"
+    elif level == headline:
+        mark = " (the verdict's level)"
+    else:
+        mark = ""
+    return f"{level} labelled per class{mark}, {scored} scored per draw"
+
 
 def format_table(comparison: protocol_lib.Comparison) -> str:
-    """One line per method: title, mean accuracy, std, the paper's Table 5 row (fractions)."""
-    header = f"{'method':<32} {'accuracy':>8} {'std':>6}   paper Table 5"
+    """One line per method: title, mean accuracy, std, the paper's Table 5 row (fractions) or
+    "not in Table 5"."""
+    header = f"{'method':<38} {'accuracy':>8} {'std':>6}   paper Table 5"
     lines = [header, "-" * len(header)]
     for method in comparison.methods:
         paper = (f"{method.paper_accuracy:.3f} ({method.paper_name})"
-                 if method.paper_accuracy is not None else "-")
-        lines.append(f"{method.title:<32} {comparison.mean(method.name):>8.4f} "
+                 if method.paper_accuracy is not None else NOT_IN_TABLE5)
+        lines.append(f"{method.title:<38} {comparison.mean(method.name):>8.4f} "
                      f"{comparison.std(method.name):>6.4f}   {paper}")
     return "\n".join(lines)
 
 
-def results_json(comparison: protocol_lib.Comparison, protocol: Mapping[str, Any],
-                 settings: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
-    """The results file's dict: every method's accuracies and the paper's protocol."""
-    from llp_tf.after_training.transduction import methods
+def format_differences(differences: Sequence[paired_differences.PairedDifference]) -> str:
+    """LLP minus each method: a row per draw, then mean, std, draws won/tied/lost and the
+    relation (fractions)."""
+    width, label = 12, 14
+
+    def row(name, cells):
+        return f"{name:<{label}}" + "".join(f"{cell:>{width}}" for cell in cells)
+
+    lines = [row("LLP minus", [short_name(d.name) for d in differences])]
+    draws = len(differences[0].per_draw) if differences else 0
+    for number in range(draws):
+        lines.append(row(f"draw {number + 1}", [f"{d.per_draw[number]:+.4f}"
+                                                for d in differences]))
+    lines.append(row("mean", [f"{d.mean:+.4f}" for d in differences]))
+    lines.append(row("std", [f"{d.std:.4f}" for d in differences]))
+    lines.append(row("won/tied/lost", [f"{d.won}/{d.tied}/{d.lost}" for d in differences]))
+    lines.append(row("LLP is", [d.relation for d in differences]))
+    return "\n".join(lines)
+
+
+def _claim_phrase(stated, name):
+    return f"LLP comparable to {name}" if stated == "comparable" else f"LLP {stated} {name}"
+
+
+def format_verdict(verdict: paired_differences.Verdict,
+                   differences: Sequence[paired_differences.PairedDifference]) -> str:
+    """One line: each part of Table 5's claim, stated and measured, and whether it holds."""
+    by_name = {d.name: d for d in differences}
+    parts = []
+    for name, (stated, found) in verdict.parts.items():
+        answer = ("?" if found in (None, paired_differences.UNDETERMINED)
+                  else "yes" if found == stated else "no")
+        detail = ""
+        if name in by_name:
+            d = by_name[name]
+            detail = (f" (LLP - {short_name(name)} = {d.mean:+.4f} +- {d.std:.4f}, won "
+                      f"{d.won} of {len(d.per_draw)}: {found})")
+        parts.append(f"{_claim_phrase(stated, short_name(name))}: {answer}{detail}")
+    holds = {True: "holds", False: "does not hold", None: "is undetermined"}[verdict.holds]
+    return f"Table 5's claim {holds}: " + "; ".join(parts)
+
+
+def format_sweep(sweep: Mapping[int, protocol_lib.Comparison]) -> str:
+    """Mean accuracy of each method at each level, then LLP's mean difference +- std and draws
+    won, and whether the claim holds."""
+    levels = sorted(sweep)
+    width = 24
+    first = sweep[levels[0]]
+    lines = [f"{'labelled per class':<20}" + "".join(f"{level:>{width}}" for level in levels)]
+    for method in first.methods:
+        lines.append(f"{short_name(method.name):<20}" + "".join(
+            f"{sweep[level].mean(method.name):>{width}.4f}" for level in levels))
+    differences = {level: paired_differences.llp_minus(sweep[level]) for level in levels}
+    for position, d in enumerate(differences[levels[0]]):
+        cells = []
+        for level in levels:
+            e = differences[level][position]
+            cells.append(f"{e.mean:+.4f}+-{e.std:.4f} {e.won}/{len(e.per_draw)}")
+        lines.append(f"{'LLP - ' + short_name(d.name):<20}" + "".join(
+            f"{cell:>{width}}" for cell in cells))
+    holds = {True: "yes", False: "no", None: "?"}
+    lines.append(f"{'claim holds':<20}" + "".join(
+        f"{holds[paired_differences.table5_verdict(differences[level]).holds]:>{width}}"
+        for level in levels))
+    return "\n".join(lines)
+
+
+def level_json(comparison: protocol_lib.Comparison) -> dict[str, Any]:
+    """One level's ``methods``, ``differences`` and ``verdict``."""
+    differences = paired_differences.llp_minus(comparison)
     return {
-        "source": source,
-        "protocol": protocol,
-        "settings": settings,
         "methods": {
             m.name: {
                 "title": m.title,
@@ -37,9 +126,30 @@ def results_json(comparison: protocol_lib.Comparison, protocol: Mapping[str, Any
                 "accuracy_std": comparison.std(m.name),
                 "accuracy_per_draw": [float(a) for a in comparison.accuracy[m.name]],
                 "seconds": comparison.seconds[m.name],
+                "in_paper_table5": m.paper_accuracy is not None,
                 "paper_table5": ({"name": m.paper_name, "accuracy": m.paper_accuracy}
-                                 if m.paper_accuracy is not None else None),
+                                 if m.paper_accuracy is not None else NOT_IN_TABLE5),
             } for m in comparison.methods},
+        "differences": {d.name: d.as_json() for d in differences},
+        "verdict": paired_differences.table5_verdict(differences).as_json(),
+    }
+
+
+def results_json(sweep: Mapping[int, protocol_lib.Comparison], headline: int,
+                 protocol: Mapping[str, Any], settings: settings_lib.MethodSettings,
+                 source: Mapping[str, Any]) -> dict[str, Any]:
+    """The results file's dict: the verdict's level (``headline``) at the top, every level
+    under ``sweep`` (keyed by the level as a string), the hyperparameter rule and values."""
+    from llp_tf.after_training.transduction import methods
+
+    levels = {str(level): level_json(sweep[level]) for level in sorted(sweep)}
+    return {
+        "source": source,
+        "protocol": protocol,
+        "hyperparameter_rule": settings.as_json(),
+        "labelled_per_class": headline,
+        **levels[str(headline)],
+        "sweep": levels,
         "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
         "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
                            "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
@@ -48,57 +158,72 @@ def results_json(comparison: protocol_lib.Comparison, protocol: Mapping[str, Any
     }
 
 
-def method_settings(methods: types.ModuleType, k: int, t: int,
-                    temperature: float) -> dict[str, Any]:
-    """Every method's settings, for the results file (``methods``: the module, imported late
-    because it loads TensorFlow)."""
-    from llp_tf.after_training.transduction import dlp_diffusion
-
-    return {"k": int(k), "t": int(t), "temperature": float(temperature),
-            "rbf_gamma": methods.rbf_gamma(temperature),
-            "label_spreading": {"alpha": methods.LABEL_SPREADING_ALPHA,
-                                "max_iter": methods.LABEL_SPREADING_MAX_ITER,
-                                "tol": methods.SKLEARN_TOLERANCE},
-            "label_propagation": {"max_iter": methods.LABEL_PROPAGATION_MAX_ITER,
-                                  "tol": methods.SKLEARN_TOLERANCE},
-            "dlp": {"k": dlp_diffusion.DLP_K, "gamma": dlp_diffusion.DLP_GAMMA,
-                    "alpha": dlp_diffusion.DLP_ALPHA, "max_iter": dlp_diffusion.DLP_MAX_ITER,
-                    "tol": dlp_diffusion.DLP_TOLERANCE}}
+def vacuous_draw_line(available: int, num_classes: int, images: int) -> str:
+    """The note that every draw has the same classes: ``available`` classes have ``images``
+    images or more and a draw takes ``num_classes``."""
+    return (f"note: {counted(available, 'class')} {'has' if available == 1 else 'have'} "
+            f"{images} images or more and each draw takes {num_classes}: the class draw is "
+            f"vacuous (every draw has the same classes; only the images are drawn).\n")
 
 
 def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], num_classes: int,
-                   images: int, labelled: int, draws: int, seed: int, k: int, t: int,
-                   temperature: float, stream: TextIO) -> protocol_lib.Comparison:
-    """The `protocol.Comparison` of `methods.standard_methods` on ``features`` float [N, D]
-    and true ``labels`` int64 [N], with progress, a note per method's warning and the table
-    on ``stream``."""
+                   images: int, levels: Sequence[int], headline: int, draws: int, seed: int,
+                   settings: settings_lib.MethodSettings,
+                   stream: TextIO) -> dict[int, protocol_lib.Comparison]:
+    """Labelled per class -> `protocol.Comparison` of `methods.standard_methods` (with
+    ``settings``' values) at each of ``levels`` on ``features`` float [N, D] with true
+    ``labels`` int64 [N]; writes progress, a note per method's warning, each level's table,
+    differences and verdict, the sweep and ``headline``'s verdict to ``stream``."""
     from llp_tf.after_training.transduction import methods
 
+    levels = sorted(set(levels) | {headline})
     stream.write(f"{len(labels)} embeddings of dimension {features.shape[1]} "
                  f"({source.get('embeddings', 'features file')}); {counted(draws, 'draw')} of "
-                 f"{counted(num_classes, 'class')} x {counted(images, 'image')}, {labelled} "
-                 f"labelled per class, {num_classes * (images - labelled)} scored per draw; "
-                 f"K={k} T={t} tau={temperature:g}\n")
+                 f"{counted(num_classes, 'class')} x {counted(images, 'image')}, labelled per "
+                 f"class: {', '.join(str(level) for level in levels)} (the same draws at each)\n")
+    if protocol_lib.class_draw_is_vacuous(labels, num_classes, images):
+        stream.write(vacuous_draw_line(protocol_lib.eligible_classes(labels, images),
+                                       num_classes, images))
+    stream.write(settings.summary() + "\n")
     stream.flush()
 
-    def on_draw(number, total, accuracy, seconds):
-        scores = " ".join(f"{name} {value:.4f}" for name, value in accuracy.items())
-        stream.write(f"draw {number}/{total}: {scores} ({seconds:.1f} s)\n")
-        stream.flush()
+    def on_draw(level):
+        def report(number, total, accuracy, seconds):
+            scores = " ".join(f"{short_name(name)} {value:.4f}"
+                              for name, value in accuracy.items())
+            stream.write(f"{level} labelled, draw {number}/{total}: {scores} "
+                         f"({seconds:.1f} s)\n")
+            stream.flush()
+        return report
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        comparison = protocol_lib.compare_methods(
-            features, labels, methods.standard_methods(k, t, temperature), num_classes, images,
-            labelled, draws, seed, on_draw=on_draw)
+        sweep = protocol_lib.compare_sweep(
+            features, labels, methods.standard_methods(**settings.values()), num_classes,
+            images, levels, draws, seed, on_draw=on_draw)
     for message in sorted({str(w.message) for w in caught
                            if issubclass(w.category, (UserWarning, RuntimeWarning))}):
         stream.write(f"note: a method warned: {message}\n")
 
-    stream.write("\n" + format_table(comparison) + "\n")
-    stream.write(f"Accuracy on the unlabelled drawn images, mean and sample std over {draws} "
-                 f"draws. The paper's numbers are for ImageNet ResNet-50 features with 50 "
+    for level in levels:
+        comparison = sweep[level]
+        differences = paired_differences.llp_minus(comparison)
+        stream.write(f"\n== {level_title(level, headline, num_classes * (images - level))} ==\n")
+        stream.write(format_table(comparison) + "\n\n")
+        stream.write(format_differences(differences) + "\n")
+        stream.write(format_verdict(paired_differences.table5_verdict(differences),
+                                    differences) + "\n")
+    if len(levels) > 1:
+        stream.write(f"\n== sweep: mean accuracy, and LLP minus each method "
+                     f"(mean+-std, draws won of {draws}) ==\n{format_sweep(sweep)}\n")
+    stream.write(f"\nAccuracies are fractions of the unlabelled drawn images; std is the sample "
+                 f"std over {counted(draws, 'draw')}. Table 5's claim: LLP comparable to LP "
+                 f"(|mean of LLP - LP| <= its std over the draws) and above LS (mean of LLP - LS "
+                 f"> its std). The paper's numbers are for ImageNet ResNet-50 features, 50 "
                  f"classes x 50 images, 5 labelled (its LP_DMT, "
-                 f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here); compare "
-                 f"the ranking, not the values.\n")
-    return comparison
+                 f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here).\n")
+    headline_differences = paired_differences.llp_minus(sweep[headline])
+    stream.write(f"At {headline} labelled per class: "
+                 + format_verdict(paired_differences.table5_verdict(headline_differences),
+                                  headline_differences) + "\n")
+    return sweep

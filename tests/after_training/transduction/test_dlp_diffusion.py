@@ -53,3 +53,13 @@ def test_dlp_graph_of_three_points_by_hand():
                                rtol=1e-12)
     # One point has no neighbour: an empty graph.
     assert dlp.dlp_graph(x[:1]).shape == (1, 1) and dlp.dlp_graph(x[:1]).nnz == 0
+
+
+@pytest.mark.parametrize("images_per_class, k", [
+    (500, 50),   # CIFAR-100's class size: the release's k
+    (5000, 50),  # CIFAR-10's: never above the release's k
+    (50, 5),     # Table 5's protocol
+    (59, 5), (20, 2), (9, 1), (2, 1),
+])
+def test_the_graph_neighbourhood_is_a_tenth_of_a_class(images_per_class, k):
+    assert dlp.dlp_k_for(images_per_class) == k

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from llp_tf.after_training.transduction import dlp_diffusion, methods
+from llp_tf.errors import ConfigError
 from tests import reference
 from tests.after_training.transduction.embedding_sets import (clusters, labelled_first, mixed_set,
                                                               one_hot)
@@ -36,53 +37,80 @@ def test_weighted_knn_is_eq_5_6(mixed):
     np.testing.assert_array_equal(got[~mask], expected)
 
 
-def _similarity_kernel(x, temperature):
-    """float64 [n, n]: exp(x_i . x_j / tau) with a zero diagonal."""
+def _rbf_kernel(x, gamma):
+    """float64 [n, n]: exp(-gamma |x_i - x_j|^2) with a zero diagonal."""
     x = x.astype(np.float64)
-    w = np.exp((x @ x.T - 1.0) / temperature)
+    w = np.exp(-gamma * np.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=2))
     np.fill_diagonal(w, 0.0)
     return w
 
 
-def test_label_spreading_reaches_zhou_closed_form(mixed):
+def test_label_spreading_is_zhou_closed_form_at_scikit_learns_gamma_and_zhous_alpha(mixed):
     x, mask, visible, _ = mixed
-    tau, alpha = 0.1, methods.LABEL_SPREADING_ALPHA
 
-    def closed_form(temperature):
-        w = _similarity_kernel(x, temperature)
+    def closed_form(gamma, alpha):
+        w = _rbf_kernel(x, gamma)
         d = 1.0 / np.sqrt(w.sum(axis=1))
         s = d[:, None] * w * d[None, :]
         return np.linalg.solve(np.eye(len(x)) - alpha * s, one_hot(visible, 3)).argmax(axis=1)
 
-    expected = closed_form(tau)
-    got = methods.label_spreading(x, mask, visible, 3, temperature=tau)
+    expected = closed_form(20.0, 0.99)
+    got = methods.label_spreading(x, mask, visible, 3)
     np.testing.assert_array_equal(got[~mask], expected[~mask])
-    assert np.any(closed_form(3 * tau)[~mask] != expected[~mask])  # the scale matters
+    np.testing.assert_array_equal(got[mask], visible[mask])
+    # The data tell the settings apart: scikit-learn's own alpha, or LLP's similarity scale
+    # (gamma = 1 / (2 tau)) that the tool used before, give other labels.
+    assert np.any(closed_form(20.0, 0.2)[~mask] != expected[~mask])
+    assert np.any(closed_form(1 / 0.14, 0.99)[~mask] != expected[~mask])
 
 
-def test_label_propagation_reaches_the_harmonic_solution(mixed):
+def test_label_propagation_is_the_harmonic_solution_at_scikit_learns_gamma(mixed):
     x, mask, visible, _ = mixed
-    tau = 0.1
 
-    def harmonic(temperature):
-        w = _similarity_kernel(x, temperature)
+    def harmonic(gamma):
+        w = _rbf_kernel(x, gamma)
         p = w / w.sum(axis=1, keepdims=True)
         u, labelled = ~mask, mask
         f_u = np.linalg.solve(np.eye(u.sum()) - p[np.ix_(u, u)],
                               p[np.ix_(u, labelled)] @ one_hot(visible[labelled], 3))
         return f_u.argmax(axis=1)
 
-    expected = harmonic(tau)
-    got = methods.label_propagation(x, mask, visible, 3, temperature=tau)
+    expected = harmonic(20.0)
+    got = methods.label_propagation(x, mask, visible, 3)
     np.testing.assert_array_equal(got[~mask], expected)
-    assert np.any(harmonic(3 * tau) != expected)
+    assert np.any(harmonic(1 / 0.14) != expected)
 
 
-def test_the_dlp_method_is_the_diffusion_module_s():
-    dlp = {method.name: method for method in methods.standard_methods()}["dlp"]
-    assert dlp.predict is dlp_diffusion.dlp_diffusion and dlp_diffusion.DLP_K == 50
+def test_the_dlp_method_is_the_diffusion_module_s_at_the_k_it_is_given(mixed):
+    x, mask, visible, _ = mixed
+    dlp = {method.name: method for method in methods.standard_methods(dlp_k=7)}["dlp"]
+    assert dlp.title == "DLP diffusion (k=7)"
+    expected = dlp_diffusion.dlp_diffusion(x, mask, visible, 3, k=7)
+    np.testing.assert_array_equal(dlp.predict(x, mask, visible, 3), expected)
+    assert np.any(dlp_diffusion.dlp_diffusion(x, mask, visible, 3, k=50)[~mask]
+                  != expected[~mask])
     assert (dlp_diffusion.DLP_GAMMA, dlp_diffusion.DLP_ALPHA, dlp_diffusion.DLP_MAX_ITER,
             dlp_diffusion.DLP_TOLERANCE) == (3.0, 0.99, 20, 1e-6)
+
+
+def test_titles_name_each_method_s_settings():
+    titles = [m.title for m in methods.standard_methods(k=7, t=9, rbf_gamma=5.0,
+                                                        label_spreading_alpha=0.5, dlp_k=4)]
+    assert titles == ["LLP (local kNN, K=7, T=9)", "weighted kNN (K=7)",
+                      "label spreading (alpha=0.5, gamma=5)", "label propagation (gamma=5)",
+                      "DLP diffusion (k=4)"]
+    assert [m.paper_name for m in methods.standard_methods()] == ["LLP", None, "LS", "LP",
+                                                                   "LP_DLP"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(dlp_k=0), "dlp_k must be positive, got 0"),
+    (dict(rbf_gamma=-1.0), "rbf_gamma must be positive, got -1.0"),
+    (dict(label_spreading_alpha=1.0), r"label_spreading_alpha must lie in \(0, 1\), got 1.0"),
+])
+def test_settings_out_of_range_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        methods.standard_methods(**settings)
 
 
 def test_every_method_labels_separated_clusters_right():

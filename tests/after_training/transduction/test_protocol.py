@@ -114,3 +114,42 @@ def test_zero_feature_rows_are_a_clear_error():
     methods = standard_methods()[:1]
     with pytest.raises(DataError, match="Feature row 2 is zero"):
         protocol.compare_methods(features, labels, methods, 2, 2, 1, 1, seed=0)
+
+
+def test_a_sweep_scores_the_same_draws_with_nested_labelled_sets():
+    labels = _uneven_labels()
+    features = 3.0 * np.eye(6)[labels]
+    calls = []
+    methods = [_spy("spy", False, calls)]
+    sweep = protocol.compare_sweep(features, labels, methods, 3, 10, [4, 2, 4], 3, seed=5)
+    assert sorted(sweep) == [2, 4]
+    assert all(np.array_equal(sweep[level].accuracy["spy"], np.ones(3)) for level in (2, 4))
+    # Six calls, level 2's three draws first: the same rows as compare_methods draws with the
+    # same seed; each class's first 2 (then 4) drawn images are labelled.
+    assert len(calls) == 6
+    single = protocol.draw_subsets(labels, 3, 10, 2, 3, seed=5)
+    for number, draw in enumerate(single):
+        two, four = calls[number], calls[3 + number]
+        np.testing.assert_array_equal(two[1], draw.labelled_mask)
+        np.testing.assert_array_equal(two[0], four[0])  # the same images
+        assert four[1].sum() == 12 and np.all(four[1][two[1]])  # 2 labelled among the 4
+        position = np.tile(np.arange(10), 3)
+        np.testing.assert_array_equal(four[1], position < 4)
+
+
+def test_a_sweep_level_the_images_do_not_allow_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"labelled_per_class \(10\) must be smaller than "
+                                          r"images_per_class \(10\)"):
+        protocol.compare_sweep(np.eye(6)[_uneven_labels()], _uneven_labels(), [], 3, 10,
+                               [2, 10], 1, seed=0)
+
+
+def test_the_class_draw_is_vacuous_when_no_more_classes_have_the_images_than_a_draw_takes():
+    labels = _uneven_labels()  # six classes, one of them with 5 images, the others 12
+    assert protocol.eligible_classes(labels, 10) == 5
+    assert protocol.class_draw_is_vacuous(labels, 5, 10)
+    assert not protocol.class_draw_is_vacuous(labels, 4, 10)
+    assert protocol.class_draw_is_vacuous(labels, 6, 5)
+    # Vacuous indeed: every draw of 5 classes of 10 images takes the same five.
+    draws = protocol.draw_subsets(labels, 5, 10, 2, 4, seed=1)
+    assert {tuple(np.unique(labels[d.index])) for d in draws} == {(0, 1, 2, 3, 5)}
