@@ -82,6 +82,17 @@ def make_flags() -> flags.FlagValues:
                          "paper's 10).", flag_values=values)
     flags.DEFINE_integer("seed", 0, "Seed of the draws; the same seed draws the same subsets.",
                          flag_values=values)
+    _define_method_flags(values)
+    flags.DEFINE_string("output", None, "JSON file of the results (default: "
+                        f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
+                        "--features); an existing file is replaced only if it is an earlier "
+                        "comparison's results.", flag_values=values)
+    command_line.define_verbosity(values)
+    return values
+
+
+def _define_method_flags(values: flags.FlagValues) -> None:
+    """The compared methods' hyperparameters, each defaulting to its stated external source."""
     flags.DEFINE_integer("k", hyperparameters.K, "K: labelled neighbours voting in LLP and the "
                          "weighted kNN. Default: the LLP paper's 10, whatever the run trained "
                          "with.", flag_values=values)
@@ -103,12 +114,6 @@ def make_flags() -> flags.FlagValues:
                          "50: Iscen et al.'s release uses k = 50 on CIFAR-100's 500 training "
                          "images a class; at the paper's 50 a class, k = 50 would link each "
                          "point to more points than its class has.", flag_values=values)
-    flags.DEFINE_string("output", None, "JSON file of the results (default: "
-                        f"<run_dir>/{OUTPUT_NAME}, or <features>_{OUTPUT_NAME} next to "
-                        "--features); an existing file is replaced only if it is an earlier "
-                        "comparison's results.", flag_values=values)
-    command_line.define_verbosity(values)
-    return values
 
 
 def _fail(message):

@@ -205,6 +205,17 @@ def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], nu
                            if issubclass(w.category, (UserWarning, RuntimeWarning))}):
         stream.write(f"note: a method warned: {message}\n")
 
+    write_levels(sweep, levels, headline, num_classes, images, draws, stream)
+    return sweep
+
+
+def write_levels(sweep: Mapping[int, protocol_lib.Comparison], levels: Sequence[int],
+                 headline: int, num_classes: int, images: int, draws: int,
+                 stream: TextIO) -> None:
+    """Writes each level's table, LLP's differences and verdict, the sweep, the claim's
+    wording and ``headline``'s verdict to ``stream``."""
+    from llp_tf.after_training.transduction import methods
+
     for level in levels:
         comparison = sweep[level]
         differences = paired_differences.llp_minus(comparison)
@@ -226,4 +237,3 @@ def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], nu
     stream.write(f"At {headline} labelled per class: "
                  + format_verdict(paired_differences.table5_verdict(headline_differences),
                                   headline_differences) + "\n")
-    return sweep
