@@ -80,7 +80,8 @@ class MeanTeacherSettings:
         "(CuriousAI/mean-teacher tensorflow/mean_teacher/model.py ema_decay_during_rampup) "
         "and the MT PyTorch release's 4,000-label CIFAR-10 value "
         "(pytorch/experiments/cifar10_test.py; 0.97 at 1,000 labels). Its horizon 1/(1 - a) "
-        "is 100 steps: 8% of the demo's 1,240, 0.003% of r18_p10_q100's. Lowered for a run shorter than mean_teacher_max_ema_horizon allows.",
+        "is 100 steps: 8% of the demo's 1,240, 0.003% of r18_p10_q100's. Lowered for a run "
+        "shorter than mean_teacher_max_ema_horizon allows.",
         flag="mean_teacher_ema_decay")
     max_ema_horizon: float = setting(
         0.1, "The largest share of the run's steps the teacher may average over: when "
