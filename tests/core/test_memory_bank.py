@@ -35,7 +35,8 @@ def test_initial_state():
 
     order = np.argsort(LABELLED_INDEX)
     np.testing.assert_array_equal(bank.labelled_index.numpy(), LABELLED_INDEX[order])
-    np.testing.assert_array_equal(bank.labelled_classes().numpy(), LABELLED_CLASSES[order])
+    np.testing.assert_array_equal(bank.labels.numpy()[bank.labelled_index.numpy()],
+                                  LABELLED_CLASSES[order])
     labels = bank.labels.numpy()
     want = C + np.arange(N)
     want[LABELLED_INDEX] = LABELLED_CLASSES
@@ -140,12 +141,6 @@ def test_bad_sizes_are_clear_errors():
         MemoryBank(N, D, C, [0], [0], momentum=1.0)
 
 
-def test_assign_density():
-    bank = _bank()
-    bank.assign_density(np.arange(5, dtype=np.float32) + 1)
-    np.testing.assert_array_equal(bank.density.numpy(), [1, 2, 3, 4, 5])
-
-
 def test_checkpoint_round_trip(tmp_path):
     bank = _bank(seed=4)
     bank.update([1, 2], reference.unit_rows(np.random.default_rng(2), 2, D), [3, 3], [0.5, 0.5])
@@ -200,10 +195,15 @@ def test_cross_replica_update_and_density_reach_every_copy(two_replica_strategy)
         bank = _bank(seed=6)
     embeddings = reference.unit_rows(np.random.default_rng(4), 3, D)
     bank.update([4, 5, 6], embeddings, [1, 2, 3], [0.5, 0.6, 0.7])
-    bank.assign_density(np.full(5, 7.0, np.float32))
+    bank.refresh_density(t=3, temperature=0.07)
     for name in ("embeddings", "labels", "confidence", "density"):
         first, second = _replica_copies(getattr(bank, name))
         np.testing.assert_array_equal(first, second, err_msg=name)
     np.testing.assert_array_equal(_replica_copies(bank.labels)[1][4:7], [1, 2, 3])
-    np.testing.assert_array_equal(_replica_copies(bank.density)[1], np.full(5, 7.0))
+    rows = _replica_copies(bank.embeddings)[1]
+    # Rows of 8 floats over tau = 0.07: log rho within 1e-5 (tests/core/test_bank_contract.py).
+    np.testing.assert_allclose(
+        np.log(_replica_copies(bank.density)[1]),
+        np.log(reference.local_density(rows[np.sort(LABELLED_INDEX)], rows, 3, 0.07)),
+        atol=2e-5, rtol=0)
 
