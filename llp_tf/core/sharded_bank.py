@@ -12,7 +12,7 @@ are all-gathered and merged exactly:
 - density refresh: each labelled row's top-T rows of the shard, merged likewise.
 
 Each replica writes the rows it owns. The checkpoint holds the whole bank under
-`MemoryBank`'s names, so either bank restores the other's, at any replica count. One machine
+`bank.Bank`'s names, so either bank restores the other's, at any replica count. One machine
 only: the shards are variables on the strategy's local replica devices."""
 
 import functools

@@ -9,7 +9,7 @@ Phases:
 - ``"llp"``: read the batch's labels and confidences from the bank; loss =
   mean of c * (L_C + L_A) + weight decay; SGD step; propagate pseudo labels
   to the batch from its embeddings; write them and the new embeddings into
-  the bank (identically on every replica).
+  the bank (a `Bank`: replicated or sharded, the step is the same).
 
 Metrics of an LLP step (besides the loss terms): ``pseudo_labelled``, the
 share of the batch's rows whose bank label is a class (labelled, or
