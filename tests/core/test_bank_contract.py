@@ -114,7 +114,7 @@ def test_initial_state(make):
     assert state["embeddings"].dtype == np.float32 and state["labels"].dtype == np.int64
 
 
-@pytest.mark.parametrize("momentum", [0.5, 0.0])
+@pytest.mark.parametrize("momentum", [0.5, 0.0, 0.9])
 def test_update_against_float64(make, momentum):
     case = make(momentum=momentum)
     (indices, embeddings, classes, confidence), before = _pseudo_labelled(case)
