@@ -307,9 +307,8 @@ class ShardedMemoryBank(tf.Module, Bank):
                         temperature: float = hyperparameters.TEMPERATURE,
                         chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
         """`Bank.refresh_density` of every shard's labelled rows: chunks of about
-        ``chunk_size`` queries, one `strategy.run` each
-        (`_refresh_density_chunk`), so a replica holds one chunk's queries, similarities and
-        candidates."""
+        ``chunk_size`` queries, one `strategy.run` each (`_refresh_density_chunk`), so a
+        replica holds one chunk's queries, similarities and candidates."""
         share = max(1, int(chunk_size) // len(self.shards))
         most = max(s.labelled_stop - s.labelled_start for s in self.shards)
         t = min(int(t), self.num_examples)
