@@ -138,11 +138,9 @@ def _device_runner(llp, values):
     return StepRunner(llp, lambda batch: streams.finish_batch(batch, used, "paper"))
 
 
-def _bank_work(bank, embeddings, index, c):
+def _bank_work(bank, embeddings, index):
     """tf.function(steps): the LLP step's bank work alone, ``steps`` times."""
     import tensorflow as tf
-
-    from llp_tf.core import losses, propagation
 
     @tf.function
     def bank_work(steps):
@@ -150,13 +148,10 @@ def _bank_work(bank, embeddings, index, c):
             labels, _ = bank.read(index)
             with tf.GradientTape() as tape:
                 tape.watch(embeddings)
-                loss = tf.reduce_sum(losses.aggregation_loss(embeddings, bank.embeddings,
-                                                             bank.labels, labels))
+                loss = tf.reduce_sum(bank.aggregation_loss(embeddings, labels))
             # Feeding the gradient into the update keeps tf.function from pruning it.
             moved = tf.math.l2_normalize(embeddings - 1e-3 * tape.gradient(loss, embeddings), 1)
-            classes, confidence = propagation.propagate(
-                moved, bank.labelled_embeddings(), bank.labelled_classes(), c,
-                density=bank.density)
+            classes, confidence = bank.propagate(moved)
             bank.update(index, moved, classes, confidence)
 
     return bank_work
@@ -215,7 +210,7 @@ def benchmark(values, out, err):
                                          values.image_size)
     embeddings = tf.math.l2_normalize(tf.constant(rng.normal(size=(values.batch, 128)),
                                                   tf.float32), 1)
-    bank_work = _bank_work(bank, embeddings, tf.constant(order[:values.batch]), values.classes)
+    bank_work = _bank_work(bank, embeddings, tf.constant(order[:values.batch]))
     contenders = {name: (lambda r=runner, p=phase: r.run(iterator, values.steps, p))
                   for name, (runner, phase) in runners.items()}
     device_iterator = _synthetic_batches(strategy, rng, values.batch, values.bank,

@@ -11,14 +11,16 @@ checkpointed variables over the N used training examples (dense indices ``[0, N)
   order, 1 until refreshed;
 - ``labelled_index`` int64 [M] (sorted) and ``is_labelled`` bool [N]: the split.
 
-Create it inside ``strategy.scope()``; `update` keeps every replica's copy identical."""
+Create it inside ``strategy.scope()``; `update` keeps every replica's copy identical. The
+interface is `bank.Bank`'s."""
 
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import hyperparameters, label_encoding, propagation
+from llp_tf.core import hyperparameters, label_encoding, losses, propagation, variable_rows
+from llp_tf.core.bank import Bank
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -104,8 +106,8 @@ def gather_global_batch(tensors: Any) -> Any:
     return context.all_gather(tensors, axis=0)
 
 
-class MemoryBank(tf.Module):
-    """State of all N examples; see the module docstring."""
+class MemoryBank(tf.Module, Bank):
+    """State of all N examples, a copy on each replica; see the module docstring."""
 
     def __init__(self, num_examples: int, dim: int, num_classes: int,
                  labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
@@ -132,40 +134,43 @@ class MemoryBank(tf.Module):
                                             aggregation=tf.VariableAggregation.NONE))
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
-        """(labels int64 [B], confidence float32 [B]) of the rows ``indices`` int [B]."""
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)
 
-    def labelled_embeddings(self) -> FloatTensor:
-        """float32 [M, D]: bank rows of the labelled examples, in `labelled_index` order."""
-        return tf.gather(self.embeddings, self.labelled_index)
-
-    def labelled_classes(self) -> IntTensor:
-        """int64 [M]: classes of the labelled examples, in `labelled_index` order."""
-        return tf.gather(self.labels, self.labelled_index)
-
     def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:
-        """int64 [B]: the row of largest dot product with each of ``embeddings`` float32
-        [B, D] (the lowest of equal ones)."""
         _, nearest = propagation.nearest_rows(tf.cast(embeddings, tf.float32),
                                               self.embeddings, 1)
         return tf.cast(nearest[:, 0], tf.int64)
 
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """Writes a batch on every replica: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``.
-
-        Args:
-          indices: int [B], distinct across the global batch: this replica's (the global batch's in
-            cross-replica context).
-          embeddings: float32 [B, D].
-          classes, confidence: optional int64 / float32 [B], pseudo labels; labelled examples keep
-            their class and confidence 1."""
+        """`Bank.update`; also in cross-replica context (``indices`` then the global batch's)."""
         # aggregation=NONE: each replica applies the same scatter of the whole global batch.
         write_rows(self, global_update(indices, embeddings, classes, confidence), self.momentum)
 
-    def assign_density(self, density: FloatTensor) -> None:
-        """Stores rho (float32 [M], `labelled_index` order); call in cross-replica context."""
-        self.density.assign(tf.cast(density, tf.float32))
+    def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
+                         temperature: float = hyperparameters.TEMPERATURE,
+                         instance_labels: bool = False) -> FloatTensor:
+        row_labels = self.labels
+        if instance_labels:
+            row_labels = label_encoding.instance_labels(
+                tf.range(self.num_examples, dtype=tf.int64), self.num_classes)
+        return losses.aggregation_loss(embeddings, self.embeddings, row_labels, labels,
+                                       temperature)
+
+    def propagate(self, embeddings: FloatTensor, k: int = hyperparameters.K,
+                  temperature: float = hyperparameters.TEMPERATURE,
+                  local_weights: bool = True) -> tuple[IntTensor, FloatTensor]:
+        labelled = variable_rows.GatheredRows(self.embeddings, self.labelled_index)
+        return propagation.propagate(
+            embeddings, labelled, tf.gather(self.labels, self.labelled_index), self.num_classes,
+            k=k, temperature=temperature, density=self.density if local_weights else None)
+
+    def refresh_density(self, t: int = hyperparameters.T,
+                        temperature: float = hyperparameters.TEMPERATURE,
+                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
+        self.density.assign(propagation.local_density(
+            tf.gather(self.embeddings, self.labelled_index), self.embeddings, t, temperature,
+            chunk_size))
 
 
 def global_update(indices: IntTensor, embeddings: FloatTensor, classes: IntTensor | None,

@@ -178,12 +178,18 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
     def body(i, results):
         chunk = queries[i * chunk_size:(i + 1) * chunk_size] / temperature
         nearest, _ = nearest_rows(chunk, bank, t)
-        return i + 1, results.write(i, tf.reduce_logsumexp(nearest, axis=1))
+        return i + 1, results.write(i, log_density_of_nearest(nearest))
 
     # parallel_iterations=1: one chunk of similarities alive at a time.
     _, results = tf.while_loop(lambda i, _: i < num_chunks, body, (0, results),
                                parallel_iterations=1)
     return tf.reshape(results.concat(), [num_queries])
+
+
+def log_density_of_nearest(nearest: FloatTensor) -> FloatTensor:
+    """log rho of eq. 7, float32 [Q], from each query's t largest similarities over the
+    temperature, float32 [Q, t]."""
+    return tf.reduce_logsumexp(nearest, axis=1)
 
 
 def local_density(queries: FloatTensor, bank: FloatTensor, t: int = hyperparameters.T,
@@ -218,13 +224,17 @@ def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,
     labelled_classes = tf.cast(labelled_classes, tf.int64)
 
     # Scores are log P(i|v) + log Z (minus log rho_i); their softmax is the vote.
-    log_density = None
-    if density is not None:
-        log_density = tf.math.log(tf.convert_to_tensor(density, tf.float32))
+    log_density = None if density is None else density_offsets(density)
     k = _static_or_dynamic_min(k, labelled_bank)
     top_scores, voters = nearest_rows(embeddings / temperature, labelled_bank, k, log_density)
     class_weights = class_vote(top_scores, tf.gather(labelled_classes, voters), num_classes)
     return tf.argmax(class_weights, axis=1), tf.reduce_max(class_weights, axis=1)
+
+
+def density_offsets(density: FloatTensor) -> FloatTensor:
+    """log rho float32 [M] of ``density`` float32 [M]: subtracted from the scores log P(i|v) +
+    log Z, it makes them log P^L(i|v) + log Z (eq. 7-8)."""
+    return tf.math.log(tf.convert_to_tensor(density, tf.float32))
 
 
 def class_vote(scores: FloatTensor, neighbour_labels: IntTensor,

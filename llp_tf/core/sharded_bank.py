@@ -12,7 +12,7 @@ are all-gathered and merged exactly:
 - density refresh: each labelled row's top-T rows of the shard, merged likewise.
 
 Each replica writes the rows it owns. The checkpoint holds the whole bank under
-`MemoryBank`'s names, so either bank restores the other's, at any replica count. One machine
+`bank.Bank`'s names, so either bank restores the other's, at any replica count. One machine
 only: the shards are variables on the strategy's local replica devices."""
 
 import functools
@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from llp_tf.core import hyperparameters, label_encoding, losses, memory_bank, propagation, \
     variable_rows
+from llp_tf.core.bank import Bank
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -151,14 +152,12 @@ tf.register_tensor_conversion_function(
     _WholeState, lambda value, dtype=None, name=None, as_ref=False: value.read_value())
 
 
-class ShardedMemoryBank(tf.Module):
+class ShardedMemoryBank(tf.Module, Bank):
     """`memory_bank.MemoryBank`'s state, sharded over ``strategy``'s local replicas (module
-    docstring). Create it outside ``strategy.scope()``; its `read`, `aggregation_loss`,
-    `propagate`, `nearest_rows` and `update` run in replica context (`strategy.run`), and
-    their collectives need every replica to call them; `refresh_density` runs in
+    docstring); the interface is `Bank`'s. Create it outside ``strategy.scope()``; its batch
+    methods run in replica context (`strategy.run`) or outside any strategy, not in
     cross-replica context. ``embeddings``, ``labels``, ``confidence``, ``density`` and
-    ``is_labelled`` are whole-bank views (``numpy()``, convertible to tensors),
-    ``labelled_index`` a variable."""
+    ``is_labelled`` are whole-bank views, ``labelled_index`` a variable."""
 
     def __init__(self, strategy: tf.distribute.Strategy, num_examples: int, dim: int,
                  num_classes: int, labelled_index: Array | IntTensor,
@@ -210,7 +209,7 @@ class ShardedMemoryBank(tf.Module):
         return self.shards[_replica_id()]
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
-        """(labels int64 [b], confidence float32 [b]) of this replica's rows ``indices`` int [b]."""
+        """`Bank.read`: each row's label and confidence from the shard that owns it."""
         indices = tf.cast(indices, tf.int64)
         global_index = memory_bank.gather_global_batch(indices)
         shard = self._shard()
@@ -228,9 +227,8 @@ class ShardedMemoryBank(tf.Module):
     def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
                          temperature: float = hyperparameters.TEMPERATURE,
                          instance_labels: bool = False) -> FloatTensor:
-        """`losses.aggregation_loss` of this replica's ``embeddings`` float32 [b, D] and
-        ``labels`` int64 [b] against the whole bank, float32 [b], gradient to ``embeddings``.
-        ``instance_labels``: every row labelled by its instance id (the warm start)."""
+        """`Bank.aggregation_loss`: each shard's `losses.bank_sums` of the global batch,
+        combined (`combine_shards`)."""
         shard = self._shard()
         if instance_labels:
             row_labels = label_encoding.instance_labels(
@@ -256,13 +254,12 @@ class ShardedMemoryBank(tf.Module):
     def propagate(self, embeddings: FloatTensor, k: int = hyperparameters.K,
                   temperature: float = hyperparameters.TEMPERATURE,
                   local_weights: bool = True) -> tuple[IntTensor, FloatTensor]:
-        """`propagation.propagate` of this replica's ``embeddings`` float32 [b, D] from every
-        shard's labelled rows (with their densities if ``local_weights``): (classes int64 [b],
-        confidence float32 [b])."""
+        """`Bank.propagate`: each shard's top-k labelled rows of the global batch, merged
+        before `propagation.class_vote`."""
         embeddings = tf.cast(embeddings, tf.float32)
         queries = memory_bank.gather_global_batch(embeddings) / float(temperature)
         shard = self._shard()
-        offsets = tf.math.log(tf.convert_to_tensor(shard.density)) if local_weights else None
+        offsets = propagation.density_offsets(shard.density) if local_weights else None
         scores, index = shard_candidates(
             queries, variable_rows.GatheredRows(shard.embeddings, shard.labelled_rows), k,
             offsets)
@@ -283,8 +280,8 @@ class ShardedMemoryBank(tf.Module):
                 _local_part(tf.reduce_max(class_weights, axis=1), size))
 
     def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:
-        """int64 [b]: `MemoryBank.nearest_rows` of this replica's ``embeddings`` float32 [b, D],
-        each shard's nearest row merged (ties to the lowest index, as unsharded)."""
+        """`Bank.nearest_rows`: each shard's nearest row merged (ties to the lowest index, as
+        unsharded)."""
         embeddings = tf.cast(embeddings, tf.float32)
         shard = self._shard()
         scores, index = shard_candidates(memory_bank.gather_global_batch(embeddings),
@@ -298,7 +295,7 @@ class ShardedMemoryBank(tf.Module):
 
     def update(self, indices: IntTensor, embeddings: FloatTensor,
                classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """`MemoryBank.update`: the global batch all-gathered, each replica writes its rows."""
+        """`Bank.update`: the global batch all-gathered, each replica writes its rows."""
         batch = memory_bank.global_update(indices, embeddings, classes, confidence)
         shard = self._shard()
         owned, rows = shard.owned(batch["indices"])
@@ -309,10 +306,9 @@ class ShardedMemoryBank(tf.Module):
     def refresh_density(self, t: int = hyperparameters.T,
                         temperature: float = hyperparameters.TEMPERATURE,
                         chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
-        """Recomputes rho (eq. 7) of every shard's labelled rows against the whole bank, in
-        cross-replica context: chunks of about ``chunk_size`` queries, one `strategy.run` each
-        (`_refresh_density_chunk`), so a replica holds one chunk's queries, similarities and
-        candidates."""
+        """`Bank.refresh_density` of every shard's labelled rows: chunks of about
+        ``chunk_size`` queries, one `strategy.run` each (`_refresh_density_chunk`), so a
+        replica holds one chunk's queries, similarities and candidates."""
         share = max(1, int(chunk_size) // len(self.shards))
         most = max(s.labelled_stop - s.labelled_start for s in self.shards)
         t = min(int(t), self.num_examples)
@@ -344,7 +340,7 @@ class ShardedMemoryBank(tf.Module):
         scores = tf.reshape(tf.transpose(_gather_shares(scores), [1, 0, 2]),
                             [replicas * share, replicas * t])
         nearest, _ = tf.math.top_k(scores, k=t, sorted=False)
-        log_density = tf.reduce_logsumexp(nearest, axis=1)
+        log_density = propagation.log_density_of_nearest(nearest)
         replica = _replica_id()
         mine = log_density[replica * share:replica * share + (stop - start)]
         shard.density.scatter_update(tf.IndexedSlices(tf.exp(mine), tf.range(start, stop)))

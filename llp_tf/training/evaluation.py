@@ -9,8 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import bank_statistics
-from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.core.sharded_bank import ShardedMemoryBank
+from llp_tf.core.bank import Bank
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training import metrics as metrics_lib
 from llp_tf.tensor_types import Array
@@ -21,12 +20,12 @@ class Evaluator:
 
     Args:
       strategy: the run's `tf.distribute.Strategy`; model: `EmbeddingClassifier`.
-      bank: `MemoryBank` or `ShardedMemoryBank`, or None (validation accuracy only).
+      bank: a `Bank`, or None (validation accuracy only).
       bank_true_labels: int64 [N], the true class of each bank row (-1 where unknown).
       num_classes: int, C."""
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                 bank: Optional[MemoryBank | ShardedMemoryBank], bank_true_labels: Array,
+                 bank: Optional[Bank], bank_true_labels: Array,
                  num_classes: int) -> None:
         self.strategy = strategy
         self.model = model

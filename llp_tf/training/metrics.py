@@ -54,7 +54,7 @@ def nearest_neighbour_count(nearest: IntTensor, bank_true_labels: IntTensor, lab
     """float32 []: real examples whose nearest bank row has their true class.
 
     Args:
-      nearest: int [B], each example's nearest bank row (a bank's ``nearest_rows``).
+      nearest: int [B], each example's nearest bank row (`Bank.nearest_rows`).
       bank_true_labels: int64 [N], -1 where unknown; labels: int [B]; mask: as `top_k_count`'s."""
     neighbour_labels = tf.gather(bank_true_labels, nearest)
     return _masked_sum(tf.equal(neighbour_labels, tf.cast(labels, tf.int64)), mask)

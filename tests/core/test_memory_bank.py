@@ -1,3 +1,6 @@
+"""The replicated bank's own behaviour: its construction, initial rows and mirrored copies. The
+`Bank` contract it shares with the sharded bank is tests/core/test_bank_contract.py."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,28 +25,15 @@ def _numpy_update(rows, indices, embeddings, momentum=0.5):
     return rows
 
 
-def test_initial_state():
+def test_initial_rows_fill_their_range_with_unit_norm_in_expectation():
+    """The rest of the initial state: tests/core/test_bank_contract.py."""
     bank = _bank(seed=3)
     rows = bank.embeddings.numpy()
     scale = 1.0 / np.sqrt(D / 3.0)
-    assert rows.shape == (N, D) and rows.dtype == np.float32
     assert rows.min() >= -scale and rows.max() <= scale
     assert rows.min() < -0.8 * scale and rows.max() > 0.8 * scale  # fills the range
-    # Rows have unit norm in expectation.
     big = MemoryBank(5000, 128, 3, [0], [0], seed=0).embeddings.numpy()
     assert abs(np.mean(np.sum(big.astype(np.float64) ** 2, axis=1)) - 1.0) < 0.01
-
-    order = np.argsort(LABELLED_INDEX)
-    np.testing.assert_array_equal(bank.labelled_index.numpy(), LABELLED_INDEX[order])
-    np.testing.assert_array_equal(bank.labelled_classes().numpy(), LABELLED_CLASSES[order])
-    labels = bank.labels.numpy()
-    want = C + np.arange(N)
-    want[LABELLED_INDEX] = LABELLED_CLASSES
-    np.testing.assert_array_equal(labels, want)
-    assert len(np.unique(labels[~np.isin(np.arange(N), LABELLED_INDEX)])) == N - 5
-    np.testing.assert_array_equal(bank.confidence.numpy(), np.ones(N))
-    np.testing.assert_array_equal(bank.is_labelled.numpy(), np.isin(np.arange(N), LABELLED_INDEX))
-    assert bank.density.shape == (5,)
     assert all(not v.trainable for v in bank.variables)
 
 
@@ -64,61 +54,11 @@ def test_the_initial_state_of_a_row_range_is_those_rows_of_the_whole(dim, monkey
                                       err_msg=name)
 
 
-def test_nearest_rows_against_float64():
-    bank = _bank(seed=2)
-    queries = np.random.default_rng(4).normal(size=(9, D))
-    want = np.argmax(queries @ bank.embeddings.numpy().astype(np.float64).T, axis=1)
-    got = bank.nearest_rows(tf.constant(queries, tf.float32))
-    assert got.dtype == tf.int64
-    np.testing.assert_array_equal(got.numpy(), want)
-
-
-def test_same_seed_same_rows():
-    np.testing.assert_array_equal(_bank(seed=1).embeddings.numpy(),
-                                  _bank(seed=1).embeddings.numpy())
-    assert not np.array_equal(_bank(seed=1).embeddings.numpy(), _bank(seed=2).embeddings.numpy())
-
-
 def test_label_encoding_round_trip():
     labels = label_encoding.instance_labels(np.array([0, 3, 9]), C).numpy()
     np.testing.assert_array_equal(labels, [5, 8, 14])
     np.testing.assert_array_equal(label_encoding.is_class([0, 4, 5, 14], C).numpy(),
                                   [True, True, False, False])
-
-
-@pytest.mark.parametrize("momentum", [0.5, 0.0, 0.9])
-def test_update_moves_rows_and_renormalises(momentum):
-    bank = _bank(momentum=momentum)
-    before = bank.embeddings.numpy()
-    rng = np.random.default_rng(0)
-    indices = np.array([3, 30, 17, 0])
-    embeddings = reference.unit_rows(rng, 4, D)
-    bank.update(indices, embeddings)
-    want = _numpy_update(before, indices, embeddings, momentum)
-    np.testing.assert_allclose(bank.embeddings.numpy(), want, atol=1e-6)
-    # Only the batch's rows changed; labels untouched without classes.
-    untouched = np.setdiff1d(np.arange(N), indices)
-    np.testing.assert_array_equal(bank.embeddings.numpy()[untouched], before[untouched])
-    np.testing.assert_array_equal(bank.labels.numpy()[:], _bank().labels.numpy())
-
-
-def test_pseudo_labels_never_overwrite_labelled_examples():
-    bank = _bank()
-    indices = np.array([2, 3, 30, 8])        # 2 and 30 are labelled
-    classes = np.array([3, 1, 2, 4])
-    confidence = np.array([0.2, 0.6, 0.3, 0.9], np.float32)
-    bank.update(indices, reference.unit_rows(np.random.default_rng(1), 4, D), classes,
-                confidence)
-    labels, conf = bank.read(indices)
-    np.testing.assert_array_equal(labels.numpy(), [0, 1, 4, 4])
-    np.testing.assert_allclose(conf.numpy(), [1.0, 0.6, 1.0, 0.9])
-    # Examples outside the batch keep their instance ids.
-    assert bank.labels.numpy()[5] == C + 5
-
-
-def test_update_requires_classes_and_confidence_together():
-    with pytest.raises(ValueError, match="both"):
-        _bank().update([0], np.zeros((1, D), np.float32), classes=[1])
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -138,22 +78,6 @@ def test_bad_sizes_are_clear_errors():
         MemoryBank(0, D, C, [], [])
     with pytest.raises(ValueError, match="momentum"):
         MemoryBank(N, D, C, [0], [0], momentum=1.0)
-
-
-def test_assign_density():
-    bank = _bank()
-    bank.assign_density(np.arange(5, dtype=np.float32) + 1)
-    np.testing.assert_array_equal(bank.density.numpy(), [1, 2, 3, 4, 5])
-
-
-def test_checkpoint_round_trip(tmp_path):
-    bank = _bank(seed=4)
-    bank.update([1, 2], reference.unit_rows(np.random.default_rng(2), 2, D), [3, 3], [0.5, 0.5])
-    path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ck"))
-    restored = _bank(seed=9)
-    tf.train.Checkpoint(bank=restored).restore(path).assert_existing_objects_matched()
-    for a, b in zip(bank.variables, restored.variables):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def _replica_copies(variable):
@@ -200,10 +124,15 @@ def test_cross_replica_update_and_density_reach_every_copy(two_replica_strategy)
         bank = _bank(seed=6)
     embeddings = reference.unit_rows(np.random.default_rng(4), 3, D)
     bank.update([4, 5, 6], embeddings, [1, 2, 3], [0.5, 0.6, 0.7])
-    bank.assign_density(np.full(5, 7.0, np.float32))
+    bank.refresh_density(t=3, temperature=0.07)
     for name in ("embeddings", "labels", "confidence", "density"):
         first, second = _replica_copies(getattr(bank, name))
         np.testing.assert_array_equal(first, second, err_msg=name)
     np.testing.assert_array_equal(_replica_copies(bank.labels)[1][4:7], [1, 2, 3])
-    np.testing.assert_array_equal(_replica_copies(bank.density)[1], np.full(5, 7.0))
+    rows = _replica_copies(bank.embeddings)[1]
+    # Rows of 8 floats over tau = 0.07: log rho within 1e-5 (tests/core/test_bank_contract.py).
+    np.testing.assert_allclose(
+        np.log(_replica_copies(bank.density)[1]),
+        np.log(reference.local_density(rows[np.sort(LABELLED_INDEX)], rows, 3, 0.07)),
+        atol=2e-5, rtol=0)
 

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import losses
-from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.core.bank import Bank
 from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models import batch_norm, precision
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
@@ -189,8 +189,8 @@ class Method(abc.ABC):
         return True
 
     @property
-    def bank(self) -> Optional[MemoryBank]:
-        """The `MemoryBank` evaluation reads, or None."""
+    def bank(self) -> Optional[Bank]:
+        """The `Bank` evaluation reads, or None."""
         return None
 
     def evaluated_models(self) -> Dict[str, EmbeddingClassifier]:

@@ -9,7 +9,7 @@ Phases:
 - ``"llp"``: read the batch's labels and confidences from the bank; loss =
   mean of c * (L_C + L_A) + weight decay; SGD step; propagate pseudo labels
   to the batch from its embeddings; write them and the new embeddings into
-  the bank (identically on every replica).
+  the bank (a `Bank`: replicated or sharded, the step is the same).
 
 Metrics of an LLP step (besides the loss terms): ``pseudo_labelled``, the
 share of the batch's rows whose bank label is a class (labelled, or
@@ -31,11 +31,12 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.config_fields import setting
-from llp_tf.core import hyperparameters, label_encoding, losses, propagation, variable_rows
-from llp_tf.data.splits import regime
-from llp_tf.errors import ConfigError
+from llp_tf.core import hyperparameters, label_encoding, losses
+from llp_tf.core.bank import Bank
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
+from llp_tf.data.splits import regime
+from llp_tf.errors import ConfigError
 from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
                                           TrainingSplit)
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
@@ -107,9 +108,9 @@ class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring), with its
     `LLPSettings`.
 
-    ``bank`` is a `MemoryBank` created in ``strategy.scope()``, or with ``shard_bank`` a
-    `ShardedMemoryBank` created outside it; ``used_index`` (int64 [U],
-    the run's used examples) checks that a warm-start run used the same examples.
+    ``bank`` is any `Bank` (`from_config` builds a `MemoryBank` in ``strategy.scope()``, or
+    with ``shard_bank`` a `ShardedMemoryBank` outside it); ``used_index`` (int64 [U], the
+    run's used examples) checks that a warm-start run used the same examples.
     """
 
     name = "llp"
@@ -123,7 +124,7 @@ class LLPMethod(Method):
     RATIOS = {"confidence": ("confidence_sum", "pseudo_labelled")}
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                 optimizer: keras.optimizers.Optimizer, bank: MemoryBank | ShardedMemoryBank, *,
+                 optimizer: keras.optimizers.Optimizer, bank: Bank, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
                  settings: LLPSettings, used_index: Optional[Array] = None,
                  jit_compile: bool = False) -> None:
@@ -140,9 +141,6 @@ class LLPMethod(Method):
         self.density_chunk_size = int(settings.density_chunk_size)
         self.warmup_epochs = int(settings.warmup_epochs)
         self.warm_start = settings.warm_start
-        self.shard_bank = bool(settings.shard_bank)
-        if self.shard_bank != isinstance(bank, ShardedMemoryBank):
-            raise ValueError("settings.shard_bank must say whether the bank is sharded.")
         self.used_index = used_index
         with strategy.scope():
             self.density_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False,
@@ -170,7 +168,7 @@ class LLPMethod(Method):
     # ---- the Method interface ------------------------------------------------
 
     @property
-    def bank(self) -> MemoryBank | ShardedMemoryBank:
+    def bank(self) -> Bank:
         return self._bank
 
     def phase(self, epoch: int) -> str:
@@ -214,16 +212,12 @@ class LLPMethod(Method):
         self._density_function()
 
     def _refresh_density(self):
-        settings = {"t": self.t, "temperature": self.temperature,
-                    "chunk_size": self.density_chunk_size}
-        if self.shard_bank:
-            self._bank.refresh_density(**settings)
-        else:
-            self._bank.assign_density(propagation.local_density(
-                self._bank.labelled_embeddings(), self._bank.embeddings, **settings))
+        self._bank.refresh_density(t=self.t, temperature=self.temperature,
+                                   chunk_size=self.density_chunk_size)
 
     def _load_warm_start(self, warm_start):
-        """Loads the model and bank rows of an instance-recognition run."""
+        """Loads the model and the bank's ``embeddings`` (`Bank`'s checkpoint names) of an
+        instance-recognition run."""
         run_dir = warm_start if os.path.isdir(warm_start) else os.path.dirname(
             os.path.dirname(warm_start))
         path = (RunDirectory(warm_start).latest_checkpoint() if os.path.isdir(warm_start)
@@ -245,18 +239,11 @@ class LLPMethod(Method):
             raise ConfigError(f"Cannot warm-start from {path}: {error}") from None
 
     def _warmup_forward(self, batch):
-        bank = self._bank
         index = tf.cast(batch["used"]["index"], tf.int64)
         labels = label_encoding.instance_labels(index, self.num_classes)
         outputs = self.model(batch["used"]["image"], training=True)
-        if self.shard_bank:
-            aggregation = bank.aggregation_loss(outputs["embedding"], labels, self.temperature,
-                                                instance_labels=True)
-        else:
-            bank_labels = label_encoding.instance_labels(
-                tf.range(bank.num_examples, dtype=tf.int64), self.num_classes)
-            aggregation = losses.aggregation_loss(
-                outputs["embedding"], bank.embeddings, bank_labels, labels, self.temperature)
+        aggregation = self._bank.aggregation_loss(outputs["embedding"], labels, self.temperature,
+                                                  instance_labels=True)
         data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
         decay = self.weight_decay_share()
         loss = data_loss + decay
@@ -267,16 +254,11 @@ class LLPMethod(Method):
         self._bank.update(tf.cast(batch["used"]["index"], tf.int64), embedding)
 
     def _llp_forward(self, batch):
-        bank = self._bank
         index = tf.cast(batch["used"]["index"], tf.int64)
         # The loss uses the state as read at the start of the step.
-        labels, confidence = bank.read(index)
+        labels, confidence = self._bank.read(index)
         outputs = self.model(batch["used"]["image"], training=True)
-        if self.shard_bank:
-            aggregation = bank.aggregation_loss(outputs["embedding"], labels, self.temperature)
-        else:
-            aggregation = losses.aggregation_loss(
-                outputs["embedding"], bank.embeddings, bank.labels, labels, self.temperature)
+        aggregation = self._bank.aggregation_loss(outputs["embedding"], labels, self.temperature)
         categorisation = losses.categorisation_loss(outputs["logits"], labels)
         data_loss = losses.llp_loss(aggregation, categorisation, confidence,
                                     self.global_batch_size, self.weight_by_confidence,
@@ -307,14 +289,8 @@ class LLPMethod(Method):
         if self.propagation_method == "classifier":
             probabilities = tf.nn.softmax(tf.stop_gradient(logits))
             return tf.argmax(probabilities, axis=1), tf.reduce_max(probabilities, axis=1)
-        if self.shard_bank:
-            return self._bank.propagate(embedding, k=self.k, temperature=self.temperature,
-                                        local_weights=self.propagation_method == "local")
-        density = self._bank.density if self.propagation_method == "local" else None
-        labelled = variable_rows.GatheredRows(self._bank.embeddings, self._bank.labelled_index)
-        return propagation.propagate(
-            embedding, labelled, self._bank.labelled_classes(),
-            self.num_classes, k=self.k, temperature=self.temperature, density=density)
+        return self._bank.propagate(embedding, k=self.k, temperature=self.temperature,
+                                    local_weights=self.propagation_method == "local")
 
 
 def refuse_sharding_across_workers(strategy: tf.distribute.Strategy) -> None:

@@ -1,0 +1,74 @@
+"""The memory bank's interface, `Bank`: what LLP's steps, its evaluation and its warm start
+ask of a bank, whether each replica holds all of it (`memory_bank.MemoryBank`) or a shard
+(`sharded_bank.ShardedMemoryBank`). The equations are `losses`' and `propagation`'s; a bank
+applies them to its rows."""
+
+import abc
+
+from llp_tf.core import hyperparameters
+from llp_tf.tensor_types import FloatTensor, IntTensor
+
+
+class Bank(abc.ABC):
+    """State of N examples kept across steps.
+
+    State, each a whole-bank value (``numpy()``, convertible to a tensor) saved in checkpoints
+    under its name, so that either bank restores the other's at any replica count:
+    ``embeddings`` float32 [N, D]; ``labels`` int64 [N], a class or an instance id
+    (`label_encoding`); ``confidence`` float32 [N]; ``is_labelled`` bool [N];
+    ``labelled_index`` int64 [M], sorted; ``density`` float32 [M], rho in its order. Sizes
+    ``num_examples``, ``dim``, ``num_classes``, ``num_labelled`` (N, D, C, M), and the row
+    update's ``momentum``.
+
+    Batch methods take this replica's rows ``[b, ...]`` in replica context, where every
+    replica must call them (a bank may exchange shares between replicas), or the batch
+    outside any strategy; `refresh_density` runs in cross-replica context. Each result equals
+    the one bank's on one device up to the order of float32 sums."""
+
+    num_examples: int
+    dim: int
+    num_classes: int
+    num_labelled: int
+    momentum: float
+
+    @abc.abstractmethod
+    def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
+        """(labels int64 [b], confidence float32 [b]) of the rows ``indices`` int [b]."""
+
+    @abc.abstractmethod
+    def update(self, indices: IntTensor, embeddings: FloatTensor,
+               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
+        """Writes the global batch: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``.
+
+        Args:
+          indices: int [b], distinct over the global batch; embeddings: float32 [b, D].
+          classes, confidence: optional int64 / float32 [b] (both or neither), pseudo labels;
+            labelled rows keep their class and confidence 1."""
+
+    @abc.abstractmethod
+    def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:
+        """int64 [b]: the row of largest dot product with each of ``embeddings`` float32
+        [b, D] (the lowest of equal ones)."""
+
+    @abc.abstractmethod
+    def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
+                         temperature: float = hyperparameters.TEMPERATURE,
+                         instance_labels: bool = False) -> FloatTensor:
+        """`losses.aggregation_loss` of ``embeddings`` float32 [b, D] with ``labels`` int64 [b]
+        against every row, float32 [b]; the gradient reaches ``embeddings`` only. Rows have
+        their ``labels``, or with ``instance_labels`` their instance ids (the warm start)."""
+
+    @abc.abstractmethod
+    def propagate(self, embeddings: FloatTensor, k: int = hyperparameters.K,
+                  temperature: float = hyperparameters.TEMPERATURE,
+                  local_weights: bool = True) -> tuple[IntTensor, FloatTensor]:
+        """`propagation.propagate` of ``embeddings`` float32 [b, D] from the labelled rows,
+        with their ``density`` if ``local_weights`` (eq. 7-8) else without (eq. 5-6):
+        (classes int64 [b], confidence float32 [b])."""
+
+    @abc.abstractmethod
+    def refresh_density(self, t: int = hyperparameters.T,
+                        temperature: float = hyperparameters.TEMPERATURE,
+                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
+        """Sets ``density`` to `propagation.local_density` (eq. 7) of the labelled rows against
+        every row, about ``chunk_size`` queries at a time."""
