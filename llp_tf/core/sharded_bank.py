@@ -11,8 +11,9 @@ are all-gathered and merged exactly:
   top-K over all shards' candidates (`merge_candidates`) before the vote;
 - density refresh: each labelled row's top-T rows of the shard, merged likewise.
 
-Each replica writes the rows it owns. The checkpoint holds the whole bank under
-`bank.Bank`'s names, so either bank restores the other's, at any replica count. One machine
+Each replica writes the rows it owns. The checkpoint holds each shard's rows as slices of
+`bank.Bank`'s names (`bank_slices`), so either bank restores the other's, at any replica
+count; saving or restoring a sliced checkpoint makes no tensor of the whole bank. One machine
 only: the shards are variables on the strategy's local replica devices."""
 
 import functools
@@ -21,8 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import hyperparameters, label_encoding, losses, memory_bank, propagation, \
-    variable_rows
+from llp_tf.core import bank_slices, hyperparameters, label_encoding, losses, memory_bank, \
+    propagation, variable_rows
 from llp_tf.core.bank import Bank
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
@@ -91,7 +92,7 @@ def _replica_id():
 
 class _Shard:
     """One replica's rows ``[start, stop)``: variables on its device, not tracked by
-    checkpoints (the bank's `_WholeState` views are)."""
+    checkpoints (the bank's `bank_slices.SlicedState` views are)."""
 
     def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
                  labelled_bounds: tuple[int, int], device: str | None) -> None:
@@ -115,41 +116,6 @@ class _Untracked:
 
     def __init__(self, value: object) -> None:
         self.value = value
-
-
-class _WholeState(tf.__internal__.tracking.Trackable):
-    """The checkpoint's view of one state variable: the shards' parts concatenated, saved
-    under a variable's attribute name, restored into the shards whatever their number."""
-
-    def __init__(self, parts: list[tf.Variable], bounds: list[tuple[int, int]]) -> None:
-        self._parts, self._bounds = parts, bounds
-
-    def read_value(self) -> tf.Tensor:
-        with tf.device("CPU:0"):
-            return tf.concat([tf.convert_to_tensor(part) for part in self._parts], axis=0)
-
-    def numpy(self) -> Array:
-        return self.read_value().numpy()
-
-    @property
-    def shape(self) -> tf.TensorShape:
-        return self.read_value().shape
-
-    def _serialize_to_tensors(self):
-        return {"VARIABLE_VALUE": self.read_value()}
-
-    def _restore_from_tensors(self, restored_tensors):
-        value = restored_tensors["VARIABLE_VALUE"]
-        size = self._bounds[-1][1]
-        if value.shape[0] != size:
-            raise ValueError(f"the checkpoint's bank has {value.shape[0]} rows where this "
-                             f"one has {size}")
-        return tf.group([part.assign(value[start:stop])
-                         for part, (start, stop) in zip(self._parts, self._bounds)])
-
-
-tf.register_tensor_conversion_function(
-    _WholeState, lambda value, dtype=None, name=None, as_ref=False: value.read_value())
 
 
 class ShardedMemoryBank(tf.Module, Bank):
@@ -194,8 +160,9 @@ class ShardedMemoryBank(tf.Module, Bank):
         self._shard_holder = _Untracked(tuple(shards))
         self._strategy_holder = _Untracked(strategy)
         for name in ("embeddings", "labels", "confidence", "is_labelled"):
-            setattr(self, name, _WholeState([getattr(s, name) for s in shards], bounds))
-        self.density = _WholeState([s.density for s in shards], labelled_bounds)
+            setattr(self, name,
+                    bank_slices.SlicedState([getattr(s, name) for s in shards], bounds))
+        self.density = bank_slices.SlicedState([s.density for s in shards], labelled_bounds)
         with tf.device("CPU:0"):
             self.labelled_index = tf.Variable(labelled_index, trainable=False,
                                               name="labelled_index")
