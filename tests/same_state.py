@@ -36,13 +36,14 @@ def state_checkpoint(method):
 
 
 class Path:
-    """One code path: a method, its `StepRunner` and its own iterator of the
-    shared global batches (paths advance in lockstep, so their k-th steps read
-    the same batch)."""
+    """One code path: a method, its `StepRunner` (``runner``, or a new one with
+    ``prepare``: a runner keeps its traced loops, so tests that share a method
+    share its runner) and its own iterator of the shared global batches (paths
+    advance in lockstep, so their k-th steps read the same batch)."""
 
-    def __init__(self, method, iterator, prepare=None):
+    def __init__(self, method, iterator, prepare=None, runner=None):
         self.method, self.iterator = method, iterator
-        self.runner = StepRunner(method, prepare)
+        self.runner = runner or StepRunner(method, prepare)
 
     def step(self, phase):
         """One step of ``phase``: metric name -> float."""

@@ -72,12 +72,14 @@ class LLPComparison:
         for method in self.methods:
             assert_replicas_hold_one_state(method)
 
-    def step(self, phase, batch):
-        """One step of ``phase`` of both from the reference's state, on the
+    def step(self, phase, batch, copy=True):
+        """One step of ``phase`` of both from the reference's state (copied into
+        the other's, unless ``copy`` is False: the test made them equal), on the
         global ``batch`` (numpy "image" [B, ...] and "index" [B], in the
         iterators' order); returns (reference's metrics, other's)."""
         want_method, got_method = self.methods
-        self.copier.copy(want_method, got_method)
+        if copy:
+            self.copier.copy(want_method, got_method)
         start, before = model_weights(want_method.model), bank_state(want_method)
         logits = (logit_scale(self.logits_model or want_method.model, batch["image"],
                               self.logits_replicas) if phase == "llp" else 0.0)
