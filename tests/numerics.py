@@ -55,14 +55,14 @@ def reordered_sum_bound(terms, magnitude):
 TINY_FILTERS, TINY_STAGES, TINY_EMBEDDING = 8, 4, 16
 
 
-def tiny_resnet_sums(batch, size):
+def tiny_resnet_sums(batch, size, embedding=TINY_EMBEDDING):
     """Terms of each sum on the longest path of the tiny ResNet-10's forward pass
     over ``batch`` images of ``size`` px (batch norms over the global batch, as
     synchronised ones; unsynchronised ones sum fewer): the 3 x 3 x 3 stem; per
     stage s (side size / 2^s, 8 x 2^s filters) the pre-activation batch norm at
     the input's side, a 3 x 3 convolution, a batch norm and a 3 x 3
     convolution; the final batch norm, the global average pool, the 64-input
-    heads and the embedding's normalisation."""
+    heads and the normalisation of the ``embedding``-dimensional embedding."""
     sums, side, channels = [27], size, TINY_FILTERS
     for stage in range(TINY_STAGES):
         filters = TINY_FILTERS * 2 ** stage
@@ -70,7 +70,7 @@ def tiny_resnet_sums(batch, size):
         side //= 2 if stage else 1
         sums += [batch * side * side, 9 * filters]
         channels = filters
-    return sums + [batch * side * side, side * side, channels, TINY_EMBEDDING]
+    return sums + [batch * side * side, side * side, channels, embedding]
 
 
 def network_rtol(sums):
