@@ -3,8 +3,8 @@
 The split must happen before TensorFlow initialises its devices, so it runs at
 import time, before any test module touches TensorFlow. Tests that need two
 replicas use the `two_replica_strategy` fixture, those that need four
-`four_replica_strategy` (one strategy per device set for the whole session: see
-`llp_tf.training.distribution`); everything else runs on the first logical CPU
+`four_replica_strategy` (session fixtures: one strategy per device set for the whole
+session, see `llp_tf.training.distribution`); everything else runs on the first logical CPU
 as usual.
 """
 
@@ -29,14 +29,14 @@ tf.config.set_logical_device_configuration(
 LOGICAL_CPUS = [d.name for d in tf.config.list_logical_devices("CPU")]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def two_replica_strategy():
     """MirroredStrategy over two logical CPU devices."""
     from llp_tf.training.distribution import mirrored_strategy
     return mirrored_strategy(LOGICAL_CPUS[:2])
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def four_replica_strategy():
     """MirroredStrategy over four logical CPU devices, its collectives' group keys apart from
     the two-device one's (as TensorFlow's own tests set them: the same keys over another

@@ -88,43 +88,58 @@ def file_contents(folder):
     return contents
 
 
-def checkpoint_state(run_dir):
-    """Every variable of the newest checkpoint of a run, by checkpoint key."""
+def checkpoint_state(run_dir, step=None):
+    """Every variable of the newest checkpoint of a run (or of its checkpoint of
+    ``step``), by checkpoint key."""
     from llp_tf.training.run_directory import RunDirectory
-    path = RunDirectory(run_dir).latest_checkpoint()
+    run = RunDirectory(run_dir)
+    path = run.latest_checkpoint() if step is None else f"{run.checkpoint_dir}/ckpt-{step}"
     reader = tf.train.load_checkpoint(path)
     return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
             if "save_counter" not in name and "_CHECKPOINTABLE" not in name}
 
 
-def assert_same_state(run_dir, reference_dir, rtol=1e-4, atol=1e-5, bank=True, steps=None):
-    """The newest checkpoints of two runs hold the same variables and values:
-    integers (labels, steps) exactly, floats to ``rtol``/``atol`` (op order),
-    or with ``steps``, to `tests.numerics`' bound for runs that summed in
-    another order for that many steps. ``bank`` says whether the method keeps
-    a memory bank (checked too)."""
+def assert_same_state(run_dir, reference_dir, bank=True):
+    """The newest checkpoints of two runs hold the same variables, bit for bit:
+    runs of the same process layout (a resumed run against an uninterrupted
+    one) compute the same operations in the same order. ``bank`` says whether
+    the method keeps a memory bank (checked too)."""
     want, got = checkpoint_state(reference_dir), checkpoint_state(run_dir)
     assert set(want) == set(got)
     assert any("bank/labels" in name for name in want) == bank
-    groups = {}
     for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def short_name(name):
+    """A checkpoint key without its ``/.ATTRIBUTES/VARIABLE_VALUE`` suffix."""
+    return name.replace("/.ATTRIBUTES/VARIABLE_VALUE", "")
+
+
+def assert_same_step_states(start, want, got, move_rtol, checks, compared=()):
+    """Two runs' checkpoints ``want`` and ``got`` after one step from the same
+    state ``start`` (`checkpoint_state`s): integers and booleans equal; the
+    model's and the optimizer's variables each a group whose moves agree to
+    ``move_rtol`` (`numerics.assert_same_step_moves`); every other float
+    variable (short name, without its ``/.ATTRIBUTES/...`` suffix) checked by
+    ``checks[name](start value, want value, got value)``, or named in
+    ``compared`` (the caller compares it)."""
+    assert set(got) == set(want) == set(start)
+    groups, checked = {}, set()
+    for name in sorted(want):
+        short = short_name(name)
         if want[name].dtype.kind in "iub":
-            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-        elif steps is not None:
-            groups.setdefault(name.split("/")[0], []).append(name)
-        else:
-            np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol,
-                                       err_msg=name)
-    # Per checkpoint item (model, optimizer, bank, ...), as the moves of
-    # `numerics.assert_same_moves`: a small variable (a bias that starts at 0)
-    # has no scale of its own. The optimizer's momentum is a sum of recent
-    # gradients, not of moves: a gradient after k steps carries its own
-    # step's error plus the curvature times the weights' error (at most
-    # k steps' bound relative to one move, as lr x curvature < 1): k + 1.
+            np.testing.assert_array_equal(got[name], want[name], err_msg=short)
+        elif short.split("/")[0] in ("model", "optimizer"):
+            groups.setdefault(short.split("/")[0], []).append(name)
+        elif short not in compared:
+            assert short in checks, f"{short} is not compared"
+            checks[short](start[name], want[name], got[name])
+            checked.add(short)
+    assert checked == set(checks), set(checks) - checked
     for group, names in groups.items():
-        numerics.assert_close_values([want[name].ravel() for name in names],
-                                     [got[name].ravel() for name in names],
-                                     steps + (group == "optimizer"), what=group)
+        numerics.assert_same_step_moves([start[n] for n in names], [want[n] for n in names],
+                                        [got[n] for n in names], move_rtol, what=group)
 
 
 class DriverProcess:

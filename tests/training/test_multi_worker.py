@@ -1,8 +1,9 @@
 """Two worker processes (MultiWorkerMirroredStrategy over loopback, one CPU each),
-started by tools/launch_local.py, against one process with two CPU replicas: LLP,
-and FixMatch for the methods that read two streams and two views."""
+started by tools/launch_local.py, against one process with two CPU replicas: the step
+after a checkpoint that process wrote, taken by both and compared per term to
+`tests.numerics`' bounds (LLP, and FixMatch for the methods that read two streams
+and two views); workers stopped and relaunched end as uninterrupted workers, bit for bit."""
 
-import io
 import os
 import signal
 import subprocess
@@ -11,11 +12,12 @@ import time
 
 import pytest
 
-from llp_tf.training import local_launcher, run_training
+from llp_tf.training import local_launcher
 from llp_tf.training.run_directory import RunDirectory
-from tests import numerics
-from tests.runs import assert_same_state, checkpoint_state, tiny_config
+from tests.runs import assert_same_state, tiny_config
 from tests.cli.tool_main import ROOT, load_tool, tool_path
+from tests.training.run_steps import ONE_STEP_EPOCHS, assert_same_fixmatch_step, \
+    assert_same_llp_step, recorded_logit_scale, reference_after_a_copy
 
 LAUNCH_TIMEOUT_SECONDS = 240
 SETTINGS = dict(warmup_epochs=1, epochs=2, eval_every=1)
@@ -45,10 +47,57 @@ def _launch(config, **popen):
                             stderr=subprocess.STDOUT, text=True, **popen)
 
 
+def _workers_after_a_copy(tmp_path, stripes, **settings):
+    """One process with two replicas trains the first epoch of ``settings`` (one
+    step), two workers the second from a copy of its checkpoint, as it does
+    (`tests.training.run_steps`). Returns (its config, the workers' run directory)."""
+    other = tmp_path / "two" / "run"
+    reference = reference_after_a_copy(tmp_path / "one", stripes, other, cpu_replicas=2,
+                                       **settings)
+    config = tiny_config(tmp_path / "two", stripes, cluster="auto",
+                         **dict(ONE_STEP_EPOCHS, **settings))
+    launcher = _launch(config)
+    out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert launcher.returncode == 0, out
+    assert f"Resumed from {RunDirectory(config.run_dir).checkpoint_dir}/ckpt-1" in out
+    assert "[worker 1] This is worker 1 of 2: it trains, the chief writes" in out
+    # The chief alone wrote the run directory (and recorded the changed
+    # settings); the other worker left nothing.
+    assert set(os.listdir(config.run_dir)) == RUN_FILES | {"config_history.jsonl"}
+    return reference, config.run_dir
+
+
+def test_two_workers_take_the_step_of_one_process_with_two_replicas(tmp_path, stripes,
+                                                                    monkeypatch):
+    """The first LLP step, after the warm-up's, per term (`run_steps.assert_same_llp_step`)."""
+    logits = recorded_logit_scale(monkeypatch, "categorisation_loss", [0])
+    assert_same_llp_step(*_workers_after_a_copy(tmp_path, stripes, warmup_epochs=1), logits)
+
+
+@pytest.mark.slow
+def test_fixmatch_on_two_workers_takes_the_step_of_one_process_with_two_replicas(
+        tmp_path, stripes, monkeypatch):
+    """Two streams (labelled, unlabelled) and two views (weak, strong) per worker: the
+    second step, per term (`run_steps.assert_same_fixmatch_step`), at a threshold that
+    some weak views pass."""
+    logits = recorded_logit_scale(monkeypatch, "pseudo_label_terms", [0, 2, 3])
+    reference, other = _workers_after_a_copy(tmp_path, stripes, method="fixmatch",
+                                             warmup_epochs=0, fixmatch_threshold=0.3)
+    assert_same_fixmatch_step(reference, other, logits)
+    assert RunDirectory(other).read_metrics()[1]["mask"] > 0
+
+
+#: The run the stopped workers' tests relaunch: one loop a step, no checkpoint but the epochs'.
+STOPPED_SETTINGS = dict(SETTINGS, cluster="auto", steps_per_loop=1, checkpoint_every=100)
+
+
 @pytest.fixture(scope="module")
-def one_process_two_replicas(tmp_path_factory, stripes):
-    config = tiny_config(tmp_path_factory.mktemp("one"), stripes, cpu_replicas=2, **SETTINGS)
-    run_training(config, stream=io.StringIO())
+def two_workers_uninterrupted(tmp_path_factory, stripes):
+    """The run directory of `STOPPED_SETTINGS` trained by two workers, uninterrupted."""
+    config = tiny_config(tmp_path_factory.mktemp("uninterrupted"), stripes, **STOPPED_SETTINGS)
+    launcher = _launch(config)
+    out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert launcher.returncode == 0, out
     return config.run_dir
 
 
@@ -61,73 +110,23 @@ def _wait_until(condition):
 
 def _assert_the_relaunch_resumes(config, step, reference_dir):
     """Relaunches both workers: they resume from the checkpoint at ``step`` and end
-    as the one process with two replicas did."""
+    as uninterrupted workers did, bit for bit (the same processes, the same
+    operations in the same order), metrics too."""
     run = RunDirectory(config.run_dir)
     relaunch = _launch(config)
     out, _ = relaunch.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
     assert relaunch.returncode == 0, out
     assert f"Resumed from {run.checkpoint_dir}/ckpt-{step}" in out
-    _assert_close_states(config.run_dir, reference_dir)
-    assert [row["epoch"] for row in run.read_metrics()] == [1, 2]
-
-
-def _steps(run_dir):
-    return int(checkpoint_state(run_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"])
-
-
-def _assert_close_states(run_dir, reference_dir, bank=True):
-    """Same variables; integers equal, floats equal up to the rounding of the
-    run's steps (`tests.numerics`): the workers' all-reduce sums in another
-    order than one process's (bit-equal on some CPUs, not on others)."""
-    assert_same_state(run_dir, reference_dir, bank=bank, steps=_steps(reference_dir))
-
-
-def test_two_workers_train_as_one_process_with_two_replicas(
-        tmp_path, stripes, one_process_two_replicas):
-    config = tiny_config(tmp_path, stripes, cluster="auto", **SETTINGS)
-    launcher = _launch(config)
-    out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
-    assert launcher.returncode == 0, out
-    assert "[worker 1] This is worker 1 of 2: it trains, the chief writes" in out
-    _assert_close_states(config.run_dir, one_process_two_replicas)
-    rows = RunDirectory(config.run_dir).read_metrics()
+    assert_same_state(config.run_dir, reference_dir)
+    rows, reference = run.read_metrics(), RunDirectory(reference_dir).read_metrics()
     assert [row["epoch"] for row in rows] == [1, 2]
-    reference = RunDirectory(one_process_two_replicas).read_metrics()
-    assert rows[-1]["val_top1"] == pytest.approx(reference[-1]["val_top1"], abs=0.03)
-    # The chief alone wrote the run directory; the other worker left nothing.
-    assert set(os.listdir(config.run_dir)) == RUN_FILES
-
-
-@pytest.mark.slow
-def test_fixmatch_on_two_workers_trains_as_one_process_with_two_replicas(tmp_path, stripes):
-    """Two streams (labelled, unlabelled) and two views (weak, strong) per worker.
-
-    One step an epoch (a global batch of all 160 stripes), two steps in all:
-    the numerics' bound grows by one step's rounding a step, while this
-    tiny network at lr 0.1 amplifies a difference several times a step, so
-    ten steps (32 a step) left it within the bound on one oneDNN path and
-    past it on another (2.7% of the weights apart without oneDNN)."""
-    settings = dict(SETTINGS, method="fixmatch", warmup_epochs=0, global_batch_size=160)
-    reference = tiny_config(tmp_path / "one", stripes, cpu_replicas=2, **settings)
-    run_training(reference, stream=io.StringIO())
-    config = tiny_config(tmp_path / "two", stripes, cluster="auto", **settings)
-    launcher = _launch(config)
-    out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
-    assert launcher.returncode == 0, out
-    _assert_close_states(config.run_dir, reference.run_dir, bank=False)
-    rows = RunDirectory(config.run_dir).read_metrics()
-    wanted = RunDirectory(reference.run_dir).read_metrics()
-    assert [row["epoch"] for row in rows] == [1, 2]
-    for name in ("labelled", "unlabelled", "mask"):
-        numerics.assert_close_values(wanted[-1][name], rows[-1][name],
-                                     _steps(reference.run_dir), what=name)
+    assert rows == reference
 
 
 @pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_resumes(
-        tmp_path, stripes, one_process_two_replicas):
-    config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
-                         checkpoint_every=100, **SETTINGS)
+        tmp_path, stripes, two_workers_uninterrupted):
+    config = tiny_config(tmp_path, stripes, **STOPPED_SETTINGS)
     run = RunDirectory(config.run_dir)
     launcher = _launch(config, start_new_session=True)
     try:
@@ -147,7 +146,7 @@ def test_sigterm_to_one_worker_stops_both_with_a_checkpoint_and_the_relaunch_res
     assert "[worker 1] Stopped by SIGTERM at step" in out
     stopped = int(out.split("[worker 0] Stopped by SIGTERM at step ")[1].split(",")[0])
     assert 5 <= stopped < 10
-    _assert_the_relaunch_resumes(config, stopped, one_process_two_replicas)
+    _assert_the_relaunch_resumes(config, stopped, two_workers_uninterrupted)
 
 
 def _worker(config, ports, index):
@@ -160,9 +159,8 @@ def _worker(config, ports, index):
 
 @pytest.mark.slow
 def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
-        tmp_path, stripes, one_process_two_replicas):
-    config = tiny_config(tmp_path, stripes, cluster="auto", steps_per_loop=1,
-                         checkpoint_every=100, **SETTINGS)
+        tmp_path, stripes, two_workers_uninterrupted):
+    config = tiny_config(tmp_path, stripes, **STOPPED_SETTINGS)
     run = RunDirectory(config.run_dir)
     ports = load_tool("command_line.py").free_ports(2)
     workers = [_worker(config, ports, index) for index in (0, 1)]
@@ -180,4 +178,4 @@ def test_a_killed_worker_is_one_line_on_the_survivor_and_the_relaunch_resumes(
         "error: Lost worker 1 of the cluster (killed, out of memory or its node lost), so "
         "worker 0 stopped too. Relaunch every worker with the same command: the run resumes "
         f"from its checkpoint at step 5 ({run.checkpoint_dir}/ckpt-5).\n")
-    _assert_the_relaunch_resumes(config, 5, one_process_two_replicas)
+    _assert_the_relaunch_resumes(config, 5, two_workers_uninterrupted)

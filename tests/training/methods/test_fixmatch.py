@@ -7,12 +7,15 @@ import tensorflow as tf
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods.fixmatch import FixMatchMethod, FixMatchSettings
+from tests import numerics
 from tests.models.helpers import skip_unless_computable
+from tests.same_state import Path, StateCopier, logit_scale, model_weights
 from tests.training.methods.two_streams import (
-    C, assert_mixed_precision_trains, assert_runs_agree, first_batch, iterator, log_softmax,
-    permute_unlabelled_labels, streams, tiny_model, weights)
+    C, SIZE, assert_mixed_precision_trains, assert_runs_agree, first_batch, global_batch,
+    iterator, log_softmax, permute_unlabelled_labels, streams, tiny_model, weights)
 
-G, MU = 32, 7  # B = 4 labelled and U = 28 unlabelled examples a step
+G, MU = 32, 7
+B, U = 4, 28  # labelled and unlabelled examples a step
 VIEWS = ("weak", "strong")
 
 
@@ -108,12 +111,45 @@ def test_permuting_the_unlabelled_streams_labels_changes_nothing():
     assert_runs_agree(want, got, honest, cheated, exact=True)
 
 
-def test_two_replicas_match_one_replica(two_replica_strategy):
+def _assert_same_step(paths, copier, data, step):
+    """One step of both `Path`s from the first's state, compared per term
+    (`tests.numerics`): each cross-entropy a softmax of C logits (of the size a
+    forward pass of the step's images gives), over the labelled examples and
+    the masked unlabelled ones (pseudo labels and the mask, discrete choices,
+    the same); the weight decay a sum of squares of the same weights; the
+    weight moves. Returns the first path's metrics."""
+    want_method, got_method = (path.method for path in paths)
+    copier.copy(want_method, got_method)
+    start = model_weights(want_method.model)
+    batch = global_batch(data, want_method, step)
+    images = np.concatenate([batch["labelled"]["image"], batch["unlabelled"]["weak"],
+                             batch["unlabelled"]["strong"]])
+    sums = numerics.tiny_resnet_sums(len(images), SIZE)
+    softmax = numerics.softmax_term_bound(numerics.network_rtol(sums),
+                                          logit_scale(want_method.model, images), C)
+    want, got = (path.step("fixmatch") for path in paths)
+    decayed = sum(int(np.prod(w.shape)) for w in want_method.model.weight_decay_variables())
+    bounds = {"labelled": numerics.metric_bound(want["labelled"], B, softmax),
+              "unlabelled": numerics.metric_bound(want["unlabelled"], U, softmax),
+              "mask": numerics.metric_bound(want["mask"], U),
+              "weight_decay": numerics.metric_bound(want["weight_decay"], decayed)}
+    bounds["loss"] = (bounds["labelled"] + want_method.unlabelled_weight * bounds["unlabelled"]
+                      + bounds["weight_decay"] + numerics.reordered_sum_bound(3, want["loss"]))
+    numerics.assert_same_metrics(want, got, bounds)
+    numerics.assert_same_step_moves(start, model_weights(want_method.model),
+                                    model_weights(got_method.model), numerics.step_rtol(sums))
+    return want
+
+
+def test_two_replicas_take_the_step_of_one_from_the_same_state(two_replica_strategy, tmp_path):
+    """Three steps, each from the one replica's state copied into the two replicas'."""
     data = streams(VIEWS)
-    single = _method(tf.distribute.get_strategy(), threshold=0.3)
-    mirrored = _method(two_replica_strategy, threshold=0.3)
-    want, got = _run(single, data), _run(mirrored, data)
-    assert_runs_agree(want, got, single, mirrored)
+    methods = (_method(tf.distribute.get_strategy(), threshold=0.3),
+               _method(two_replica_strategy, threshold=0.3))
+    paths = [Path(method, iterator(method, data)) for method in methods]
+    copier = StateCopier(tmp_path)
+    masks = [_assert_same_step(paths, copier, data, step)["mask"] for step in range(3)]
+    assert max(masks) > 0  # the unlabelled term counted
 
 
 @pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
@@ -129,13 +165,16 @@ def test_mixed_precision_trains_with_float32_losses(mixed_precision):
 
 
 @pytest.mark.slow
-def test_an_xla_compiled_step_gives_the_same_results():
+def test_an_xla_compiled_step_gives_the_same_results(tmp_path):
+    """Two steps, each from the plain path's state, per term."""
     strategy = tf.distribute.get_strategy()
     data = streams(VIEWS)
-    want = _run(_method(strategy, threshold=0.3), data, steps=1)
-    got = _run(_method(strategy, threshold=0.3, jit_compile=True), data, steps=1)
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+    methods = (_method(strategy, threshold=0.3), _method(strategy, threshold=0.3,
+                                                         jit_compile=True))
+    paths = [Path(method, iterator(method, data)) for method in methods]
+    copier = StateCopier(tmp_path)
+    for step in range(2):
+        _assert_same_step(paths, copier, data, step)
 
 
 def test_from_config_and_the_streams_it_reads(tmp_path):

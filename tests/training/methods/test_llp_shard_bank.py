@@ -1,11 +1,7 @@
 """LLP with ``--shard_bank`` against the replicated bank, on 2 and 4 logical CPU replicas:
-each step, every weight, bank row, confidence and log density within `BOUND`, labels equal;
-checkpoints resume at another replica count, sharded or not.
-
-BOUND: the runs differ only in the order of float32 sums (the loss's shards combined after
-their blocks, the merged top-K candidates); over a few steps of a tiny model with
-lr 0.05 that moves weights by about 1e-6, far below 1e-4, while a wrong merge moves the
-loss, its gradient and so every weight by a share of the step (1e-2 or more here)."""
+each step from the same state, compared per term (metrics, weight moves, bank writes,
+densities) to `tests.numerics`' bounds, labels equal; a merge without rescaling exceeds
+them; checkpoints resume at another replica count, sharded or not."""
 
 import keras
 import numpy as np
@@ -19,11 +15,10 @@ from llp_tf.errors import ConfigError
 from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner
 from llp_tf.training.methods.llp import LLPSettings, refuse_sharding_across_workers
-from tests.training.test_methods import B, C, D, LABELLED, LABELLED_CLASSES, N, SIZE, _data, \
-    _iterator, _values
-
-BOUND = 1e-4
-STATE = ("embeddings", "labels", "confidence", "density")
+from tests.same_state import Path, StateCopier
+from tests.training.llp_steps import LLPComparison, bank_state
+from tests.training.test_methods import B, C, D, LABELLED, LABELLED_CLASSES, N, SIZE, SUMS, \
+    _data, _global_batch, _iterator
 
 
 def _setup(strategy, shard_bank):
@@ -43,50 +38,63 @@ def _setup(strategy, shard_bank):
                                           warmup_epochs=1, shard_bank=shard_bank))
 
 
-def _state(method):
-    """Weights and bank state as numpy arrays, by name."""
-    state = {f"weight {w.path}": _values(w)[0] for w in method.model.weights}
-    state.update({name: _values(getattr(method.bank, name))[0] for name in STATE})
-    # rho is about exp(T / tau) ~ 1e6 here: compared in log space, as computed.
-    state["density"] = np.log(state["density"])
-    return state
-
-
 def _assert_equal_state(want, got, when):
-    for name in want:
-        if name == "labels":
-            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {when}")
-        else:
-            np.testing.assert_allclose(got[name], want[name], atol=BOUND, rtol=0,
-                                       err_msg=f"{name}, {when}")
+    """Two methods hold the same weights and bank, bit for bit."""
+    for a, b in zip(want.model.weights, got.model.weights, strict=True):
+        np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=f"{a.path}, {when}")
+    for name, value in bank_state(want).items():
+        np.testing.assert_array_equal(bank_state(got)[name], value, err_msg=f"{name}, {when}")
 
 
-def _lockstep(want, got, data, llp_steps=3):
-    """A warm-up step, the density refresh and ``llp_steps`` LLP steps of both methods on the
-    same global batches, their states compared after each."""
-    runners = [(StepRunner(m), _iterator(m.strategy, data)) for m in (want, got)]
-    for runner, iterator in runners:
-        runner.run(iterator, 1, "warmup")
-    _assert_equal_state(_state(want), _state(got), "after the warm-up step")
-    for method in (want, got):
-        method.before_epoch(1, "llp")
-    _assert_equal_state(_state(want), _state(got), "after the density refresh")
-    for step in range(llp_steps):
-        for runner, iterator in runners:
-            runner.run(iterator, 1, "llp")
-        _assert_equal_state(_state(want), _state(got), f"after LLP step {step + 1}")
+class _Fresh:
+    """Methods built and traced once per module: ``fresh(strategy, shard_bank)`` is the
+    method in its initial state (restored) with its runner, whose traced loops a new
+    method would trace again (most of these tests' time)."""
+
+    def __init__(self, folder):
+        self.folder, self.built = folder, {}
+
+    def __call__(self, strategy, shard_bank):
+        key = (strategy.num_replicas_in_sync, shard_bank)
+        if key not in self.built:
+            method = _setup(strategy, shard_bank)
+            path = _checkpoint(method).write(str(self.folder / f"initial-{key[0]}-{key[1]}"))
+            self.built[key] = (method, StepRunner(method), path)
+        method, runner, path = self.built[key]
+        _checkpoint(method).read(path).assert_existing_objects_matched()
+        return method, runner
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    return _Fresh(tmp_path_factory.mktemp("initial"))
+
+
+def _comparison(want, got, data, tmp_path):
+    """An `LLPComparison` of two (method, runner) pairs, their iterators from ``data``'s start."""
+    return LLPComparison(*(Path(m, _iterator(m.strategy, data), runner=r) for m, r in (want, got)),
+                         StateCopier(tmp_path), SUMS)
+
+
+def _steps_from_the_same_state(compare, data, llp_steps=3):
+    """A warm-up step, the density refresh and ``llp_steps`` LLP steps, each from the
+    reference's state (`LLPComparison`)."""
+    compare.step("warmup", _global_batch(data, 0))
+    compare.refresh()
+    for step in range(1, 1 + llp_steps):
+        compare.step("llp", _global_batch(data, step))
 
 
 # Four replicas on two cores take minutes: make test-all (CI) runs them.
 @pytest.mark.parametrize("replicas", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_llp_steps_equal_the_replicated_ones(replicas, two_replica_strategy,
-                                                     four_replica_strategy):
+                                                     four_replica_strategy, fresh, tmp_path):
     strategy = two_replica_strategy if replicas == 2 else four_replica_strategy
-    replicated, sharded = _setup(strategy, False), _setup(strategy, True)
-    assert [s.stop - s.start for s in sharded.bank.shards] == [N // replicas] * replicas
-    before = _state(sharded)
-    _lockstep(replicated, sharded, _data())
-    after = _state(sharded)
+    replicated, sharded = fresh(strategy, False), fresh(strategy, True)
+    assert [s.stop - s.start for s in sharded[0].bank.shards] == [N // replicas] * replicas
+    before = bank_state(replicated[0])
+    _steps_from_the_same_state(_comparison(replicated, sharded, _data(), tmp_path), _data())
+    after = bank_state(replicated[0])
     # The steps changed the state the comparison covers, pseudo labels included.
     assert not np.allclose(after["embeddings"], before["embeddings"], atol=1e-2)
     assert np.any(after["labels"] != before["labels"])
@@ -99,12 +107,17 @@ def _without_rescaling(shard_sums):
                                tf.add_n([s.weighted for s in shard_sums]))
 
 
-def test_a_merge_without_rescaling_breaks_the_equality(two_replica_strategy, monkeypatch):
-    """The comparison above can fail: the shards' loss sums added without rescaling."""
+def test_a_merge_without_rescaling_breaks_the_equality(two_replica_strategy, monkeypatch,
+                                                       tmp_path):
+    """The comparison above can fail: the shards' loss sums added without rescaling move
+    the warm-up step's loss past its bound."""
     monkeypatch.setattr(sharded_bank, "combine_shards", _without_rescaling)
+    # New methods: the merge is read when their steps are traced.
     replicated, sharded = _setup(two_replica_strategy, False), _setup(two_replica_strategy, True)
-    with pytest.raises(AssertionError, match="after the warm-up step"):
-        _lockstep(replicated, sharded, _data())
+    compare = _comparison(*((m, StepRunner(m)) for m in (replicated, sharded)), _data(),
+                          tmp_path)
+    with pytest.raises(AssertionError, match="loss: .* more than the bound"):
+        compare.step("warmup", _global_batch(_data(), 0))
 
 
 def _checkpoint(method):
@@ -116,26 +129,32 @@ def _checkpoint(method):
                                     (1, True), pytest.param((1, False), marks=pytest.mark.slow)],
                          ids=["4 sharded", "1 sharded", "1 replicated"])
 def test_a_sharded_checkpoint_of_two_replicas_resumes_at_another_count(
-        resume, two_replica_strategy, four_replica_strategy, tmp_path):
-    """Two replicas sharded: a warm-up step, the refresh, two LLP steps, a checkpoint; resumed
-    with ``resume`` (replicas, sharded) for a third LLP step, against three replicated steps."""
+        resume, two_replica_strategy, four_replica_strategy, fresh, tmp_path):
+    """Two replicas sharded: a warm-up step, the refresh, two LLP steps, a checkpoint;
+    restored bit for bit with ``resume`` (replicas, sharded), whose next LLP step equals
+    the replicated two replicas' from the same state."""
     data = _data()
-    replicated = _setup(two_replica_strategy, False)
-    written = _setup(two_replica_strategy, True)
-    _lockstep(replicated, written, data, llp_steps=2)
+    written, runner = fresh(two_replica_strategy, True)
+    iterator = _iterator(two_replica_strategy, data)
+    runner.run(iterator, 1, "warmup")
+    written.before_epoch(1, "llp")
+    runner.run(iterator, 2, "llp")
     path = _checkpoint(written).save(str(tmp_path / "ckpt"))
 
     replicas, shard_bank = resume
     strategy = {1: tf.distribute.get_strategy(), 4: four_replica_strategy}[replicas]
-    resumed = _setup(strategy, shard_bank)
+    resumed, resumed_runner = fresh(strategy, shard_bank)
     _checkpoint(resumed).restore(path).assert_existing_objects_matched()
-    _assert_equal_state(_state(written), _state(resumed), "restored")
+    _assert_equal_state(written, resumed, "restored")
     assert int(resumed.density_epoch.numpy()) == 1
+    replicated, replicated_runner = fresh(two_replica_strategy, False)
+    _checkpoint(replicated).restore(path).assert_existing_objects_matched()
+    _assert_equal_state(replicated, resumed, "restored")
     # The third LLP step: the fourth global batch, the second of the data (two per pass).
     rest = {name: np.roll(value, -B, axis=0) for name, value in data.items()}
-    StepRunner(replicated).run(_iterator(two_replica_strategy, rest), 1, "llp")
-    StepRunner(resumed).run(_iterator(strategy, rest), 1, "llp")
-    _assert_equal_state(_state(replicated), _state(resumed), "after the resumed step")
+    compare = _comparison((replicated, replicated_runner), (resumed, resumed_runner), rest,
+                          tmp_path)
+    compare.step("llp", _global_batch(rest, 0), copy=False)
 
 
 def test_a_replicated_checkpoint_restores_into_a_sharded_bank(two_replica_strategy, tmp_path):
@@ -145,7 +164,7 @@ def test_a_replicated_checkpoint_restores_into_a_sharded_bank(two_replica_strate
     path = _checkpoint(replicated).save(str(tmp_path / "ckpt"))
     sharded = _setup(two_replica_strategy, True)
     _checkpoint(sharded).restore(path).assert_existing_objects_matched()
-    _assert_equal_state(_state(replicated), _state(sharded), "restored")
+    _assert_equal_state(replicated, sharded, "restored")
 
 
 def test_a_bank_of_another_size_is_refused(tmp_path):

@@ -1,6 +1,6 @@
 """Pseudo-label and FixMatch runs end to end: killed with SIGKILL and resumed,
-they end as an uninterrupted run; tools/export.py writes a classify signature
-that works."""
+they end as an uninterrupted run, bit for bit; tools/export.py writes a classify
+signature that works; FixMatch's device-side views take the host-side step."""
 
 import io
 
@@ -10,9 +10,10 @@ import tensorflow as tf
 
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
-from tests import numerics
 from tests.runs import DriverProcess, assert_same_state, tiny_config
 from tests.cli.tool_main import load_tool, run_main
+from tests.training.run_steps import ONE_STEP_EPOCHS, assert_same_fixmatch_step, \
+    recorded_logit_scale, reference_after_a_copy
 
 METHODS = ("pseudo_label", "fixmatch")
 # 160 stripes, 32 a step: 5 steps an epoch; checkpoints at steps 3, 5, 6, 9, 10; loops of
@@ -52,7 +53,7 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterru
     assert [row["epoch"] for row in rows] == [1, 2]
     for row, wanted in zip(rows, reference):
         for name in ("val_top1", "loss", "labelled", "unlabelled", "mask"):
-            assert row[name] == pytest.approx(wanted[name], rel=1e-4, abs=1e-5), name
+            assert row[name] == wanted[name], name
 
 
 def test_the_export_tool_writes_a_classify_signature_that_works(tmp_path, uninterrupted):
@@ -71,16 +72,21 @@ def test_the_export_tool_writes_a_classify_signature_that_works(tmp_path, uninte
 
 
 @pytest.mark.slow
-def test_device_side_views_over_two_replicas_train_as_the_host_side(tmp_path, stripes):
+def test_device_side_views_over_two_replicas_take_the_host_sides_step(tmp_path, stripes,
+                                                                    monkeypatch):
     """FixMatch's weak and strong views, augmented in each replica's step
-    (--augment_on=device), train an epoch over two replicas as the host path
-    does. The images agree to ~1e-6 (tests/data/augmentation/test_views.py), which steps
-    amplify, so the epoch's losses and mask rate are compared to the bound of
-    its steps (`tests.numerics`); one step is compared in
-    tests/training/test_methods.py."""
-    settings = dict(SETTINGS, method="fixmatch", epochs=1, cpu_replicas=2)
-    host = tiny_config(tmp_path / "host", stripes, augment_on="host", **settings)
-    device = tiny_config(tmp_path / "device", stripes, augment_on="device", **settings)
-    rows = [run_training(config, stream=io.StringIO()) for config in (host, device)]
-    for name in ("loss", "labelled", "unlabelled", "mask"):
-        numerics.assert_close_values(rows[0][name], rows[1][name], rows[0]["step"], what=name)
+    (--augment_on=device), over two replicas: the second step, from the host-side
+    run's first checkpoint, per term (`run_steps.assert_same_fixmatch_step`). The
+    images agree to 1e-6 (tests/data/augmentation/test_views.py), a relative input
+    error of 1e-6 over the normalised images' size (at least 0.1: their root mean
+    square is about 1)."""
+    logits = recorded_logit_scale(monkeypatch, "pseudo_label_terms", [0, 2, 3])
+    settings = dict(method="fixmatch", warmup_epochs=0, cpu_replicas=2,
+                    fixmatch_threshold=0.3)
+    other = tmp_path / "device" / "run"
+    host = reference_after_a_copy(tmp_path / "host", stripes, other, augment_on="host",
+                                  **settings)
+    run_training(tiny_config(tmp_path / "device", stripes, augment_on="device",
+                             **dict(ONE_STEP_EPOCHS, **settings)), stream=io.StringIO())
+    assert_same_fixmatch_step(host, other, logits, input_rtol=1e-6 / 0.1)
+    assert RunDirectory(other).read_metrics()[1]["mask"] > 0

@@ -56,10 +56,19 @@ def permute_unlabelled_labels(data):
 
 def first_batch(data, method):
     """The first global batch the iterator of ``data`` gives ``method``."""
+    return global_batch(data, method, 0)
+
+
+def global_batch(data, method, step):
+    """The global batch of 0-based ``step`` that the iterator of ``data`` gives
+    ``method`` (each stream in its own passes)."""
     sizes = {"labelled": method.labelled_batch_size,
              "unlabelled": method.unlabelled_batch_size}
-    return {stream: {key: value[:sizes[stream]] for key, value in elements.items()}
-            for stream, elements in data.items()}
+    batch = {}
+    for stream, elements in data.items():
+        rows = (np.arange(sizes[stream]) + step * sizes[stream]) % len(elements["index"])
+        batch[stream] = {key: value[rows] for key, value in elements.items()}
+    return batch
 
 
 def iterator(method, data):
