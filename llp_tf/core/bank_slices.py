@@ -9,11 +9,13 @@ Not `Trackable._serialize_to_tensors`: its restore hands `_restore_from_tensors`
 first slice of a key. A checkpoint of another row count fails in TensorFlow's reader
 (`tf.errors.InvalidArgumentError`, naming both shapes)."""
 
+from typing import Any, Optional, Sequence
+
 import tensorflow as tf
 # TensorFlow's SaveableObject and SaveSpec have no public name.
 from tensorflow.python.training.saving import saveable_object
 
-from llp_tf.tensor_types import Array
+from llp_tf.tensor_types import Array, Tensor
 
 
 def slice_spec(full_shape: tuple[int, ...], start: int, stop: int) -> str:
@@ -75,7 +77,8 @@ class _SlicesSaveable(saveable_object.SaveableObject):
             specs = [saveable_object.SaveSpec(tf.zeros(state.shape, state.dtype), "", name)]
         super().__init__(state, specs, name)
 
-    def restore(self, restored_tensors, restored_shapes=None):
+    def restore(self, restored_tensors: Sequence[Tensor],
+                restored_shapes: Optional[Sequence[Any]] = None) -> tf.Operation:
         """Assigns each part its slice (``restored_tensors`` in the specs' order)."""
         del restored_shapes
         if not self._parts and restored_tensors[0].shape[0]:

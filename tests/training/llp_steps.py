@@ -10,6 +10,8 @@ import dataclasses
 
 import numpy as np
 
+from llp_tf.core.sharded_bank import ShardedMemoryBank
+
 from tests import numerics
 from tests.same_state import first_copy, logit_scale, model_weights, replica_copies
 
@@ -48,7 +50,7 @@ def bank_state(method):
 def assert_replicas_hold_one_state(method):
     """Every replica's copy of the model's weights and (replicated) bank is the same."""
     variables = list(method.model.weights)
-    if not method.shard_bank:
+    if not isinstance(method.bank, ShardedMemoryBank):
         variables += [getattr(method.bank, name) for name in BANK_STATE]
     for variable in variables:
         copies = replica_copies(variable)
