@@ -179,7 +179,7 @@ def test_a_sharded_run_trains_evaluates_and_loads_as_a_replicated_one(
     from llp_tf.training import run_training
     from tests.runs import tiny_config
     config = tiny_config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True,
-                         shard_bank=True)
+                         shard_bank=True, epochs=2)
     final = run_training(config, io.StringIO())
     assert np.isfinite(final["loss"]) and 0 <= final["val_nn_top1"] <= 1
     run = run_loader.load_run(config.run_dir)
