@@ -85,11 +85,6 @@ def _run(method, data, llp_steps=4, runner=None):
     return warmup, llp
 
 
-def _values(variable):
-    values = getattr(variable, "values", None)
-    return [v.numpy() for v in values] if values else [variable.numpy()]
-
-
 def _global_batch(data, step):
     """The global batch of 0-based ``step`` of `_iterator` (numpy, by key)."""
     rows = (np.arange(B) + step * B) % N
