@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import pytest  # noqa: E402
 
 from llp_tf.cli import quiet_start  # noqa: E402
+from tests.session_cache import shared, shared_folder  # noqa: E402
 
 # TensorFlow's start-up notices hidden as in the tools (pytest-xdist's workers
 # would print them).
@@ -54,13 +55,14 @@ def four_replica_strategy():
 def stripes(tmp_path_factory):
     """Dataset name of an image folder of 4 classes x (40 train + 10 validation)."""
     from tests.runs import write_stripes
-    return write_stripes(tmp_path_factory.mktemp("stripes"))
+    return shared(tmp_path_factory, "stripes", write_stripes)
 
 
 @pytest.fixture(scope="session")
 def tiny_llp_training(tmp_path_factory, stripes):
     """(`TrainConfig`, final metrics) of a finished 3-epoch LLP run on `stripes`
-    (1 warm-up epoch), with `tests.runs.tiny_config`'s settings.
+    (1 warm-up epoch), with `tests.runs.tiny_config`'s settings; trained once for
+    all the test run's workers (`shared`).
 
     Shared by the tests of training and of the tools that read runs; do not
     write into its run directory.
@@ -69,8 +71,9 @@ def tiny_llp_training(tmp_path_factory, stripes):
 
     from llp_tf.training import run_training
     from tests.runs import tiny_config
-    config = tiny_config(tmp_path_factory.mktemp("tiny_llp"), stripes)
-    return config, run_training(config, io.StringIO())
+    final = shared(tmp_path_factory, "tiny_llp",
+                   lambda folder: run_training(tiny_config(folder, stripes), io.StringIO()))
+    return tiny_config(shared_folder(tmp_path_factory, "tiny_llp"), stripes), final
 
 
 @pytest.fixture(scope="session")

@@ -72,3 +72,23 @@ def logit_scale(model, images, replicas=1):
         logits = [model(share, training=True)["logits"].numpy()
                   for share in np.split(np.asarray(images), replicas)]
     return float(np.max(np.abs(np.concatenate(logits))))
+
+
+class FreshMethods:
+    """Methods built, and their loops traced, once per test module (tracing is
+    most of these tests' time): ``fresh(key, build)`` is the method ``build()``
+    made for ``key`` on the first call, with its `StepRunner`, restored to its
+    initial state (a checkpoint in ``folder``) on every call."""
+
+    def __init__(self, folder):
+        self.folder, self.built = folder, {}
+
+    def __call__(self, key, build):
+        if key not in self.built:
+            method = build()
+            path = state_checkpoint(method).write(
+                os.path.join(str(self.folder), f"initial-{len(self.built)}"))
+            self.built[key] = (method, StepRunner(method), path)
+        method, runner, path = self.built[key]
+        state_checkpoint(method).read(path).assert_existing_objects_matched()
+        return method, runner

@@ -80,6 +80,7 @@ def launcher():
             process.wait(STOP_SECONDS)
 
 
+@pytest.mark.slow  # 20 s: a service process feeding a 3-epoch run
 def test_a_run_fed_by_the_launched_service_trains_like_local_input(launcher, tiny_llp_run,
                                                                    stripes, tmp_path):
     process, port = launcher

@@ -220,6 +220,7 @@ DEMO_SMALL = ("--regime=demo", "--data_percent=10", "--width=0.25",
               "--steps_per_loop=4")
 
 
+@pytest.mark.slow  # 20 s: three training processes
 def test_a_resume_of_the_demo_prints_no_tensorflow_warning(tmp_path, caplog):
     run_dir = f"--run_dir={tmp_path / 'demo'}"
     first = _run(*DEMO_SMALL, run_dir, "--epochs=1")

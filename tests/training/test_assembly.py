@@ -193,6 +193,9 @@ def test_overwrite_starts_a_trained_run_afresh_and_names_what_it_left(tmp_path, 
     assert (run_dir / "export").is_dir()
 
 
+# Slow: the same path runs in make test with a sharded bank
+# (methods/test_llp_shard_bank.py) and as two workers' reference (test_multi_worker.py).
+@pytest.mark.slow
 def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
     config = _config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True, epochs=2)
     final = assembly.run_training(config, stream=open(os.devnull, "w"))
@@ -200,19 +203,20 @@ def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
 
 
 def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoint(
-        tmp_path, stripes):
-    config = _config(tmp_path, stripes, epochs=2)
+        tmp_path, tiny_llp_training):
+    # A copy of the shared run: 3 epochs of 5 steps, checkpoints at 3, 5, 6, 9, 10, 12, 15.
+    config, _ = tiny_llp_training
+    config = config.replace(run_dir=str(shutil.copytree(config.run_dir, tmp_path / "run")))
     run = run_directory.RunDirectory(config.run_dir)
-    assembly.run_training(config, stream=open(os.devnull, "w"))
     started = open(run.config_path).read()
 
     log = io.StringIO()
-    assert assembly.run_training(config.replace(epochs=1, k=5), stream=log) == {}
-    assert ("has trained 2 epochs (step 10), more than the 1 asked (--epochs=1); nothing "
+    assert assembly.run_training(config.replace(epochs=2, k=5), stream=log) == {}
+    assert ("has trained 3 epochs (step 15), more than the 2 asked (--epochs=2); nothing "
             "was trained or changed") in log.getvalue()
     log = io.StringIO()
     assert assembly.run_training(config, stream=log) == {}
-    assert "has trained the 2 epochs asked (step 10); nothing to do" in log.getvalue()
+    assert "has trained the 3 epochs asked (step 15); nothing to do" in log.getvalue()
     assert open(run.config_path).read() == started
     assert not os.path.exists(run.file(run_record.HISTORY_FILE))
 
@@ -220,19 +224,19 @@ def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoin
     with open(newest + ".data-00000-of-00001", "r+b") as f:
         f.truncate(100)
     log = io.StringIO()
-    final = assembly.run_training(config.replace(epochs=3, k=5), stream=log)
+    final = assembly.run_training(config.replace(epochs=4, k=5), stream=log)
     text = log.getvalue()
     assert f"the checkpoint {newest} cannot be read" in text
-    assert "Resumed from" in text and "ckpt-9 (step 9)" in text
-    assert "Dropped 1 metrics row recorded after step 9" in text
-    assert "Settings changed since the run last trained: epochs: 2 -> 3, k: 3 -> 5; " \
-           "recorded at step 9" in text
-    assert "Trained steps 9-15 (epochs 2-3); the run in" in text
-    assert "has trained 3 of 3 epochs" in text
-    assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2, 3]
-    assert final["step"] == 15
+    assert "Resumed from" in text and "ckpt-12 (step 12)" in text
+    assert "Dropped 1 metrics row recorded after step 12" in text
+    assert "Settings changed since the run last trained: epochs: 3 -> 4, k: 3 -> 5; " \
+           "recorded at step 12" in text
+    assert "Trained steps 12-20 (epochs 3-4); the run in" in text
+    assert "has trained 4 of 4 epochs" in text
+    assert [row["epoch"] for row in _metrics(config.run_dir)] == [1, 2, 3, 4]
+    assert final["step"] == 20
     assert open(run.config_path).read() == started
-    assert run_record.describe_history(config.run_dir) == ["step 9: epochs: 2 -> 3, k: 3 -> 5"]
+    assert run_record.describe_history(config.run_dir) == ["step 12: epochs: 3 -> 4, k: 3 -> 5"]
 
 
 @pytest.mark.slow  # 20-35 s: three runs, one XLA-compiled

@@ -11,7 +11,7 @@ from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod, Tra
 from llp_tf.training.methods.llp import LLPSettings
 from tests import numerics
 from tests.models.helpers import skip_unless_computable
-from tests.same_state import Path, StateCopier, logit_scale, model_weights
+from tests.same_state import FreshMethods, Path, StateCopier, logit_scale, model_weights
 from tests.training.llp_steps import LLPComparison
 
 N, C, D, B, SIZE = 32, 4, 16, 16, 8
@@ -66,18 +66,23 @@ def _iterator(strategy, data):
         tf.distribute.InputOptions(experimental_fetch_to_device=False)))
 
 
-def _run(method, data, llp_steps=4):
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """``fresh(strategy, **settings)``: `_setup`'s method in its initial state with its
+    runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
+    methods = FreshMethods(tmp_path_factory.mktemp("initial"))
+    return lambda strategy, **settings: methods(
+        (strategy.num_replicas_in_sync, tuple(sorted(settings.items()))),
+        lambda: _setup(strategy, **settings))
+
+
+def _run(method, data, llp_steps=4, runner=None):
     iterator = _iterator(method.strategy, data)
-    runner = StepRunner(method)
+    runner = runner or StepRunner(method)
     warmup = runner.run(iterator, 2, "warmup")
     method.before_epoch(1, method.phase(1))  # the density refresh
     llp = runner.run(iterator, llp_steps, "llp")
     return warmup, llp
-
-
-def _values(variable):
-    values = getattr(variable, "values", None)
-    return [v.numpy() for v in values] if values else [variable.numpy()]
 
 
 def _global_batch(data, step):
@@ -91,14 +96,14 @@ SUMS = numerics.tiny_resnet_sums(B, SIZE)
 
 
 def test_two_replicas_take_the_steps_of_one_replica_from_the_same_state(two_replica_strategy,
-                                                                         tmp_path):
+                                                                         fresh, tmp_path):
     """Two warm-up steps, the density refresh and four LLP steps (pseudo labels
     read in the second LLP epoch), each from the one replica's state copied into
     the two replicas', compared per term to `tests.numerics`' bounds."""
     data = _data()
-    single = _setup(tf.distribute.get_strategy())
-    mirrored = _setup(two_replica_strategy)
-    paths = [Path(method, _iterator(method.strategy, data)) for method in (single, mirrored)]
+    paths = [Path(method, _iterator(method.strategy, data), runner=runner)
+             for method, runner in (fresh(tf.distribute.get_strategy()),
+                                    fresh(two_replica_strategy))]
     compare = LLPComparison(*paths, StateCopier(tmp_path), SUMS)
     for step in range(2):
         compare.step("warmup", _global_batch(data, step))
@@ -108,26 +113,31 @@ def test_two_replicas_take_the_steps_of_one_replica_from_the_same_state(two_repl
     assert want["pseudo_labelled"] == 1.0  # the last steps read pseudo labels
 
 
-def test_llp_never_reads_the_true_labels_of_unlabelled_examples():
+def test_llp_never_reads_the_true_labels_of_unlabelled_examples(fresh):
+    """The same method from the same initial state on the data and on the data
+    with its unlabelled examples' labels changed: bit-identical."""
     data = _data()
     scrambled = dict(data)
     unlabelled = ~np.isin(data["index"], LABELLED)
     scrambled["label"] = np.where(unlabelled, (data["label"] + 1) % C, data["label"])
-    honest, cheated = _setup(tf.distribute.get_strategy()), _setup(tf.distribute.get_strategy())
-    metrics_a = _run(honest, data)
-    metrics_b = _run(cheated, scrambled)
+    runs = []
+    for given in (data, scrambled):
+        method, runner = fresh(tf.distribute.get_strategy())
+        runs.append((_run(method, given, runner=runner), method.bank.labels.numpy()))
+    (metrics_a, labels_a), (metrics_b, labels_b) = runs
     for a, b in zip(metrics_a, metrics_b):
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    np.testing.assert_array_equal(honest.bank.labels.numpy(), cheated.bank.labels.numpy())
+    np.testing.assert_array_equal(labels_a, labels_b)
 
 
 @pytest.mark.parametrize("propagation", ["local", "knn", "classifier"])
-def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation):
-    trainer = _setup(tf.distribute.get_strategy(), propagation, sync_batch_norm=False)
+def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation, fresh):
+    trainer, runner = fresh(tf.distribute.get_strategy(), propagation=propagation,
+                            sync_batch_norm=False)
     before = trainer.bank.embeddings.numpy()
     data = _data()
-    _, llp = _run(trainer, data)
+    _, llp = _run(trainer, data, runner=runner)
     labels = trainer.bank.labels.numpy()
     confidence = trainer.bank.confidence.numpy()
     np.testing.assert_array_equal(labels[LABELLED], LABELLED_CLASSES)
@@ -148,11 +158,11 @@ def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation):
     assert np.all(np.isfinite(llp["loss"]))
 
 
-def test_confidence_is_the_mean_over_the_rows_that_have_a_class():
-    trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
+def test_confidence_is_the_mean_over_the_rows_that_have_a_class(fresh):
+    trainer, runner = fresh(tf.distribute.get_strategy(), propagation="local",
+                            sync_batch_norm=False)
     data = _data()
     iterator = _iterator(trainer.strategy, data)
-    runner = StepRunner(trainer)
     runner.run(iterator, 2, "warmup")
     trainer.before_epoch(1, "llp")
     read, steps = [], []  # each LLP step's rows: (confidence, has a class) as it read them
@@ -180,15 +190,16 @@ def test_confidence_is_the_mean_over_the_rows_that_have_a_class():
     assert "confidence" not in trainer.reported({"confidence_sum": 0.0, "pseudo_labelled": 0.0})
 
 
-def test_warmup_loss_is_instance_discrimination_over_the_bank():
-    trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
+def test_warmup_loss_is_instance_discrimination_over_the_bank(fresh):
+    trainer, _ = fresh(tf.distribute.get_strategy(), propagation="local", sync_batch_norm=False)
     data = _data()
     bank_before = trainer.bank.embeddings.numpy().astype(np.float64)
     batch = {k: v[:B] for k, v in data.items()}
     embeddings = trainer.model(batch["image"], training=True)["embedding"].numpy()
-    # Recreate the state the step starts from (the forward above moved BN statistics).
-    trainer = _setup(tf.distribute.get_strategy(), sync_batch_norm=False)
-    metrics = StepRunner(trainer).run(_iterator(trainer.strategy, data), 1, "warmup")
+    # Restore the state the step starts from (the forward above moved BN statistics).
+    trainer, runner = fresh(tf.distribute.get_strategy(), propagation="local",
+                            sync_batch_norm=False)
+    metrics = runner.run(_iterator(trainer.strategy, data), 1, "warmup")
     logits = embeddings.astype(np.float64) @ bank_before.T / 0.07
     own = logits[np.arange(B), batch["index"]]
     want = np.mean(np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
@@ -277,7 +288,8 @@ def _supervised_step(paths, copier, batch, sums, replicas=1):
                                     model_weights(got_method.model), numerics.step_rtol(sums))
 
 
-@pytest.mark.parametrize("replicas", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow  # XLA compiles: 20-25 s on 2 cores at one replica, a minute at two
+@pytest.mark.parametrize("replicas", [1, 2])
 def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strategy, tmp_path):
     """Two warm-up steps, the density refresh, an LLP step and two supervised
     steps, compiled with XLA or not, each from the plain path's state, per term
@@ -331,14 +343,14 @@ def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow():
     assert float(scaled.optimizer.dynamic_scale.numpy()) == 2.0 ** 99
 
 
-def test_the_runner_reports_each_step_of_a_loop_on_the_host_while_it_runs():
-    method = _setup(tf.distribute.get_strategy())
+def test_the_runner_reports_each_step_of_a_loop_on_the_host_while_it_runs(fresh):
+    method, runner = fresh(tf.distribute.get_strategy())
     iterator = _iterator(method.strategy, _data())
     done = []
-    metrics = StepRunner(method).run(iterator, 3, "warmup", on_step=done.append)
+    metrics = runner.run(iterator, 3, "warmup", on_step=done.append)
     assert done == [1, 2, 3] and metrics["loss"].shape == (3,)
     # Without a callback the same traced loop runs, reporting to no one.
-    assert StepRunner(method).run(iterator, 2, "warmup")["loss"].shape == (2,)
+    assert runner.run(iterator, 2, "warmup")["loss"].shape == (2,) and done == [1, 2, 3]
 
 
 def _device_side_data(seed=0):
@@ -356,7 +368,8 @@ def _device_side_data(seed=0):
             dict(labels, image=crops, augment={"image": stacked}))
 
 
-def test_the_runner_finishes_device_side_batches_in_each_replica(two_replica_strategy, tmp_path):
+def test_the_runner_finishes_device_side_batches_in_each_replica(two_replica_strategy, fresh,
+                                                                 tmp_path):
     """StepRunner's ``prepare`` (`streams.finish_batch`, --augment_on=device) runs
     in each replica before the step: two warm-up steps on shipped uint8 crops and
     choices, each from the host path's state, equal those on the host-augmented
@@ -366,11 +379,11 @@ def test_the_runner_finishes_device_side_batches_in_each_replica(two_replica_str
     from llp_tf.data.pipeline import streams
     host_data, device_data = _device_side_data()
     spec = {name: streams.Stream(np.arange(N), B) for name in ("used", "labelled")}
-    paths = []
-    for data, prepare in ((host_data, None),
-                          (device_data, lambda batch: streams.finish_batch(batch, spec, "paper"))):
-        method = _setup(two_replica_strategy)
-        paths.append(Path(method, _iterator(method.strategy, data), prepare))
+    host, host_runner = fresh(two_replica_strategy)
+    device = _setup(two_replica_strategy)
+    paths = [Path(host, _iterator(two_replica_strategy, host_data), runner=host_runner),
+             Path(device, _iterator(two_replica_strategy, device_data),
+                  lambda batch: streams.finish_batch(batch, spec, "paper"))]
     input_rtol = 1e-6 / np.sqrt(np.mean(np.square(host_data["image"].astype(np.float64))))
     compare = LLPComparison(*paths, StateCopier(tmp_path), SUMS, input_rtol=input_rtol)
     for step in range(2):

@@ -67,6 +67,7 @@ def _workers_after_a_copy(tmp_path, stripes, **settings):
     return reference, config.run_dir
 
 
+@pytest.mark.slow  # 30 s: a two-stage run here and two worker processes
 def test_two_workers_take_the_step_of_one_process_with_two_replicas(tmp_path, stripes,
                                                                     monkeypatch):
     """The first LLP step, after the warm-up's, per term (`run_steps.assert_same_llp_step`)."""

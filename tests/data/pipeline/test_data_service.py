@@ -28,8 +28,10 @@ class _Cluster:
         self.dispatcher = service.DispatchServer(service.DispatcherConfig(
             port=ports[0], worker_addresses=addresses))
         self.address = f"grpc://{HOST}:{ports[0]}"
+        # Heartbeats every 0.5 s: a stopping worker waits for its next one.
         self.workers = [service.WorkerServer(service.WorkerConfig(
-            dispatcher_address=f"{HOST}:{ports[0]}", worker_address=address, port=port))
+            dispatcher_address=f"{HOST}:{ports[0]}", worker_address=address, port=port,
+            heartbeat_interval_ms=500))
             for address, port in zip(addresses, ports[1:])]
 
     def stop(self):

@@ -15,7 +15,7 @@ from llp_tf.errors import ConfigError
 from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner
 from llp_tf.training.methods.llp import LLPSettings, refuse_sharding_across_workers
-from tests.same_state import Path, StateCopier
+from tests.same_state import FreshMethods, Path, StateCopier
 from tests.training.llp_steps import LLPComparison, bank_state
 from tests.training.test_methods import B, C, D, LABELLED, LABELLED_CLASSES, N, SIZE, SUMS, \
     _data, _global_batch, _iterator
@@ -46,28 +46,13 @@ def _assert_equal_state(want, got, when):
         np.testing.assert_array_equal(bank_state(got)[name], value, err_msg=f"{name}, {when}")
 
 
-class _Fresh:
-    """Methods built and traced once per module: ``fresh(strategy, shard_bank)`` is the
-    method in its initial state (restored) with its runner, whose traced loops a new
-    method would trace again (most of these tests' time)."""
-
-    def __init__(self, folder):
-        self.folder, self.built = folder, {}
-
-    def __call__(self, strategy, shard_bank):
-        key = (strategy.num_replicas_in_sync, shard_bank)
-        if key not in self.built:
-            method = _setup(strategy, shard_bank)
-            path = _checkpoint(method).write(str(self.folder / f"initial-{key[0]}-{key[1]}"))
-            self.built[key] = (method, StepRunner(method), path)
-        method, runner, path = self.built[key]
-        _checkpoint(method).read(path).assert_existing_objects_matched()
-        return method, runner
-
-
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
-    return _Fresh(tmp_path_factory.mktemp("initial"))
+    """``fresh(strategy, shard_bank)``: that method in its initial state, with its runner,
+    built and traced once per module (`tests.same_state.FreshMethods`)."""
+    methods = FreshMethods(tmp_path_factory.mktemp("initial"))
+    return lambda strategy, shard_bank: methods(
+        (strategy.num_replicas_in_sync, shard_bank), lambda: _setup(strategy, shard_bank))
 
 
 def _comparison(want, got, data, tmp_path):
@@ -108,14 +93,14 @@ def _without_rescaling(shard_sums):
 
 
 def test_a_merge_without_rescaling_breaks_the_equality(two_replica_strategy, monkeypatch,
-                                                       tmp_path):
+                                                       fresh, tmp_path):
     """The comparison above can fail: the shards' loss sums added without rescaling move
     the warm-up step's loss past its bound."""
     monkeypatch.setattr(sharded_bank, "combine_shards", _without_rescaling)
-    # New methods: the merge is read when their steps are traced.
-    replicated, sharded = _setup(two_replica_strategy, False), _setup(two_replica_strategy, True)
-    compare = _comparison(*((m, StepRunner(m)) for m in (replicated, sharded)), _data(),
-                          tmp_path)
+    # A new sharded method: the merge is read when its steps are traced.
+    sharded = _setup(two_replica_strategy, True)
+    compare = _comparison(fresh(two_replica_strategy, False), (sharded, StepRunner(sharded)),
+                          _data(), tmp_path)
     with pytest.raises(AssertionError, match="loss: .* more than the bound"):
         compare.step("warmup", _global_batch(_data(), 0))
 
@@ -196,7 +181,7 @@ def test_a_sharded_run_trains_evaluates_and_loads_as_a_replicated_one(
     from llp_tf.training import run_training
     from tests.runs import tiny_config
     config = tiny_config(tmp_path, stripes, cpu_replicas=2, sync_batch_norm=True,
-                         shard_bank=True)
+                         shard_bank=True, epochs=2)
     final = run_training(config, io.StringIO())
     assert np.isfinite(final["loss"]) and 0 <= final["val_nn_top1"] <= 1
     run = run_loader.load_run(config.run_dir)
