@@ -31,6 +31,12 @@ class Bank(abc.ABC):
     num_labelled: int
     momentum: float
 
+    @property
+    @abc.abstractmethod
+    def held_rows(self) -> tuple[int, int]:
+        """The rows ``[start, stop)`` this process holds, those its state's ``numpy()`` gives:
+        every row, or across workers its replicas' shards."""
+
     @abc.abstractmethod
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """(labels int64 [b], confidence float32 [b]) of the rows ``indices`` int [b]."""

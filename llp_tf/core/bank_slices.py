@@ -9,7 +9,7 @@ Not `Trackable._serialize_to_tensors`: its restore hands `_restore_from_tensors`
 first slice of a key. A checkpoint of another row count fails in TensorFlow's reader
 (`tf.errors.InvalidArgumentError`, naming both shapes)."""
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 # TensorFlow's SaveableObject and SaveSpec have no public name.
@@ -26,14 +26,18 @@ def slice_spec(full_shape: tuple[int, ...], start: int, stop: int) -> str:
 
 
 class SlicedState(tf.__internal__.tracking.Trackable):
-    """A variable of shape [N, ...] held as ``parts``, the rows ``bounds`` [(start, stop)]
-    that tile ``[0, N)`` in order. Checkpoints save each non-empty part as its slice of
-    the key and restore into each part its slice alone (module docstring). ``read_value``
-    and ``numpy`` concatenate the parts on the host (evaluation's reads, not checkpoints')."""
+    """A variable of shape [N, ...] held in parts, the rows ``all_bounds`` [(start, stop)]
+    that tile ``[0, N)`` in order, of which this process holds ``parts``, the ones from
+    ``all_bounds[first]`` on (all of them on one machine; a worker's own across workers).
+    Checkpoints save each of its non-empty parts as its slice of the key and restore into
+    each part its slice alone (module docstring). ``read_value`` and ``numpy`` concatenate
+    this process's parts on the host (evaluation's reads on one machine, not checkpoints')."""
 
-    def __init__(self, parts: list[tf.Variable], bounds: list[tuple[int, int]]) -> None:
-        self._parts, self._bounds = parts, bounds
-        self._full_shape = (bounds[-1][1],) + tuple(parts[0].shape[1:])
+    def __init__(self, parts: list[tf.Variable], all_bounds: list[tuple[int, int]],
+                 first: int = 0) -> None:
+        self._parts, self._bounds = parts, all_bounds[first:first + len(parts)]
+        self.all_bounds = list(all_bounds)
+        self._full_shape = (all_bounds[-1][1],) + tuple(parts[0].shape[1:])
 
     def read_value(self) -> tf.Tensor:
         with tf.device("CPU:0"):
@@ -49,6 +53,17 @@ class SlicedState(tf.__internal__.tracking.Trackable):
     @property
     def dtype(self) -> tf.DType:
         return self._parts[0].dtype
+
+    def saved_slices(self) -> list[tuple[str, Callable[[], tf.Tensor]]]:
+        """(slice spec, read of the part) of each of this process's parts that has rows."""
+        return [(spec, part.read_value) for part, spec in self._saved_parts()]
+
+    def boundary_slices(self) -> list[str]:
+        """One-row slice specs of the first and last row of every part of ``all_bounds`` that
+        has rows: a checkpoint that reads them all holds a slice of every part."""
+        return [slice_spec(self._full_shape, row, row + 1)
+                for start, stop in self.all_bounds if stop > start
+                for row in sorted({start, stop - 1})]
 
     def _gather_saveables_for_checkpoint(self):
         return {"VARIABLE_VALUE": lambda name: _SlicesSaveable(self, name)}

@@ -38,6 +38,13 @@ def aggregation_scores(embeddings: FloatTensor | Array, classes: IntTensor | Arr
       embeddings: float [N, D], the (unit-norm) bank rows.
       classes: int [N]; a row whose value is not a class (-1, an instance id) is left out.
       num_classes: int, C."""
+    return scores_of_sums(*class_sums(embeddings, classes, num_classes))
+
+
+def class_sums(embeddings: FloatTensor | Array, classes: IntTensor | Array,
+               num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 [C, D] sum, int64 [C] count) of the rows of each class (arguments as
+    `aggregation_scores`'); the sums of disjoint sets of rows add up."""
     embeddings = np.asarray(embeddings)
     classes = np.asarray(classes, np.int64).reshape(-1)
     if embeddings.ndim != 2 or embeddings.shape[0] != classes.size:
@@ -51,10 +58,15 @@ def aggregation_scores(embeddings: FloatTensor | Array, classes: IntTensor | Arr
         rows = embeddings[start:start + SUM_CHUNK_ROWS][known].astype(np.float64)
         np.add.at(sums, chunk[known], rows)
         counts += np.bincount(chunk[known], minlength=num_classes)
-    per_class = np.full(num_classes, np.nan)
+    return sums, counts
+
+
+def scores_of_sums(sums: np.ndarray, counts: np.ndarray) -> AggregationScores:
+    """`AggregationScores` of `class_sums`' (sums [C, D], counts [C])."""
+    per_class = np.full(counts.shape, np.nan)
     present = counts > 0
     per_class[present] = np.linalg.norm(sums[present] / counts[present, None], axis=1)
-    return AggregationScores(per_class=per_class, counts=counts)
+    return AggregationScores(per_class=per_class, counts=np.asarray(counts, np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,18 +90,31 @@ def pseudo_label_stats(bank_labels: IntTensor | Array, confidence: FloatTensor |
       bank_labels: int64 [N] (`label_encoding`); confidence: float32 [N].
       is_labelled: bool [N]; true_classes: int64 [N], -1 where unknown (left out).
       num_classes: int, C."""
+    return stats_of_counts(pseudo_label_counts(bank_labels, confidence, is_labelled,
+                                               true_classes, num_classes))
+
+
+def pseudo_label_counts(bank_labels: IntTensor | Array, confidence: FloatTensor | Array,
+                        is_labelled: BoolTensor | Array, true_classes: Array,
+                        num_classes: int) -> np.ndarray:
+    """float64 [4]: of the unlabelled rows of known true class, their count, those with a
+    class, those with their true class, and the confidence summed over those with a class
+    (arguments as `pseudo_label_stats`'); the counts of disjoint sets of rows add up."""
     bank_labels = np.asarray(bank_labels)
     true_classes = np.asarray(true_classes)
-    confidence = np.asarray(confidence)
     unlabelled = ~np.asarray(is_labelled, bool) & (true_classes >= 0)
-    has_class = label_encoding.is_class_np(bank_labels, num_classes)
-    if not unlabelled.any():
+    pseudo = unlabelled & label_encoding.is_class_np(bank_labels, num_classes)
+    return np.array([unlabelled.sum(), pseudo.sum(),
+                     (unlabelled & (bank_labels == true_classes)).sum(),
+                     np.asarray(confidence, np.float64)[pseudo].sum()], np.float64)
+
+
+def stats_of_counts(counts: np.ndarray) -> PseudoLabelStats:
+    """`PseudoLabelStats` of `pseudo_label_counts`' [4]."""
+    unlabelled, pseudo, correct, confidence = (float(value) for value in counts)
+    if not unlabelled:
         return PseudoLabelStats(0, math.nan, math.nan, math.nan)
-    pseudo = unlabelled & has_class
-    if not pseudo.any():
-        return PseudoLabelStats(int(unlabelled.sum()), 0.0, math.nan, math.nan)
-    return PseudoLabelStats(
-        unlabelled=int(unlabelled.sum()),
-        coverage=float(np.mean(has_class[unlabelled])),
-        accuracy=float(np.mean(bank_labels[unlabelled] == true_classes[unlabelled])),
-        confidence=float(np.mean(confidence[pseudo])))
+    if not pseudo:
+        return PseudoLabelStats(int(unlabelled), 0.0, math.nan, math.nan)
+    return PseudoLabelStats(unlabelled=int(unlabelled), coverage=pseudo / unlabelled,
+                            accuracy=correct / unlabelled, confidence=confidence / pseudo)

@@ -133,6 +133,11 @@ class MemoryBank(tf.Module, Bank):
             setattr(self, name, tf.Variable(value, trainable=False, name=name,
                                             aggregation=tf.VariableAggregation.NONE))
 
+    @property
+    def held_rows(self) -> tuple[int, int]:
+        """`Bank.held_rows`: all of them."""
+        return 0, self.num_examples
+
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)
 

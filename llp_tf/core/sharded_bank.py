@@ -1,9 +1,10 @@
-"""The memory bank sharded over the replicas of one machine (``--shard_bank``): replica r
-holds the contiguous rows ``[start_r, stop_r)`` of `memory_bank.MemoryBank`'s state
-(`shard_bounds`) and the densities of its labelled rows, so each holds about N / R rows.
+"""The memory bank sharded over every replica (``--shard_bank``), of one machine or of every
+worker of a cluster: replica r of R holds the contiguous rows ``[start_r, stop_r)`` of
+`memory_bank.MemoryBank`'s state (`shard_bounds`) and the densities of its labelled rows, so
+each holds about N / R rows; a process makes and holds only its own replicas' shards.
 
 A step all-gathers the global batch; each replica computes its shard's share, and the shares
-are all-gathered and merged exactly:
+are all-gathered (across workers too) and merged exactly:
 
 - aggregation loss: the shard's (max, sum, weighted sum) `losses.SoftmaxSums`, combined with
   rescaling by exp(shard max - global max) (`combine_shards`);
@@ -12,9 +13,10 @@ are all-gathered and merged exactly:
 - density refresh: each labelled row's top-T rows of the shard, merged likewise.
 
 Each replica writes the rows it owns. The checkpoint holds each shard's rows as slices of
-`bank.Bank`'s names (`bank_slices`), so either bank restores the other's, at any replica
-count; saving or restoring a sliced checkpoint makes no tensor of the whole bank. One machine
-only: the shards are variables on the strategy's local replica devices."""
+`bank.Bank`'s names (`bank_slices`), so either bank restores the other's, at any replica or
+worker count; saving or restoring a sliced checkpoint makes no tensor of the whole bank. The
+shards are plain variables made outside the strategy's scope, so no worker's initial rows are
+replaced by another's."""
 
 import functools
 from collections.abc import Sequence
@@ -118,12 +120,23 @@ class _Untracked:
         self.value = value
 
 
+def _first_local_replica(strategy: tf.distribute.Strategy) -> int:
+    """The replica id in sync of this process's first replica (0 but on a cluster's workers
+    after the first)."""
+    if strategy.num_replicas_in_sync == 1:
+        return 0
+    ids = strategy.run(lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
+    return int(strategy.experimental_local_results(ids)[0])
+
+
 class ShardedMemoryBank(tf.Module, Bank):
-    """`memory_bank.MemoryBank`'s state, sharded over ``strategy``'s local replicas (module
-    docstring); the interface is `Bank`'s. Create it outside ``strategy.scope()``; its batch
-    methods run in replica context (`strategy.run`) or outside any strategy, not in
-    cross-replica context. ``embeddings``, ``labels``, ``confidence``, ``density`` and
-    ``is_labelled`` are whole-bank views, ``labelled_index`` a variable."""
+    """`memory_bank.MemoryBank`'s state, sharded over every replica of ``strategy`` (module
+    docstring); the interface is `Bank`'s. Create it outside ``strategy.scope()``, in every
+    process of a cluster; its batch methods run in replica context (`strategy.run`) or
+    outside any strategy, not in cross-replica context. ``embeddings``, ``labels``,
+    ``confidence``, ``density`` and ``is_labelled`` are `bank_slices.SlicedState` views of
+    this process's shards, ``labelled_index`` a variable. ``shards`` are this process's,
+    ``num_shards`` the replicas' count over all processes."""
 
     def __init__(self, strategy: tf.distribute.Strategy, num_examples: int, dim: int,
                  num_classes: int, labelled_index: Array | IntTensor,
@@ -143,37 +156,49 @@ class ShardedMemoryBank(tf.Module, Bank):
             devices = tuple(strategy.extended.worker_devices)
         except RuntimeError:  # the default strategy
             devices = (None,)
-        if num_examples < len(devices):
-            raise ValueError(f"{num_examples} rows cannot fill {len(devices)} shards.")
+        self.num_shards = int(strategy.num_replicas_in_sync)
+        if num_examples < self.num_shards:
+            raise ValueError(f"{num_examples} rows cannot fill {self.num_shards} shards.")
         self.num_examples, self.dim, self.num_classes = num_examples, dim, num_classes
         self.num_labelled = int(labelled_index.size)
         self.momentum = float(momentum)
-        bounds = shard_bounds(num_examples, len(devices))
+        self._first = _first_local_replica(strategy)
+        bounds = shard_bounds(num_examples, self.num_shards)
         labelled_bounds = [tuple(int(b) for b in np.searchsorted(labelled_index, pair))
                            for pair in bounds]
+        self._stops = [stop for _, stop in bounds]
+        self._most_labelled = max(stop - start for start, stop in labelled_bounds)
+        mine = slice(self._first, self._first + len(devices))
         shards = [_Shard(memory_bank.initial_state(num_examples, dim, num_classes,
                                                    labelled_index, labelled_classes, seed,
                                                    rows=pair),
                          pair, labelled, device)
-                  for pair, labelled, device in zip(bounds, labelled_bounds, devices)]
-        # In a non-trackable holder: checkpoints see only the whole-bank views.
+                  for pair, labelled, device in zip(bounds[mine], labelled_bounds[mine],
+                                                    devices)]
+        # In a non-trackable holder: checkpoints see only the views of the shards.
         self._shard_holder = _Untracked(tuple(shards))
         self._strategy_holder = _Untracked(strategy)
         for name in ("embeddings", "labels", "confidence", "is_labelled"):
-            setattr(self, name,
-                    bank_slices.SlicedState([getattr(s, name) for s in shards], bounds))
-        self.density = bank_slices.SlicedState([s.density for s in shards], labelled_bounds)
+            setattr(self, name, bank_slices.SlicedState([getattr(s, name) for s in shards],
+                                                        bounds, self._first))
+        self.density = bank_slices.SlicedState([s.density for s in shards], labelled_bounds,
+                                               self._first)
         with tf.device("CPU:0"):
             self.labelled_index = tf.Variable(labelled_index, trainable=False,
                                               name="labelled_index")
 
     @property
     def shards(self) -> tuple[_Shard, ...]:
-        """Each replica's `_Shard`, in replica order."""
+        """This process's replicas' `_Shard`s, in replica order."""
         return self._shard_holder.value
 
+    @property
+    def held_rows(self) -> tuple[int, int]:
+        """`Bank.held_rows`: those of this process's shards."""
+        return self.shards[0].start, self.shards[-1].stop
+
     def _shard(self) -> _Shard:
-        return self.shards[_replica_id()]
+        return self.shards[_replica_id() - self._first]
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """`Bank.read`: each row's label and confidence from the shard that owns it."""
@@ -185,7 +210,7 @@ class ShardedMemoryBank(tf.Module, Bank):
                                  tf.gather(shard.confidence, rows)))
         # Each row's value from the shard that owns it (the others read their row 0): [R, B]
         # -> [B].
-        stops = tf.constant([s.stop for s in self.shards], tf.int64)
+        stops = tf.constant(self._stops, tf.int64)
         owner = tf.searchsorted(stops, global_index, side="right")
         size = tf.shape(indices)[0]
         return tuple(_local_part(tf.gather(tf.transpose(share), owner, batch_dims=1), size)
@@ -212,7 +237,7 @@ class ShardedMemoryBank(tf.Module, Bank):
             batch["labels"]))
         all_rows, same_rows = (
             combine_shards([losses.SoftmaxSums(*(part[r] for part in sums))
-                            for r in range(len(self.shards))])
+                            for r in range(self.num_shards)])
             for sums in shares)
         loss, gradient = losses.loss_from_sums(all_rows, same_rows, temperature)
         return losses.with_gradient(embeddings, _local_part(loss, size),
@@ -276,8 +301,8 @@ class ShardedMemoryBank(tf.Module, Bank):
         """`Bank.refresh_density` of every shard's labelled rows: chunks of about
         ``chunk_size`` queries, one `strategy.run` each (`_refresh_density_chunk`), so a
         replica holds one chunk's queries, similarities and candidates."""
-        share = max(1, int(chunk_size) // len(self.shards))
-        most = max(s.labelled_stop - s.labelled_start for s in self.shards)
+        share = max(1, int(chunk_size) // self.num_shards)
+        most = self._most_labelled
         t = min(int(t), self.num_examples)
 
         def body(chunk):
@@ -293,7 +318,7 @@ class ShardedMemoryBank(tf.Module, Bank):
         """Each replica's labelled rows ``[chunk share, (chunk + 1) share)`` all-gathered as
         queries; each shard's top-t rows of every query, merged, then their logsumexp; each
         replica writes its rows' rho."""
-        shard, replicas = self._shard(), len(self.shards)
+        shard, replicas = self._shard(), self.num_shards
         own_rows = shard.labelled_stop - shard.labelled_start
         start = tf.minimum(chunk * share, own_rows)
         stop = tf.minimum(start + share, own_rows)

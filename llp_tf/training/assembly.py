@@ -214,7 +214,8 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
              epoch_totals=totals, **method.checkpoint_items()), RunDirectory(config.run_dir),
-        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir)
+        config.run.keep_checkpoints, stream, scratch_dir=scratch_dir,
+        workers=cluster_lib.workers_of(strategy))
     return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 

@@ -1,10 +1,11 @@
 """The run's checkpoints, restored past damaged files (moved to ``checkpoints/damaged/``) and
 saved as TensorFlow does, without losing the previous one. Only the chief writes the run's;
-other workers save into a scratch folder. docs/training.md, "The run directory"."""
+other workers save into a scratch folder, but for the rows of a bank sharded across workers,
+which each worker writes itself and the chief merges (`sliced_checkpoint`). docs/training.md,
+"The run directory"; docs/multi-worker.md."""
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shutil
@@ -13,6 +14,8 @@ from typing import Any, Mapping, Optional, TextIO
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError, LLPError
+from llp_tf.training import sliced_checkpoint
+from llp_tf.training.cluster import Workers
 from llp_tf.training.run_directory import RunDirectory
 
 DAMAGED_DIR = "damaged"
@@ -29,21 +32,26 @@ class CheckpointWriteFailed(LLPError):
     """A checkpoint could not be written (the previous ones are intact)."""
 
 
-def _checkpoint_files(path: str) -> list[str]:
-    return sorted(glob.glob(path + ".index") + glob.glob(path + ".data-*"))
-
-
 class RunCheckpoints:
     """A run's `tf.train.Checkpoint` of ``items`` (name -> trackable) and its kept checkpoints.
 
     Args:
       run_directory: `RunDirectory`; keep: int, checkpoints kept; stream: where warnings go.
-      scratch_dir: a non-chief worker's folder for its saves; None for the chief."""
+      scratch_dir: a non-chief worker's folder for its saves; None for the chief.
+      workers: this process's `Workers` in a cluster, None for one process: across workers,
+        each writes the `SlicedState`s of ``items`` itself."""
 
     def __init__(self, items: Mapping[str, Any], run_directory: RunDirectory, keep: int,
-                 stream: TextIO, scratch_dir: Optional[str] = None) -> None:
+                 stream: TextIO, scratch_dir: Optional[str] = None,
+                 workers: Optional[Workers] = None) -> None:
         self.items = dict(items)
-        self.checkpoint = tf.train.Checkpoint(**self.items)
+        self.workers = workers if workers is not None and workers.count > 1 else None
+        self.sliced = sliced_checkpoint.sliced_states(self.items) if self.workers else {}
+        # A non-chief worker's scratch checkpoint leaves out what it writes itself.
+        sliced_items = {key.split("/")[0] for key in self.sliced}
+        self.checkpoint = tf.train.Checkpoint(**{
+            name: item for name, item in self.items.items()
+            if not (scratch_dir and name in sliced_items)})
         self.run_directory = run_directory
         self.keep = int(keep)
         self.stream = stream
@@ -90,7 +98,7 @@ class RunCheckpoints:
             self._set_aside(damaged)
             return path
         if damaged:
-            files = ", ".join(f for path in damaged for f in _checkpoint_files(path))
+            files = ", ".join(f for path in damaged for f in sliced_checkpoint.checkpoint_files(path))
             raise CheckpointDamaged(
                 f"No checkpoint of the run in {self.run_directory.path} can be read; damaged: "
                 f"{files}. Restore them from a copy, or delete "
@@ -105,7 +113,7 @@ class RunCheckpoints:
         aside = os.path.join(directory, DAMAGED_DIR)
         os.makedirs(aside, exist_ok=True)
         for path in damaged:
-            for name in _checkpoint_files(path):
+            for name in sliced_checkpoint.checkpoint_files(path):
                 os.replace(name, os.path.join(aside, os.path.basename(name)))
         self._warn(f"warning: moved the damaged checkpoint(s) to {aside}.")
         state = tf.train.get_checkpoint_state(directory)
@@ -118,10 +126,17 @@ class RunCheckpoints:
             last_preserved_timestamp=state.last_preserved_timestamp)
 
     def save(self, checkpoint_number: int) -> str:
-        """Writes checkpoint ``checkpoint_number`` (the global step), or CheckpointWriteFailed."""
+        """Writes checkpoint ``checkpoint_number`` (the global step), or CheckpointWriteFailed.
+        Across workers with sliced state every worker calls it, and it counts once every
+        worker's rows are in it (`sliced_checkpoint`)."""
+        if self.sliced:
+            return self._save_with_parts(checkpoint_number)
+        return self._save(checkpoint_number)
+
+    def _save(self, checkpoint_number: int, options=None) -> str:
         previous = self.latest
         try:
-            path = self.manager.save(checkpoint_number=checkpoint_number)
+            path = self.manager.save(checkpoint_number=checkpoint_number, options=options)
             if self.scratch_dir:
                 for name in os.listdir(self.scratch_dir):
                     shutil.rmtree(os.path.join(self.scratch_dir, name), ignore_errors=True)
@@ -129,16 +144,74 @@ class RunCheckpoints:
                         os.remove(os.path.join(self.scratch_dir, name))
                 self._manager = None
             return path
+        except (tf.errors.UnavailableError, tf.errors.AbortedError):
+            raise  # a lost worker (`lost_worker`)
         except (tf.errors.OpError, OSError) as error:
             partial = os.path.join(self.scratch_dir or self.run_directory.checkpoint_dir,
                                    f"ckpt-{checkpoint_number}_temp")
             shutil.rmtree(partial, ignore_errors=True)
-            kept = (f"the previous checkpoint {previous} is intact" if previous
-                    else "no earlier checkpoint had been written")
-            raise CheckpointWriteFailed(
-                f"Could not write the checkpoint of step {checkpoint_number} in "
-                f"{self.run_directory.checkpoint_dir} ({_first_line(error)}); {kept}. Free "
-                "space (or fix the file system) and rerun the same command to resume.") from None
+            raise self._write_failed(checkpoint_number, _first_line(error), previous) from None
+
+    def _write_failed(self, checkpoint_number: int, reason: str,
+                      previous: Optional[str]) -> CheckpointWriteFailed:
+        kept = (f"the previous checkpoint {previous} is intact" if previous
+                else "no earlier checkpoint had been written")
+        return CheckpointWriteFailed(
+            f"Could not write the checkpoint of step {checkpoint_number} in "
+            f"{self.run_directory.checkpoint_dir} ({reason}); {kept}. Free space (or fix the "
+            "file system) and rerun the same command to resume.")
+
+    def _save_with_parts(self, checkpoint_number: int) -> str:
+        """Every worker writes its rows' part, then all agree twice: that every part is
+        written, then that the chief merged them and reads every shard's rows. A worker lost
+        on the way stops the others (a collective fails) before the checkpoint counts."""
+        prefix = os.path.join(self.run_directory.checkpoint_dir, f"ckpt-{checkpoint_number}")
+        previous = self.latest
+        index, count = self.workers.index, self.workers.count
+        if self.scratch_dir:
+            reason = None
+            try:
+                sliced_checkpoint.write_part(sliced_checkpoint.part_prefix(prefix, index),
+                                             self.sliced)
+            except (tf.errors.OpError, OSError) as error:
+                reason = f"worker {index}: {_first_line(error)}"
+            self._save(checkpoint_number)  # the dense state, as the chief writes it
+            if not self.workers.agree(reason is None) or not self.workers.agree(True):
+                raise self._write_failed(checkpoint_number, reason or "another worker could "
+                                         "not write its part", previous)
+            return prefix
+        agreed = []
+
+        def merge(path):
+            sliced_checkpoint.move_into_parts(path, 0)
+            agreed.append(self.workers.agree(True))
+            problem = None if agreed[0] else "a worker could not write its part"
+            if not problem:
+                problem = self._merge(path, count)
+            agreed.append(self.workers.agree(problem is None))
+            if problem:
+                sliced_checkpoint.remove(path)
+                raise self._write_failed(checkpoint_number, problem, previous)
+
+        try:
+            return self._save(checkpoint_number, tf.train.CheckpointOptions(
+                experimental_write_callbacks=[merge]))
+        except CheckpointWriteFailed:
+            for _ in range(2 - len(agreed)):  # the others wait for the chief's word
+                self.workers.agree(False)
+            raise
+
+    def _merge(self, prefix: str, count: int) -> Optional[str]:
+        """Merges the workers' parts into ``prefix``; what is missing, or None."""
+        missing = sliced_checkpoint.missing_parts(prefix, count)
+        if missing:
+            return f"no part from worker(s) {', '.join(map(str, missing))}"
+        try:
+            sliced_checkpoint.merge_parts(prefix, count)
+        except (tf.errors.OpError, OSError) as error:
+            return f"merging the workers' parts: {_first_line(error)}"
+        unreadable = sliced_checkpoint.unreadable_slices(prefix, self.sliced)
+        return f"rows not written: {', '.join(unreadable)}" if unreadable else None
 
     def _warn(self, message: str) -> None:
         self.stream.write(message + "\n")

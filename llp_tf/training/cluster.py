@@ -6,13 +6,18 @@ docs/multi-worker.md."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from typing import Optional
 
 import tensorflow as tf
+# MultiWorkerMirroredStrategy's device list has no public option (`_local_cpus`).
+from tensorflow.python.distribute import collective_all_reduce_strategy
 
 from llp_tf.errors import ConfigError
 
@@ -78,9 +83,12 @@ def _addresses(resolver) -> tuple[str, list[str]]:
 
 
 def multi_worker_strategy(resolver: tf.distribute.cluster_resolver.ClusterResolver,
-                          timeout_seconds: float) -> tf.distribute.Strategy:
+                          timeout_seconds: float, cpu_replicas: int = 1
+                          ) -> tf.distribute.Strategy:
     """A `MultiWorkerMirroredStrategy` over ``resolver``'s cluster, formed within
-    ``timeout_seconds`` or the process is stopped; call it before other TensorFlow work."""
+    ``timeout_seconds`` or the process is stopped; call it before other TensorFlow work.
+    Without GPUs each worker's replicas are its first ``cpu_replicas`` logical CPUs (made
+    beforehand)."""
     gpus = tf.config.list_physical_devices("GPU")
     implementation = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
@@ -90,12 +98,34 @@ def multi_worker_strategy(resolver: tf.distribute.cluster_resolver.ClusterResolv
         [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout_seconds), me, *others],
         stdin=subprocess.PIPE)
     try:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver, communication_options=options)
+        with _local_cpus(cpu_replicas if not gpus else 1):
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver, communication_options=options)
     finally:
         watchdog.stdin.close()
         watchdog.wait()
     return strategy
+
+
+@contextlib.contextmanager
+def _local_cpus(count: int) -> Iterator[None]:
+    """MultiWorkerMirroredStrategy made inside mirrors ``count`` CPUs of each worker where it
+    would mirror one (TensorFlow has no option for it: its device list is replaced)."""
+    if count <= 1:
+        yield
+        return
+    extended = collective_all_reduce_strategy.CollectiveAllReduceExtended
+
+    def local_devices(self, resolver, worker_device):
+        del self, resolver
+        return tuple(f"{worker_device}/device:CPU:{i}" for i in range(count)), "CPU"
+
+    original = extended._initialize_local_devices
+    extended._initialize_local_devices = local_devices
+    try:
+        yield
+    finally:
+        extended._initialize_local_devices = original
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
@@ -114,6 +144,37 @@ def task_of(strategy: tf.distribute.Strategy) -> tuple[str, int]:
     """(task type, index) of this process in its cluster, e.g. ("worker", 1)."""
     resolver = strategy.cluster_resolver
     return resolver.task_type, int(resolver.task_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """This process's place in a cluster: ``index`` of ``count`` workers (the chief 0), and
+    ``agree(ok)``, a collective every worker calls in turn: True when every worker's ``ok``
+    is."""
+
+    index: int
+    count: int
+    agree: Callable[[bool], bool]
+
+
+def workers_of(strategy: tf.distribute.Strategy) -> Optional[Workers]:
+    """The `Workers` of a multi-worker ``strategy``; None for one process."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec:
+        return None
+    ranked = [("chief", 0)] * ("chief" in spec) + [("worker", i)
+                                                  for i in range(len(spec.get("worker", [])))]
+    failures = tf.function(lambda failed: strategy.run(
+        # The identity puts the value on each replica's device for the all-reduce.
+        lambda value: tf.distribute.get_replica_context().all_reduce("sum", tf.identity(value)),
+        args=(failed,)))
+
+    def agree(ok: bool) -> bool:
+        total = failures(tf.constant(0.0 if ok else 1.0))
+        return float(strategy.experimental_local_results(total)[0].numpy()) == 0.0
+
+    return Workers(ranked.index(task_of(strategy)), len(ranked), agree)
 
 
 def describe_worker(strategy: tf.distribute.Strategy) -> str:

@@ -88,7 +88,8 @@ class RunConfig:
     keep_checkpoints: int = setting(3, "Checkpoints kept in --run_dir/checkpoints.")
     eval_every: int = setting(1, "Evaluate every this many epochs (and after the last).")
     cpu_replicas: int = setting(0, "Split the CPU into this many logical devices and mirror "
-                                "over them (multi-replica training without GPUs).")
+                                "over them (multi-replica training without GPUs); with "
+                                "--cluster, each worker's replicas (a worker without GPUs).")
     cluster: str = setting("auto", "Several processes (workers) train together with "
                            "MultiWorkerMirroredStrategy: auto = when the TF_CONFIG environment "
                            "variable describes a cluster; slurm = the SLURM job's tasks "

@@ -52,17 +52,27 @@ class Evaluator:
 
     def bank_metrics(self) -> dict[str, float]:
         """``aggregation_score`` and, once an unlabelled row of known class has a pseudo label,
-        ``pseudo_label_accuracy``, ``_coverage`` and ``_confidence``: name -> Python float."""
-        stats = bank_statistics.pseudo_label_stats(
+        ``pseudo_label_accuracy``, ``_coverage`` and ``_confidence``: name -> Python float.
+        Each process sums over the rows it holds; a bank sharded across workers adds up
+        their sums."""
+        start, stop = self.bank.held_rows
+        true_labels = self.bank_true_labels[start:stop]
+        counts = bank_statistics.pseudo_label_counts(
             self.bank.labels.numpy(), self.bank.confidence.numpy(),
-            self.bank.is_labelled.numpy(), self.bank_true_labels, self.num_classes)
+            self.bank.is_labelled.numpy(), true_labels, self.num_classes)
+        sums, class_counts = bank_statistics.class_sums(self.bank.embeddings.numpy(),
+                                                        true_labels, self.num_classes)
+        if stop - start < len(self.bank_true_labels):
+            counts, sums, class_counts = _sum_over_processes(
+                self.strategy, (counts, sums, class_counts.astype(np.float64)))
+        stats = bank_statistics.stats_of_counts(counts)
         metrics = {}
         if stats.coverage > 0:
             metrics["pseudo_label_accuracy"] = stats.accuracy
             metrics["pseudo_label_coverage"] = stats.coverage
             metrics["pseudo_label_confidence"] = stats.confidence
-        metrics["aggregation_score"] = bank_statistics.aggregation_scores(
-            self.bank.embeddings.numpy(), self.bank_true_labels, self.num_classes).mean
+        metrics["aggregation_score"] = bank_statistics.scores_of_sums(
+            sums, np.rint(class_counts).astype(np.int64)).mean
         return metrics
 
     def _loop(self, iterator, num_steps):
@@ -96,3 +106,20 @@ class Evaluator:
                 self.bank.nearest_rows(outputs["embedding"]), self._bank_true_labels_tensor,
                 labels, mask)
         return counts
+
+
+def _sum_over_processes(strategy: tf.distribute.Strategy,
+                        arrays: tuple[Array, ...]) -> list[Array]:
+    """The float64 ``arrays`` summed over the processes of ``strategy``'s cluster (each
+    process's first replica gives its own, the others zeros); every process calls it."""
+    local = len(strategy.extended.worker_devices)
+
+    def replica(values):
+        context = tf.distribute.get_replica_context()
+        first = tf.get_static_value(context.replica_id_in_sync_group) % local == 0
+        return context.all_reduce(
+            "sum", [value if first else tf.zeros_like(value) for value in values])
+
+    totals = tf.function(lambda values: strategy.run(replica, args=(values,)))(
+        [tf.constant(array, tf.float64) for array in arrays])
+    return [strategy.experimental_local_results(total)[0].numpy() for total in totals]

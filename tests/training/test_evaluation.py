@@ -25,7 +25,7 @@ def _bank(rng):
         embeddings=tf.Variable(_unit(rng.normal(size=(N, D)))),
         labels=tf.Variable(labels.astype(np.int64)),
         confidence=tf.Variable(rng.uniform(0.1, 1.0, N).astype(np.float32)),
-        is_labelled=tf.Variable(np.arange(N) < 8))
+        is_labelled=tf.Variable(np.arange(N) < 8), held_rows=(0, N))
     bank.nearest_rows = functools.partial(MemoryBank.nearest_rows, bank)
     return bank
 

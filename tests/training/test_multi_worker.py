@@ -4,6 +4,7 @@ after a checkpoint that process wrote, taken by both and compared per term to
 `tests.numerics`' bounds (LLP, and FixMatch for the methods that read two streams
 and two views); workers stopped and relaunched end as uninterrupted workers, bit for bit."""
 
+import glob
 import os
 import signal
 import subprocess
@@ -47,13 +48,15 @@ def _launch(config, **popen):
                             stderr=subprocess.STDOUT, text=True, **popen)
 
 
-def _workers_after_a_copy(tmp_path, stripes, **settings):
-    """One process with two replicas trains the first epoch of ``settings`` (one
-    step), two workers the second from a copy of its checkpoint, as it does
-    (`tests.training.run_steps`). Returns (its config, the workers' run directory)."""
+def _workers_after_a_copy(tmp_path, stripes, worker_settings=(), **settings):
+    """One process with two replicas (or ``cpu_replicas`` of ``settings``) trains the first
+    epoch of ``settings`` (one step), two workers the second from a copy of its checkpoint,
+    as it does (`tests.training.run_steps`), with ``worker_settings`` too. Returns (its
+    config, the workers' run directory)."""
     other = tmp_path / "two" / "run"
-    reference = reference_after_a_copy(tmp_path / "one", stripes, other, cpu_replicas=2,
-                                       **settings)
+    settings = dict(dict(cpu_replicas=2), **settings)
+    reference = reference_after_a_copy(tmp_path / "one", stripes, other, **settings)
+    settings = dict(settings, **dict(dict(cpu_replicas=0), **dict(worker_settings)))
     config = tiny_config(tmp_path / "two", stripes, cluster="auto",
                          **dict(ONE_STEP_EPOCHS, **settings))
     launcher = _launch(config)
@@ -64,6 +67,7 @@ def _workers_after_a_copy(tmp_path, stripes, **settings):
     # The chief alone wrote the run directory (and recorded the changed
     # settings); the other worker left nothing.
     assert set(os.listdir(config.run_dir)) == RUN_FILES | {"config_history.jsonl"}
+    assert not glob.glob(os.path.join(config.run_dir, "checkpoints", "*.parts"))
     return reference, config.run_dir
 
 
@@ -73,6 +77,19 @@ def test_two_workers_take_the_step_of_one_process_with_two_replicas(tmp_path, st
     """The first LLP step, after the warm-up's, per term (`run_steps.assert_same_llp_step`)."""
     logits = recorded_logit_scale(monkeypatch, "categorisation_loss", [0])
     assert_same_llp_step(*_workers_after_a_copy(tmp_path, stripes, warmup_epochs=1), logits)
+
+
+@pytest.mark.slow  # 60 s: four replicas here, then two workers of two
+def test_two_workers_of_two_replicas_sharding_the_bank_take_the_replicated_step(
+        tmp_path, stripes, monkeypatch):
+    """The bank sharded over 2 x 2 replicas, restored from the replicated bank's checkpoint
+    of a process with four replicas: the first LLP step (the density refresh, the
+    aggregation loss, propagation and the bank's writes, each across workers) per term
+    against that process's, read from the checkpoint the workers merged."""
+    logits = recorded_logit_scale(monkeypatch, "categorisation_loss", [0])
+    assert_same_llp_step(*_workers_after_a_copy(
+        tmp_path, stripes, warmup_epochs=1, cpu_replicas=4,
+        worker_settings=dict(cpu_replicas=2, shard_bank=True)), logits)
 
 
 @pytest.mark.slow

@@ -78,12 +78,13 @@ class LLPSettings:
                                       "chunk of the density refresh; bounds its memory.")
     warm_start: Optional[str] = setting(None, "Run directory or checkpoint of an instance-"
                                         "recognition run: start LLP from its model and bank.")
-    shard_bank: bool = setting(False, "Split the memory bank over the replicas of this machine "
-                               "(each holds N / R rows, their labels, confidences and "
-                               "densities) instead of a copy on each; the losses, pseudo "
-                               "labels and densities are the same. Checkpoints hold the whole "
-                               "bank and resume at any replica count, sharded or not. One "
-                               "machine only (not with --cluster), not with --jit_compile.")
+    shard_bank: bool = setting(False, "Split the memory bank over every replica, of this "
+                               "machine or of every worker of a --cluster (each holds N / R "
+                               "rows, their labels, confidences and densities) instead of a "
+                               "copy on each; the losses, pseudo labels and densities are the "
+                               "same. Each worker checkpoints only its rows, as slices of one "
+                               "bank; the run resumes at any worker or replica count, sharded "
+                               "or not. Not with --jit_compile.")
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the `TrainConfig` ``config``."""
@@ -155,7 +156,6 @@ class LLPMethod(Method):
                      split.labelled_labels)
         options = {"momentum": m.bank_momentum, "seed": config.run.seed}
         if m.shard_bank:
-            refuse_sharding_across_workers(strategy)
             bank = ShardedMemoryBank(strategy, *arguments, **options)
         else:
             with strategy.scope():
@@ -292,14 +292,3 @@ class LLPMethod(Method):
         return self._bank.propagate(embedding, k=self.k, temperature=self.temperature,
                                     local_weights=self.propagation_method == "local")
 
-
-def refuse_sharding_across_workers(strategy: tf.distribute.Strategy) -> None:
-    """ConfigError for ``--shard_bank`` under `MultiWorkerMirroredStrategy` (docs/multi-worker.md,
-    "Sharding the bank across workers")."""
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        raise ConfigError(
-            "--shard_bank splits the memory bank over the replicas of one machine; this run's "
-            "workers form a cluster (--cluster), and sharding across workers is not "
-            "implemented (docs/multi-worker.md, \"Sharding the bank across workers\"). Drop "
-            "--shard_bank (each replica then keeps the whole bank), or train on one machine "
-            "(--cluster=none).")

@@ -11,10 +11,9 @@ import tensorflow as tf
 from llp_tf import MemoryBank
 from llp_tf.core import sharded_bank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
-from llp_tf.errors import ConfigError
 from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner
-from llp_tf.training.methods.llp import LLPSettings, refuse_sharding_across_workers
+from llp_tf.training.methods.llp import LLPSettings
 from tests.same_state import FreshMethods, Path, StateCopier
 from tests.training.llp_steps import LLPComparison, bank_state
 from tests.training.test_methods import B, C, D, LABELLED, LABELLED_CLASSES, N, SIZE, SUMS, \
@@ -161,14 +160,6 @@ def test_a_bank_of_another_size_is_refused(tmp_path):
     # into a ConfigError: llp_tf/training/checkpoints.py).
     with pytest.raises(tf.errors.InvalidArgumentError, match="31"):
         tf.train.Checkpoint(bank=small).restore(path)
-
-
-def test_sharding_is_refused_across_workers():
-    # isinstance is all the refusal reads; a real cluster needs processes of its own.
-    strategy = object.__new__(tf.distribute.MultiWorkerMirroredStrategy)
-    with pytest.raises(ConfigError, match="--shard_bank.*one machine"):
-        refuse_sharding_across_workers(strategy)
-    refuse_sharding_across_workers(tf.distribute.get_strategy())
 
 
 def test_a_sharded_run_trains_evaluates_and_loads_as_a_replicated_one(
