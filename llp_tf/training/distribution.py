@@ -9,14 +9,25 @@ from llp_tf.errors import ConfigError
 from llp_tf.training import cluster as cluster_lib
 
 _MIRRORED = {}
+#: Collective keys set apart for each device set's strategy.
+_KEYS_PER_STRATEGY = 1_000_000
 
 
 def mirrored_strategy(devices: Optional[Sequence[str]] = None
                       ) -> tf.distribute.MirroredStrategy:
-    """The process's `MirroredStrategy` over ``devices`` (all GPUs when None)."""
+    """The process's `MirroredStrategy` over ``devices`` (all GPUs when None); strategies over
+    other device sets run their collectives apart."""
     key = tuple(devices) if devices is not None else None
     if key not in _MIRRORED:
-        _MIRRORED[key] = tf.distribute.MirroredStrategy(list(devices) if devices else None)
+        # Each device set's collectives get keys of their own: a group's key is otherwise
+        # taken by the first set's size.
+        base = tf.distribute.MirroredStrategy._collective_key_base
+        tf.distribute.MirroredStrategy._collective_key_base = base + _KEYS_PER_STRATEGY * len(
+            _MIRRORED)
+        try:
+            _MIRRORED[key] = tf.distribute.MirroredStrategy(list(devices) if devices else None)
+        finally:
+            tf.distribute.MirroredStrategy._collective_key_base = base
     return _MIRRORED[key]
 
 

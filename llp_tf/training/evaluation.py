@@ -117,8 +117,9 @@ def _sum_over_processes(strategy: tf.distribute.Strategy,
     def replica(values):
         context = tf.distribute.get_replica_context()
         first = tf.get_static_value(context.replica_id_in_sync_group) % local == 0
+        # On each replica's device (an identity) for the all-reduce.
         return context.all_reduce(
-            "sum", [value if first else tf.zeros_like(value) for value in values])
+            "sum", [tf.identity(value) if first else tf.zeros_like(value) for value in values])
 
     totals = tf.function(lambda values: strategy.run(replica, args=(values,)))(
         [tf.constant(array, tf.float64) for array in arrays])

@@ -65,15 +65,18 @@ def _decayed_weights(state):
 
 
 def _states_and_rows(reference, other_dir):
-    """(start, want, got checkpoint states; want, got rows of the second epoch)."""
-    start = checkpoint_state(reference.run_dir, step=1)
-    want, got = checkpoint_state(reference.run_dir), checkpoint_state(other_dir)
+    """(start, want, got checkpoint states; want, got rows of the last epoch), the epochs
+    before it copied (one step each)."""
     rows = [RunDirectory(d).read_metrics() for d in (reference.run_dir, other_dir)]
-    assert [[row["epoch"] for row in r] for r in rows] == [[1, 2], [1, 2]]
-    assert rows[1][0] == rows[0][0]  # the copied epoch
+    epochs = list(range(1, reference.optimization.epochs + 1))
+    assert [[row["epoch"] for row in r] for r in rows] == [epochs, epochs]
+    assert rows[1][:-1] == rows[0][:-1]  # the copied epochs
+    start = checkpoint_state(reference.run_dir, step=epochs[-2])
+    want, got = checkpoint_state(reference.run_dir), checkpoint_state(other_dir)
     # A prediction flips only at a near tie of its logits: one flip at most.
-    assert abs(rows[1][1]["val_top1"] - rows[0][1]["val_top1"]) <= 1 / rows[0][1]["val_examples"]
-    return start, want, got, rows[0][1], rows[1][1]
+    assert abs(rows[1][-1]["val_top1"] - rows[0][-1]["val_top1"]) <= \
+        1 / rows[0][-1]["val_examples"]
+    return start, want, got, rows[0][-1], rows[1][-1]
 
 
 def _epoch_totals_checks(state, bounds, val_examples):

@@ -5,7 +5,9 @@ after a checkpoint that process wrote, taken by both and compared per term to
 and two views); workers stopped and relaunched end as uninterrupted workers, bit for bit."""
 
 import glob
+import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,9 +15,14 @@ import time
 
 import pytest
 
-from llp_tf.training import local_launcher
+from llp_tf.core import bank_statistics
+from llp_tf.data.sources.registry import load_source
+from llp_tf.data.splits import regime
+from llp_tf.training import local_launcher, run_training
 from llp_tf.training.run_directory import RunDirectory
-from tests.runs import assert_same_state, tiny_config
+from tests.runs import PATTERNS, assert_same_state, checkpoint_state, tiny_config, \
+    write_stripes
+from tests.session_cache import shared
 from tests.cli.tool_main import ROOT, load_tool, tool_path
 from tests.training.run_steps import ONE_STEP_EPOCHS, assert_same_fixmatch_step, \
     assert_same_llp_step, recorded_logit_scale, reference_after_a_copy
@@ -40,8 +47,8 @@ def _flags(config):
     return args
 
 
-def _launch(config, **popen):
-    command = [sys.executable, tool_path("launch_local.py"), "--workers=2",
+def _launch(config, workers=2, **popen):
+    command = [sys.executable, tool_path("launch_local.py"), f"--workers={workers}",
                f"--timeout_seconds={LAUNCH_TIMEOUT_SECONDS}", "--", tool_path("train.py"),
                *_flags(config)]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
@@ -79,17 +86,88 @@ def test_two_workers_take_the_step_of_one_process_with_two_replicas(tmp_path, st
     assert_same_llp_step(*_workers_after_a_copy(tmp_path, stripes, warmup_epochs=1), logits)
 
 
+#: The sharded runs' stripes: 120 split evenly over 2, 3 and 4 replicas, one step an epoch.
+SHARDED_SETTINGS = dict(warmup_epochs=1, global_batch_size=120)
+
+
+@pytest.fixture(scope="module")
+def stripes_120(tmp_path_factory):
+    """An image folder like `stripes`' of 4 classes x (30 train + 10 validation)."""
+    return shared(tmp_path_factory, "stripes-120",
+                  lambda root: write_stripes(root, train_per_class=30))
+
+
+@pytest.fixture(scope="module")
+def two_sharding_workers(tmp_path_factory, stripes_120):
+    """(the reference's config, the workers' run directory, the step's logit scale): a
+    process with four replicas trains the warm-up epoch (one step) and, from a copy of its
+    checkpoint, two workers of two replicas, the bank sharded over the four, train the first
+    LLP epoch as it does (`_workers_after_a_copy`)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        logits = recorded_logit_scale(monkeypatch, "categorisation_loss", [0])
+        reference, run_dir = _workers_after_a_copy(
+            tmp_path_factory.mktemp("sharded"), stripes_120, cpu_replicas=4,
+            worker_settings=dict(cpu_replicas=2, shard_bank=True), **SHARDED_SETTINGS)
+    return reference, run_dir, logits
+
+
 @pytest.mark.slow  # 60 s: four replicas here, then two workers of two
 def test_two_workers_of_two_replicas_sharding_the_bank_take_the_replicated_step(
-        tmp_path, stripes, monkeypatch):
-    """The bank sharded over 2 x 2 replicas, restored from the replicated bank's checkpoint
-    of a process with four replicas: the first LLP step (the density refresh, the
-    aggregation loss, propagation and the bank's writes, each across workers) per term
-    against that process's, read from the checkpoint the workers merged."""
+        two_sharding_workers):
+    """The bank restored from the replicated bank's checkpoint into 2 x 2 shards: the first
+    LLP step (the density refresh, the aggregation loss, propagation and the bank's writes,
+    each across workers) per term against the replicated bank's, read from the checkpoint
+    the workers merged."""
+    assert_same_llp_step(*two_sharding_workers)
+    _assert_bank_metrics_of_the_checkpoint(two_sharding_workers[0], two_sharding_workers[1])
+
+
+def _assert_bank_metrics_of_the_checkpoint(reference, run_dir):
+    """The bank's metrics in the run's last row, which each worker summed over its rows, are
+    `bank_statistics`' of the whole bank in its newest checkpoint (float64 sums in another
+    order: 1e-12)."""
+    state = checkpoint_state(run_dir)
+    bank = {name: state[f"bank/{name}/.ATTRIBUTES/VARIABLE_VALUE"]
+            for name in ("embeddings", "labels", "confidence", "is_labelled")}
+    _, used = regime.read_split_indices(RunDirectory(run_dir).split_path)
+    true = load_source(reference.data.dataset).train_labels()[used]
+    classes = len(PATTERNS)
+    stats = bank_statistics.pseudo_label_stats(bank["labels"], bank["confidence"],
+                                               bank["is_labelled"], true, classes)
+    want = {"aggregation_score": bank_statistics.aggregation_scores(
+                bank["embeddings"], true, classes).mean,
+            "pseudo_label_accuracy": stats.accuracy, "pseudo_label_coverage": stats.coverage,
+            "pseudo_label_confidence": stats.confidence}
+    row = RunDirectory(run_dir).read_metrics()[-1]
+    for name, value in want.items():
+        assert row[name] == pytest.approx(value, rel=1e-12, abs=1e-12), name
+
+
+@pytest.mark.slow  # 60 s: three replicas here, twice, and three workers
+def test_their_checkpoint_takes_the_next_step_at_three_workers_and_in_one_process(
+        two_sharding_workers, tmp_path, stripes_120, monkeypatch):
+    """From the checkpoint the two workers wrote, the next step of three workers (one
+    replica each) and of one process of three replicas, both sharded, per term against one
+    process of three replicas with the replicated bank. (`test_sliced_checkpoint` shows the
+    restores bit for bit.)"""
+    _, run_dir, _ = two_sharding_workers
     logits = recorded_logit_scale(monkeypatch, "categorisation_loss", [0])
-    assert_same_llp_step(*_workers_after_a_copy(
-        tmp_path, stripes, warmup_epochs=1, cpu_replicas=4,
-        worker_settings=dict(cpu_replicas=2, shard_bank=True)), logits)
+    settings = dict(ONE_STEP_EPOCHS, **SHARDED_SETTINGS, epochs=3)
+    configs = {}
+    for name, changes in (("replicated", dict(cpu_replicas=3, shard_bank=False)),
+                          ("sharded", dict(cpu_replicas=3, shard_bank=True)),
+                          ("workers", dict(cpu_replicas=0, shard_bank=True, cluster="auto"))):
+        shutil.copytree(run_dir, tmp_path / name / "run")
+        configs[name] = tiny_config(tmp_path / name, stripes_120, **settings, **changes)
+    for name in ("replicated", "sharded"):
+        run_training(configs[name], stream=io.StringIO())
+    launcher = _launch(configs["workers"], workers=3)
+    out, _ = launcher.communicate(timeout=LAUNCH_TIMEOUT_SECONDS + 30)
+    assert launcher.returncode == 0, out
+    assert "[worker 2] This is worker 2 of 3" in out
+    for name in ("sharded", "workers"):
+        assert_same_llp_step(configs["replicated"], configs[name].run_dir, logits)
+    _assert_bank_metrics_of_the_checkpoint(configs["workers"], configs["workers"].run_dir)
 
 
 @pytest.mark.slow

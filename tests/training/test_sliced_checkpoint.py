@@ -1,0 +1,148 @@
+"""The checkpoint of a bank sharded across workers (`sliced_checkpoint`, `RunCheckpoints`):
+bank-only processes (`tests.training.bank_worker`) on 127.0.0.1 save and restore it, each
+worker its own rows. A checkpoint two workers of two replicas wrote holds the bank bit for
+bit; it restores bit for bit at three workers, in one process sharded over 1 to 4 replicas
+and in the replicated bank; a worker killed between writing its part and the workers'
+agreement leaves the previous checkpoint the newest, and the relaunch saves it again."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.core.sharded_bank import ShardedMemoryBank
+from llp_tf.training import local_launcher, sliced_checkpoint
+from llp_tf.training.run_directory import RunDirectory
+from tests.cli.tool_main import ROOT, load_tool
+from tests.training import bank_worker
+
+TIMEOUT_SECONDS = 180
+FIELDS = ("embeddings", "labels", "confidence", "is_labelled", "density")
+KEY = "bank/{}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _start(run_dir, workers, cpu_replicas, action, step, kind="sharded", dying=()):
+    """The processes of ``workers`` workers (1: one process, no cluster) running
+    `bank_worker` ``action``; ``dying``: the workers that die after writing their part."""
+    ports = load_tool("command_line.py").free_ports(workers) if workers > 1 else []
+    processes = []
+    for index in range(workers):
+        env = dict(os.environ)
+        env.pop("TF_CONFIG", None)
+        if workers > 1:
+            env["TF_CONFIG"] = local_launcher.tf_config(ports, index)
+        command = [sys.executable, "-m", "tests.training.bank_worker", str(run_dir), action,
+                   str(step), str(cpu_replicas), kind]
+        processes.append(subprocess.Popen(
+            command + (["--die_after_part"] if index in dying else []), cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return processes
+
+
+def _finish(processes):
+    """[(exit code, output)] of each process, killed past `TIMEOUT_SECONDS`."""
+    results = []
+    try:
+        for process in processes:
+            out, _ = process.communicate(timeout=TIMEOUT_SECONDS)
+            results.append((process.returncode, out))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    return results
+
+
+def _run(run_dir, workers, cpu_replicas, action, step, kind="sharded"):
+    """Runs the workers to the end; every one must succeed. Returns their outputs."""
+    results = _finish(_start(run_dir, workers, cpu_replicas, action, step, kind))
+    for code, out in results:
+        assert code == 0, out
+    return [out for _, out in results]
+
+
+def _saved_bank(path):
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(KEY.format(name)) for name in FIELDS}
+
+
+def _assert_bank(state, want):
+    for name in FIELDS:
+        np.testing.assert_array_equal(state[name], want[name], err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def two_worker_checkpoint(tmp_path_factory):
+    """The run directory whose checkpoint 1 two workers of two replicas wrote from
+    `bank_worker.bank_state`, each its rows."""
+    run_dir = tmp_path_factory.mktemp("two_workers") / "run"
+    outputs = _run(run_dir, 2, 2, "fill", 1)
+    # Each worker held its replicas' shards of [0, 26), [26, 52), [52, 78), [78, 103).
+    assert [out.split("rows ")[-1].split() for out in outputs] == [["0", "52"], ["52", "103"]]
+    return run_dir
+
+
+def test_two_workers_write_one_checkpoint_of_the_whole_bank(two_worker_checkpoint):
+    run = RunDirectory(two_worker_checkpoint)
+    assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-1"]
+    _assert_bank(_saved_bank(run.latest_checkpoint()), bank_worker.bank_state())
+    # One checkpoint key per field, its rows from both workers; no part left.
+    assert sorted(os.listdir(run.checkpoint_dir)) == [
+        "checkpoint", "ckpt-1.data-00000-of-00002", "ckpt-1.data-00001-of-00002",
+        "ckpt-1.index"]
+
+
+def test_three_workers_restore_it_bit_for_bit(two_worker_checkpoint, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_worker_checkpoint, run_dir)
+    outputs = _run(run_dir, 3, 1, "restore", 2)
+    assert all(f"restored {RunDirectory(run_dir).checkpoint_dir}/ckpt-1" in out
+               for out in outputs)
+    _assert_bank(_saved_bank(RunDirectory(run_dir).latest_checkpoint()),
+                 bank_worker.bank_state())
+
+
+@pytest.mark.parametrize("shards", [None, 1, 2, 3, 4])
+def test_one_process_restores_it_bit_for_bit(two_worker_checkpoint, shards,
+                                            two_replica_strategy, four_replica_strategy):
+    """Sharded over 1 to 4 replicas of this process, or replicated (None)."""
+    split = (bank_worker.N, bank_worker.D, bank_worker.C, bank_worker.LABELLED,
+             bank_worker.labelled_classes())
+    if shards is None:
+        bank = MemoryBank(*split)
+    else:
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")[:shards]]
+        strategy = {1: tf.distribute.get_strategy(), 2: two_replica_strategy,
+                    4: four_replica_strategy}.get(shards) or tf.distribute.MirroredStrategy(
+                        devices)
+        bank = ShardedMemoryBank(strategy, *split)
+    path = RunDirectory(two_worker_checkpoint).latest_checkpoint()
+    tf.train.Checkpoint(bank=bank).restore(path).assert_existing_objects_matched()
+    _assert_bank({name: getattr(bank, name).numpy() for name in FIELDS},
+                 bank_worker.bank_state())
+
+
+@pytest.mark.slow  # 30 s: two workers, twice, and the wait for the lost one
+def test_a_worker_killed_during_a_save_leaves_the_previous_checkpoint_and_the_relaunch_saves(
+        two_worker_checkpoint, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_worker_checkpoint, run_dir)
+    run = RunDirectory(run_dir)
+    (chief, chief_out), (killed, _) = _finish(_start(run_dir, 2, 2, "restore", 2, dying={1}))
+    assert killed == -9
+    # The workers' agreement that every part is written fails on the chief.
+    assert chief != 0 and "UnavailableError" in chief_out, chief_out
+    assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-1"]
+    # The chief's own part waits where the merge would have read it.
+    assert sliced_checkpoint.missing_parts(f"{run.checkpoint_dir}/ckpt-2", 2) == []
+    outputs = _run(run_dir, 2, 2, "restore", 2)
+    assert all(f"restored {run.checkpoint_dir}/ckpt-1" in out for out in outputs)
+    assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-{n}" for n in (1, 2)]
+    _assert_bank(_saved_bank(run.latest_checkpoint()), bank_worker.bank_state())
+    assert not [name for name in os.listdir(run.checkpoint_dir) if name.endswith(".parts")]
