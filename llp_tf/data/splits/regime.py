@@ -8,6 +8,7 @@ with a check against the dataset: its number of training examples and a SHA-256 
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 
@@ -26,6 +27,18 @@ _SPLITS = ("train", "validation")
 def _round_half_up(x):
     # The epsilon keeps e.g. 10% of 1300 at 130 despite float rounding.
     return int(np.floor(x + 0.5 + 1e-9))
+
+
+def smallest_label_percent(class_size: int) -> float:
+    """The smallest percentage of 3 significant digits that labels one of ``class_size``
+    examples by `make_splits`' rule (round half up): 50 / class_size rounded up at that
+    precision, so the value a hint names is accepted as written."""
+    exact = 50.0 / class_size
+    decimals = max(0, 2 - math.floor(math.log10(exact)))
+    value = math.floor(exact * 10 ** decimals) / 10 ** decimals
+    while _round_half_up(value * class_size / 100.0) < 1:
+        value = round(value + 10.0 ** -decimals, decimals)
+    return value
 
 
 def _check_percent(name, value):
@@ -100,13 +113,15 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
         used.extend([chosen, _used_extra(members, chosen, u, rng)])
     if starved:
         c, n = min(starved, key=lambda item: item[1])
-        needed = 50.0 / n
+        needed = smallest_label_percent(n)
+        also = (f" (and --data_percent with it, now {data_percent:g})"
+                if needed > data_percent else "")
         shown = ", ".join(f"class {cls} ({counted(cnt, 'example')})" for cls, cnt in starved[:5])
         raise DataError(
             f"With label_percent={label_percent}, {counted(len(starved), 'class')} would get no "
             f"labelled example: {shown}{', ...' if len(starved) > 5 else ''}. Every class "
             f"with training examples needs at least one: raise --label_percent to at least "
-            f"{needed:.3g} (class {c} has {counted(n, 'example')}), or choose the labelled "
+            f"{needed:g}{also} (class {c} has {counted(n, 'example')}), or choose the labelled "
             "examples yourself with --split_file (tools/make_splits.py) or --label_subset (a "
             "list of image file names).")
     if not labelled:
