@@ -43,7 +43,10 @@ class OptimizationConfig:
 
     global_batch_size: int = setting(PAPER_BATCH_SIZE, "Examples per step over all replicas "
                                      f"(the protocol's {PAPER_BATCH_SIZE}); more replicas "
-                                     "split it.")
+                                     "split it. Fixed for a run: its step counter, the "
+                                     "epochs of its checkpoints and its learning-rate "
+                                     "schedule count batches of this size, so a resume "
+                                     "cannot change it (docs/training.md).", state=True)
     base_learning_rate: float = setting(0.03, "Learning rate at a global batch of "
                                         f"{PAPER_BATCH_SIZE}; scaled linearly with the global "
                                         "batch size.")
@@ -155,7 +158,8 @@ def field_type(section: str, field: dataclasses.Field) -> Any:
 
 def state_settings() -> tuple[str, ...]:
     """Flag names of the settings whose change would make a checkpoint's state
-    meaningless (data, split, model, method): a resume cannot change them."""
+    meaningless (data, split, model, method, the global batch its step counts): a resume
+    cannot change them."""
     return tuple(name for name, (_, field) in settings_fields().items()
                  if field.metadata["state"])
 
