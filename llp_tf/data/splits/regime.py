@@ -17,6 +17,7 @@ import numpy as np
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.tensor_types import Array
+from llp_tf.tool_names import tool
 
 SPLIT_FORMAT = "llp-split-v1"
 #: Header keys naming the files a split was made from (`save_splits`).
@@ -122,7 +123,7 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
             f"labelled example: {shown}{', ...' if len(starved) > 5 else ''}. Every class "
             f"with training examples needs at least one: raise --label_percent to at least "
             f"{needed:g}{also} (class {c} has {counted(n, 'example')}), or choose the labelled "
-            "examples yourself with --split_file (tools/make_splits.py) or --label_subset (a "
+            f"examples yourself with --split_file ({tool('make_splits')}) or --label_subset (a "
             "list of image file names).")
     if not labelled:
         raise DataError("Every training example is excluded (--exclude_list): nothing is left "
@@ -271,7 +272,7 @@ def read_split_exclusions(path: str) -> dict[str, Array]:
 
 def _read(path):
     if not os.path.isfile(path):
-        raise DataError(f"Split file {path} does not exist. Write one with tools/make_splits.py "
+        raise DataError(f"Split file {path} does not exist. Write one with {tool('make_splits')} "
                         "(a run keeps its own in its run directory).")
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -286,7 +287,7 @@ def _read(path):
             raise ValueError(f"its header has no {missing[0]!r}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataError(f"{path} is not a readable split file ({error}). Write it again with "
-                        "tools/make_splits.py.") from None
+                        f"{tool('make_splits')}.") from None
     return header, labelled_index, used_index, excluded
 
 
@@ -309,11 +310,11 @@ def load_splits(path: str, train_labels: Array,
         raise DataError(
             f"Split file {path} was made for {made_for}, but {dataset_name or 'the dataset'} "
             f"{difference}. Use the split file made for this dataset, or make a new one with "
-            "tools/make_splits.py (for a new run only).")
+            f"{tool('make_splits')} (for a new run only).")
     n = train_labels.size
     labelled_index = check_index_set(f"labelled_index in {path}", labelled_index, n)
     used_index = check_index_set(f"used_index in {path}", used_index, n)
     if np.setdiff1d(labelled_index, used_index).size:
         raise DataError(f"Split file {path} is inconsistent: some labelled examples are not in "
-                        "its used subset. Write it again with tools/make_splits.py.")
+                        f"its used subset. Write it again with {tool('make_splits')}.")
     return labelled_index, used_index
