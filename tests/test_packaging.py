@@ -142,7 +142,7 @@ def _install_wheel(folder):
     return environment / "bin"
 
 
-@pytest.mark.slow  # 50-70 s: a wheel built and installed, twelve tools started (TensorFlow)
+@pytest.mark.slow  # 50-70 s: a wheel built and installed, 13 tools started (TensorFlow)
 def test_the_installed_console_scripts_help_names_them_and_no_checkout_path(tmp_path):
     bin_folder = _install_wheel(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -162,3 +162,7 @@ def test_the_installed_console_scripts_help_names_them_and_no_checkout_path(tmp_
         assert "tools/" not in result.stdout + result.stderr, (script, result.stdout)
         # Its examples are written with the name the user ran.
         assert f"\n  {script} " in result.stdout, (script, result.stdout)
+    # And a hint that names another tool.
+    result = run(str(bin_folder / "llp-predict"), "image.png")
+    assert result.returncode == 1
+    assert result.stderr == "error: give --model_dir, a SavedModel written by llp-export.\n"
