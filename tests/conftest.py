@@ -11,6 +11,8 @@ as usual.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The tools run in this process name themselves as installed (llp_tf.tool_names).
+os.environ.pop("LLP_TF_CHECKOUT", None)
 
 import pytest  # noqa: E402
 

@@ -1,14 +1,20 @@
 """pyproject.toml: the ranges hold the pinned versions of requirements*.txt, the
-version is written once (llp_tf.__version__), every tool has its console script, and
-the regimes ship as the package's data."""
+version is written once (llp_tf.__version__), every tool has its console script, the
+regimes ship as the package's data, and the console scripts of an installed wheel name
+themselves (no tools/ path of a checkout)."""
 
 import ast
 import glob
 import importlib
 import inspect
 import os
+import shutil
+import subprocess
+import sys
+import sysconfig
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 
 from llp_tf.data.sources import imagenet_names
@@ -104,3 +110,59 @@ def test_the_imagenet_class_names_are_package_data():
     shipped = {path for pattern in patterns
                for path in glob.glob(os.path.join(ROOT, "llp_tf", pattern))}
     assert imagenet_names.NAMES_FILE in shipped
+
+
+def _install_wheel(folder):
+    """Builds this checkout's wheel from a copy of its package files and installs it in a
+    new virtual environment in ``folder`` that finds the dependencies in this interpreter's
+    site-packages (a path, so this checkout's editable install there is not loaded);
+    returns the environment's bin folder."""
+    source = folder / "source"
+    ignored = shutil.ignore_patterns("__pycache__")
+    for part in ("llp_tf", "flags"):
+        shutil.copytree(os.path.join(ROOT, part), source / part, symlinks=True, ignore=ignored)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
+                    str(folder / "dist"), str(source)], check=True, timeout=300,
+                   capture_output=True)
+    environment = folder / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(environment)],
+                   check=True, timeout=120)
+    python = environment / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"], check=True,
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    with open(os.path.join(site, "dependencies.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([*pip, "--python", str(python), "install", "--no-deps", "--no-index",
+                    *glob.glob(str(folder / "dist" / "*.whl"))], check=True, timeout=300,
+                   capture_output=True)
+    return environment / "bin"
+
+
+@pytest.mark.slow  # 50-70 s: a wheel built and installed, 13 tools started (TensorFlow)
+def test_the_installed_console_scripts_help_names_them_and_no_checkout_path(tmp_path):
+    bin_folder = _install_wheel(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("PYTHONPATH", "LLP_TF_CHECKOUT")}
+
+    def run(*command):
+        return subprocess.run(command, capture_output=True, text=True, timeout=180,
+                              cwd=elsewhere, env=env)
+
+    package = run(str(bin_folder / "python"), "-c", "import llp_tf; print(llp_tf.__file__)")
+    assert package.stdout.startswith(str(tmp_path / "env")), package
+    for script in _project()["project"]["scripts"]:
+        result = run(str(bin_folder / script), "--help")
+        assert result.returncode == 0, (script, result.stderr)
+        assert "tools/" not in result.stdout + result.stderr, (script, result.stdout)
+        # Its examples are written with the name the user ran.
+        assert f"\n  {script} " in result.stdout, (script, result.stdout)
+    # And a hint that names another tool.
+    result = run(str(bin_folder / "llp-predict"), "image.png")
+    assert result.returncode == 1
+    assert result.stderr == "error: give --model_dir, a SavedModel written by llp-export.\n"

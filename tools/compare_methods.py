@@ -1,8 +1,10 @@
-"""tools/compare_methods.py runs `llp_tf.cli.compare_methods` (as do ``llp-compare-methods`` and
-``python -m llp_tf.cli.compare_methods``); its --help tells what it does."""
+"""tools/compare_methods.py runs `llp_tf.cli.compare_methods` of the checkout it sits in
+(tools/_checkout.py), as ``llp-compare-methods`` and ``python -m
+llp_tf.cli.compare_methods`` run the installed one; its --help tells what it does."""
 
 import sys
 
+import _checkout  # noqa: F401 -- this checkout's llp_tf, first on the path
 from llp_tf.cli import compare_methods
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""tools/compare_propagation.py runs `llp_tf.cli.compare_propagation` (as do ``llp-compare-propagation`` and
-``python -m llp_tf.cli.compare_propagation``); its --help tells what it does."""
+"""tools/compare_propagation.py runs `llp_tf.cli.compare_propagation` of the checkout it sits
+in (tools/_checkout.py), as ``llp-compare-propagation`` and ``python -m
+llp_tf.cli.compare_propagation`` run the installed one; its --help tells what it does."""
 
 import sys
 
+import _checkout  # noqa: F401 -- this checkout's llp_tf, first on the path
 from llp_tf.cli import compare_propagation
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 
 from llp_tf.tensor_types import Array
+from llp_tf.tool_names import tool
 
 CLASSIFY = "classify"
 SAVED_MODEL_FILE = "saved_model.pb"
@@ -92,7 +93,7 @@ def load_model(model_dir: str) -> tuple[Callable, list[str]]:
 
     if not os.path.isfile(os.path.join(model_dir, SAVED_MODEL_FILE)):
         raise PredictError(f"{model_dir} is not a SavedModel (it has no {SAVED_MODEL_FILE}); "
-                           "give the --output_dir of tools/export.py.")
+                           f"give the --output_dir of {tool('export')}.")
     try:
         loaded = tf.saved_model.load(model_dir)
     except (OSError, ValueError, tf.errors.OpError) as error:
@@ -101,7 +102,7 @@ def load_model(model_dir: str) -> tuple[Callable, list[str]]:
     names = _class_names(loaded, model_dir)
     if CLASSIFY not in loaded.signatures or names is None:
         raise PredictError(f"The SavedModel {model_dir} has no {CLASSIFY} signature and class "
-                           "names; it was not written by tools/export.py.")
+                           f"names; it was not written by {tool('export')}.")
     return loaded.signatures[CLASSIFY], names
 
 

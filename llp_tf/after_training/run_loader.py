@@ -19,6 +19,7 @@ from llp_tf.training.methods import method_class
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.run_directory import (CHECKPOINT_DIR, CONFIG_FILE, SPLIT_FILE,
                                            RunDirectory, checkpoint_step)
+from llp_tf.tool_names import tool
 
 
 
@@ -30,7 +31,7 @@ def read_config(run_dir: str) -> TrainConfig:
         problem = "is a file" if os.path.isfile(run_dir) else f"has no {CONFIG_FILE}"
         raise ConfigError(
             f"{{run_dir}} is not a training run directory: it {problem}. Give the --run_dir "
-            "of a run made by tools/train.py.", settings={"run_dir": run_dir})
+            f"of a run made by {tool('train')}.", settings={"run_dir": run_dir})
     return config
 
 

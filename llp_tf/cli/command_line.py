@@ -1,7 +1,8 @@
 """Command-line plumbing shared by the tools: each keeps its flags in its own `FlagValues`
 (so its `main` runs several times in one process), with one handling of --help, bad flags
-and stray arguments, errors naming where each setting came from (`flag_origins`), and absl
-INFO logs hidden without --verbosity. Imports only absl, so predict runs with TensorFlow
+and stray arguments, errors naming where each setting came from (`flag_origins`), absl
+INFO logs hidden without --verbosity, and help naming the tools as the user runs them
+(`llp_tf.tool_names`). Imports only absl and that module, so predict runs with TensorFlow
 and llp_tf alone."""
 
 import os
@@ -10,6 +11,8 @@ import sys
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from absl import flags, logging
+
+from llp_tf.tool_names import spoken
 
 
 def new_flag_values() -> flags.FlagValues:
@@ -123,7 +126,7 @@ def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: Tex
           ) -> tuple[list[str] | None, int | None]:
     """Parses ``argv`` (argv[0] is the program) into ``values``: (the other arguments,
     None) to go on, or (None, exit code) to stop: 0 after --help (printing ``usage`` and the
-    flags), 1 after an error on ``stderr``, ``stray_exit_code`` after unexpected arguments
+    flags, tools named by `spoken`), 1 after an error on ``stderr``, ``stray_exit_code`` after unexpected arguments
     (unless ``positional``)."""
     try:
         rest = values(_with_help_spellings(list(argv)))
@@ -133,7 +136,8 @@ def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: Tex
             return None, 1
         rest = None
     if values["help"].value:
-        stdout.write(usage + "\nFlags:\n" + values.get_help(include_special_flags=False) + "\n")
+        stdout.write(spoken(usage + "\nFlags:\n" + values.get_help(include_special_flags=False))
+                     + "\n")
         return None, 0
     if len(rest) > 1 and not positional:
         stderr.write(f"error: unexpected arguments: {' '.join(rest[1:])}\n")

@@ -15,6 +15,7 @@ from absl import flags
 
 from llp_tf.cli import command_line
 from llp_tf.training import local_launcher
+from llp_tf.tool_names import tool
 
 
 def make_flags() -> flags.FlagValues:
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         return 1
     if not command:
         stderr.write("error: give the worker command after --, e.g. "
-                     "tools/launch_local.py --workers=2 -- tools/train.py --regime=demo\n")
+                     f"{tool('launch_local')} --workers=2 -- {tool('train')} --regime=demo\n")
         return 1
     return local_launcher.launch(command, command_line.free_ports(values.workers),
                                  values.timeout_seconds, stdout, stderr)

@@ -28,6 +28,7 @@ from llp_tf.after_training.features import DEFAULT_BATCH_SIZE  # noqa: E402
 from llp_tf.after_training.probe import readout, trunk_probes  # noqa: E402
 from llp_tf.counted_nouns import counted  # noqa: E402
 from llp_tf.training import run_directory  # noqa: E402
+from llp_tf.tool_names import tool  # noqa: E402
 
 #: Keys of the results file that mark an earlier one, which --output replaces.
 RESULT_KEYS = ("run_dir", "trained", "random")
@@ -137,7 +138,7 @@ def probe_settings(options: flags.FlagValues) -> readout.ProbeSettings:
     """`ProbeSettings` of the parsed flags (ConfigError when they are invalid)."""
     from llp_tf.errors import ConfigError
     if not options.run_dir:
-        raise ConfigError("Give --run_dir, the directory of a run made by tools/train.py.")
+        raise ConfigError(f"Give --run_dir, the directory of a run made by {tool('train')}.")
     if not options.dataset:
         raise ConfigError("Give --dataset, the probe dataset (e.g. digits, mnist5k, "
                           "places205:/data/places205).")

@@ -24,6 +24,7 @@ from llp_tf.after_training.predict import (  # noqa: E402
     DEFAULT_BATCH_SIZE, DEFAULT_TOP, FORMATS, PredictError, ResultWriter, classify_files,
     expand_arguments, load_model)
 from llp_tf.cli import command_line  # noqa: E402
+from llp_tf.tool_names import tool  # noqa: E402
 
 
 def make_flags() -> flags.FlagValues:
@@ -57,7 +58,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     if exit_code is not None:
         return exit_code
     if not values.model_dir:
-        stderr.write("error: give --model_dir, a SavedModel written by tools/export.py.\n")
+        stderr.write(f"error: give --model_dir, a SavedModel written by {tool('export')}.\n")
         return 1
     arguments = list(values.images) + list(rest)
     if not arguments:

@@ -4,6 +4,7 @@ augmentation are stateless functions of (seed, epoch, example): no random state 
 
 import contextlib
 import dataclasses
+import io
 import os
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training import cluster as cluster_lib
-from llp_tf.training import run_record, summaries
+from llp_tf.training import disk_space, run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
 from llp_tf.training.progress import format_value
 from llp_tf.training.checkpoints import RunCheckpoints
@@ -315,8 +316,38 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
         _log(stream, f"This is {worker}: it trains, the chief writes {config.run_dir}.")
         with tempfile.TemporaryDirectory(prefix="llp-worker-checkpoints-") as scratch:
             return _train(config, strategy, stream, scratch, bool(worker), overwrite)
-    with RunLock(config.run_dir, stream):
-        return _train(config, strategy, stream, None, bool(worker), overwrite)
+    try:
+        with RunLock(config.run_dir, stream):
+            return _train(config, strategy, stream, None, bool(worker), overwrite)
+    except OSError as error:
+        if not disk_space.is_full(error):
+            raise
+        raise _no_space_left(config, strategy) from None
+
+
+def _no_space_left(config, strategy):
+    """The `NoSpaceLeft` of the run: the size of its newest checkpoint to resume, else the
+    variables of the state it would build (nothing written) to start."""
+    newest = RunDirectory(config.run_dir).latest_checkpoint()
+    if newest:
+        return disk_space.no_space_left(
+            config.run_dir, disk_space.checkpoint_bytes(newest),
+            f"to resume, for its next checkpoint, the size of its newest ({newest})",
+            "free that much there, or move the run directory to a disk with room, and rerun "
+            "the same command")
+    quiet = io.StringIO()
+    source = load_source(config.data.dataset, config.data.data_dir)
+    train_labels = source.train_labels()
+    labelled, used, _ = _resolve_split(config.data, config.run_dir, source, train_labels, quiet,
+                                       exclusions.load(config.data.exclude_list, source), True)
+    split = RunSplit(labelled, used, train_labels)
+    with tempfile.TemporaryDirectory(prefix="llp-space-") as scratch:
+        state = _build_state(config, strategy, source.info.num_classes, split, quiet, scratch)
+    needed = int(state.checkpoints.variable_bytes() * (1 + disk_space.CHECKPOINT_OVERHEAD))
+    return disk_space.no_space_left(
+        config.run_dir, needed, "to start: its settings, split and first checkpoint (the "
+        "model, the optimizer and the method's state)", "free that much there, or give a "
+        "--run_dir on a disk with room")
 
 
 def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):

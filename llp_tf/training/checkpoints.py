@@ -11,6 +11,7 @@ import re
 import shutil
 from typing import Any, Mapping, Optional, TextIO
 
+import keras
 import tensorflow as tf
 
 from llp_tf.errors import ConfigError, LLPError
@@ -124,6 +125,16 @@ class RunCheckpoints:
             directory, pairs[-1][0], all_model_checkpoint_paths=[p for p, _ in pairs],
             all_model_checkpoint_timestamps=[t for _, t in pairs],
             last_preserved_timestamp=state.last_preserved_timestamp)
+
+    def variable_bytes(self) -> int:
+        """Bytes of the distinct variables the checkpoint saves, Keras's and TensorFlow's."""
+        seen, total = set(), 0
+        for item in tf.train.TrackableView(self.checkpoint).descendants():
+            variable = item.value if isinstance(item, keras.Variable) else item
+            if isinstance(variable, tf.Variable) and id(variable.handle) not in seen:
+                seen.add(id(variable.handle))
+                total += variable.shape.num_elements() * variable.dtype.size
+        return total
 
     def save(self, checkpoint_number: int) -> str:
         """Writes checkpoint ``checkpoint_number`` (the global step), or CheckpointWriteFailed.

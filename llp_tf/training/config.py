@@ -10,7 +10,7 @@ the method's own ``Settings`` dataclass, in ``methods`` by method name;
 (the field's name unless given, unique over all sections;
 `MethodConfig.name` is ``--method``) and whether it shapes the run's saved
 state. The flags of tools/train.py are generated from these fields
-(`tools/config_flags.py`), and choices are validated from them, so every
+(`llp_tf.cli.config_flags`), and choices are validated from them, so every
 default, choice and help text is written once. Library code takes the
 sections or fields it needs. Reading the method sections imports the
 methods, and with them TensorFlow.
@@ -43,7 +43,10 @@ class OptimizationConfig:
 
     global_batch_size: int = setting(PAPER_BATCH_SIZE, "Examples per step over all replicas "
                                      f"(the protocol's {PAPER_BATCH_SIZE}); more replicas "
-                                     "split it.")
+                                     "split it. Fixed for a run: its step counter, the "
+                                     "epochs of its checkpoints and its learning-rate "
+                                     "schedule count batches of this size, so a resume "
+                                     "cannot change it (docs/training.md).", state=True)
     base_learning_rate: float = setting(0.03, "Learning rate at a global batch of "
                                         f"{PAPER_BATCH_SIZE}; scaled linearly with the global "
                                         "batch size.")
@@ -156,7 +159,8 @@ def field_type(section: str, field: dataclasses.Field) -> Any:
 
 def state_settings() -> tuple[str, ...]:
     """Flag names of the settings whose change would make a checkpoint's state
-    meaningless (data, split, model, method): a resume cannot change them."""
+    meaningless (data, split, model, method, the global batch its step counts): a resume
+    cannot change them."""
     return tuple(name for name, (_, field) in settings_fields().items()
                  if field.metadata["state"])
 

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from llp_tf.errors import DataError
 from llp_tf.training.run_directory import RunDirectory
+from llp_tf.tool_names import tool
 
 #: The last evaluation's validation top-1 of the run's exported model.
 METRIC = "val_top1"
@@ -59,7 +60,7 @@ def train(train_command: Sequence[str], regime: str, method: str, seed: int | st
     code = subprocess.run(command, check=False).returncode
     row = last_evaluation(directory)
     if code != 0 or row is None:
-        raise ComparisonError(f"{method}, seed {seed}: tools/train.py exited {code}"
+        raise ComparisonError(f"{method}, seed {seed}: {tool('train')} exited {code}"
                               + ("" if row else " and left no evaluation")
                               + f" (run directory {directory}).")
     return row

@@ -17,6 +17,7 @@ import socket
 from typing import Optional, TextIO
 
 from llp_tf.errors import ConfigError, LLPError
+from llp_tf.training import disk_space
 
 LOCK_FILE = "run.lock"
 
@@ -59,7 +60,8 @@ class RunLock:
 
         Raises:
           RunDirectoryBusy: another live process (or one on another host) holds it.
-          ConfigError: the run directory is a file, or cannot be made or written."""
+          ConfigError: the run directory is a file, or cannot be made or written.
+          OSError: the file system is full (`disk_space.is_full`); no lock file is left."""
         if os.path.isfile(self.run_dir):
             raise ConfigError("{run_dir} is a file, not a directory: give a --run_dir that is "
                               "a directory, or where one can be made.",
@@ -81,18 +83,30 @@ class RunLock:
             os.close(fd)
         try:
             self._check_previous_holder(fd)
-            self._write_holder(fd)
         except BaseException:
             os.close(fd)
+            raise
+        try:
+            self._write_holder(fd)
+        except BaseException:
+            # Truncated, or half written, under our lock (a full disk): leave no lock file.
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            os.close(fd)
+            self._remove_created_dir()
             raise
         self._fd = fd
         return self
 
     def _open_or_refuse(self, make, path, *args):
-        """``make(path, *args)``, or a ConfigError naming --run_dir."""
+        """``make(path, *args)``, or a ConfigError naming --run_dir; the OSError of a full file
+        system as it is (`disk_space.is_full`), which the run reports with the space needed."""
         try:
             return make(path, *args)
         except OSError as error:
+            if disk_space.is_full(error):
+                self._remove_created_dir()
+                raise
             raise ConfigError(
                 "{run_dir} cannot be made or written (" + f"{error.strerror}: {path}); give "
                 "a --run_dir in a folder you can write in.",
@@ -148,6 +162,10 @@ class RunLock:
             os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
+        self._remove_created_dir()
+
+    def _remove_created_dir(self) -> None:
+        """Deletes the run directory if this lock created it and it is empty."""
         if self._created_dir:
             with contextlib.suppress(OSError):  # not empty: the run wrote its files
                 os.rmdir(self.run_dir)

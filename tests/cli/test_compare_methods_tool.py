@@ -46,7 +46,7 @@ def test_unknown_method_and_a_failed_run_are_one_error_line(tmp_path):
     code, _, err = run_main(tool, f"--runs_dir={tmp_path}", "--methods=llp", "--seeds=0",
                             "--", "--epochs=0")
     assert code == 1
-    assert err.splitlines()[-1] == (f"error: llp, seed 0: tools/train.py exited 1 and left no "
+    assert err.splitlines()[-1] == (f"error: llp, seed 0: llp-train exited 1 and left no "
                                     f"evaluation (run directory {tmp_path}/llp_seed0).")
 
 

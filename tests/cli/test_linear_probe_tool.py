@@ -70,12 +70,12 @@ def test_not_a_run_directory_is_a_clear_error(tool, tmp_path, stripes):
     assert result.returncode == 1
     assert result.stderr == (f"error: --run_dir={tmp_path} (command line) is not a training run "
                              "directory: it has no config.json. Give the --run_dir of a run made "
-                             "by tools/train.py.\n")
+                             "by llp-train.\n")
     (tmp_path / "file").write_text("")
     result = _run(tool, f"--run_dir={tmp_path / 'file'}", f"--dataset={stripes}")
     assert result.stderr == (f"error: --run_dir={tmp_path / 'file'} (command line) is not a "
                              "training run directory: it is a file. Give the --run_dir of a run "
-                             "made by tools/train.py.\n")
+                             "made by llp-train.\n")
     result = _run(tool, f"--run_dir={tmp_path / 'none'}", f"--dataset={stripes}")
     assert result.returncode == 1 and "it has no config.json" in result.stderr
     assert not (tmp_path / "none").exists()

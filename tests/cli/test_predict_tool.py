@@ -19,7 +19,8 @@ FRESH_PROCESS_TIMEOUT_SECONDS = 120
 # The modules of llp_tf that predict imports.
 LIGHT_MODULES = sorted(["llp_tf", "llp_tf.lazy_attributes", "llp_tf.after_training",
                         "llp_tf.after_training.predict", "llp_tf.cli", "llp_tf.cli.command_line",
-                        "llp_tf.cli.predict", "llp_tf.cli.quiet_start", "llp_tf.tensor_types"])
+                        "llp_tf.cli.predict", "llp_tf.cli.quiet_start", "llp_tf.tensor_types",
+                        "llp_tf.tool_names"])
 # Probabilities are printed with four decimals.
 PRINTED_TOLERANCE = 5e-5 + 1e-6
 
@@ -225,7 +226,7 @@ def test_bad_files_get_a_line_each_and_the_others_are_still_classified(model_dir
 def test_bad_model_dir_and_no_images_are_clear_errors(image_files, tmp_path):
     assert _run(f"--model_dir={tmp_path}", image_files[0]) == (1, "", (
         f"error: {tmp_path} is not a SavedModel (it has no saved_model.pb); give the "
-        "--output_dir of tools/export.py.\n"))
+        "--output_dir of llp-export.\n"))
     assert _run(f"--model_dir={tmp_path / 'none'}", image_files[0]) == (
         1, "", f"error: the model directory {tmp_path / 'none'} does not exist.\n")
     assert _run(f"--model_dir={tmp_path}") == (

@@ -13,7 +13,7 @@ RUN_DIR = re.compile(r"--run_dir=(runs/[\w.-]+)")
 
 def _tools():
     return sorted(name for name in os.listdir(os.path.join(ROOT, "tools"))
-                  if name.endswith(".py"))
+                  if name.endswith(".py") and not name.startswith("_"))
 
 
 def _readme_commands():

@@ -1,6 +1,7 @@
 """tools/train.py: run in process, but for the unknown regime, checked as users
 run it (a script)."""
 
+import errno
 import logging as std_logging
 import os
 import subprocess
@@ -10,6 +11,7 @@ import types
 import pytest
 from absl import logging
 
+from llp_tf.training import disk_space
 from llp_tf.training.config import settings_fields
 from tests.runs import file_contents
 from tests.cli.tool_main import load_tool, run_main
@@ -278,3 +280,65 @@ def test_a_precision_the_machine_cannot_compute_is_refused_before_the_run_starts
                                     "machine"), result.stderr
     assert "(no bfloat16 convolution)" in result.stderr and "Traceback" not in result.stderr
     assert not run_dir.exists()
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _shown_bytes(text):
+    """(bytes, one unit of the last decimal) of a size `disk_space.format_bytes` wrote."""
+    value, unit = text.split()
+    scale = 1024 ** ("bytes", "KB", "MB", "GB").index(unit)
+    return float(value) * scale, (0.1 if unit != "bytes" else 1) * scale
+
+
+def test_a_start_on_a_full_disk_is_one_line_naming_the_space_a_checkpoint_needs(
+        tmp_path, stripes, tiny_llp_training, monkeypatch):
+    from tests.runs import tiny_flags
+    monkeypatch.setattr(os, "pwrite", _full_disk)  # the lock's record, the start's first write
+    result = _run(*tiny_flags(tmp_path, stripes))
+    run_dir = tmp_path / "run"
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    start = f"error: No space left on the device of {run_dir} ("
+    assert result.stderr.startswith(start), result.stderr
+    needed = result.stderr.split("free): the run needs at least ")[1].split(" free there")[0]
+    assert result.stderr.endswith(
+        f"{needed} free there to start: its settings, split and first checkpoint (the model, "
+        "the optimizer and the method's state); free that much there, or give a --run_dir on "
+        "a disk with room.\n")
+    assert not run_dir.exists()  # nor an empty run.lock in it
+    # The estimate against a checkpoint of these settings (the shared run's first): its
+    # variables plus `CHECKPOINT_OVERHEAD`, which is above the checkpoint's own overhead.
+    checkpoint = os.path.join(tiny_llp_training[0].run_dir, "checkpoints", "ckpt-3")
+    actual = disk_space.checkpoint_bytes(checkpoint)
+    shown, unit = _shown_bytes(needed)
+    assert actual <= shown <= actual * (1 + disk_space.CHECKPOINT_OVERHEAD) + unit
+
+
+def test_a_resume_on_a_full_disk_is_one_line_naming_its_checkpoints_size(
+        tmp_path, stripes, tiny_llp_training, monkeypatch):
+    import shutil
+
+    from tests.runs import tiny_flags
+    config, _ = tiny_llp_training
+    run_dir = shutil.copytree(config.run_dir, tmp_path / "run")
+    before = file_contents(run_dir)
+    newest = os.path.join(run_dir, "checkpoints", "ckpt-15")
+    monkeypatch.setattr(os, "pwrite", _full_disk)
+    result = _run(*tiny_flags(tmp_path, stripes, epochs=4))
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: No space left on the device of {run_dir} (")
+    needed = result.stderr.split("free): the run needs at least ")[1].split(" free there")[0]
+    assert result.stderr.endswith(
+        f"{needed} free there to resume, for its next checkpoint, the size of its newest "
+        f"({newest}); free that much there, or move the run directory to a disk with room, "
+        "and rerun the same command.\n")
+    actual = sum(os.path.getsize(os.path.join(run_dir, "checkpoints", name))
+                 for name in os.listdir(os.path.join(run_dir, "checkpoints"))
+                 if name.startswith("ckpt-15."))
+    shown, unit = _shown_bytes(needed)
+    assert actual <= shown < actual + unit
+    assert file_contents(run_dir) == before  # no run.lock left, nothing else touched

@@ -1,6 +1,7 @@
 import io
 import json
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -10,7 +11,9 @@ from llp_tf.models import precision
 from llp_tf.training import actions, run_directory, run_record, assembly
 from llp_tf.training.methods import StepRunner
 from llp_tf.errors import ConfigError, DataError
-from tests.runs import assert_same_state, checkpoint_state, tiny_config as _config
+from tests.cli.tool_main import load_tool, run_main
+from tests.runs import assert_same_state, checkpoint_state, file_contents, tiny_flags
+from tests.runs import tiny_config as _config
 
 def _metrics(run_dir):
     with open(os.path.join(run_dir, run_directory.METRICS_FILE)) as f:
@@ -152,6 +155,32 @@ def test_changed_settings_in_an_existing_run_dir_are_refused(instance_run):
     with pytest.raises(ConfigError, match="embedding_dim"):
         assembly.run_training(instance_run.replace(embedding_dim=8),
                                    stream=open(os.devnull, "w"))
+
+
+def test_a_resume_with_another_global_batch_is_refused_and_changes_nothing(instance_run,
+                                                                          stripes):
+    # 2 epochs at a batch of 32; at 16 its step 10 would be epoch 1 and the learning-rate
+    # drops and warm-up (in epochs) would move, so the resume is refused, before any write.
+    before = file_contents(instance_run.run_dir)
+    for epochs in (2, 3):
+        with pytest.raises(ConfigError) as raised:
+            assembly.run_training(instance_run.replace(global_batch_size=16, epochs=epochs),
+                                  stream=open(os.devnull, "w"))
+        assert str(raised.value) == (
+            f"The run directory {instance_run.run_dir} holds a run with other settings: "
+            "--global_batch_size=16 where its config.json has --global_batch_size=32. Its "
+            "checkpoints cannot continue with these settings: use a new --run_dir, or rerun "
+            "with the saved settings.")
+    assert file_contents(instance_run.run_dir) == before
+    assert [row["epoch"] for row in _metrics(instance_run.run_dir)] == [1, 2]
+    # As the tool says it: one line, the new value's origin named.
+    code, out, err = run_main(load_tool("train.py"), *tiny_flags(
+        pathlib.Path(instance_run.run_dir).parent, stripes, warmup_epochs=2, epochs=2,
+        global_batch_size=16))
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: The run directory ") and "--global_batch_size=16 (command " \
+        "line) where its config.json has --global_batch_size=32." in err, err
+    assert file_contents(instance_run.run_dir) == before
 
 
 def test_a_start_that_wrote_no_checkpoint_is_retried_afresh_with_other_settings(

@@ -138,3 +138,19 @@ def test_a_write_failing_for_lack_of_space_keeps_the_previous_checkpoint(tmp_pat
     value = tf.Variable(tf.zeros([200, 200]))
     RunCheckpoints({"value": value}, directory, keep=1, stream=io.StringIO()).restore_latest()
     assert float(value[0, 0]) == 3.0
+
+
+def test_variable_bytes_count_each_keras_and_tensorflow_variable_once(tmp_path):
+    import keras
+    layer = keras.layers.Dense(3)
+    layer.build((None, 5))  # a kernel of 5 x 3 and a bias of 3, float32
+    step = tf.Variable(0, dtype=tf.int64)
+    checkpoints = RunCheckpoints({"layer": layer, "same": layer, "step": step,
+                                  "kernel": layer.kernel}, RunDirectory(tmp_path), keep=1,
+                                 stream=io.StringIO())
+    assert checkpoints.variable_bytes() == (5 * 3 + 3) * 4 + 8
+    path = checkpoints.save(1)
+    # The files hold them and the checkpoint's index and object graph.
+    assert sum(os.path.getsize(os.path.join(tmp_path, "checkpoints", name))
+               for name in os.listdir(os.path.join(tmp_path, "checkpoints"))
+               if name.startswith(os.path.basename(path) + ".")) > (5 * 3 + 3) * 4 + 8

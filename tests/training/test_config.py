@@ -262,6 +262,6 @@ def test_state_settings_are_the_fields_marked_as_state():
     assert set(config_lib.state_settings()) == {
         "dataset", "label_percent", "data_percent", "split_seed", "split_file", "label_subset",
         "architecture", "width", "blocks_per_stage", "embedding_dim", "method", "image_size",
-        "small_inputs"}
+        "small_inputs", "global_batch_size"}
 
 

@@ -1,6 +1,7 @@
 """The run-directory lock: held, busy, released, taken over from a dead holder; a
 run directory that cannot be one refused."""
 
+import errno
 import io
 import json
 import os
@@ -120,3 +121,33 @@ def test_a_run_dir_that_cannot_be_written_is_a_config_error(read_only_folder):
         f"--run_dir={read_only_folder} (command line) cannot be made or written (Permission "
         f"denied: {read_only_folder / LOCK_FILE}); give a --run_dir in a folder you can write in.")
     assert os.listdir(read_only_folder) == []
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_leaves_no_lock_file_and_no_directory_the_lock_made(tmp_path, monkeypatch):
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "config.json").write_text("{}")
+    # A lock left by a dead process, taken over and then not written.
+    (kept / LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(),
+                                              "pid": _dead_pid(), "started": "then"}))
+    monkeypatch.setattr(os, "pwrite", _full_disk)  # the holder record, after its truncation
+    for run_dir in (tmp_path / "new", kept):
+        with pytest.raises(OSError) as raised:
+            RunLock(str(run_dir)).acquire()
+        assert raised.value.errno == errno.ENOSPC
+    assert not (tmp_path / "new").exists()
+    assert sorted(os.listdir(kept)) == ["config.json"]
+    monkeypatch.undo()
+    with RunLock(str(kept)) as lock:  # and the next start takes the lock as usual
+        assert lock.held and read_lock_holder(str(kept))["pid"] == os.getpid()
+
+
+def test_a_run_directory_a_full_disk_cannot_make_is_the_disks_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "makedirs", _full_disk)
+    with pytest.raises(OSError) as raised:
+        RunLock(str(tmp_path / "run")).acquire()
+    assert raised.value.errno == errno.ENOSPC and not isinstance(raised.value, ConfigError)

@@ -4,6 +4,7 @@ import os
 from typing import Any, Mapping
 
 from llp_tf.after_training.export.saved_model import EXPORT_INFO_FILE
+from llp_tf.tool_names import tool
 
 _BYTES_PER_MB = 1024 * 1024
 
@@ -47,5 +48,5 @@ def written_lines(info: Mapping[str, Any], output_dir: str, include_onnx: bool) 
     lines += describe_signatures(info)
     if include_onnx:
         lines.append(describe_onnx(info["onnx"], output_dir))
-    lines.append(f"Try it: tools/predict.py --model_dir={output_dir} IMAGE.png")
+    lines.append(f"Try it: {tool('predict')} --model_dir={output_dir} IMAGE.png")
     return lines

@@ -18,6 +18,7 @@ from llp_tf.counted_nouns import counted
 from llp_tf.data.decoding import crop_decode, decode
 from llp_tf.errors import DataError
 from llp_tf.tensor_types import Array, IntTensor, StringTensor, Tensor
+from llp_tf.tool_names import tool
 
 TRAIN = "train"
 VALIDATION = "validation"
@@ -219,7 +220,7 @@ class Source(abc.ABC):
     def bad_image_advice(self) -> str:
         """str: how to repair or leave out an image that cannot be decoded."""
         return (f"{self.repair}, and rerun: the run resumes. Or leave out every bad image: "
-                f"tools/check_data.py --dataset={self.info.name} --write_exclude_list=FILE "
+                f"{tool('check_data')} --dataset={self.info.name} --write_exclude_list=FILE "
                 "finds them all, and a new run given --exclude_list=FILE never draws them (a "
                 "run keeps the exclusions it started with).")
 

@@ -20,6 +20,7 @@ from llp_tf.data.sources.base import (SPLITS, TRAIN, VALIDATION, ShardFileSource
                                 check_inferred_classes, validate_labels)
 from llp_tf.errors import DataError
 from llp_tf.tensor_types import IntTensor
+from llp_tf.tool_names import tool
 
 IMAGE_FEATURE = "images"
 LABEL_FEATURE = "labels"
@@ -86,14 +87,14 @@ class TFRecordSource(ShardFileSource):
         if not os.path.isdir(folder):
             raise DataError(
                 f"TFRecord folder {folder} does not exist or is not a folder. Give the folder "
-                "that holds the train-* and validation-* shards (tools/build_tfrecords.py "
+                f"that holds the train-* and validation-* shards ({tool('build_tfrecords')} "
                 "writes one from an image folder).")
         self._files = {split: list_shards(folder, split) for split in SPLITS}
         if not self._files[TRAIN]:
             raise DataError(
                 f"TFRecord folder {folder} has no train-* shards. Expected files named like "
                 "train-00000-of-01024 with features images/labels/index; "
-                "tools/build_tfrecords.py writes them from an image folder.")
+                f"{tool('build_tfrecords')} writes them from an image folder.")
 
         self._counts = {}     # split -> records per shard
         self._positions = {}  # split -> storage position of each index

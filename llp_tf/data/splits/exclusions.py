@@ -18,6 +18,7 @@ from llp_tf.data.sources.base import SPLITS, TRAIN, VALIDATION, FileSource, Sour
 from llp_tf.data.splits import regime
 from llp_tf.errors import DataError
 from llp_tf.tensor_types import Array
+from llp_tf.tool_names import tool
 
 _BY_INDEX = re.compile(rf"^({'|'.join(SPLITS)})\s+(\d+)\s*(#.*)?$")
 
@@ -77,7 +78,7 @@ def _parse(path, lines, source):
             raise DataError(
                 f"Exclude list {path}, line {number}: {line[:200]!r} is neither 'train <index>' "
                 f"or 'validation <index>' nor an image file of {source.info.name}. "
-                "tools/check_data.py --write_exclude_list writes such a list.")
+                f"{tool('check_data')} --write_exclude_list writes such a list.")
         yield found
 
 

@@ -13,6 +13,7 @@ from llp_tf.data.sources.base import Source
 from llp_tf.data.splits import exclusions
 from llp_tf.errors import DataError
 from llp_tf.tensor_types import Array
+from llp_tf.tool_names import tool
 
 #: Records checked between two progress reports.
 BATCH = 256
@@ -59,6 +60,6 @@ def require_decodable(source: Source, split: str, skip: Array | None = None) -> 
         shown = "; ".join(f"{b.where} ({split} example {b.index})" for b in bad[:_SHOWN])
         raise DataError(
             f"{counted(len(bad), split + ' image')} of {source.info.name} cannot be read or decoded "
-            f"(first: {shown}). {source.repair}; or leave them out: tools/check_data.py "
+            f"(first: {shown}). {source.repair}; or leave them out: {tool('check_data')} "
             f"--dataset={source.info.name} --write_exclude_list=FILE finds every bad image, "
             "and --exclude_list=FILE leaves them out.")

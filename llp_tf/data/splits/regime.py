@@ -8,6 +8,7 @@ with a check against the dataset: its number of training examples and a SHA-256 
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 
@@ -16,6 +17,7 @@ import numpy as np
 from llp_tf.counted_nouns import counted
 from llp_tf.errors import ConfigError, DataError
 from llp_tf.tensor_types import Array
+from llp_tf.tool_names import tool
 
 SPLIT_FORMAT = "llp-split-v1"
 #: Header keys naming the files a split was made from (`save_splits`).
@@ -26,6 +28,18 @@ _SPLITS = ("train", "validation")
 def _round_half_up(x):
     # The epsilon keeps e.g. 10% of 1300 at 130 despite float rounding.
     return int(np.floor(x + 0.5 + 1e-9))
+
+
+def smallest_label_percent(class_size: int) -> float:
+    """The smallest percentage of 3 significant digits that labels one of ``class_size``
+    examples by `make_splits`' rule (round half up): 50 / class_size rounded up at that
+    precision, so the value a hint names is accepted as written."""
+    exact = 50.0 / class_size
+    decimals = max(0, 2 - math.floor(math.log10(exact)))
+    value = math.floor(exact * 10 ** decimals) / 10 ** decimals
+    while _round_half_up(value * class_size / 100.0) < 1:
+        value = round(value + 10.0 ** -decimals, decimals)
+    return value
 
 
 def _check_percent(name, value):
@@ -100,14 +114,16 @@ def make_splits(labels: Array, label_percent: float, data_percent: float, seed: 
         used.extend([chosen, _used_extra(members, chosen, u, rng)])
     if starved:
         c, n = min(starved, key=lambda item: item[1])
-        needed = 50.0 / n
+        needed = smallest_label_percent(n)
+        also = (f" (and --data_percent with it, now {data_percent:g})"
+                if needed > data_percent else "")
         shown = ", ".join(f"class {cls} ({counted(cnt, 'example')})" for cls, cnt in starved[:5])
         raise DataError(
             f"With label_percent={label_percent}, {counted(len(starved), 'class')} would get no "
             f"labelled example: {shown}{', ...' if len(starved) > 5 else ''}. Every class "
             f"with training examples needs at least one: raise --label_percent to at least "
-            f"{needed:.3g} (class {c} has {counted(n, 'example')}), or choose the labelled "
-            "examples yourself with --split_file (tools/make_splits.py) or --label_subset (a "
+            f"{needed:g}{also} (class {c} has {counted(n, 'example')}), or choose the labelled "
+            f"examples yourself with --split_file ({tool('make_splits')}) or --label_subset (a "
             "list of image file names).")
     if not labelled:
         raise DataError("Every training example is excluded (--exclude_list): nothing is left "
@@ -256,7 +272,7 @@ def read_split_exclusions(path: str) -> dict[str, Array]:
 
 def _read(path):
     if not os.path.isfile(path):
-        raise DataError(f"Split file {path} does not exist. Write one with tools/make_splits.py "
+        raise DataError(f"Split file {path} does not exist. Write one with {tool('make_splits')} "
                         "(a run keeps its own in its run directory).")
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -271,7 +287,7 @@ def _read(path):
             raise ValueError(f"its header has no {missing[0]!r}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataError(f"{path} is not a readable split file ({error}). Write it again with "
-                        "tools/make_splits.py.") from None
+                        f"{tool('make_splits')}.") from None
     return header, labelled_index, used_index, excluded
 
 
@@ -294,11 +310,11 @@ def load_splits(path: str, train_labels: Array,
         raise DataError(
             f"Split file {path} was made for {made_for}, but {dataset_name or 'the dataset'} "
             f"{difference}. Use the split file made for this dataset, or make a new one with "
-            "tools/make_splits.py (for a new run only).")
+            f"{tool('make_splits')} (for a new run only).")
     n = train_labels.size
     labelled_index = check_index_set(f"labelled_index in {path}", labelled_index, n)
     used_index = check_index_set(f"used_index in {path}", used_index, n)
     if np.setdiff1d(labelled_index, used_index).size:
         raise DataError(f"Split file {path} is inconsistent: some labelled examples are not in "
-                        "its used subset. Write it again with tools/make_splits.py.")
+                        f"its used subset. Write it again with {tool('make_splits')}.")
     return labelled_index, used_index

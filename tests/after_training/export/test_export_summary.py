@@ -1,6 +1,7 @@
 """llp_tf/after_training/export/export_summary.py: the lines about what an export wrote
 (the export itself: test_saved_model.py, tests/cli/test_export_tool.py)."""
 
+from llp_tf import tool_names
 from llp_tf.after_training.export import export_summary
 
 INFO = {
@@ -13,7 +14,8 @@ INFO = {
 }
 
 
-def test_the_lines_name_the_folder_its_size_each_signature_and_the_onnx_model(tmp_path):
+def test_the_lines_name_the_folder_its_size_each_signature_and_the_onnx_model(tmp_path,
+                                                                           monkeypatch):
     (tmp_path / "saved_model.pb").write_bytes(b"\0" * (3 * 1024 * 1024 // 2))  # 1.5 MB
     lines = export_summary.written_lines(INFO, str(tmp_path), include_onnx=True)
     assert lines[0] == f"Wrote {tmp_path} (1.5 MB) with export_info.json"
@@ -24,5 +26,9 @@ def test_the_lines_name_the_folder_its_size_each_signature_and_the_onnx_model(tm
     assert lines[5] == (f"ONNX model {tmp_path}/model.onnx (opset 17): images float32 "
                         "[None, 32, 32, 3] preprocessed (docs/onnx.md) -> probabilities "
                         "float32 [None, 10]")
-    assert lines[6] == f"Try it: tools/predict.py --model_dir={tmp_path} IMAGE.png"
+    assert lines[6] == f"Try it: llp-predict --model_dir={tmp_path} IMAGE.png"
+    # As a checkout's tools/export.py prints it.
+    monkeypatch.setenv(tool_names.CHECKOUT_VARIABLE, "/src/llp-tf")
+    assert export_summary.written_lines(INFO, str(tmp_path), include_onnx=False)[-1] == \
+        f"Try it: tools/predict.py --model_dir={tmp_path} IMAGE.png"
     assert len(export_summary.written_lines(INFO, str(tmp_path), include_onnx=False)) == 6

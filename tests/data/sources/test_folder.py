@@ -101,7 +101,7 @@ def test_corrupt_image_names_the_file(tmp_path, corruption):
                               "BMP image. Replace the file with a valid image under the same "
                               "name (deleting it would renumber the examples, so that the run "
                               "could not resume), and rerun: the run resumes. Or leave out "
-                              f"every bad image: tools/check_data.py --dataset=folder:{tmp_path} "
+                              f"every bad image: llp-check-data --dataset=folder:{tmp_path} "
                               "--write_exclude_list=FILE finds them all, and a new run given "
                               "--exclude_list=FILE never draws them")
     assert "remove" not in message

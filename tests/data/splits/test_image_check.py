@@ -62,6 +62,6 @@ def test_a_bad_validation_image_is_refused_with_what_to_do(damaged_folder):
         f"1 validation image of folder:{root} cannot be read or decoded (first: file {path} "
         "(validation example 3)). Replace the file with a valid image under the same name "
         "(deleting it would renumber the examples, so that the run could not resume); or leave "
-        f"them out: tools/check_data.py --dataset=folder:{root} --write_exclude_list=FILE finds "
+        f"them out: llp-check-data --dataset=folder:{root} --write_exclude_list=FILE finds "
         "every bad image, and --exclude_list=FILE leaves them out.")
     image_check.require_decodable(source, "validation", skip=[3])

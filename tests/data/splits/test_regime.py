@@ -67,6 +67,51 @@ def test_class_without_labelled_example():
     assert "--split_file" in str(error.value) and "--label_subset" in str(error.value)
 
 
+def _labels_one(label_percent, size):
+    """Whether ``label_percent`` labels an example of a class of ``size`` (`make_splits`)."""
+    try:
+        make_splits(np.zeros(size, np.int64), label_percent, 100)
+    except DataError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 100, 140, 141, 1300, 4999, 123457])
+def test_the_hinted_label_percent_is_the_smallest_of_its_digits_that_labels_one(size):
+    value = regime.smallest_label_percent(size)
+    assert _labels_one(value, size)
+    # Three significant digits; one unit less in the last of them labels none.
+    digits = 2 - int(np.floor(np.log10(value)))
+    assert round(value, digits) == value and float(f"{value:.3g}") == value
+    assert not _labels_one(round(value - 10.0 ** -digits, digits), size)
+    # Within one unit above the exact threshold 50 / size (float64).
+    assert 0 <= value - 50.0 / size < 10.0 ** -digits
+
+
+def test_the_label_percent_a_refusal_hints_at_is_accepted(tmp_path):
+    from tests.cli.tool_main import load_tool, run_main
+    tool, output = load_tool("make_splits.py"), tmp_path / "split.npz"
+    code, _, err = run_main(tool, "--dataset=digits", "--label_percent=0.001",
+                            f"--output={output}")
+    assert code == 1 and err.count("\n") == 1, err
+    # digits' smallest training class: 50 / its size is 0.3571..., refused at 0.357.
+    assert "raise --label_percent to at least 0.358 (class " in err, err
+    hinted = err.split("--label_percent to at least ")[1].split(" ")[0]
+    code, _, err = run_main(tool, "--dataset=digits", f"--label_percent={hinted}",
+                            f"--output={output}")
+    assert code == 0 and output.exists(), err
+    code, _, err = run_main(tool, "--dataset=digits", "--label_percent=0.357",
+                            f"--output={tmp_path / 'other.npz'}")
+    assert code == 1 and "would get no labelled example" in err
+
+
+def test_a_hinted_label_percent_above_data_percent_says_to_raise_both():
+    labels = np.repeat([0, 1], [100, 20])
+    with pytest.raises(DataError, match=r"at least 2\.5 \(and --data_percent with it, now "
+                                        r"2\) \(class 1"):
+        make_splits(labels, 1, 2)
+
+
 def test_classes_missing_from_training_data_are_skipped():
     # 10 of 1000 classes present (a subset of ImageNet's synsets): not an error.
     rng = np.random.default_rng(0)
