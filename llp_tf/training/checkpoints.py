@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, TextIO
 import keras
 import tensorflow as tf
 
+from llp_tf.core.bank_slices import SlicedState
 from llp_tf.errors import ConfigError, LLPError
 from llp_tf.training import sliced_checkpoint
 from llp_tf.training.cluster import Workers
@@ -127,9 +128,13 @@ class RunCheckpoints:
             last_preserved_timestamp=state.last_preserved_timestamp)
 
     def variable_bytes(self) -> int:
-        """Bytes of the distinct variables the checkpoint saves, Keras's and TensorFlow's."""
+        """Bytes of the distinct variables the checkpoint saves, Keras's and TensorFlow's, and
+        of a sharded bank's whole state."""
         seen, total = set(), 0
         for item in tf.train.TrackableView(self.checkpoint).descendants():
+            if isinstance(item, SlicedState):
+                total += item.shape.num_elements() * item.dtype.size
+                continue
             variable = item.value if isinstance(item, keras.Variable) else item
             if isinstance(variable, tf.Variable) and id(variable.handle) not in seen:
                 seen.add(id(variable.handle))

@@ -154,3 +154,13 @@ def test_variable_bytes_count_each_keras_and_tensorflow_variable_once(tmp_path):
     assert sum(os.path.getsize(os.path.join(tmp_path, "checkpoints", name))
                for name in os.listdir(os.path.join(tmp_path, "checkpoints"))
                if name.startswith(os.path.basename(path) + ".")) > (5 * 3 + 3) * 4 + 8
+
+
+def test_variable_bytes_count_a_sharded_bank_whole(tmp_path, two_replica_strategy):
+    from llp_tf.core.sharded_bank import ShardedMemoryBank
+    n, d = 13, 4
+    bank = ShardedMemoryBank(two_replica_strategy, n, d, 2, [0, 5], [0, 1])
+    checkpoints = RunCheckpoints({"bank": bank}, RunDirectory(tmp_path), keep=1,
+                                 stream=io.StringIO())
+    # embeddings, labels, confidence, is_labelled of 13 rows; 2 densities; labelled_index.
+    assert checkpoints.variable_bytes() == n * (d * 4 + 8 + 4 + 1) + 2 * 4 + 2 * 8
