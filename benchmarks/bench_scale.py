@@ -9,7 +9,16 @@ classes and 1 % of the rows labelled, each measurement in a fresh process:
      replicated (each replica holds all N), and their ratio;
   2. one sharded LLP step at each size of --largest, in increasing order, until
      one does not complete within --memory_limit GiB of RSS (its process is
-     stopped there): the largest N that completed, its peak RSS and time.
+     stopped there): the largest N that completed, its peak RSS and time;
+  3. the bank sharded across --workers local worker processes (127.0.0.1) of
+     --replicas / --workers logical CPUs each, at each size of --checkpointed, in
+     increasing order until one does not complete within --memory_limit GiB of
+     RSS over all of them: each worker takes one step of the bank (the aggregation
+     loss, propagation and the row update of a global batch of random embeddings;
+     the network's part of a step does not grow with N), writes its part of a
+     checkpoint in --checkpoint_dir, then restores it. Per worker: how far its peak
+     RSS rose during the save and during the restore, against its share of the
+     bank (the rows it holds) and the whole bank a replicated run holds.
 
 Peak RSS is everything the process held from its start (TensorFlow, the bank's
 initial values and variables, the step), VmHWM of /proc/self/status. Logical
@@ -30,9 +39,12 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import peak_rss  # noqa: E402 -- benchmarks/ is on the path of a script run from it
 
-#: The sizes of docs/performance.md's figures, for --full: the search for the largest N.
-FULL_SIZES = {"largest": [20_000_000, 28_000_000, 36_000_000]}
+#: The sizes of docs/performance.md's figures, for --full: the searches for the largest N.
+FULL_SIZES = {"largest": [20_000_000, 28_000_000, 36_000_000],
+              "checkpointed": [4_000_000, 12_000_000, 20_000_000, 28_000_000]}
 CLASSES, IMAGE_SIZE, LABELLED_SHARE = 1000, 8, 0.01
+#: A row's state: its 128 float32, label int64, confidence float32, labelled bool.
+BANK_ROW_BYTES = 128 * 4 + 8 + 4 + 1
 
 
 def make_flags():
@@ -50,6 +62,16 @@ def make_flags():
     flags.DEFINE_enum("step_probe", None, ["sharded", "replicated"], "Internal: build a bank "
                       "of --bank rows so and run one LLP step in this process; print its "
                       "figures (used by the measurements).", flag_values=values)
+    flags.DEFINE_integer("workers", 2, "Worker processes of the checkpoint measurement.",
+                         flag_values=values)
+    flags.DEFINE_list("checkpointed", ["1000000"], "Bank sizes of the checkpoint measurement, "
+                      "in increasing order (--full: 4M, 12M, 20M, 28M).", flag_values=values)
+    flags.DEFINE_string("checkpoint_dir", None, "Where the checkpoint measurement writes (a "
+                        "checkpoint of N x 525 bytes); default: a temporary folder.",
+                        flag_values=values)
+    flags.DEFINE_boolean("checkpoint_probe", False, "Internal: be one worker of the "
+                         "checkpoint measurement (TF_CONFIG names the cluster); print its "
+                         "figures.", flag_values=values)
     return values
 
 
@@ -121,6 +143,136 @@ def step_probe(values, out):
                       "step_seconds": time.perf_counter() - start}), file=out)
 
 
+def checkpoint_probe(values, out):
+    """One worker of the checkpoint measurement (module docstring, 3.): prints {"worker",
+    "rows", "step_seconds", "save_mib", "restore_mib", "save_seconds", "restore_seconds"}."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from llp_tf.core.sharded_bank import ShardedMemoryBank
+    from llp_tf.models.config import EMBEDDING_DIM
+    from llp_tf.training import cluster
+    from llp_tf.training.checkpoints import RunCheckpoints
+    from llp_tf.training.distribution import make_strategy
+    from llp_tf.training.run_directory import RunDirectory
+
+    strategy = make_strategy(values.replicas // values.workers, "auto")
+    rng = np.random.default_rng(0)
+    n, labelled = values.bank, max(1, int(values.bank * LABELLED_SHARE))
+    split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
+    bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split)
+    workers = cluster.workers_of(strategy)
+    batch = values.batch // strategy.num_replicas_in_sync
+    index = rng.choice(n, values.batch, replace=False)
+
+    def replica_step():
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        rows = tf.gather(tf.constant(index), tf.range(batch) + replica * batch)
+        embeddings = tf.math.l2_normalize(tf.random.normal([batch, EMBEDDING_DIM]), axis=1)
+        labels, _ = bank.read(rows)
+        loss = tf.reduce_sum(bank.aggregation_loss(embeddings, labels))
+        classes, confidence = bank.propagate(embeddings)
+        bank.update(rows, embeddings, classes, confidence)
+        return loss
+
+    start = time.perf_counter()
+    tf.function(lambda: strategy.run(replica_step))()
+    step_seconds = time.perf_counter() - start
+    figures = {"worker": workers.index, "rows": list(bank.held_rows),
+               "step_seconds": step_seconds}
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoints = RunCheckpoints({"bank": bank}, RunDirectory(values.checkpoint_dir), 1,
+                                     sys.stderr, None if workers.index == 0 else scratch,
+                                     workers)
+        for name, work in (("save", lambda: checkpoints.save(1)),
+                           ("restore", checkpoints.restore_latest)):
+            workers.agree(True)  # all start together
+            baseline = peak_rss.reset_peak_rss()
+            start = time.perf_counter()
+            work()
+            figures[f"{name}_seconds"] = time.perf_counter() - start
+            figures[f"{name}_mib"] = peak_rss.peak_growth_mib(baseline)
+    print(json.dumps(figures), file=out)
+
+
+def _checkpointed(values, num_rows, folder):
+    """The workers' figures of the checkpoint measurement at ``num_rows``, in worker order, or
+    None if together they went over --memory_limit."""
+    import os
+    import subprocess
+
+    from llp_tf.cli.command_line import free_ports
+    from llp_tf.training.local_launcher import tf_config
+
+    ports = free_ports(values.workers)
+    limit_kib = int(values.memory_limit * 2**20)
+    processes, outputs = [], []
+    for index in range(values.workers):
+        env = dict(os.environ, TF_CONFIG=tf_config(ports, index))
+        processes.append(subprocess.Popen(
+            [sys.executable, __file__, "--checkpoint_probe", f"--bank={num_rows}",
+             f"--replicas={values.replicas}", f"--workers={values.workers}",
+             f"--batch={values.batch}", f"--checkpoint_dir={folder}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    try:
+        while any(p.poll() is None for p in processes):
+            if sum(peak_rss.rss_kib(p.pid) for p in processes if p.poll() is None) > limit_kib:
+                return None
+            time.sleep(0.1)
+        for process in processes:
+            out = process.stdout.read()
+            if process.returncode:
+                raise RuntimeError(f"a checkpoint worker failed (exit {process.returncode})")
+            outputs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return outputs
+
+
+def _checkpoint_rows(values, out):
+    """The checkpoint measurement (module docstring, 3.), printed; the largest N done."""
+    import shutil
+    import tempfile
+
+    per_worker = values.replicas // values.workers
+    print(f"the bank sharded across {values.workers} workers x {per_worker} logical CPU "
+          f"replicas: one bank step, a checkpoint, its restore (peak RSS growth per worker; "
+          f"stopped over {values.memory_limit} GiB RSS in all)", file=out)
+    largest = None
+    for num_rows in sorted(int(n) for n in values.checkpointed):
+        folder = tempfile.mkdtemp(prefix="bench-scale-", dir=values.checkpoint_dir)
+        try:
+            figures = _checkpointed(values, num_rows, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        whole_mib = num_rows * BANK_ROW_BYTES / 2**20
+        if figures is None:
+            print(f"  N={num_rows:,}: stopped over {values.memory_limit} GiB", file=out)
+            break
+        largest = num_rows
+        print(f"  N={num_rows:,}: the whole bank {whole_mib:,.0f} MiB", file=out)
+        for worker in figures:
+            start, stop = worker["rows"]
+            share = (stop - start) * BANK_ROW_BYTES / 2**20
+            print(f"    worker {worker['worker']}: rows [{start:,}, {stop:,}), its share "
+                  f"{share:,.0f} MiB; peak RSS growth: save {worker['save_mib']:,.0f} MiB "
+                  f"({worker['save_mib'] / share:.2f} x its share, "
+                  f"{worker['save_mib'] / whole_mib:.2f} x the whole bank; "
+                  f"{worker['save_seconds']:.1f} s), restore {worker['restore_mib']:,.0f} MiB "
+                  f"({worker['restore_mib'] / share:.2f} x its share, "
+                  f"{worker['restore_mib'] / whole_mib:.2f} x the whole bank; "
+                  f"{worker['restore_seconds']:.1f} s); bank step "
+                  f"{worker['step_seconds']:.1f} s", file=out)
+    print(f"  largest N completing a step, a checkpoint and its restore on "
+          f"{values.workers} workers: "
+          f"{f'{largest:,}' if largest else 'none of ' + ','.join(values.checkpointed)}",
+          file=out)
+
+
 def _probe(values, kind, num_rows):
     """The figures of a fresh process's `step_probe`, or None if it went over --memory_limit."""
     try:
@@ -147,6 +299,8 @@ def benchmark(values, out, err):
     del err
     if values.step_probe:
         return step_probe(values, out)
+    if values.checkpoint_probe:
+        return checkpoint_probe(values, out)
     bank_gib = values.bank * 128 * 4 / 2**30
     print(f"one LLP step, bank N={values.bank:,} (its rows {bank_gib:.2f} GiB), "
           f"{values.replicas} logical CPU replicas, global batch {values.batch}, "
@@ -174,6 +328,7 @@ def benchmark(values, out, err):
               file=out)
     print(f"  largest N completing one sharded step: "
           f"{f'{largest:,}' if largest else 'none of ' + ','.join(values.largest)}", file=out)
+    _checkpoint_rows(values, out)
     return 0
 
 

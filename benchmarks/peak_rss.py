@@ -54,7 +54,7 @@ def fresh_process_figures(script: str, args: list, timeout: float | None = None,
         start = time.monotonic()
         try:
             while process.poll() is None:
-                if rss_limit_kib is not None and _rss_kib(process.pid) > rss_limit_kib:
+                if rss_limit_kib is not None and rss_kib(process.pid) > rss_limit_kib:
                     raise MemoryLimitExceeded(f"{script} {' '.join(args)} went over "
                                               f"{rss_limit_kib} KiB of RSS")
                 if timeout is not None and time.monotonic() - start > timeout:
@@ -72,7 +72,7 @@ def fresh_process_figures(script: str, args: list, timeout: float | None = None,
         return json.loads(stdout.read().strip().splitlines()[-1])
 
 
-def _rss_kib(pid: int) -> int:
+def rss_kib(pid: int) -> int:
     """VmRSS of process ``pid`` in KiB (0 once it has exited)."""
     try:
         return status_kib("VmRSS", str(pid))
