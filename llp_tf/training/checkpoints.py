@@ -191,20 +191,25 @@ class RunCheckpoints:
                                              self.sliced)
             except (tf.errors.OpError, OSError) as error:
                 reason = f"worker {index}: {_first_line(error)}"
-            self._save(checkpoint_number)  # the dense state, as the chief writes it
-            if not self.workers.agree(reason is None) or not self.workers.agree(True):
-                raise self._write_failed(checkpoint_number, reason or "another worker could "
-                                         "not write its part", previous)
+            # The dense state, as the chief writes it (the same collectives, in its order).
+            self._save(checkpoint_number)
+            # Both rounds, whatever the first says: the chief takes part in both.
+            unwritten = self.workers.failing(reason is None)
+            unmerged = self.workers.failing(True)
+            if unwritten:
+                raise self._write_failed(checkpoint_number,
+                                         reason or _unwritten_parts(unwritten), previous)
+            if unmerged:
+                raise self._write_failed(checkpoint_number, "the chief could not merge the "
+                                         "workers' parts", previous)
             return prefix
-        agreed = []
+        rounds = []
 
         def merge(path):
             sliced_checkpoint.move_into_parts(path, 0)
-            agreed.append(self.workers.agree(True))
-            problem = None if agreed[0] else "a worker could not write its part"
-            if not problem:
-                problem = self._merge(path, count)
-            agreed.append(self.workers.agree(problem is None))
+            rounds.append(self.workers.failing(True))
+            problem = _unwritten_parts(rounds[0]) if rounds[0] else self._merge(path, count)
+            rounds.append(self.workers.failing(problem is None))
             if problem:
                 sliced_checkpoint.remove(path)
                 raise self._write_failed(checkpoint_number, problem, previous)
@@ -213,8 +218,8 @@ class RunCheckpoints:
             return self._save(checkpoint_number, tf.train.CheckpointOptions(
                 experimental_write_callbacks=[merge]))
         except CheckpointWriteFailed:
-            for _ in range(2 - len(agreed)):  # the others wait for the chief's word
-                self.workers.agree(False)
+            for _ in range(2 - len(rounds)):  # the others wait for the chief's word
+                self.workers.failing(False)
             raise
 
     def _merge(self, prefix: str, count: int) -> Optional[str]:
@@ -232,6 +237,11 @@ class RunCheckpoints:
     def _warn(self, message: str) -> None:
         self.stream.write(message + "\n")
         self.stream.flush()
+
+
+def _unwritten_parts(workers: list[int]) -> str:
+    return (f"worker {workers[0]} could not write its part" if len(workers) == 1 else
+            f"workers {', '.join(map(str, workers))} could not write their parts")
 
 
 def _first_line(error: BaseException) -> str:

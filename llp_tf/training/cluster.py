@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 # MultiWorkerMirroredStrategy's device list has no public option (`_local_cpus`).
 from tensorflow.python.distribute import collective_all_reduce_strategy
 
 from llp_tf.errors import ConfigError
+from llp_tf.tensor_types import Array
 
 # Run in its own process until its stdin closes; on timeout names the silent peers and
 # kills the worker, whose Python cannot run while TensorFlow waits.
@@ -146,15 +149,37 @@ def task_of(strategy: tf.distribute.Strategy) -> tuple[str, int]:
     return resolver.task_type, int(resolver.task_id)
 
 
+@functools.lru_cache(maxsize=None)
+def process_sum(strategy: tf.distribute.Strategy
+                ) -> Callable[[Sequence[Array]], list[np.ndarray]]:
+    """A collective every process of ``strategy`` calls together: float64 arrays -> their
+    sums over the processes (each process's counted once, whatever its replicas)."""
+    local = len(strategy.extended.worker_devices)
+
+    def replica(values):
+        context = tf.distribute.get_replica_context()
+        first = tf.get_static_value(context.replica_id_in_sync_group) % local == 0
+        # On each replica's device (an identity) for the all-reduce.
+        return context.all_reduce(
+            "sum", [tf.identity(value) if first else tf.zeros_like(value) for value in values])
+
+    totals = tf.function(lambda values: strategy.run(replica, args=(values,)))
+
+    def total(arrays):
+        sums = totals([tf.constant(array, tf.float64) for array in arrays])
+        return [strategy.experimental_local_results(value)[0].numpy() for value in sums]
+    return total
+
+
 @dataclasses.dataclass(frozen=True)
 class Workers:
     """This process's place in a cluster: ``index`` of ``count`` workers (the chief 0), and
-    ``agree(ok)``, a collective every worker calls in turn: True when every worker's ``ok``
-    is."""
+    ``failing(ok)``, a collective every worker calls in turn: the indices of the workers
+    whose ``ok`` is False (empty when all are)."""
 
     index: int
     count: int
-    agree: Callable[[bool], bool]
+    failing: Callable[[bool], list[int]]
 
 
 def workers_of(strategy: tf.distribute.Strategy) -> Optional[Workers]:
@@ -165,16 +190,14 @@ def workers_of(strategy: tf.distribute.Strategy) -> Optional[Workers]:
         return None
     ranked = [("chief", 0)] * ("chief" in spec) + [("worker", i)
                                                   for i in range(len(spec.get("worker", [])))]
-    failures = tf.function(lambda failed: strategy.run(
-        # The identity puts the value on each replica's device for the all-reduce.
-        lambda value: tf.distribute.get_replica_context().all_reduce("sum", tf.identity(value)),
-        args=(failed,)))
+    index, total = ranked.index(task_of(strategy)), process_sum(strategy)
 
-    def agree(ok: bool) -> bool:
-        total = failures(tf.constant(0.0 if ok else 1.0))
-        return float(strategy.experimental_local_results(total)[0].numpy()) == 0.0
+    def failing(ok: bool) -> list[int]:
+        failed = np.zeros(len(ranked))
+        failed[index] = not ok
+        return [int(worker) for worker in np.flatnonzero(total([failed])[0])]
 
-    return Workers(ranked.index(task_of(strategy)), len(ranked), agree)
+    return Workers(index, len(ranked), failing)
 
 
 def describe_worker(strategy: tf.distribute.Strategy) -> str:

@@ -11,6 +11,7 @@ import tensorflow as tf
 from llp_tf.core import bank_statistics
 from llp_tf.core.bank import Bank
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.training import cluster
 from llp_tf.training import metrics as metrics_lib
 from llp_tf.tensor_types import Array
 
@@ -63,8 +64,8 @@ class Evaluator:
         sums, class_counts = bank_statistics.class_sums(self.bank.embeddings.numpy(),
                                                         true_labels, self.num_classes)
         if stop - start < len(self.bank_true_labels):
-            counts, sums, class_counts = _sum_over_processes(
-                self.strategy, (counts, sums, class_counts.astype(np.float64)))
+            counts, sums, class_counts = cluster.process_sum(self.strategy)(
+                (counts, sums, class_counts.astype(np.float64)))
         stats = bank_statistics.stats_of_counts(counts)
         metrics = {}
         if stats.coverage > 0:
@@ -107,20 +108,3 @@ class Evaluator:
                 labels, mask)
         return counts
 
-
-def _sum_over_processes(strategy: tf.distribute.Strategy,
-                        arrays: tuple[Array, ...]) -> list[Array]:
-    """The float64 ``arrays`` summed over the processes of ``strategy``'s cluster (each
-    process's first replica gives its own, the others zeros); every process calls it."""
-    local = len(strategy.extended.worker_devices)
-
-    def replica(values):
-        context = tf.distribute.get_replica_context()
-        first = tf.get_static_value(context.replica_id_in_sync_group) % local == 0
-        # On each replica's device (an identity) for the all-reduce.
-        return context.all_reduce(
-            "sum", [tf.identity(value) if first else tf.zeros_like(value) for value in values])
-
-    totals = tf.function(lambda values: strategy.run(replica, args=(values,)))(
-        [tf.constant(array, tf.float64) for array in arrays])
-    return [strategy.experimental_local_results(total)[0].numpy() for total in totals]

@@ -13,6 +13,8 @@ from typing import Optional
 
 import tensorflow as tf
 
+from llp_tf.training import cluster
+
 #: The signals that stop a run with a checkpoint; the first wins when several came.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C (SIGINT)"}
@@ -39,7 +41,6 @@ class PreemptionWatch:
         self.multi_worker = bool(multi_worker)
         self.received: set[int] = set()
         self._previous: dict = {}
-        self._agree = None
 
     def _on_signal(self, signum, frame) -> None:
         del frame
@@ -65,15 +66,6 @@ class PreemptionWatch:
         calls it together."""
         requests = [1.0 if number in self.received else 0.0 for number in STOP_SIGNALS]
         if self.multi_worker:
-            if self._agree is None:
-                strategy = self.strategy
-
-                @tf.function
-                def agree(flags):
-                    per_replica = strategy.run(lambda: tf.identity(flags))
-                    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-                self._agree = agree
-            requests = self._agree(tf.constant(requests)).numpy().tolist()
+            requests = cluster.process_sum(self.strategy)([requests])[0].tolist()
         return next((signal.Signals(number) for number, count in zip(STOP_SIGNALS, requests)
                      if count > 0), None)

@@ -7,8 +7,11 @@ workers (`tests.training.test_sliced_checkpoint`): it saves and restores through
 ACTION ``fill`` writes `bank_state` into the bank, ``restore`` restores the run's newest
 checkpoint; then the bank is saved as checkpoint STEP. BANK is ``sharded`` or
 ``replicated``. ``--die_after_part``: this worker (not the chief) kills itself (SIGKILL)
-once its part of the checkpoint is written, before the workers agree on it.
+once its part of the checkpoint is written, before the workers agree on it;
+``--part_fails``: writing its part fails as on a full disk.
 """
+
+import errno
 
 import os
 import signal
@@ -67,6 +70,13 @@ def _die_after_part():
     sliced_checkpoint.write_part = write_then_die
 
 
+def _part_fails():
+    def full_disk(prefix, states):
+        raise OSError(errno.ENOSPC, "No space left on device", prefix)
+
+    sliced_checkpoint.write_part = full_disk
+
+
 def main(run_dir, action, step, cpu_replicas, kind, *options):
     strategy = make_strategy(int(cpu_replicas), "auto")
     if kind == "sharded":
@@ -77,6 +87,8 @@ def main(run_dir, action, step, cpu_replicas, kind, *options):
     chief = cluster.is_chief(strategy)
     if "--die_after_part" in options and not chief:
         _die_after_part()
+    if "--part_fails" in options and not chief:
+        _part_fails()
     with tempfile.TemporaryDirectory() as scratch:
         checkpoints = RunCheckpoints({"bank": bank}, RunDirectory(run_dir), keep=10,
                                      stream=sys.stdout, scratch_dir=None if chief else scratch,

@@ -26,9 +26,11 @@ FIELDS = ("embeddings", "labels", "confidence", "is_labelled", "density")
 KEY = "bank/{}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def _start(run_dir, workers, cpu_replicas, action, step, kind="sharded", dying=()):
+def _start(run_dir, workers, cpu_replicas, action, step, kind="sharded", dying=(),
+           failing=()):
     """The processes of ``workers`` workers (1: one process, no cluster) running
-    `bank_worker` ``action``; ``dying``: the workers that die after writing their part."""
+    `bank_worker` ``action``; ``dying``: the workers that die after writing their part;
+    ``failing``: those whose part cannot be written."""
     ports = load_tool("command_line.py").free_ports(workers) if workers > 1 else []
     processes = []
     for index in range(workers):
@@ -38,8 +40,9 @@ def _start(run_dir, workers, cpu_replicas, action, step, kind="sharded", dying=(
             env["TF_CONFIG"] = local_launcher.tf_config(ports, index)
         command = [sys.executable, "-m", "tests.training.bank_worker", str(run_dir), action,
                    str(step), str(cpu_replicas), kind]
-        processes.append(subprocess.Popen(
-            command + (["--die_after_part"] if index in dying else []), cwd=ROOT, env=env,
+        command += ["--die_after_part"] if index in dying else []
+        command += ["--part_fails"] if index in failing else []
+        processes.append(subprocess.Popen(command, cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return processes
 
@@ -146,3 +149,19 @@ def test_a_worker_killed_during_a_save_leaves_the_previous_checkpoint_and_the_re
     assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-{n}" for n in (1, 2)]
     _assert_bank(_saved_bank(run.latest_checkpoint()), bank_worker.bank_state())
     assert not [name for name in os.listdir(run.checkpoint_dir) if name.endswith(".parts")]
+
+
+def test_a_part_not_written_fails_the_checkpoint_on_every_worker(two_worker_checkpoint,
+                                                                 tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_worker_checkpoint, run_dir)
+    run = RunDirectory(run_dir)
+    results = _finish(_start(run_dir, 2, 2, "restore", 2, failing={1}))
+    failed = (f"CheckpointWriteFailed: Could not write the checkpoint of step 2 in "
+              f"{run.checkpoint_dir} (")
+    kept = f"); the previous checkpoint {run.checkpoint_dir}/ckpt-1 is intact."
+    for (code, out), reason in zip(results, ("worker 1 could not write its part",
+                                             "worker 1: [Errno 28] No space left on device")):
+        assert code != 0, out
+        assert failed + reason in out and kept in out, out
+    assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-1"]
