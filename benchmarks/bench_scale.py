@@ -13,18 +13,11 @@ classes and 1 % of the rows labelled, each measurement in a fresh process:
   3. the bank sharded across --workers local worker processes (127.0.0.1) of
      --replicas / --workers logical CPUs each, at each size of --checkpointed, in
      increasing order until one does not complete within --memory_limit GiB of
-     RSS over all of them: each worker takes one step of the bank (the aggregation
-     loss, propagation and the row update of a global batch of random embeddings;
-     the network's part of a step does not grow with N), writes its part of a
-     checkpoint in --checkpoint_dir, then restores it. Per worker: how far its peak
-     RSS rose during the save and during the restore, against its share of the
-     bank (the rows it holds) and the whole bank a replicated run holds.
-
-Peak RSS is everything the process held from its start (TensorFlow, the bank's
-initial values and variables, the step), VmHWM of /proc/self/status. Logical
-CPU devices keep every replica's variables in host memory, so the ratio is
-the one a GPU's memory sees with R GPUs. The density refresh, once an epoch,
-is not part of a step (the bank's densities stay at their initial 1).
+     RSS over all of them: the workers take one LLP step, write a checkpoint of the
+     bank in --checkpoint_dir (each its rows' part, merged by the chief), then
+     restore it. Per worker: how far its peak RSS rose during the save and during
+     the restore, against its share of the bank (the rows it holds) and the whole
+     bank (what a replicated run holds on each replica).
 """
 
 import dataclasses
@@ -100,19 +93,18 @@ def _batches(strategy, rng, batch, num_rows):
         tf.distribute.InputOptions(experimental_fetch_to_device=False)))
 
 
-def step_probe(values, out):
-    """Builds the bank (``--step_probe`` sharded or replicated) and runs one LLP step; prints
-    {"peak_gib", "after_bank_gib", "bank_seconds", "step_seconds"} as JSON."""
+def _llp_method(values, strategy, rng, sharded):
+    """(the LLP method of the measurements, the tiny network and a bank of --bank rows
+    sharded over ``strategy``'s replicas or replicated; {"before_bank_kib": the RSS before
+    the bank was built, "bank_seconds": its building time})."""
     import keras
 
     from llp_tf.core.memory_bank import MemoryBank
     from llp_tf.core.sharded_bank import ShardedMemoryBank
     from llp_tf.models.config import EMBEDDING_DIM
     from llp_tf.models.factory import build_model
-    from llp_tf.training.methods import LLPMethod, StepRunner
+    from llp_tf.training.methods import LLPMethod
 
-    strategy = _strategy(values.replicas)
-    rng = np.random.default_rng(0)
     n, labelled = values.bank, max(1, int(values.bank * LABELLED_SHARE))
     keras.utils.set_random_seed(0)
     with strategy.scope():
@@ -123,20 +115,31 @@ def step_probe(values, out):
     split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
     before_bank = peak_rss.status_kib("VmRSS")
     start = time.perf_counter()
-    if values.step_probe == "sharded":
+    if sharded:
         bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split)
     else:
         with strategy.scope():
             bank = MemoryBank(n, EMBEDDING_DIM, CLASSES, *split)
     bank_seconds = time.perf_counter() - start
-    after_bank = peak_rss.status_kib("VmRSS")
-    bank_peak = peak_rss.status_kib("VmHWM")
-    settings = dataclasses.replace(bench_cli.paper_llp_settings(),
-                                   shard_bank=values.step_probe == "sharded")
+    settings = dataclasses.replace(bench_cli.paper_llp_settings(), shard_bank=sharded)
     method = LLPMethod(strategy, model, optimizer, bank, num_classes=CLASSES,
                        global_batch_size=values.batch, weight_decay=1e-4, settings=settings)
+    return method, {"before_bank_kib": before_bank, "bank_seconds": bank_seconds}
+
+
+def step_probe(values, out):
+    """Builds the bank (``--step_probe`` sharded or replicated) and runs one LLP step; prints
+    {"peak_gib", "after_bank_gib", "bank_seconds", "step_seconds"} as JSON."""
+    from llp_tf.training.methods import StepRunner
+
+    strategy = _strategy(values.replicas)
+    rng = np.random.default_rng(0)
+    method, built = _llp_method(values, strategy, rng, values.step_probe == "sharded")
+    before_bank, bank_seconds = built["before_bank_kib"], built["bank_seconds"]
+    after_bank = peak_rss.status_kib("VmRSS")
+    bank_peak = peak_rss.status_kib("VmHWM")
     start = time.perf_counter()
-    StepRunner(method).run(_batches(strategy, rng, values.batch, n), 1, "llp")
+    StepRunner(method).run(_batches(strategy, rng, values.batch, values.bank), 1, "llp")
     print(json.dumps({"peak_gib": peak_rss.status_kib("VmHWM") / 2**20,
                       "after_bank_gib": after_bank / 2**20, "bank_peak_gib": bank_peak / 2**20,
                       "before_bank_gib": before_bank / 2**20, "bank_seconds": bank_seconds,
@@ -148,42 +151,23 @@ def checkpoint_probe(values, out):
     "rows", "step_seconds", "save_mib", "restore_mib", "save_seconds", "restore_seconds"}."""
     import tempfile
 
-    import tensorflow as tf
-
-    from llp_tf.core.sharded_bank import ShardedMemoryBank
-    from llp_tf.models.config import EMBEDDING_DIM
     from llp_tf.training import cluster
     from llp_tf.training.checkpoints import RunCheckpoints
     from llp_tf.training.distribution import make_strategy
+    from llp_tf.training.methods import StepRunner
     from llp_tf.training.run_directory import RunDirectory
 
     strategy = make_strategy(values.replicas // values.workers, "auto")
     rng = np.random.default_rng(0)
-    n, labelled = values.bank, max(1, int(values.bank * LABELLED_SHARE))
-    split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
-    bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split)
+    method, _ = _llp_method(values, strategy, rng, sharded=True)
     workers = cluster.workers_of(strategy)
-    batch = values.batch // strategy.num_replicas_in_sync
-    index = rng.choice(n, values.batch, replace=False)
-
-    def replica_step():
-        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        rows = tf.gather(tf.constant(index), tf.range(batch) + replica * batch)
-        embeddings = tf.math.l2_normalize(tf.random.normal([batch, EMBEDDING_DIM]), axis=1)
-        labels, _ = bank.read(rows)
-        loss = tf.reduce_sum(bank.aggregation_loss(embeddings, labels))
-        classes, confidence = bank.propagate(embeddings)
-        bank.update(rows, embeddings, classes, confidence)
-        return loss
-
     start = time.perf_counter()
-    tf.function(lambda: strategy.run(replica_step))()
-    step_seconds = time.perf_counter() - start
-    figures = {"worker": workers.index, "rows": list(bank.held_rows),
-               "step_seconds": step_seconds}
+    StepRunner(method).run(_batches(strategy, rng, values.batch, values.bank), 1, "llp")
+    figures = {"worker": workers.index, "rows": list(method.bank.held_rows),
+               "step_seconds": time.perf_counter() - start}
     with tempfile.TemporaryDirectory() as scratch:
-        checkpoints = RunCheckpoints({"bank": bank}, RunDirectory(values.checkpoint_dir), 1,
-                                     sys.stderr, None if workers.index == 0 else scratch,
+        checkpoints = RunCheckpoints({"bank": method.bank}, RunDirectory(values.checkpoint_dir),
+                                     1, sys.stderr, None if workers.index == 0 else scratch,
                                      workers)
         for name, work in (("save", lambda: checkpoints.save(1)),
                            ("restore", checkpoints.restore_latest)):
@@ -240,7 +224,7 @@ def _checkpoint_rows(values, out):
 
     per_worker = values.replicas // values.workers
     print(f"the bank sharded across {values.workers} workers x {per_worker} logical CPU "
-          f"replicas: one bank step, a checkpoint, its restore (peak RSS growth per worker; "
+          f"replicas: one LLP step, a checkpoint, its restore (peak RSS growth per worker; "
           f"stopped over {values.memory_limit} GiB RSS in all)", file=out)
     largest = None
     for num_rows in sorted(int(n) for n in values.checkpointed):
@@ -265,7 +249,7 @@ def _checkpoint_rows(values, out):
                   f"{worker['save_seconds']:.1f} s), restore {worker['restore_mib']:,.0f} MiB "
                   f"({worker['restore_mib'] / share:.2f} x its share, "
                   f"{worker['restore_mib'] / whole_mib:.2f} x the whole bank; "
-                  f"{worker['restore_seconds']:.1f} s); bank step "
+                  f"{worker['restore_seconds']:.1f} s); step "
                   f"{worker['step_seconds']:.1f} s", file=out)
     print(f"  largest N completing a step, a checkpoint and its restore on "
           f"{values.workers} workers: "

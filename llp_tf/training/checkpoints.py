@@ -100,7 +100,8 @@ class RunCheckpoints:
             self._set_aside(damaged)
             return path
         if damaged:
-            files = ", ".join(f for path in damaged for f in sliced_checkpoint.checkpoint_files(path))
+            files = ", ".join(name for path in damaged
+                              for name in sliced_checkpoint.checkpoint_files(path))
             raise CheckpointDamaged(
                 f"No checkpoint of the run in {self.run_directory.path} can be read; damaged: "
                 f"{files}. Restore them from a copy, or delete "

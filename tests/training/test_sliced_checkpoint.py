@@ -1,5 +1,5 @@
 """The checkpoint of a bank sharded across workers (`sliced_checkpoint`, `RunCheckpoints`):
-bank-only processes (`tests.training.bank_worker`) on 127.0.0.1 save and restore it, each
+its parts merged and checked in this process, then bank-only processes (`tests.training.bank_worker`) on 127.0.0.1 save and restore it, each
 worker its own rows. A checkpoint two workers of two replicas wrote holds the bank bit for
 bit; it restores bit for bit at three workers, in one process sharded over 1 to 4 replicas
 and in the replicated bank; a worker killed between writing its part and the workers'
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from llp_tf.core.bank_slices import SlicedState
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
 from llp_tf.training import local_launcher, sliced_checkpoint
@@ -24,6 +25,48 @@ from tests.training import bank_worker
 TIMEOUT_SECONDS = 180
 FIELDS = ("embeddings", "labels", "confidence", "is_labelled", "density")
 KEY = "bank/{}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+#: A field of 13 rows in two parts, as two workers hold it.
+ROWS = np.arange(26, dtype=np.float32).reshape(13, 2)
+BOUNDS = [(0, 5), (5, 13)]
+FIELD = KEY.format("embeddings")
+
+
+def _worker_states(worker):
+    """The `SlicedState` of `ROWS` that worker ``worker`` (0 or 1) holds, by key."""
+    start, stop = BOUNDS[worker]
+    return {FIELD: SlicedState([tf.Variable(ROWS[start:stop])], BOUNDS, first=worker)}
+
+
+def test_the_sliced_states_are_the_bank_fields_by_their_checkpoint_keys(two_replica_strategy):
+    bank = ShardedMemoryBank(two_replica_strategy, 13, 2, 2, [0, 7], [0, 1])
+    states = sliced_checkpoint.sliced_states({"bank": bank, "step": tf.Variable(0)})
+    assert sorted(states) == sorted(KEY.format(name) for name in FIELDS)
+    assert states[FIELD] is bank.embeddings
+
+
+def test_merged_parts_are_one_key_read_whole_and_their_folder_goes(tmp_path):
+    prefix = str(tmp_path / "ckpt-3")
+    for worker in (0, 1):
+        sliced_checkpoint.write_part(sliced_checkpoint.part_prefix(prefix, worker),
+                                     _worker_states(worker))
+    assert sliced_checkpoint.missing_parts(prefix, 2) == []
+    sliced_checkpoint.merge_parts(prefix, 2)
+    assert sliced_checkpoint.unreadable_slices(prefix, _worker_states(0)) == []
+    np.testing.assert_array_equal(tf.train.load_checkpoint(prefix).get_tensor(FIELD), ROWS)
+    assert sorted(os.listdir(tmp_path)) == [
+        "ckpt-3.data-00000-of-00002", "ckpt-3.data-00001-of-00002", "ckpt-3.index"]
+
+
+def test_a_missing_part_and_the_rows_it_held_are_found(tmp_path):
+    prefix = str(tmp_path / "ckpt-3")
+    sliced_checkpoint.write_part(sliced_checkpoint.part_prefix(prefix, 0), _worker_states(0))
+    assert sliced_checkpoint.missing_parts(prefix, 2) == [1]
+    # Merged without it (as if its index had been there): worker 1's first and last rows.
+    sliced_checkpoint.merge_parts(prefix, 1)
+    assert sliced_checkpoint.unreadable_slices(prefix, _worker_states(0)) == [
+        f"{FIELD} [5,1]", f"{FIELD} [12,1]"]
 
 
 def _start(run_dir, workers, cpu_replicas, action, step, kind="sharded", dying=(),
