@@ -36,7 +36,6 @@ class SlicedState(tf.__internal__.tracking.Trackable):
     def __init__(self, parts: list[tf.Variable], all_bounds: list[tuple[int, int]],
                  first: int = 0) -> None:
         self._parts, self._bounds = parts, all_bounds[first:first + len(parts)]
-        self.all_bounds = list(all_bounds)
         self._full_shape = (all_bounds[-1][1],) + tuple(parts[0].shape[1:])
 
     def read_value(self) -> tf.Tensor:
@@ -57,13 +56,6 @@ class SlicedState(tf.__internal__.tracking.Trackable):
     def saved_slices(self) -> list[tuple[str, Callable[[], tf.Tensor]]]:
         """(slice spec, read of the part) of each of this process's parts that has rows."""
         return [(spec, part.read_value) for part, spec in self._saved_parts()]
-
-    def boundary_slices(self) -> list[str]:
-        """One-row slice specs of the first and last row of every part of ``all_bounds`` that
-        has rows: a checkpoint that reads them all holds a slice of every part."""
-        return [slice_spec(self._full_shape, row, row + 1)
-                for start, stop in self.all_bounds if stop > start
-                for row in sorted({start, stop - 1})]
 
     def _gather_saveables_for_checkpoint(self):
         return {"VARIABLE_VALUE": lambda name: _SlicesSaveable(self, name)}

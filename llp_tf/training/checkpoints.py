@@ -180,8 +180,8 @@ class RunCheckpoints:
 
     def _save_with_parts(self, checkpoint_number: int) -> str:
         """Every worker writes its rows' part, then all agree twice: that every part is
-        written, then that the chief merged them and reads every shard's rows. A worker lost
-        on the way stops the others (a collective fails) before the checkpoint counts."""
+        written, then that the chief merged them whole. A worker lost on the way stops the
+        others (a collective fails) before the checkpoint counts."""
         prefix = os.path.join(self.run_directory.checkpoint_dir, f"ckpt-{checkpoint_number}")
         previous = self.latest
         index, count = self.workers.index, self.workers.count
@@ -232,8 +232,8 @@ class RunCheckpoints:
             sliced_checkpoint.merge_parts(prefix, count)
         except (tf.errors.OpError, OSError) as error:
             return f"merging the workers' parts: {_first_line(error)}"
-        unreadable = sliced_checkpoint.unreadable_slices(prefix, self.sliced)
-        return f"rows not written: {', '.join(unreadable)}" if unreadable else None
+        missing = sliced_checkpoint.missing_keys(prefix, self.sliced)
+        return f"not merged whole: {', '.join(missing)}" if missing else None
 
     def _warn(self, message: str) -> None:
         self.stream.write(message + "\n")

@@ -1,8 +1,11 @@
 """A checkpoint whose sharded state the workers of a cluster write together: each worker
 writes the slices of its own rows (`bank_slices.SlicedState`) into a part, the chief merges
 the parts into its checkpoint once every worker says its part is written, and checks that
-every shard's rows can be read before the checkpoint counts (docs/multi-worker.md, "The
-checkpoint of a sharded bank"). No process reads or writes another's rows."""
+every part is whole and every key is there before the checkpoint counts (docs/multi-worker.md,
+"The checkpoint of a sharded bank"). No process reads or writes another's rows.
+
+TensorFlow's bundle writer writes a part's index last, once its data is written whole, so a
+part with an index is whole; a worker stopped while writing leaves none."""
 
 import glob
 import os
@@ -90,17 +93,9 @@ def merge_parts(checkpoint_prefix: str, workers: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def unreadable_slices(checkpoint_prefix: str, states: Mapping[str, SlicedState]) -> list[str]:
-    """The keys and rows of ``states`` that the checkpoint does not hold: the first and the
-    last row of every shard of every key are read (one row each)."""
-    missing = []
-    for key, state in states.items():
-        for spec in state.boundary_slices():
-            try:
-                with tf.device("CPU:0"):
-                    tf.raw_ops.RestoreV2(prefix=checkpoint_prefix, tensor_names=[key],
-                                         shape_and_slices=[spec], dtypes=[state.dtype])
-            except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
-                    tf.errors.DataLossError):
-                missing.append(f"{key} [{spec.split()[-1].split(':')[0]}]")
-    return missing
+def missing_keys(checkpoint_prefix: str, states: Mapping[str, SlicedState]) -> list[str]:
+    """The keys of ``states`` that the checkpoint does not hold at their full shape (its
+    index alone is read)."""
+    shapes = tf.train.load_checkpoint(checkpoint_prefix).get_variable_to_shape_map()
+    return [key for key, state in states.items()
+            if shapes.get(key) != list(state.shape.as_list())]

@@ -53,20 +53,26 @@ def test_merged_parts_are_one_key_read_whole_and_their_folder_goes(tmp_path):
                                      _worker_states(worker))
     assert sliced_checkpoint.missing_parts(prefix, 2) == []
     sliced_checkpoint.merge_parts(prefix, 2)
-    assert sliced_checkpoint.unreadable_slices(prefix, _worker_states(0)) == []
+    assert sliced_checkpoint.missing_keys(prefix, _worker_states(0)) == []
     np.testing.assert_array_equal(tf.train.load_checkpoint(prefix).get_tensor(FIELD), ROWS)
     assert sorted(os.listdir(tmp_path)) == [
         "ckpt-3.data-00000-of-00002", "ckpt-3.data-00001-of-00002", "ckpt-3.index"]
 
 
-def test_a_missing_part_and_the_rows_it_held_are_found(tmp_path):
+def test_a_part_without_its_index_is_missing_and_a_key_not_merged_is_named(tmp_path):
     prefix = str(tmp_path / "ckpt-3")
-    sliced_checkpoint.write_part(sliced_checkpoint.part_prefix(prefix, 0), _worker_states(0))
+    for worker in (0, 1):
+        sliced_checkpoint.write_part(sliced_checkpoint.part_prefix(prefix, worker),
+                                     _worker_states(worker))
+    # A worker stopped while writing leaves its data without the index, written last.
+    os.remove(sliced_checkpoint.part_prefix(prefix, 1) + ".index")
     assert sliced_checkpoint.missing_parts(prefix, 2) == [1]
-    # Merged without it (as if its index had been there): worker 1's first and last rows.
-    sliced_checkpoint.merge_parts(prefix, 1)
-    assert sliced_checkpoint.unreadable_slices(prefix, _worker_states(0)) == [
-        f"{FIELD} [5,1]", f"{FIELD} [12,1]"]
+    other = str(tmp_path / "ckpt-4")
+    sliced_checkpoint.write_part(other, _worker_states(0))
+    density = KEY.format("density")
+    states = dict(_worker_states(0), **{density: SlicedState(
+        [tf.Variable(np.ones(2, np.float32))], [(0, 2), (2, 3)])})
+    assert sliced_checkpoint.missing_keys(other, states) == [density]
 
 
 def _start(run_dir, workers, cpu_replicas, action, step, kind="sharded", dying=(),
