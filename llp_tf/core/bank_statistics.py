@@ -104,9 +104,10 @@ def pseudo_label_counts(bank_labels: IntTensor | Array, confidence: FloatTensor 
     true_classes = np.asarray(true_classes)
     unlabelled = ~np.asarray(is_labelled, bool) & (true_classes >= 0)
     pseudo = unlabelled & label_encoding.is_class_np(bank_labels, num_classes)
+    # The confidences summed in their own dtype, as np.mean sums them.
     return np.array([unlabelled.sum(), pseudo.sum(),
                      (unlabelled & (bank_labels == true_classes)).sum(),
-                     np.asarray(confidence, np.float64)[pseudo].sum()], np.float64)
+                     np.sum(np.asarray(confidence)[pseudo])], np.float64)
 
 
 def stats_of_counts(counts: np.ndarray) -> PseudoLabelStats:
@@ -116,5 +117,7 @@ def stats_of_counts(counts: np.ndarray) -> PseudoLabelStats:
         return PseudoLabelStats(0, math.nan, math.nan, math.nan)
     if not pseudo:
         return PseudoLabelStats(int(unlabelled), 0.0, math.nan, math.nan)
+    # The mean confidence rounded to float32, the confidences' dtype.
     return PseudoLabelStats(unlabelled=int(unlabelled), coverage=pseudo / unlabelled,
-                            accuracy=correct / unlabelled, confidence=confidence / pseudo)
+                            accuracy=correct / unlabelled,
+                            confidence=float(np.float32(confidence / pseudo)))
