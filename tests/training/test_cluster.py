@@ -76,3 +76,34 @@ def test_a_global_batch_that_does_not_divide_over_the_replicas_is_refused(
                                           "replicas"):
         run_training(config, stream=open(os.devnull, "w"))
     assert not os.path.exists(config.run_dir)
+
+
+class _Strategy:
+    """What `cluster.workers_of` reads of a strategy: its resolver and local devices."""
+
+    def __init__(self, resolver):
+        self.cluster_resolver = resolver
+        self.extended = type("Extended", (), {"worker_devices": ("/cpu:0",)})()
+
+
+def test_the_workers_are_ranked_chief_first(monkeypatch):
+    spec = {"chief": ["a:1"], "worker": ["b:1", "c:1"]}
+    for task, index in ((("chief", 0), 0), (("worker", 0), 1), (("worker", 1), 2)):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": spec, "task": {"type": task[0], "index": task[1]}}))
+        workers = cluster.workers_of(_Strategy(cluster.cluster_resolver("auto")))
+        assert (workers.index, workers.count) == (index, 3)
+    assert cluster.workers_of(tf.distribute.get_strategy()) is None
+
+
+def test_cpu_replicas_on_a_worker_with_gpus_is_refused(monkeypatch):
+    from llp_tf.training.distribution import make_strategy
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:1"]}, "task": '
+                                    '{"type": "worker", "index": 0}}')
+    listed = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: (
+        [tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")] if kind == "GPU"
+        else listed(kind)))
+    with pytest.raises(ConfigError, match="cpu_replicas splits a worker's CPU when it has no "
+                                          "GPU"):
+        make_strategy(2, "auto")
