@@ -127,7 +127,7 @@ def _assert_bank_metrics_of_the_checkpoint(reference, run_dir):
     """The bank's metrics in the run's last row, which each worker summed over its rows, are
     `bank_statistics`' of the whole bank in its newest checkpoint: float64 sums in another
     order (1e-12), but the confidences' float32 sums (each process's pairwise, then added),
-    each order within log2(N) float32 roundings of the exact sum, and the mean rounded)."""
+    each order within log2(N) float32 roundings of the exact sum, and the mean rounded."""
     state = checkpoint_state(run_dir)
     bank = {name: state[f"bank/{name}/.ATTRIBUTES/VARIABLE_VALUE"]
             for name in ("embeddings", "labels", "confidence", "is_labelled")}
