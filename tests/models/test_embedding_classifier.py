@@ -219,7 +219,7 @@ def test_a_saved_keras_file_loads_in_safe_mode_with_the_same_settings_and_weight
     assert (norm.synchronized, norm.momentum, norm.epsilon) == (
         model.trunk.batch_norm_layers()[0].synchronized,
         overrides.get("batch_norm_momentum", 0.997), overrides.get("batch_norm_epsilon", 1e-5))
-    # The loaded trunk's weights are created outside the model's name scope: shorter paths.
+    # Keras builds a loaded subclassed model outside its name scope: shorter weight paths.
     assert all(saved.path.endswith("/" + restored.path)
                for saved, restored in zip(model.weights, loaded.weights, strict=True))
     for saved, restored in zip(model.weights, loaded.weights):
