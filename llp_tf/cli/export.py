@@ -4,11 +4,13 @@
   tools/export.py --run_dir=runs/demo --knn --output_dir=/models/demo --overwrite
   tools/export.py --run_dir=runs/demo --checkpoint=1829
   tools/export.py --run_dir=runs/demo --onnx
+  tools/export.py --run_dir=runs/demo --keras
 
 Writes --output_dir (default RUN_DIR/export): a SavedModel that loads without llp_tf, whose
 signatures embed, classify (also serving_default) and, with --knn, knn take raw uint8
 images of any size, and export_info.json describing them (docs/after-training.md). With
---onnx, also model.onnx, which takes preprocessed images (docs/onnx.md).
+--onnx, also model.onnx, which takes preprocessed images (docs/onnx.md); with --keras,
+also model.keras, a native Keras model that fine-tunes with fit (docs/after-training.md).
 """
 
 import os
@@ -40,6 +42,14 @@ def make_flags() -> flags.FlagValues:
                          "float32 images [B, S, S, 3] (NHWC, S the run's image size) and "
                          "returning probabilities [B, C] and embedding [B, D]; the caller "
                          "does the preprocessing (docs/onnx.md).", flag_values=values)
+    flags.DEFINE_boolean("keras", False, "Also write model.keras into --output_dir: the "
+                         "trunk and both heads as a native Keras 3 model, taking preprocessed "
+                         "float32 images [B, S, S, 3] as model.onnx does and returning "
+                         "features, embedding and logits. keras.saving.load_model opens it "
+                         "without safe_mode=False or custom_objects once a line `import "
+                         "llp_tf.models.embedding_classifier` has run, and model.fit trains "
+                         "every weight, batch norm included (docs/after-training.md).",
+                         flag_values=values)
     flags.DEFINE_boolean("overwrite", False, "Replace an earlier export in --output_dir (only "
                          "once the new export is complete): a folder holding saved_model.pb, "
                          "export_info.json and nothing an export does not write, or an empty "
@@ -88,10 +98,12 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
                f"{info.num_classes} classes of {config.data.dataset}, "
                f"{config.data.image_size} px"
                + (", with the memory bank for knn" if values.knn else ""))
+        extras = [name for name, wanted in (("model.onnx", values.onnx),
+                                            ("model.keras", values.keras)) if wanted]
         report("Tracing the signatures and writing the SavedModel"
-               + (" and model.onnx ..." if values.onnx else " ..."))
+               + "".join(f" and {name}" for name in extras) + " ...")
         written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite,
-                                          include_onnx=values.onnx)
+                                          include_onnx=values.onnx, include_keras=values.keras)
     except LLPError as error:
         stderr.write(f"error: {error}\n")
         return 1

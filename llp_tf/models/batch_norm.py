@@ -17,8 +17,10 @@ from llp_tf.tensor_types import FloatTensor
 _active = threading.local()
 
 
+@keras.saving.register_keras_serializable(package="llp_tf")
 class BatchNormalization(keras.layers.BatchNormalization):
-    """`keras.layers.BatchNormalization` whose moving statistics are averaged over replicas."""
+    """`keras.layers.BatchNormalization` whose moving statistics are averaged over replicas;
+    serialisable as "llp_tf>BatchNormalization" with Keras's config."""
 
     def add_weight(self, *args: Any, trainable: bool = True, aggregation: str = "none",
                    **kwargs: Any) -> keras.Variable:

@@ -1,5 +1,7 @@
 """The LLP network: a ResNet-v2 trunk whose pooled features feed two heads side by side,
-the embedding head (dense to D, L2-normalised) and the category head (dense to C logits)."""
+the embedding head (dense to D, L2-normalised) and the category head (dense to C logits).
+Importing this module registers the network's classes with Keras (package "llp_tf", the
+trunk's from `resnet_v2` and `batch_norm`), which `keras.saving.load_model` needs."""
 
 import contextlib
 from typing import Any
@@ -9,10 +11,13 @@ import tensorflow as tf
 
 from llp_tf.errors import ConfigError
 from llp_tf.models import batch_norm
+# Registers the trunk classes a saved EmbeddingClassifier names (ResNetV2 and its layers).
+from llp_tf.models import resnet_v2  # noqa: F401
 from llp_tf.models.config import EMBEDDING_DIM
 from llp_tf.tensor_types import FloatTensor
 
 
+@keras.saving.register_keras_serializable(package="llp_tf")
 class EmbeddingClassifier(keras.Model):
     """Trunk plus embedding and category heads.
 
@@ -26,7 +31,9 @@ class EmbeddingClassifier(keras.Model):
     "embedding" [B, D] (unit norm) and "logits" [B, C]; the heads compute in float32 under any
     mixed-precision policy. ``update_moving_statistics=False``: see
     `batch_norm.moving_statistics_kept`. Keras 3 restores nothing into weights not yet created:
-    call `create_weights()` before restoring a checkpoint."""
+    call `create_weights()` before restoring a checkpoint. Serialisable ("llp_tf>
+    EmbeddingClassifier", the trunk in its config): ``model.save("model.keras")`` and, once
+    this module is imported, `keras.saving.load_model` in safe mode."""
 
     def __init__(self, trunk: keras.layers.Layer, num_classes: int,
                  embedding_dim: int = EMBEDDING_DIM, name: str = "embedding_classifier",
@@ -51,6 +58,17 @@ class EmbeddingClassifier(keras.Model):
             kernel_initializer=keras.initializers.VarianceScaling(
                 scale=1.0, mode="fan_in", distribution="truncated_normal"),
             name="category_head")
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(),
+                "trunk": keras.saving.serialize_keras_object(self.trunk),
+                "num_classes": self.num_classes, "embedding_dim": self.embedding_dim}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "EmbeddingClassifier":
+        config = dict(config)
+        trunk = keras.saving.deserialize_keras_object(config.pop("trunk"))
+        return cls(trunk, **config)
 
     @property
     def feature_dim(self) -> int:

@@ -2,7 +2,8 @@
 `resnet_model.py` (v2), the network the LLP release trains: a bias-free stem conv (7x7/2 and
 a 3x3/2 max-pool; 3x3/1 without pool for 28-32 px), stages of ``x + F(relu(bn(x)))`` blocks
 whose first strides and projects the shortcut, a final batch norm and ReLU, global average
-pooling. Strided convs use TF official's fixed padding, not Keras's "same"."""
+pooling. Strided convs use TF official's fixed padding, not Keras's "same". Every layer class is
+registered with Keras as "llp_tf>NAME" and has a config, so a saved model rebuilds it."""
 
 import math
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ def _conv_initializer():
         scale=1.0, mode="fan_in", distribution="truncated_normal")
 
 
+@keras.saving.register_keras_serializable(package="llp_tf")
 class FixedPaddingConv2D(keras.layers.Layer):
     """Bias-free 2-D convolution with input-size-independent padding: float [B, H, W, C_in] ->
     [B, ceil(H / s), ceil(W / s), filters] for odd kernels."""
@@ -34,6 +36,7 @@ class FixedPaddingConv2D(keras.layers.Layer):
     def __init__(self, filters: int, kernel_size: int, strides: int = 1,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.filters = int(filters)
         self.kernel_size = int(kernel_size)
         self.strides = int(strides)
         self.conv = keras.layers.Conv2D(
@@ -56,6 +59,10 @@ class FixedPaddingConv2D(keras.layers.Layer):
                                      [pad_before, pad_after], [0, 0]])
         return self.conv(inputs)
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "filters": self.filters,
+                "kernel_size": self.kernel_size, "strides": self.strides}
+
 
 class _PreActivationBlock(keras.layers.Layer):
     """Shared plumbing of the two block types (layers as attributes, never in lists)."""
@@ -67,6 +74,11 @@ class _PreActivationBlock(keras.layers.Layer):
                  sync_batch_norm: bool, batch_norm_momentum: float,
                  batch_norm_epsilon: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._block_settings = {"strides": int(strides),
+                                "project_shortcut": bool(project_shortcut),
+                                "sync_batch_norm": bool(sync_batch_norm),
+                                "batch_norm_momentum": float(batch_norm_momentum),
+                                "batch_norm_epsilon": float(batch_norm_epsilon)}
         self._norm_settings = (sync_batch_norm, batch_norm_momentum,
                                batch_norm_epsilon)
         self.preactivation_bn = self._make_norm("preactivation_bn")
@@ -97,7 +109,11 @@ class _PreActivationBlock(keras.layers.Layer):
                     if self.shortcut_conv is not None else inputs)
         return shortcut + self._residual(preactivated, training)
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "filters": self.filters, **self._block_settings}
 
+
+@keras.saving.register_keras_serializable(package="llp_tf")
 class PreActivationBasicBlock(_PreActivationBlock):
     """bn-relu-conv3x3(stride)-bn-relu-conv3x3 plus shortcut:
     [B, H, W, C_in] -> [B, H / s, W / s, filters]."""
@@ -111,6 +127,7 @@ class PreActivationBasicBlock(_PreActivationBlock):
                  batch_norm_epsilon: float = BATCH_NORM_EPSILON, **kwargs: Any) -> None:
         super().__init__(filters, strides, project_shortcut, sync_batch_norm,
                          batch_norm_momentum, batch_norm_epsilon, **kwargs)
+        self.filters = int(filters)
         self.conv1 = FixedPaddingConv2D(filters, 3, strides, name="conv1")
         self.bn2 = self._make_norm("bn2")
         self.conv2 = FixedPaddingConv2D(filters, 3, 1, name="conv2")
@@ -121,6 +138,7 @@ class PreActivationBasicBlock(_PreActivationBlock):
         return self.conv2(x)
 
 
+@keras.saving.register_keras_serializable(package="llp_tf")
 class PreActivationBottleneckBlock(_PreActivationBlock):
     """bn-relu-conv1x1-bn-relu-conv3x3(stride)-bn-relu-conv1x1 plus shortcut:
     [B, H, W, C_in] -> [B, H / s, W / s, 4 * filters]."""
@@ -135,6 +153,7 @@ class PreActivationBottleneckBlock(_PreActivationBlock):
         super().__init__(BOTTLENECK_EXPANSION * filters, strides,
                          project_shortcut, sync_batch_norm,
                          batch_norm_momentum, batch_norm_epsilon, **kwargs)
+        self.filters = int(filters)
         self.conv1 = FixedPaddingConv2D(filters, 1, 1, name="conv1")
         self.bn2 = self._make_norm("bn2")
         self.conv2 = FixedPaddingConv2D(filters, 3, strides, name="conv2")
@@ -155,6 +174,7 @@ def scaled_filters(width: float) -> int:
     return max(1, int(round(BASE_FILTERS * width)))
 
 
+@keras.saving.register_keras_serializable(package="llp_tf")
 class ResNetV2(keras.layers.Layer):
     """A pre-activation ResNet trunk: images float32 [B, H, W, 3] -> features [B, feature_dim].
 
@@ -184,6 +204,8 @@ class ResNetV2(keras.layers.Layer):
         self.width = float(width)
         self.small_inputs = bool(small_inputs)
         self.sync_batch_norm = bool(sync_batch_norm)
+        self.batch_norm_momentum = float(batch_norm_momentum)
+        self.batch_norm_epsilon = float(batch_norm_epsilon)
 
         base = scaled_filters(width)
         if self.small_inputs:
@@ -220,6 +242,21 @@ class ResNetV2(keras.layers.Layer):
         self.feature_dim = expansion * base * 2**(len(blocks_per_stage) - 1)
         self.output_stride = ((1 if self.small_inputs else 4)
                               * 2**(len(blocks_per_stage) - 1))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "blocks_per_stage": list(self.blocks_per_stage),
+                "bottleneck": self.bottleneck, "width": self.width,
+                "small_inputs": self.small_inputs, "sync_batch_norm": self.sync_batch_norm,
+                "batch_norm_momentum": self.batch_norm_momentum,
+                "batch_norm_epsilon": self.batch_norm_epsilon}
+
+    def build_from_config(self, config: dict[str, Any]) -> None:
+        """Creates every weight for the input shape a saved trunk recorded (Keras's loading),
+        by a symbolic run."""
+        if config and "input_shape" in config:
+            self.compute_output_spec(keras.KerasTensor(config["input_shape"]))
+            self._build_shapes_dict = {"images": tuple(config["input_shape"])}  # as saved
+            self.built = True
 
     @property
     def blocks(self) -> list[_PreActivationBlock]:

@@ -27,10 +27,10 @@ def _info(model_dir):
 
 @pytest.fixture(scope="module")
 def knn_export(tiny_llp_run, tmp_path_factory):
-    """(output dir, exit code, stdout, stderr) of one export with --knn and --onnx."""
+    """(output dir, exit code, stdout, stderr) of one export with --knn, --onnx and --keras."""
     output_dir = str(tmp_path_factory.mktemp("export_tool") / "model")
     return (output_dir,) + _run(f"--run_dir={tiny_llp_run}", f"--output_dir={output_dir}",
-                                "--knn", "--onnx")
+                                "--knn", "--onnx", "--keras")
 
 
 def test_export_writes_the_saved_model_and_prints_its_signatures(knn_export):
@@ -109,7 +109,8 @@ def test_onnx_writes_a_model_onnx_runtime_runs(knn_export):
     assert code == 0, stderr
     path = os.path.join(output_dir, "model.onnx")
     assert _info(output_dir)["onnx"]["file"] == "model.onnx"
-    assert "Tracing the signatures and writing the SavedModel and model.onnx ...\n" in stdout
+    assert ("Tracing the signatures and writing the SavedModel and model.onnx and "
+            "model.keras ...\n" in stdout)
     assert (f"ONNX model {path} (opset 17): images float32 [B, 16, 16, 3] preprocessed "
             "(docs/onnx.md) -> probabilities float32 [B, 4], embedding float32 [B, 16]\n"
             in stdout)
@@ -117,6 +118,19 @@ def test_onnx_writes_a_model_onnx_runtime_runs(knn_export):
     outputs = dict(zip(["probabilities", "embedding"], session.run(
         ["probabilities", "embedding"], {"images": np.zeros((2, 16, 16, 3), np.float32)})))
     assert outputs["probabilities"].shape == (2, 4) and outputs["embedding"].shape == (2, 16)
+
+
+def test_keras_writes_a_model_keras_and_says_how_to_load_it(knn_export):
+    import keras
+    output_dir, code, stdout, stderr = knn_export
+    assert code == 0, stderr
+    path = os.path.join(output_dir, "model.keras")
+    assert _info(output_dir)["keras"]["file"] == "model.keras"
+    assert (f"Keras model {path}: images float32 [B, 16, 16, 3] preprocessed (docs/onnx.md) "
+            "-> features [B, 64], embedding [B, 16], logits [B, 4]; load with: import "
+            "llp_tf.models.embedding_classifier; keras.saving.load_model(path)\n" in stdout)
+    outputs = keras.saving.load_model(path)(np.zeros((2, 16, 16, 3), np.float32))
+    assert outputs["logits"].shape == (2, 4) and outputs["embedding"].shape == (2, 16)
 
 
 def test_onnx_without_tf2onnx_is_a_clear_error(tiny_llp_run, tmp_path, monkeypatch):

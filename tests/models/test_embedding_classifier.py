@@ -192,3 +192,38 @@ def test_create_weights_then_restore(images, tmp_path):
     tf.train.Checkpoint(model=restored).read(path).assert_consumed()
     for saved, loaded in zip(model.get_weights(), restored.get_weights()):
         np.testing.assert_array_equal(saved, loaded)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    # Bottleneck blocks, the ImageNet stem with its pool, non-default batch-norm settings.
+    dict(architecture="resnet50", blocks_per_stage=[1, 1], small_inputs=False,
+         sync_batch_norm=True, batch_norm_momentum=0.9, batch_norm_epsilon=1e-3),
+])
+def test_a_saved_keras_file_loads_in_safe_mode_with_the_same_settings_and_weights(
+        images, tmp_path, overrides):
+    import keras
+    model = tiny_model(**overrides).create_weights(16)
+    for variable in model.weights:  # weights unlike a fresh model's, statistics included
+        variable.assign(np.random.default_rng(len(variable.path)).normal(
+            size=variable.shape).astype(np.float32) * 0.1 + (1.0 if "variance" in variable.path
+                                                            else 0.0))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert type(loaded) is EmbeddingClassifier
+    assert loaded.get_config() == model.get_config()
+    trunk = loaded.trunk
+    assert (trunk.blocks_per_stage, trunk.bottleneck, trunk.small_inputs) == (
+        model.trunk.blocks_per_stage, model.trunk.bottleneck, model.trunk.small_inputs)
+    norm = trunk.batch_norm_layers()[0]
+    assert (norm.synchronized, norm.momentum, norm.epsilon) == (
+        model.trunk.batch_norm_layers()[0].synchronized,
+        overrides.get("batch_norm_momentum", 0.997), overrides.get("batch_norm_epsilon", 1e-5))
+    # Keras builds a loaded subclassed model outside its name scope: shorter weight paths.
+    assert all(saved.path.endswith("/" + restored.path)
+               for saved, restored in zip(model.weights, loaded.weights, strict=True))
+    for saved, restored in zip(model.weights, loaded.weights):
+        np.testing.assert_array_equal(restored.numpy(), saved.numpy(), err_msg=saved.path)
+    expected, actual = model(images), loaded(images)
+    for key in expected:
+        np.testing.assert_array_equal(actual[key].numpy(), expected[key].numpy(), err_msg=key)

@@ -37,8 +37,19 @@ def describe_onnx(onnx_info: Mapping[str, Any], output_dir: str) -> str:
             f"(docs/onnx.md) -> {outputs}")
 
 
+def describe_keras(keras_info: Mapping[str, Any], output_dir: str) -> str:
+    """The line naming the Keras model of an export info's "keras" entry."""
+    (name, spec), = keras_info["input"].items()
+    outputs = ", ".join(f"{output} {output_spec['shape']}"
+                        for output, output_spec in keras_info["outputs"].items())
+    return (f"Keras model {os.path.join(output_dir, keras_info['file'])}: {name} "
+            f"{spec['dtype']} {spec['shape']} preprocessed (docs/onnx.md) -> {outputs}; "
+            f"load with: {keras_info['load']}")
+
+
 def written_lines(info: Mapping[str, Any], output_dir: str, include_onnx: bool) -> list[str]:
-    """The lines about the export in ``output_dir`` (with ``include_onnx``, its model.onnx)."""
+    """The lines about the export in ``output_dir`` (with ``include_onnx``, its model.onnx;
+    its model.keras where ``info`` has a "keras" entry)."""
     lines = [f"Wrote {output_dir} ({_directory_megabytes(output_dir):.1f} MB) with "
              f"{EXPORT_INFO_FILE}",
              f"Input of every signature: images uint8 [B, H, W, C], any H and W (one size per "
@@ -48,5 +59,7 @@ def written_lines(info: Mapping[str, Any], output_dir: str, include_onnx: bool) 
     lines += describe_signatures(info)
     if include_onnx:
         lines.append(describe_onnx(info["onnx"], output_dir))
+    if "keras" in info:
+        lines.append(describe_keras(info["keras"], output_dir))
     lines.append(f"Try it: {tool('predict')} --model_dir={output_dir} IMAGE.png")
     return lines

@@ -2,7 +2,7 @@
 without llp_tf): signatures ``embed``, ``classify`` (``serving_default``) and, with the
 memory bank, ``knn``, each taking ``images`` uint8 [B, H, W, C] (their outputs:
 `inference_module`, docs/after-training.md), with ``export_info.json`` and optionally
-``model.onnx``."""
+``model.onnx`` and ``model.keras``."""
 
 import datetime
 import json
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.after_training.export import onnx_model
+from llp_tf.after_training.export import keras_model, onnx_model
 from llp_tf.after_training.export.inference_module import (CLASSIFY, EMBED, KNN, TOP_CLASSES,
                                                            InferenceModule, bank_classes)
 from llp_tf.after_training.run_loader import TrainedRun
@@ -32,7 +32,8 @@ EXPORT_FORMAT_VERSION = 2
 SAVED_MODEL_FILE = "saved_model.pb"
 #: Everything an export directory holds.
 EXPORT_ENTRIES = frozenset({SAVED_MODEL_FILE, "fingerprint.pb", "variables", "assets",
-                            EXPORT_INFO_FILE, onnx_model.ONNX_FILE})
+                            EXPORT_INFO_FILE, onnx_model.ONNX_FILE,
+                            keras_model.KERAS_FILE})
 
 _INPUT_DOC = {"images": {"dtype": "uint8", "shape": "[B, H, W, C]",
                          "doc": "B >= 1 (a single image needs its batch dimension); any H "
@@ -149,11 +150,11 @@ def export_info(run: TrainedRun, module: InferenceModule) -> dict[str, Any]:
 
 def export_run(run: TrainedRun, class_names: Sequence[str], output_dir: str,
                include_knn: bool = False, overwrite: bool = False,
-               include_onnx: bool = False) -> dict[str, Any]:
+               include_onnx: bool = False, include_keras: bool = False) -> dict[str, Any]:
     """`build_inference_module`, then `save_module`; returns the export info written."""
     check_output_dir(output_dir, overwrite)
     return save_module(run, build_inference_module(run, class_names, include_knn), output_dir,
-                       overwrite, include_onnx)
+                       overwrite, include_onnx, include_keras)
 
 
 def is_export(path: str) -> bool:
@@ -188,10 +189,12 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
 
 
 def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
-                overwrite: bool = False, include_onnx: bool = False) -> dict[str, Any]:
+                overwrite: bool = False, include_onnx: bool = False,
+                include_keras: bool = False) -> dict[str, Any]:
     """Writes ``module`` as a SavedModel with export_info.json (and, with ``include_onnx``,
-    model.onnx) into ``output_dir``, atomically: built beside it and renamed into place, an
-    earlier export replaced only once the new one is complete. Returns the export info.
+    model.onnx; with ``include_keras``, model.keras) into ``output_dir``, atomically: built
+    beside it and renamed into place, an earlier export replaced only once the new one is
+    complete. Returns the export info.
 
     Raises:
       ConfigError: `check_output_dir`; tf2onnx is missing or cannot convert the network.
@@ -209,6 +212,11 @@ def save_module(run: TrainedRun, module: InferenceModule, output_dir: str,
             onnx_model.write_onnx_model(run.model, module.image_size, info["class_names"],
                                         os.path.join(partial, onnx_model.ONNX_FILE))
             info["onnx"] = _onnx_info(module.image_size, info["signatures"])
+        if include_keras:
+            keras_model.write_keras_model(run.model, os.path.join(partial, keras_model.KERAS_FILE))
+            info["keras"] = keras_model.keras_info(module.image_size, run.model.feature_dim,
+                                                   run.config.model.embedding_dim,
+                                                   module.num_classes)
         with open(os.path.join(partial, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
             f.write("\n")

@@ -1,4 +1,4 @@
-"""One export of `tiny_llp_run`, with knn and ONNX, shared by the export tests."""
+"""One export of `tiny_llp_run`, with knn, ONNX and Keras, shared by the export tests."""
 
 import pytest
 
@@ -8,7 +8,7 @@ from tests.session_cache import shared
 @pytest.fixture(scope="session")
 def tiny_llp_export(tiny_llp_run, tmp_path_factory):
     """(SavedModel directory, export info dict) of `tiny_llp_run` exported with
-    the knn signature and model.onnx, once for all the test run's workers
+    the knn signature, model.onnx and model.keras, once for all the test run's workers
     (`tests.session_cache.shared`); do not write into it."""
     def export(folder):
         from llp_tf.after_training import run_loader
@@ -19,7 +19,8 @@ def tiny_llp_export(tiny_llp_run, tmp_path_factory):
                                   run.config.data.data_dir).info.class_names
         model_dir = str(folder / "model")
         return model_dir, saved_model.export_run(run, class_names, model_dir,
-                                                 include_knn=True, include_onnx=True)
+                                                 include_knn=True, include_onnx=True,
+                                                 include_keras=True)
 
     model_dir, info = shared(tmp_path_factory, "tiny_llp_export", export)
     return model_dir, info

@@ -32,3 +32,16 @@ def test_the_lines_name_the_folder_its_size_each_signature_and_the_onnx_model(tm
     assert export_summary.written_lines(INFO, str(tmp_path), include_onnx=False)[-1] == \
         f"Try it: tools/predict.py --model_dir={tmp_path} IMAGE.png"
     assert len(export_summary.written_lines(INFO, str(tmp_path), include_onnx=False)) == 6
+
+
+def test_an_export_with_model_keras_names_it_its_input_outputs_and_how_to_load_it(tmp_path):
+    info = {**INFO, "keras": {
+        "file": "model.keras", "load": "import m; keras.saving.load_model(path)",
+        "input": {"images": {"dtype": "float32", "shape": "[B, 32, 32, 3]"}},
+        "outputs": {"embedding": {"dtype": "float32", "shape": "[B, 128]"},
+                    "logits": {"dtype": "float32", "shape": "[B, 10]"}}}}
+    lines = export_summary.written_lines(info, str(tmp_path), include_onnx=False)
+    assert lines[5] == (f"Keras model {tmp_path}/model.keras: images float32 [B, 32, 32, 3] "
+                        "preprocessed (docs/onnx.md) -> embedding [B, 128], logits [B, 10]; "
+                        "load with: import m; keras.saving.load_model(path)")
+    assert len(lines) == 7
