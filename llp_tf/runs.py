@@ -94,17 +94,18 @@ def load_run(run_dir: str, checkpoint: str | None = None, data_dir: str | None =
                _module=module)
 
 
-def train_regime(regime: str, overwrite: bool = False, stream: TextIO | None = sys.stdout,
-          **settings: Any) -> Run:
+def train_regime(regime: str, overwrite: bool = False, quiet: bool = False,
+                 stream: TextIO | None = None, **settings: Any) -> Run:
     """Trains (or resumes) regime ``regime`` (a flagfile of flags/, e.g. "demo") with
     ``settings`` (training flags by name, e.g. ``epochs=3``; lists as tuples) over it, as
     ``tools/train.py --regime=REGIME --NAME=VALUE`` does; returns its `load_run`.
-    ``stream`` takes the progress lines (None: kept quiet); ``overwrite`` starts afresh.
+    The progress lines go to ``stream`` (default the current sys.stdout), or nowhere when
+    ``quiet``; ``overwrite`` starts afresh.
 
     Raises:
       LLPError (ConfigError, DataError, ...): the message says what to do.
       TrainingStopped: SIGTERM or Ctrl-C stopped the run after a checkpoint.
     """
     config = regime_config(regime, **settings)
-    run_training(config, stream or io.StringIO(), overwrite=overwrite)
+    run_training(config, io.StringIO() if quiet else stream or sys.stdout, overwrite=overwrite)
     return load_run(config.run_dir)

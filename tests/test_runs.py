@@ -92,7 +92,7 @@ def test_a_resume_trains_nothing_more_and_bad_settings_are_config_errors(page):
     cwd = os.getcwd()
     os.chdir(page["folder"])
     try:
-        again = llp_tf.train_regime("demo", stream=None, **page["run"].config.settings())
+        again = llp_tf.train_regime("demo", quiet=True, **page["run"].config.settings())
     finally:
         os.chdir(cwd)
     assert again.step == page["run"].step

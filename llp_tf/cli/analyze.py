@@ -25,6 +25,8 @@ DEFAULT_POINTS_PER_CLASS = 100
 #: As llp_tf.after_training.analysis.projector.DEFAULT_ROWS (that module imports numpy).
 DEFAULT_PROJECTOR_ROWS = 10_000
 OUTPUT_SUBDIR = "analysis"
+#: As llp_tf.after_training.analysis.projector.SUBDIR.
+PROJECTOR_SUBDIR = "projector"
 
 
 def make_flags() -> flags.FlagValues:
@@ -117,6 +119,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     stdout.write("\n" + summary_text(result) + "\nWritten:\n")
     for path in written.values():
         stdout.write(f"  {path}\n")
+    if result.projector is not None:
+        stdout.write("The bank in TensorBoard's projector: tensorboard --logdir "
+                     f"{os.path.join(output_dir, PROJECTOR_SUBDIR)}\n")
     return 0
 
 

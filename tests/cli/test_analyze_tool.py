@@ -61,6 +61,10 @@ def test_output_dir_class_ids_and_no_trajectory(run_copy, tmp_path):
     code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'a'}",
                            "--class_ids=3,1", "--points_per_class=4", "--notrajectory")
     assert (code, err) == (0, "")
+    code, out0, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / 'none'}",
+                            "--points_per_class=2", "--notrajectory", "--projector_rows=0")
+    assert (code, err) == (0, "")
+    assert "projector" not in out0 and not os.path.exists(tmp_path / "none" / "projector")
     assert "kept checkpoints: not scored (trajectory skipped)" in out
     assert "checkpoint 1/" not in out
     # Labelled rows come first: the 4 drawn rows of each class are its 4 labelled ones.
@@ -174,12 +178,15 @@ def test_the_projector_plugin_reads_a_seeded_sample_of_the_bank(run_copy, tmp_pa
     from llp_tf.after_training.analysis import projector
 
     assert analyze_tool.DEFAULT_PROJECTOR_ROWS == projector.DEFAULT_ROWS
+    assert analyze_tool.PROJECTOR_SUBDIR == projector.SUBDIR
     outputs = []
     for name in ("a", "b"):
         code, out, err = _main(f"--run_dir={run_copy}", f"--output_dir={tmp_path / name}",
                                "--points_per_class=2", "--notrajectory", "--projector_rows=50",
                                "--seed=3")
         assert (code, err) == (0, "")
+        assert out.endswith("The bank in TensorBoard's projector: tensorboard --logdir "
+                            f"{tmp_path / name / 'projector'}\n")
         outputs.append(file_contents(tmp_path / name / "projector"))
     assert outputs[0] == outputs[1]  # seeded
     folder = tmp_path / "a" / "projector"
