@@ -1,9 +1,10 @@
 """llp_tf: Local Label Propagation (Zhuang et al. 2019) in TensorFlow 2 / Keras.
 
-The public API, the core, importable from the top (``from llp_tf import MemoryBank``):
+The public API, importable from the top (``from llp_tf import MemoryBank``): the core,
 `MemoryBank`; `local_density` and `propagate` (eq. 5-8); `aggregation_loss`,
 `categorisation_loss`, `llp_loss` and `l2_penalty` (eq. 2-4 and 9); `make_splits`, a
-regime's labelled and used examples. Names load on first use, so a light module such as
+regime's labelled and used examples; and runs (docs/python-api.md), `train_regime`,
+`load_run` and its `Run`. Names load on first use, so a light module such as
 `llp_tf.errors` does not import TensorFlow. Layout: docs/architecture.md."""
 
 from llp_tf.lazy_attributes import lazy_getattr
@@ -19,6 +20,9 @@ _PUBLIC = {
     "llp_loss": "llp_tf.core.losses",
     "l2_penalty": "llp_tf.core.losses",
     "make_splits": "llp_tf.data.splits.regime",
+    "train_regime": "llp_tf.runs",
+    "load_run": "llp_tf.runs",
+    "Run": "llp_tf.runs",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -1,4 +1,4 @@
-"""The names exported at the top of the package are the core's own objects."""
+"""The names exported at the top of the package are the core's and the runs' own objects."""
 
 import importlib
 import subprocess
@@ -9,7 +9,8 @@ import llp_tf
 WHERE = {"MemoryBank": "llp_tf.core.memory_bank", "local_density": "llp_tf.core.propagation",
          "propagate": "llp_tf.core.propagation", "aggregation_loss": "llp_tf.core.losses",
          "categorisation_loss": "llp_tf.core.losses", "llp_loss": "llp_tf.core.losses",
-         "l2_penalty": "llp_tf.core.losses", "make_splits": "llp_tf.data.splits.regime"}
+         "l2_penalty": "llp_tf.core.losses", "make_splits": "llp_tf.data.splits.regime",
+         "train_regime": "llp_tf.runs", "load_run": "llp_tf.runs", "Run": "llp_tf.runs"}
 
 
 def test_public_names_are_the_core_objects():

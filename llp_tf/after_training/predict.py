@@ -119,9 +119,11 @@ def _class_names(loaded, model_dir):
     return [str(name) for name in names] if isinstance(names, list) else None
 
 
-def predict(classify: Callable, images: Sequence[Array], batch_size: int) -> list[Array]:
-    """float32 [C] probabilities of each uint8 [H, W, 3] image, in order; images of one size
-    are batched together, ``batch_size`` per call."""
+def predict(classify: Callable, images: Sequence[Array], batch_size: int,
+            output: str = "probabilities") -> list[Array]:
+    """float32 [C] probabilities (or another ``output`` of the signature ``classify``, such
+    as embed's "embedding") of each uint8 [H, W, 3] image, in order; images of one size are
+    batched together, ``batch_size`` per call."""
     import tensorflow as tf  # noqa: PLC0415
 
     by_shape = {}
@@ -132,7 +134,7 @@ def predict(classify: Callable, images: Sequence[Array], batch_size: int) -> lis
         for start in range(0, len(positions), batch_size):
             chunk = positions[start:start + batch_size]
             batch = np.stack([images[p] for p in chunk])
-            result = classify(images=tf.constant(batch))["probabilities"].numpy()
+            result = classify(images=tf.constant(batch))[output].numpy()
             for p, row in zip(chunk, result):
                 probabilities[p] = row
     return probabilities

@@ -4,7 +4,9 @@
   tools/analyze.py --run_dir=runs/demo --classes=3 --points_per_class=200 --notrajectory
 
 Reads the memory bank of a run that keeps one and writes into --output_dir (default
-RUN_DIR/analysis) the plots, analysis_summary.txt and analysis.json (docs/after-training.md).
+RUN_DIR/analysis) the plots, analysis_summary.txt and analysis.json, and into its projector/
+folder a sample of the bank for TensorBoard's projector: tensorboard --logdir
+RUN_DIR/analysis/projector (docs/after-training.md).
 """
 
 import os
@@ -20,7 +22,11 @@ from llp_tf.cli import command_line  # noqa: E402
 
 DEFAULT_MDS_CLASSES = 5
 DEFAULT_POINTS_PER_CLASS = 100
+#: As llp_tf.after_training.analysis.projector.DEFAULT_ROWS (that module imports numpy).
+DEFAULT_PROJECTOR_ROWS = 10_000
 OUTPUT_SUBDIR = "analysis"
+#: As llp_tf.after_training.analysis.projector.SUBDIR.
+PROJECTOR_SUBDIR = "projector"
 
 
 def make_flags() -> flags.FlagValues:
@@ -41,8 +47,16 @@ def make_flags() -> flags.FlagValues:
     flags.DEFINE_integer("points_per_class", DEFAULT_POINTS_PER_CLASS, "Bank rows per class in "
                          "the MDS plot (all labelled ones first); MDS time grows with the "
                          "square of the total.", lower_bound=1, flag_values=values)
-    flags.DEFINE_integer("seed", 0, "Seed of the MDS class choice, row sample and layout.",
+    flags.DEFINE_integer("projector_rows", DEFAULT_PROJECTOR_ROWS, "Bank rows written for "
+                         "TensorBoard's projector into OUTPUT_DIR/projector (embeddings.tsv, "
+                         "metadata.tsv with each row's class or pseudo-class, labelled or not, "
+                         "confidence and true class, projector_config.pbtxt): all rows of a "
+                         "smaller bank, else a seeded uniform sample (--seed); 0 writes none. "
+                         "The default keeps the projector responsive in a browser.",
+                         lower_bound=0,
                          flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the MDS class choice, row sample and layout, and "
+                         "of the projector's sample.", flag_values=values)
     flags.DEFINE_boolean("trajectory", True, "Score every kept checkpoint (restoring each); "
                          "--notrajectory scores the latest one only (faster on big runs), and "
                          "the trajectory plot then shows metrics.jsonl alone.",
@@ -94,7 +108,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             values.run_dir, num_mds_classes=values.classes,
             points_per_class=values.points_per_class, seed=values.seed,
             trajectory=values.trajectory, class_ids=class_ids, report=report,
-            mds_classes_for=mds_classes_for)
+            mds_classes_for=mds_classes_for, projector_rows=values.projector_rows)
         written = write_report(result, output_dir)
     except LLPError as error:
         stderr.write(f"error: {error}\n")
@@ -105,6 +119,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     stdout.write("\n" + summary_text(result) + "\nWritten:\n")
     for path in written.values():
         stdout.write(f"  {path}\n")
+    if result.projector is not None:
+        stdout.write("The bank in TensorBoard's projector: tensorboard --logdir "
+                     f"{os.path.join(output_dir, PROJECTOR_SUBDIR)}\n")
     return 0
 
 

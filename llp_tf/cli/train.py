@@ -22,14 +22,14 @@ from absl import flags  # noqa: E402
 
 from llp_tf.cli import config_flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
+from llp_tf.cli import regimes  # noqa: E402
+from llp_tf.errors import ConfigError  # noqa: E402
 from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 
 #: A run a signal stopped exits with 128 + the signal's number, as a shell reports it.
 SIGNAL_EXIT_CODE_BASE = 128
 ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same command to resume "
            "from the run's latest one.")
-#: llp_tf/flags: a link to the repository's flags/, a copy in the wheel.
-FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
 
 
 def make_flags() -> flags.FlagValues:
@@ -52,33 +52,26 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def known_regimes() -> list[str]:
-    """The names of the regimes' flagfiles, sorted."""
-    return sorted(name[:-len(".flags")] for name in os.listdir(FLAGS_DIR)
-                  if name.endswith(".flags"))
-
-
 def expand_regime(argv: Sequence[str], stderr: TextIO) -> list[str] | None:
     """``argv`` with ``--regime=NAME`` read first, as ``--flagfile=flags/NAME.flags``
     right after the program name; None after an error on ``stderr``."""
-    program, rest, regimes = argv[:1], [], []
+    program, rest, regime_args = argv[:1], [], []
     args = iter(argv[1:])
     for arg in args:
         if arg == "--regime":
             arg = "--regime=" + next(args, "")
         if arg.startswith("--regime="):
-            regimes.append(arg)
+            regime_args.append(arg)
         else:
             rest.append(arg)
-    if len(regimes) > 1:
-        stderr.write(f"Give --regime once; the command line has {' '.join(regimes)}.\n")
+    if len(regime_args) > 1:
+        stderr.write(f"Give --regime once; the command line has {' '.join(regime_args)}.\n")
         return None
-    for arg in regimes:
-        name = arg.split("=", 1)[1]
-        path = os.path.join(FLAGS_DIR, name + ".flags")
-        if not os.path.exists(path):
-            stderr.write(f"Unknown regime {name!r}. Known regimes: "
-                         f"{', '.join(known_regimes())}.\n")
+    for arg in regime_args:
+        try:
+            path = regimes.flagfile(arg.split("=", 1)[1])
+        except ConfigError as error:
+            stderr.write(f"{error}\n")
             return None
         program += [f"--flagfile={path}", arg]
     return program + rest
@@ -86,9 +79,9 @@ def expand_regime(argv: Sequence[str], stderr: TextIO) -> list[str] | None:
 
 def config_from_flags(values: flags.FlagValues) -> TrainConfig:
     """The `TrainConfig` of parsed flags (the run directory defaults to runs/REGIME)."""
-    run_dir = values.run_dir or (os.path.join("runs", values.regime) if values.regime else None)
+    run_dir = values.run_dir or (regimes.default_run_dir(values.regime) if values.regime
+                                 else None)
     if run_dir is None:
-        from llp_tf.errors import ConfigError
         raise ConfigError("Give --run_dir (or --regime, whose run directory is runs/REGIME).")
     return config_flags.config_from_flags(values, run_dir=run_dir)
 
@@ -97,7 +90,7 @@ def flag_origins(values: flags.FlagValues, argv: Sequence[str]) -> dict[str, str
     """`command_line.flag_origins`, the regime's flagfile named flags/NAME.flags."""
     regime = values.regime
     return command_line.flag_origins(values, argv, regime and {
-        os.path.join(FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
+        os.path.join(regimes.FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
 
 
 def train(values: flags.FlagValues, stdout: TextIO,

@@ -1,6 +1,6 @@
 """Writes a `run_analysis.RunAnalysis` (`write_report`): the `figures`, the
-`summary.summary_text` and analysis.json (`analysis_record`), replacing only an earlier
-report's files."""
+`summary.summary_text`, analysis.json (`analysis_record`) and the bank for TensorBoard's
+projector (`projector`, in its sub-folder), replacing only an earlier report's files."""
 
 import json
 import math
@@ -10,6 +10,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 # write_report draws through these names, so that a test can replace one.
+from llp_tf.after_training.analysis import projector
 from llp_tf.after_training.analysis.figures import draw_histogram, draw_mds, draw_trajectory
 from llp_tf.after_training.analysis.summary import summary_text
 from llp_tf.counted_nouns import listed
@@ -24,6 +25,8 @@ MDS_FILE = "mds.png"
 SUMMARY_FILE = "analysis_summary.txt"
 JSON_FILE = "analysis.json"
 REPORT_FILES = (HISTOGRAM_FILE, TRAJECTORY_FILE, MDS_FILE, SUMMARY_FILE, JSON_FILE)
+#: The projector's files, by their paths inside the output folder.
+PROJECTOR_FILES = tuple(os.path.join(projector.SUBDIR, name) for name in projector.FILES)
 #: Keys of analysis.json (`analysis_record`) that mark an earlier report.
 REPORT_MARKER = ("run_dir", "bank_rows", "mds")
 
@@ -72,13 +75,17 @@ def analysis_record(analysis: "RunAnalysis") -> dict[str, Any]:
                 "class_ids": mds.class_ids.tolist(), "bank_rows": mds.rows.tolist(),
                 "classes": mds.classes.tolist(), "labelled": mds.labelled.tolist(),
                 "coordinates": mds.coordinates.round(6).tolist()},
+        "projector": None if analysis.projector is None else {
+            "folder": projector.SUBDIR, "rows": int(analysis.projector.rows.size),
+            "seed": analysis.projector.seed},
     }
 
 
 def check_output_dir(output_dir: str) -> None:
-    """Raises ConfigError if ``output_dir`` holds `REPORT_FILES` without an analysis.json
-    holding `REPORT_MARKER`."""
-    present = [name for name in REPORT_FILES if os.path.lexists(os.path.join(output_dir, name))]
+    """Raises ConfigError if ``output_dir`` holds `REPORT_FILES` or `PROJECTOR_FILES`
+    without an analysis.json holding `REPORT_MARKER`."""
+    present = [name for name in REPORT_FILES + PROJECTOR_FILES
+               if os.path.lexists(os.path.join(output_dir, name))]
     if not present:
         return
     try:
@@ -93,8 +100,10 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
-    """Writes the five files into ``output_dir`` atomically (analysis.json first); returns
-    file name -> path. ConfigError: `check_output_dir`, before anything is written."""
+    """Writes the five files, and the projector's three unless ``analysis.projector`` is
+    None (then an earlier report's are removed), into ``output_dir``, each file atomically
+    (analysis.json first); returns name (`REPORT_FILES`, `PROJECTOR_FILES`) -> path.
+    ConfigError: `check_output_dir`, before anything is written."""
     check_output_dir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".analysis-", dir=output_dir)
@@ -107,10 +116,22 @@ def write_report(analysis: "RunAnalysis", output_dir: str) -> dict[str, str]:
         with open(os.path.join(staging, JSON_FILE), "w") as f:
             json.dump(analysis_record(analysis), f, indent=1)
             f.write("\n")
-        written = {name: os.path.join(output_dir, name) for name in REPORT_FILES}
+        names = REPORT_FILES
+        if analysis.projector is not None:
+            os.mkdir(os.path.join(staging, projector.SUBDIR))
+            projector.write_projector(analysis.projector,
+                                      os.path.join(staging, projector.SUBDIR))
+            names += PROJECTOR_FILES
+        written = {name: os.path.join(output_dir, name) for name in names}
         check_output_dir(output_dir)
-        for name in (JSON_FILE,) + REPORT_FILES[:-1]:
+        if analysis.projector is not None:
+            os.makedirs(os.path.join(output_dir, projector.SUBDIR), exist_ok=True)
+        for name in (JSON_FILE,) + tuple(n for n in names if n != JSON_FILE):
             os.replace(os.path.join(staging, name), written[name])
+        if analysis.projector is None:
+            for name in PROJECTOR_FILES:
+                if os.path.lexists(os.path.join(output_dir, name)):
+                    os.remove(os.path.join(output_dir, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written

@@ -10,6 +10,7 @@ import numpy as np
 
 from llp_tf.after_training import run_loader
 from llp_tf.after_training.analysis.mds import MDSProjection, mds_classes, project_classes
+from llp_tf.after_training.analysis.projector import DEFAULT_ROWS, ProjectorSample, sample_bank
 from llp_tf.core.bank_statistics import (AggregationScores, PseudoLabelStats,
                                          aggregation_scores, pseudo_label_stats)
 from llp_tf.counted_nouns import counted
@@ -97,7 +98,8 @@ def read_metrics_history(run_dir: str) -> list[EvaluatedEpoch]:
 
 @dataclasses.dataclass(frozen=True)
 class RunAnalysis:
-    """Everything `analyze_run` found (``trajectory`` empty when skipped)."""
+    """Everything `analyze_run` found (``trajectory`` empty when skipped, ``projector`` None
+    when no row was asked for)."""
 
     run_dir: str
     dataset: str
@@ -112,6 +114,7 @@ class RunAnalysis:
     history: list[EvaluatedEpoch]
     mds: MDSProjection
     mds_seed: int
+    projector: ProjectorSample | None = None
 
 
 def _run_data(run_dir, report):
@@ -140,10 +143,12 @@ def _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for):
 def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class: int = 100,
                 seed: int = 0, trajectory: bool = True, class_ids: Sequence[int] | None = None,
                 report: Callable[[str], None] | None = None,
-                mds_classes_for: Callable[[int], int] | None = None) -> RunAnalysis:
+                mds_classes_for: Callable[[int], int] | None = None,
+                projector_rows: int = DEFAULT_ROWS) -> RunAnalysis:
     """`RunAnalysis` of an LLP run's memory bank: ``num_mds_classes`` (or
     ``mds_classes_for(classes with rows)``, or ``class_ids``) x ``points_per_class`` rows in
-    the MDS, seeded by ``seed``; ``report`` takes progress lines.
+    the MDS, and at most ``projector_rows`` rows for the projector (0: none), seeded by
+    ``seed``; ``report`` takes progress lines.
 
     Raises:
       ConfigError: not a run directory, a run without a bank, no checkpoint, or MDS
@@ -155,6 +160,8 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
         raise ConfigError(f"The number of MDS classes must be positive; got {num_mds_classes}.")
     if points_per_class <= 0:
         raise ConfigError(f"The points per class must be positive; got {points_per_class}.")
+    if projector_rows < 0:
+        raise ConfigError(f"The projector's rows must be 0 or more; got {projector_rows}.")
     config, info, used_index, true_classes = _run_data(run_dir, report)
     counts = np.bincount(true_classes, minlength=info.num_classes)
     class_ids = _mds_class_ids(counts, num_mds_classes, class_ids, seed, mds_classes_for)
@@ -173,11 +180,18 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
     report(f"MDS of {counted(rows_drawn, 'bank row')} of {counted(len(class_ids), 'class')}.")
     projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labelled,
                                  class_ids, points_per_class, seed)
+    sample = None
+    if projector_rows:
+        bank = run.bank
+        sample = sample_bank(bank.embeddings.numpy(), bank.labels.numpy(),
+                             bank.confidence.numpy(), is_labelled, true_classes, used_index,
+                             info.class_names, projector_rows, seed)
     return RunAnalysis(
         run_dir=run_dir, dataset=info.name, class_names=tuple(info.class_names),
         num_rows=int(len(used_index)), num_labelled=int(is_labelled.sum()),
         warmup_epochs=int(config.method_settings.warmup_epochs),
         epochs=int(config.optimization.epochs),
         steps_per_epoch=steps_per_epoch, latest=latest, trajectory=states,
-        history=read_metrics_history(run_dir), mds=projection, mds_seed=int(seed))
+        history=read_metrics_history(run_dir), mds=projection, mds_seed=int(seed),
+        projector=sample)
 

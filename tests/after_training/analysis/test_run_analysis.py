@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf.after_training import run_loader
-from llp_tf.after_training.analysis import report, run_analysis
+from llp_tf.after_training.analysis import projector, report, run_analysis
 from llp_tf.training import config, run_record
 from llp_tf.data.sources.registry import load_source
 from llp_tf.data.splits import regime
@@ -149,7 +149,12 @@ def test_analyze_run_and_report_write_valid_files(tiny_llp_run, true_classes, tm
     assert result.class_names == ("checker", "diagonal", "horizontal", "vertical")
 
     written = report.write_report(result, str(tmp_path / "out"))
-    assert sorted(os.listdir(tmp_path / "out")) == sorted(written)  # no staging left
+    # No staging left; a bank smaller than the default sample is written whole.
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(
+        {name.split(os.sep)[0] for name in written})
+    assert sorted(os.listdir(tmp_path / "out" / "projector")) == sorted(projector.FILES)
+    assert result.projector.rows.tolist() == list(range(160))
+    np.testing.assert_array_equal(result.projector.true_classes, true_classes)
     for name in ("aggregation_histogram.png", "aggregation_trajectory.png", "mds.png"):
         with open(written[name], "rb") as f:
             content = f.read()
@@ -159,6 +164,7 @@ def test_analyze_run_and_report_write_valid_files(tiny_llp_run, true_classes, tm
     assert record["latest"]["aggregation"]["mean"] == pytest.approx(result.latest.true.mean)
     assert [c["step"] for c in record["checkpoints"]] == [3, 5, 6, 9, 10, 12, 15]
     assert len(record["mds"]["coordinates"]) == 60
+    assert record["projector"] == {"folder": "projector", "rows": 160, "seed": 1}
     with open(written["analysis_summary.txt"]) as f:
         summary = f.read()
     assert f"mean over 4 classes: {result.latest.true.mean:.4f}" in summary
