@@ -1,9 +1,9 @@
 """Training runs from Python, for notebooks (docs/python-api.md): `train_regime` with
 overrides, `load_run` of a run directory as a `Run` (config, metrics, the trained
-`keras.Model`, the bank's arrays), and `Run.embed` / `Run.classify` images. Thin over the library: the
-tools call the same functions (tools/train.py `run_training` on `regimes.regime_config`'s
-config; tools/export.py `run_loader.load_run_with_data` and `build_inference_module`;
-tools/predict.py `read_image` and `predict`)."""
+`keras.Model`, the bank's arrays), and `Run.embed` / `Run.classify` images. Thin over the
+library: the tools call the same functions (tools/train.py `run_training` on
+`regimes.regime_config`'s config; tools/export.py `run_loader.load_run_with_data` and
+`build_inference_module`; tools/predict.py `read_image` and `predict`)."""
 
 import dataclasses
 import io

@@ -126,8 +126,8 @@ def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: Tex
           ) -> tuple[list[str] | None, int | None]:
     """Parses ``argv`` (argv[0] is the program) into ``values``: (the other arguments,
     None) to go on, or (None, exit code) to stop: 0 after --help (printing ``usage`` and the
-    flags, tools named by `spoken`), 1 after an error on ``stderr``, ``stray_exit_code`` after unexpected arguments
-    (unless ``positional``)."""
+    flags, tools named by `spoken`), 1 after an error on ``stderr``, ``stray_exit_code``
+    after unexpected arguments (unless ``positional``)."""
     try:
         rest = values(_with_help_spellings(list(argv)))
     except flags.Error as error:

@@ -1,9 +1,11 @@
 """The checkpoint of a bank sharded across workers (`sliced_checkpoint`, `RunCheckpoints`):
-its parts merged and checked in this process, then bank-only processes (`tests.training.bank_worker`) on 127.0.0.1 save and restore it, each
-worker its own rows. A checkpoint two workers of two replicas wrote holds the bank bit for
-bit; it restores bit for bit at three workers, in one process sharded over 1 to 4 replicas
-and in the replicated bank; a worker killed between writing its part and the workers'
-agreement leaves the previous checkpoint the newest, and the relaunch saves it again."""
+its parts merged and checked in this process, then bank-only processes
+(`tests.training.bank_worker`) on 127.0.0.1 save and restore it, each worker its own rows.
+A checkpoint two workers of two replicas wrote holds the bank bit for bit; it restores bit
+for bit at three workers, in one process sharded over 1 to 4 replicas and in the replicated
+bank; a part a worker cannot write fails the checkpoint on every worker; a worker killed
+between writing its part and the workers' agreement leaves the previous checkpoint the
+newest, and the relaunch saves it again."""
 
 import os
 import shutil

@@ -59,7 +59,7 @@ def require_decodable(source: Source, split: str, skip: Array | None = None) -> 
     if bad:
         shown = "; ".join(f"{b.where} ({split} example {b.index})" for b in bad[:_SHOWN])
         raise DataError(
-            f"{counted(len(bad), split + ' image')} of {source.info.name} cannot be read or decoded "
-            f"(first: {shown}). {source.repair}; or leave them out: {tool('check_data')} "
+            f"{counted(len(bad), split + ' image')} of {source.info.name} cannot be read or "
+            f"decoded (first: {shown}). {source.repair}; or leave them out: {tool('check_data')} "
             f"--dataset={source.info.name} --write_exclude_list=FILE finds every bad image, "
             "and --exclude_list=FILE leaves them out.")
