@@ -18,7 +18,7 @@ from llp_tf.core.bank_slices import SlicedState
 from llp_tf.errors import ConfigError, LLPError
 from llp_tf.training import sliced_checkpoint
 from llp_tf.training.cluster import Workers
-from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.run_directory import RunDirectory, checkpoint_files
 
 DAMAGED_DIR = "damaged"
 
@@ -101,7 +101,7 @@ class RunCheckpoints:
             return path
         if damaged:
             files = ", ".join(name for path in damaged
-                              for name in sliced_checkpoint.checkpoint_files(path))
+                              for name in checkpoint_files(path))
             raise CheckpointDamaged(
                 f"No checkpoint of the run in {self.run_directory.path} can be read; damaged: "
                 f"{files}. Restore them from a copy, or delete "
@@ -116,7 +116,7 @@ class RunCheckpoints:
         aside = os.path.join(directory, DAMAGED_DIR)
         os.makedirs(aside, exist_ok=True)
         for path in damaged:
-            for name in sliced_checkpoint.checkpoint_files(path):
+            for name in checkpoint_files(path):
                 os.replace(name, os.path.join(aside, os.path.basename(name)))
         self._warn(f"warning: moved the damaged checkpoint(s) to {aside}.")
         state = tf.train.get_checkpoint_state(directory)

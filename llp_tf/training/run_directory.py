@@ -4,6 +4,7 @@ items and the metrics file, read back without TensorFlow (`read_metrics`).
 The checkpoint's items: ``model``, ``optimizer``, ``step``, ``plateau`` and ``epoch_totals``
 for every method, and what the method adds (LLP: ``bank`` and ``density_epoch``)."""
 
+import glob
 import json
 import os
 import shutil
@@ -236,6 +237,11 @@ def _is_summary_after(record: bytes, step: int) -> bool:
     import tensorflow as tf  # noqa: PLC0415 -- see the module docstring
     event = tf.compat.v1.Event.FromString(record)
     return event.HasField("summary") and event.step > step
+
+
+def checkpoint_files(prefix: str) -> list[str]:
+    """The files of the checkpoint ``prefix`` (its index and data files), sorted."""
+    return sorted(glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*"))
 
 
 def checkpoint_step(path: str) -> int:

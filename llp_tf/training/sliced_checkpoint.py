@@ -16,6 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from llp_tf.core.bank_slices import SlicedState
+from llp_tf.training.run_directory import checkpoint_files
 
 PARTS_SUFFIX = ".parts"
 
@@ -36,11 +37,6 @@ def parts_dir(checkpoint_prefix: str) -> str:
 def part_prefix(checkpoint_prefix: str, worker: int) -> str:
     """Where worker ``worker`` writes its part of the checkpoint ``checkpoint_prefix``."""
     return os.path.join(parts_dir(checkpoint_prefix), f"worker-{worker}")
-
-
-def checkpoint_files(prefix: str) -> list[str]:
-    """The files of the checkpoint ``prefix`` (its index and data files)."""
-    return sorted(glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*"))
 
 
 def remove(prefix: str) -> None:

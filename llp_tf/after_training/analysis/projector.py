@@ -22,7 +22,8 @@ EMBEDDINGS_FILE = "embeddings.tsv"
 METADATA_FILE = "metadata.tsv"
 FILES = (CONFIG_FILE, EMBEDDINGS_FILE, METADATA_FILE)
 METADATA_COLUMNS = ("class", "labelled", "confidence", "true_class", "bank_row", "example")
-#: The class column of a row that holds an instance id (not yet propagated to).
+#: The class column of a row that holds an instance id (not yet propagated to), and the
+#: true class column of a row whose class is unknown.
 NO_CLASS = "none"
 #: Significant digits of embeddings.tsv: a float32 reads back exactly.
 FLOAT32_DIGITS = 9
@@ -33,7 +34,7 @@ class ProjectorSample:
     """S of the N bank rows (``rows`` int64 [S], sorted; ``examples`` int64 [S], their
     training-set indices): ``embeddings`` float32 [S, D]; the bank's ``classes`` int64 [S]
     (true or propagated, -1 for an instance id); ``confidence`` float32 [S]; ``labelled``
-    bool [S]; ``true_classes`` int64 [S] (evaluation only)."""
+    bool [S]; ``true_classes`` int64 [S] (evaluation only; -1 where unknown)."""
 
     rows: Array
     examples: Array
@@ -89,7 +90,8 @@ def metadata_lines(sample: ProjectorSample) -> list[str]:
         lines.append("\t".join((
             names[klass] if klass >= 0 else NO_CLASS,
             "yes" if sample.labelled[i] else "no",
-            f"{sample.confidence[i]:.4f}", names[sample.true_classes[i]],
+            f"{sample.confidence[i]:.4f}",
+            names[sample.true_classes[i]] if sample.true_classes[i] >= 0 else NO_CLASS,
             str(sample.rows[i]), str(sample.examples[i]))))
     return lines
 

@@ -42,6 +42,12 @@ def test_metadata_names_each_rows_class_by_name_and_keeps_one_line_per_row():
     np.testing.assert_array_equal(sample.embeddings, np.eye(5, 4, dtype=np.float32)[rows])
 
 
+def test_a_row_of_unknown_true_class_says_none_not_the_last_class():
+    sample = dataclasses.replace(_sample(), true_classes=np.array([-1, 1, 1, 2]))
+    assert [line.split("\t")[3] for line in projector.metadata_lines(sample)[1:]] == [
+        "none", "two words", "two words", "dog"]
+
+
 def test_the_report_writes_the_projector_and_a_report_without_it_removes_the_earlier(tmp_path):
     with_projector = dataclasses.replace(run_analysis(), projector=_sample())
     written = report.write_report(with_projector, str(tmp_path))
