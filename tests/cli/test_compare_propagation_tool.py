@@ -11,7 +11,7 @@ from tests.cli.tool_main import load_tool, run_main
 
 METHOD_TITLES = ("LLP (local kNN, K=10, T=25)", "weighted kNN (K=10)",
                  "label spreading (alpha=0.99, gamma=20)", "label propagation (gamma=20)",
-                 "DLP diffusion (k=2)")
+                 "DMT normalized cut (K=500, 200 eig.)", "DLP diffusion (k=2)")
 
 
 def _error_line(stderr):
@@ -58,7 +58,7 @@ def test_features_files_print_the_table_and_write_json(feature_files):
     for title in METHOD_TITLES:
         assert title in table
     assert "0.881 (LLP)" in table and "0.846 (LS)" in table and "0.877 (LP)" in table
-    assert "0.892 (LP_DLP)" in table
+    assert "0.892 (LP_DLP)" in table and "0.882 (LP_DMT)" in table
     assert re.search(r"weighted kNN \(K=10\) +[\d.]+ +[\d.]+ +not in Table 5\n", table)
 
     written = features.parent / "feats_propagation_comparison.json"
@@ -85,10 +85,12 @@ def test_features_files_print_the_table_and_write_json(feature_files):
                 np.testing.assert_allclose(
                     entry["differences"][method.name]["per_draw"],
                     expected.accuracy["local_knn"] - expected.accuracy[method.name])
-    # The top level is the verdict's level, --labelled_per_class.
+    # The top level is the claims' level, --labelled_per_class.
     assert report["labelled_per_class"] == 3
     assert report["methods"] == report["sweep"]["3"]["methods"]
-    assert report["verdict"] == report["sweep"]["3"]["verdict"]
+    assert report["claims"] == report["sweep"]["3"]["claims"]
+    assert list(report["claims"]) == ["comparable to LP_DMT", "slightly lower than DLP"]
+    assert report["claims_rule"]["claims"]["comparable to LP_DMT"]["range"] == [-0.01, 0.01]
     assert report["methods"]["local_knn"]["paper_table5"] == {"name": "LLP", "accuracy": 0.881}
     assert report["methods"]["knn"]["paper_table5"] == "not in Table 5"
     assert report["methods"]["knn"]["in_paper_table5"] is False
@@ -110,9 +112,10 @@ def _arcs(folder):
 def test_separated_classes_every_method_right_so_every_difference_is_zero(tmp_path):
     # Orthogonal classes: every kernel weight across classes is exp(-40) or less (exp(0) =
     # 1 against exp(0.83 / 0.07) for LLP and the kNN, nothing for DLP), and each arc is one
-    # chain of DLP's graph (k = 30 // 10 = 3): every method labels every point right. So LLP
-    # minus each method is 0 in every draw: LLP is "comparable" to all of them, LP included,
-    # but not above LS, and Table 5's claim does not hold.
+    # chain of DLP's graph (k = 30 // 10 = 3); LP_DMT's graph links every pair, across
+    # classes by exp(-1) against about 1 within: every method labels every point right. So
+    # LLP minus each method is 0 in every draw, and the 90% interval is [0, 0]: LLP is
+    # comparable to LP_DMT, and not lower than DLP, so not "slightly lower" either.
     features, labels = _arcs(tmp_path)
     output = tmp_path / "arcs.json"
     result = _run(f"--features={features}", f"--labels={labels}", "--images_per_class=30",
@@ -122,25 +125,34 @@ def test_separated_classes_every_method_right_so_every_difference_is_zero(tmp_pa
     assert ("note: 4 classes have 30 images or more and each draw takes 4: the class draw is "
             "vacuous (every draw has the same classes; only the images are drawn).\n") in out
     assert "hyperparameters: external defaults, none chosen on these embeddings" in out
-    assert out.count("Table 5's claim does not hold: LLP comparable to LP: yes (LLP - LP = "
-                     "+0.0000 +- 0.0000, won 0 of 3: comparable); LLP above LS: no") == 4
-    assert "claim holds" in out and re.search(r"claim holds +no +no +no\n", out)
+    assert out.count('LLP comparable to LP_DMT ("comparable to that of the global propagation '
+                     'algorithm used in DMT"): HOLDS: LLP - LP_DMT = +0.00 points, 90% CI '
+                     '[+0.00, +0.00] against (-1.0, +1.0) points; won 0 of 3') == 4
+    assert out.count('LLP slightly lower than DLP ("only slightly lower than that of DLP"): '
+                     'DOES NOT HOLD: LLP - DLP = +0.00 points, 90% CI [+0.00, +0.00] against '
+                     '(-2.2, +0.0) points; won 0 of 3') == 4
+    assert re.search(r"comparable to LP_DMT +holds +holds +holds\n", out)
+    assert re.search(r"slightly lower than DLP +does not hold +does not hold +does not hold\n",
+                     out)
     report = json.loads(output.read_text())
     assert report["protocol"]["class_draw_vacuous"] is True
     assert report["protocol"]["labelled_per_class_sweep"] == [5, 10, 20]
     for level, scored in (("5", 100), ("10", 80), ("20", 40)):
         entry = report["sweep"][level]
+        assert list(entry["methods"]) == ["local_knn", "knn", "label_spreading",
+                                          "label_propagation", "lp_dmt", "dlp"]
         for name, method in entry["methods"].items():
             assert method["accuracy_per_draw"] == [1.0, 1.0, 1.0], (level, name)
         for name, difference in entry["differences"].items():
             assert difference == {"per_draw": [0.0, 0.0, 0.0], "mean": 0.0, "std": 0.0,
-                                  "draws_won": 0, "draws_tied": 3, "draws_lost": 0,
-                                  "relation": "comparable"}, (level, name)
-        assert entry["verdict"]["parts"] == {
-            "label_propagation": {"paper": "comparable", "measured": "comparable",
-                                  "matches": True},
-            "label_spreading": {"paper": "above", "measured": "comparable", "matches": False}}
-        assert entry["verdict"]["holds"] is False
+                                  "ci95": [0.0, 0.0], "draws_won": 0, "draws_tied": 3,
+                                  "draws_lost": 0}, (level, name)
+        claims = entry["claims"]
+        assert {name: claim["answer"] for name, claim in claims.items()} == {
+            "comparable to LP_DMT": "holds", "slightly lower than DLP": "does not hold"}
+        assert claims["comparable to LP_DMT"]["ci90"] == [0.0, 0.0]
+        assert claims["comparable to LP_DMT"]["p_values"] == {"above_low": None,
+                                                              "below_high": None}
         assert f"{level} labelled per class" in out and f"{scored} scored per draw" in out
     rule = report["hyperparameter_rule"]
     assert rule["rule"] == "external defaults" and rule["given_on_command_line"] == []
@@ -152,6 +164,9 @@ def test_separated_classes_every_method_right_so_every_difference_is_zero(tmp_pa
         "label_spreading": {"alpha": 0.99, "rbf_gamma": 20.0,
                             "solver": "closed form (I - alpha S)^-1 Y"},
         "label_propagation": {"rbf_gamma": 20.0, "solver": "harmonic solution"},
+        "lp_dmt": {"k": 500, "eigenvectors": 200,
+                   "weights": "exp(-d / d_K), d = (1 - cos) / 2", "alpha": 0,
+                   "prior": "+1 / -1, balanced by degree"},
         "dlp": {"k": 3, "gamma": 3.0, "alpha": 0.99, "max_iter": 20, "tol": 1e-6}}
     assert rule["methods"]["local_knn"]["t"]["source"] == (
         "the LLP paper's T = 25 (the authors' release: 50)")

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from llp_tf.after_training.transduction import dlp_diffusion
+from llp_tf.after_training.transduction import dlp_diffusion, dmt_normalized_cut
 from llp_tf.after_training.transduction.rbf_graph_propagation import (
     SKLEARN_RBF_GAMMA, ZHOU_LABEL_SPREADING_ALPHA)
 from llp_tf.core import hyperparameters
@@ -22,10 +22,15 @@ SOURCES = {
     "temperature": "the LLP paper's tau = 0.07",
     "rbf_gamma": "scikit-learn's LabelSpreading/LabelPropagation default gamma = 20",
     "label_spreading_alpha": "Zhou et al. 2004's alpha = 0.99",
+    "dmt_k": ("DMT's release, ImageNet: K = 500 neighbours (microsoft/metric-transfer.pytorch "
+              "notebooks/nc_imagenet.ipynb)"),
+    "dmt_eigenvectors": ("DMT's release, ImageNet: the 200 smallest eigenvectors, the first "
+                         "dropped (notebooks/nc_imagenet.ipynb)"),
     "dlp_k": ("a tenth of the images per class, at least 1, at most 50 (Iscen et al.'s "
               "release: k = 50 on CIFAR-100's 500 training images a class)"),
 }
 DLP_RELEASE = "Iscen et al. 2019's release (ahmetius/LP-DeepSSL)"
+DMT_RELEASE = "DMT's release (microsoft/metric-transfer.pytorch notebooks/nc_imagenet.ipynb)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +49,16 @@ class Setting:
 class MethodSettings:
     """The comparison's settings: LLP's and the kNN's ``k`` and ``temperature``, LLP's ``t``,
     label spreading's and propagation's ``rbf_gamma``, label spreading's
-    ``label_spreading_alpha``, DLP's ``dlp_k``; each a `Setting`."""
+    ``label_spreading_alpha``, LP_DMT's ``dmt_k`` and ``dmt_eigenvectors``, DLP's ``dlp_k``;
+    each a `Setting`."""
 
     k: Setting
     t: Setting
     temperature: Setting
     rbf_gamma: Setting
     label_spreading_alpha: Setting
+    dmt_k: Setting
+    dmt_eigenvectors: Setting
     dlp_k: Setting
 
     def values(self) -> dict[str, float]:
@@ -63,10 +71,10 @@ class MethodSettings:
                 if getattr(self, field.name).source == GIVEN]
 
     def by_method(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Each method's hyperparameters, ``{method: {name: {"value", "source"}}}``; DLP's fixed
-        ones from Iscen et al.'s release."""
-        def release(value):
-            return {"value": value, "source": DLP_RELEASE}
+        """Each method's hyperparameters, ``{method: {name: {"value", "source"}}}``; DLP's and
+        LP_DMT's fixed ones from their releases."""
+        def release(value, source=DLP_RELEASE):
+            return {"value": value, "source": source}
 
         return {
             "local_knn": {"k": self.k.as_json(), "t": self.t.as_json(),
@@ -79,6 +87,11 @@ class MethodSettings:
             "label_propagation": {"rbf_gamma": self.rbf_gamma.as_json(),
                                   "solver": {"value": "harmonic solution",
                                              "source": "Zhu & Ghahramani 2002"}},
+            "lp_dmt": {"k": self.dmt_k.as_json(),
+                       "eigenvectors": self.dmt_eigenvectors.as_json(),
+                       "weights": release("exp(-d / d_K), d = (1 - cos) / 2", DMT_RELEASE),
+                       "alpha": release(0, DMT_RELEASE),
+                       "prior": release("+1 / -1, balanced by degree", DMT_RELEASE)},
             "dlp": {"k": self.dlp_k.as_json(), "gamma": release(dlp_diffusion.DLP_GAMMA),
                     "alpha": release(dlp_diffusion.DLP_ALPHA),
                     "max_iter": release(dlp_diffusion.DLP_MAX_ITER),
@@ -99,7 +112,9 @@ class MethodSettings:
                 f"tau={self.temperature.value:g}, kNN K={self.k.value} (LLP paper); "
                 f"LS alpha={self.label_spreading_alpha.value:g} (Zhou et al.), "
                 f"gamma={self.rbf_gamma.value:g} (scikit-learn), LP gamma="
-                f"{self.rbf_gamma.value:g} (scikit-learn); DLP k={self.dlp_k.value} (a tenth of "
+                f"{self.rbf_gamma.value:g} (scikit-learn); LP_DMT K={self.dmt_k.value}, "
+                f"{self.dmt_eigenvectors.value} eigenvectors (DMT's ImageNet release); "
+                f"DLP k={self.dlp_k.value} (a tenth of "
                 f"the class size), gamma={dlp_diffusion.DLP_GAMMA:g} alpha="
                 f"{dlp_diffusion.DLP_ALPHA:g}, {dlp_diffusion.DLP_MAX_ITER} CG steps "
                 f"(Iscen et al.'s release)")
@@ -111,6 +126,8 @@ def resolve(images_per_class: int, given: Mapping[str, float | None]) -> MethodS
     defaults = {"k": hyperparameters.K, "t": hyperparameters.T,
                 "temperature": hyperparameters.TEMPERATURE, "rbf_gamma": SKLEARN_RBF_GAMMA,
                 "label_spreading_alpha": ZHOU_LABEL_SPREADING_ALPHA,
+                "dmt_k": dmt_normalized_cut.DMT_K,
+                "dmt_eigenvectors": dmt_normalized_cut.DMT_EIGENVECTORS,
                 "dlp_k": dlp_diffusion.dlp_k_for(images_per_class)}
     unknown = set(given) - set(defaults)
     if unknown:

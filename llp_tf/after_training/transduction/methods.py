@@ -1,8 +1,8 @@
 """The label propagation methods of the paper's Table 5, on one fixed set of embeddings:
 ``local_knn`` (LLP, eq. 5-8), ``knn`` (eq. 5-6, not in Table 5), ``label_spreading``,
-``label_propagation`` (`rbf_graph_propagation`, scikit-learn's RBF kernel) and ``dlp``
-(`dlp_diffusion`). Each follows `contract`; `method_settings` says where each default comes
-from."""
+``label_propagation`` (`rbf_graph_propagation`, scikit-learn's RBF kernel), ``lp_dmt``
+(`dmt_normalized_cut`) and ``dlp`` (`dlp_diffusion`). Each follows `contract`;
+`method_settings` says where each default comes from."""
 
 import dataclasses
 from collections.abc import Callable
@@ -11,6 +11,8 @@ import numpy as np
 
 from llp_tf.after_training.transduction import contract, rbf_graph_propagation
 from llp_tf.after_training.transduction.dlp_diffusion import DLP_K, dlp_diffusion
+from llp_tf.after_training.transduction.dmt_normalized_cut import (
+    DMT_EIGENVECTORS, DMT_K, dmt_normalized_cut)
 from llp_tf.after_training.transduction.rbf_graph_propagation import (
     SKLEARN_RBF_GAMMA, ZHOU_LABEL_SPREADING_ALPHA)
 from llp_tf.core import hyperparameters, propagation
@@ -23,9 +25,9 @@ PAPER_TABLE5_ACCURACY = {
     "local_knn": ("LLP", 0.881),
     "label_spreading": ("LS", 0.846),
     "label_propagation": ("LP", 0.877),
+    "lp_dmt": ("LP_DMT", 0.882),
     "dlp": ("LP_DLP", 0.892),
 }
-PAPER_TABLE5_UNMATCHED = {"LP_DMT": 0.882}
 
 
 def llp_propagation(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
@@ -96,14 +98,19 @@ def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
                      temperature: float = hyperparameters.TEMPERATURE,
                      rbf_gamma: float = SKLEARN_RBF_GAMMA,
                      label_spreading_alpha: float = ZHOU_LABEL_SPREADING_ALPHA,
+                     dmt_k: int = DMT_K, dmt_eigenvectors: int = DMT_EIGENVECTORS,
                      dlp_k: int = DLP_K) -> tuple[PropagationMethod, ...]:
-    """The five `PropagationMethod`s with their settings bound (``k``, ``temperature``: LLP's
+    """The six `PropagationMethod`s with their settings bound (``k``, ``temperature``: LLP's
     and the kNN's; ``t``: LLP's; ``rbf_gamma``: label spreading's and propagation's;
+    ``dmt_k``, ``dmt_eigenvectors``: LP_DMT's graph neighbourhood and eigenvectors;
     ``dlp_k``: DLP's graph neighbourhood); ConfigError when one is out of range."""
     for name, value in (("k", k), ("t", t), ("temperature", temperature),
-                        ("rbf_gamma", rbf_gamma), ("dlp_k", dlp_k)):
+                        ("rbf_gamma", rbf_gamma), ("dmt_k", dmt_k), ("dlp_k", dlp_k)):
         if not value > 0:
             raise ConfigError(f"The propagation setting {name} must be positive, got {value}.")
+    if dmt_eigenvectors < 2:
+        raise ConfigError(f"The propagation setting dmt_eigenvectors must be at least 2 (the "
+                          f"first, constant one is dropped), got {dmt_eigenvectors}.")
     if not 0.0 < label_spreading_alpha < 1.0:
         raise ConfigError(f"The propagation setting label_spreading_alpha must lie in (0, 1), "
                           f"got {label_spreading_alpha}.")
@@ -123,6 +130,9 @@ def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
                                                   alpha=label_spreading_alpha)),
         method("label_propagation", f"label propagation (gamma={rbf_gamma:g})",
                lambda x, m, y, c: label_propagation(x, m, y, c, gamma=rbf_gamma)),
+        method("lp_dmt", f"DMT normalized cut (K={dmt_k}, {dmt_eigenvectors} eig.)",
+               lambda x, m, y, c: dmt_normalized_cut(x, m, y, c, k=dmt_k,
+                                                     eigenvectors=dmt_eigenvectors)),
         method("dlp", f"DLP diffusion (k={dlp_k})",
                lambda x, m, y, c: dlp_diffusion(x, m, y, c, k=dlp_k)),
     )

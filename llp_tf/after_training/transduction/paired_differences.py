@@ -1,42 +1,32 @@
-"""LLP against each other method draw by draw (`llp_minus`), and the paper's Table 5 claim in
-its own terms (`table5_verdict`): LLP "comparable" to label propagation and above label
-spreading. The yardstick is the spread of the paired differences over the draws:
-
-- comparable: ``|mean(LLP - X)| <= std(LLP - X)``;
-- above: ``mean > std``; below: ``mean < -std``;
-
-with the sample std (ddof 1), so one draw decides nothing. Needs no TensorFlow."""
+"""LLP against each other method draw by draw (`llp_minus`): the accuracies of one draw are of
+the same images and labels, so they pair. Each `PairedDifference` reports its mean, sample
+std, Student-t confidence interval and the draws won, tied and lost; what the paper claims
+about two of them is `table5_claims`'. Needs no TensorFlow."""
 
 import dataclasses
 
 import numpy as np
+import scipy.stats
 
 from llp_tf.after_training.transduction import protocol as protocol_lib
 from llp_tf.tensor_types import Array
 
 LLP = "local_knn"
-#: Table 5's claim: LLP's relation to each of these methods.
-TABLE5_CLAIM = {"label_propagation": "comparable", "label_spreading": "above"}
-UNDETERMINED = "undetermined (one draw)"
-
-
-def relation(mean: float, std: float, draws: int) -> str:
-    """"above", "comparable" or "below" by the module's yardstick; `UNDETERMINED` for one
-    draw."""
-    if draws < 2:
-        return UNDETERMINED
-    if abs(mean) <= std:
-        return "comparable"
-    return "above" if mean > 0 else "below"
+#: The confidence of the interval every difference reports.
+REPORTED_CONFIDENCE = 0.95
 
 
 @dataclasses.dataclass(frozen=True)
 class PairedDifference:
-    """LLP's accuracy minus method ``name``'s, ``per_draw`` float64 [R] (fractions), with its
-    mean, sample std and the draws LLP won, tied and lost."""
+    """LLP's accuracy minus method ``name``'s, ``per_draw`` float64 [R] (fractions)."""
 
     name: str
     per_draw: Array
+
+    @property
+    def draws(self) -> int:
+        """R, the number of paired draws."""
+        return len(self.per_draw)
 
     @property
     def mean(self) -> float:
@@ -45,8 +35,21 @@ class PairedDifference:
 
     @property
     def std(self) -> float:
-        """Sample std of the differences (0 for one draw)."""
-        return float(np.std(self.per_draw, ddof=1)) if len(self.per_draw) > 1 else 0.0
+        """Sample std of the differences (ddof 1; 0 for one draw)."""
+        return float(np.std(self.per_draw, ddof=1)) if self.draws > 1 else 0.0
+
+    @property
+    def standard_error(self) -> float:
+        """std / sqrt(R)."""
+        return self.std / np.sqrt(self.draws)
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """The two-sided Student-t interval of the mean difference at ``confidence``, with R - 1
+        degrees of freedom; (-inf, inf) for one draw."""
+        if self.draws < 2:
+            return -np.inf, np.inf
+        half = scipy.stats.t.ppf(0.5 + confidence / 2, self.draws - 1) * self.standard_error
+        return self.mean - half, self.mean + half
 
     @property
     def won(self) -> int:
@@ -63,52 +66,17 @@ class PairedDifference:
         """Draws where LLP scored lower."""
         return int(np.sum(self.per_draw < 0))
 
-    @property
-    def relation(self) -> str:
-        """LLP's `relation` to the method."""
-        return relation(self.mean, self.std, len(self.per_draw))
-
     def as_json(self) -> dict:
-        """The results file's entry."""
+        """The results file's entry (a one-draw interval is null)."""
+        low, high = self.interval(REPORTED_CONFIDENCE)
+        finite = self.draws > 1
         return {"per_draw": [float(d) for d in self.per_draw], "mean": self.mean,
-                "std": self.std, "draws_won": self.won, "draws_tied": self.tied,
-                "draws_lost": self.lost, "relation": self.relation}
+                "std": self.std, "ci95": [float(low), float(high)] if finite else None,
+                "draws_won": self.won, "draws_tied": self.tied, "draws_lost": self.lost}
 
 
 def llp_minus(comparison: protocol_lib.Comparison) -> tuple[PairedDifference, ...]:
-    """A `PairedDifference` for every method of ``comparison`` but LLP, in its order; the
-    accuracies of one draw are of the same images and labels, so they pair."""
+    """A `PairedDifference` for every method of ``comparison`` but LLP, in its order."""
     llp = comparison.accuracy[LLP]
     return tuple(PairedDifference(m.name, llp - comparison.accuracy[m.name])
                  for m in comparison.methods if m.name != LLP)
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """The claim's parts, method name -> (the relation the paper states, the one measured);
-    ``holds`` when every part matches (None: a method missing, or one draw)."""
-
-    parts: dict[str, tuple[str, str | None]]
-
-    @property
-    def holds(self) -> bool | None:
-        """True when every measured relation is the paper's; None when one is unknown."""
-        measured = [found for _, found in self.parts.values()]
-        if any(found in (None, UNDETERMINED) for found in measured):
-            return None
-        return all(found == stated for stated, found in self.parts.values())
-
-    def as_json(self) -> dict:
-        """The results file's ``verdict``."""
-        return {"claim": "LLP comparable to LP and above LS (paper Table 5)",
-                "yardstick": "comparable: |mean(LLP - X)| <= std(LLP - X) over the draws; "
-                             "above: mean > std; below: mean < -std",
-                "parts": {name: {"paper": stated, "measured": found, "matches": found == stated}
-                          for name, (stated, found) in self.parts.items()},
-                "holds": self.holds}
-
-
-def table5_verdict(differences: tuple[PairedDifference, ...]) -> Verdict:
-    """The `Verdict` of Table 5's claim from `llp_minus`'s differences."""
-    measured = {d.name: d.relation for d in differences}
-    return Verdict({name: (stated, measured.get(name)) for name, stated in TABLE5_CLAIM.items()})

@@ -1,13 +1,13 @@
 """The Table 5 comparison run over a sweep of labelled images per class and reported beside
 the paper's (`run_and_report`): each level's accuracies, LLP's paired differences and the
-claim's verdict; and the results file's dict (`results_json`)."""
+paper's two claims (`table5_claims`); and the results file's dict (`results_json`)."""
 
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from llp_tf.after_training.transduction import method_settings as settings_lib
-from llp_tf.after_training.transduction import paired_differences
+from llp_tf.after_training.transduction import paired_differences, table5_claims
 from llp_tf.after_training.transduction import protocol as protocol_lib
 from llp_tf.counted_nouns import counted
 from llp_tf.tensor_types import Array
@@ -16,7 +16,7 @@ from llp_tf.tensor_types import Array
 NOT_IN_TABLE5 = "not in Table 5"
 #: Column names of the differences table, the paper's names where it has them.
 SHORT_NAMES = {"local_knn": "LLP", "knn": "kNN", "label_spreading": "LS",
-               "label_propagation": "LP", "dlp": "DLP"}
+               "label_propagation": "LP", "lp_dmt": "LP_DMT", "dlp": "DLP"}
 
 
 def short_name(name: str) -> str:
@@ -24,12 +24,21 @@ def short_name(name: str) -> str:
     return SHORT_NAMES.get(name, name)
 
 
+def _points(value: float) -> str:
+    return f"{100 * value:+.2f}"
+
+
+def _interval_text(interval: tuple[float, float]) -> str:
+    """"[-0.62, +0.41]" in accuracy points."""
+    return f"[{_points(interval[0])}, {_points(interval[1])}]"
+
+
 def level_title(level: int, headline: int, scored: int) -> str:
     """"5 labelled per class (the paper's protocol), 450 scored per draw"."""
     if level == protocol_lib.PAPER_LABELLED_PER_CLASS:
         mark = " (the paper's protocol)"
     elif level == headline:
-        mark = " (the verdict's level)"
+        mark = " (the claims' level)"
     else:
         mark = ""
     return f"{level} labelled per class{mark}, {scored} scored per draw"
@@ -49,9 +58,9 @@ def format_table(comparison: protocol_lib.Comparison) -> str:
 
 
 def format_differences(differences: Sequence[paired_differences.PairedDifference]) -> str:
-    """LLP minus each method: a row per draw, then mean, std, draws won/tied/lost and the
-    relation (fractions)."""
-    width, label = 12, 14
+    """LLP minus each method: a row per draw (fractions), then mean, std, the 95% interval (in
+    accuracy points) and draws won/tied/lost."""
+    width, label = 17, 14
 
     def row(name, cells):
         return f"{name:<{label}}" + "".join(f"{cell:>{width}}" for cell in cells)
@@ -63,60 +72,64 @@ def format_differences(differences: Sequence[paired_differences.PairedDifference
                                                 for d in differences]))
     lines.append(row("mean", [f"{d.mean:+.4f}" for d in differences]))
     lines.append(row("std", [f"{d.std:.4f}" for d in differences]))
+    if draws > 1:
+        lines.append(row("95% CI, points", [
+            _interval_text(d.interval(paired_differences.REPORTED_CONFIDENCE))
+            for d in differences]))
     lines.append(row("won/tied/lost", [f"{d.won}/{d.tied}/{d.lost}" for d in differences]))
-    lines.append(row("LLP is", [d.relation for d in differences]))
     return "\n".join(lines)
 
 
-def _claim_phrase(stated, name):
-    return f"LLP comparable to {name}" if stated == "comparable" else f"LLP {stated} {name}"
+def format_finding(finding: table5_claims.Finding) -> str:
+    """One claim: the paper's words, the answer, the mean and 90% interval against the range,
+    the draws won."""
+    d, claim = finding.difference, finding.claim
+    answer = finding.answer.value
+    if d.draws < 2:
+        detail = "one draw decides nothing"
+    else:
+        detail = (f"LLP - {claim.paper_name} = {_points(d.mean)} points, 90% CI "
+                  f"{_interval_text(finding.interval)} against {claim.range_text()}")
+    return (f"LLP {claim.name} (\"{claim.words}\"): {answer.upper()}: {detail}; won "
+            f"{d.won} of {d.draws}")
 
 
-def format_verdict(verdict: paired_differences.Verdict,
-                   differences: Sequence[paired_differences.PairedDifference]) -> str:
-    """One line: each part of Table 5's claim, stated and measured, and whether it holds."""
-    by_name = {d.name: d for d in differences}
-    parts = []
-    for name, (stated, found) in verdict.parts.items():
-        answer = ("?" if found in (None, paired_differences.UNDETERMINED)
-                  else "yes" if found == stated else "no")
-        detail = ""
-        if name in by_name:
-            d = by_name[name]
-            detail = (f" (LLP - {short_name(name)} = {d.mean:+.4f} +- {d.std:.4f}, won "
-                      f"{d.won} of {len(d.per_draw)}: {found})")
-        parts.append(f"{_claim_phrase(stated, short_name(name))}: {answer}{detail}")
-    holds = {True: "holds", False: "does not hold", None: "is undetermined"}[verdict.holds]
-    return f"Table 5's claim {holds}: " + "; ".join(parts)
+def format_claims(findings: Sequence[table5_claims.Finding]) -> str:
+    """A line per claim tested, or why none was."""
+    if not findings:
+        return "No claim tested: neither LP_DMT nor DLP was compared."
+    return "\n".join(format_finding(f) for f in findings)
 
 
 def format_sweep(sweep: Mapping[int, protocol_lib.Comparison]) -> str:
-    """Mean accuracy of each method at each level, then LLP's mean difference +- std and draws
-    won, and whether the claim holds."""
+    """Mean accuracy of each method at each level, then LLP's mean difference with its 95%
+    interval (points) and draws won, and each claim's answer."""
     levels = sorted(sweep)
-    width = 24
+    width = 30
     first = sweep[levels[0]]
-    lines = [f"{'labelled per class':<20}" + "".join(f"{level:>{width}}" for level in levels)]
+    lines = [f"{'labelled per class':<24}" + "".join(f"{level:>{width}}" for level in levels)]
     for method in first.methods:
-        lines.append(f"{short_name(method.name):<20}" + "".join(
+        lines.append(f"{short_name(method.name):<24}" + "".join(
             f"{sweep[level].mean(method.name):>{width}.4f}" for level in levels))
     differences = {level: paired_differences.llp_minus(sweep[level]) for level in levels}
     for position, d in enumerate(differences[levels[0]]):
         cells = []
         for level in levels:
             e = differences[level][position]
-            cells.append(f"{e.mean:+.4f}+-{e.std:.4f} {e.won}/{len(e.per_draw)}")
-        lines.append(f"{'LLP - ' + short_name(d.name):<20}" + "".join(
+            interval = (_interval_text(e.interval(paired_differences.REPORTED_CONFIDENCE))
+                        if e.draws > 1 else "")
+            cells.append(f"{_points(e.mean)} {interval} {e.won}/{e.draws}")
+        lines.append(f"{'LLP - ' + short_name(d.name):<24}" + "".join(
             f"{cell:>{width}}" for cell in cells))
-    holds = {True: "yes", False: "no", None: "?"}
-    lines.append(f"{'claim holds':<20}" + "".join(
-        f"{holds[paired_differences.table5_verdict(differences[level]).holds]:>{width}}"
-        for level in levels))
+    findings = {level: table5_claims.decide_claims(differences[level]) for level in levels}
+    for position, finding in enumerate(findings[levels[0]]):
+        lines.append(f"{finding.claim.name:<24}" + "".join(
+            f"{findings[level][position].answer.value:>{width}}" for level in levels))
     return "\n".join(lines)
 
 
 def level_json(comparison: protocol_lib.Comparison) -> dict[str, Any]:
-    """One level's ``methods``, ``differences`` and ``verdict``."""
+    """One level's ``methods``, ``differences`` and ``claims``."""
     differences = paired_differences.llp_minus(comparison)
     return {
         "methods": {
@@ -131,17 +144,17 @@ def level_json(comparison: protocol_lib.Comparison) -> dict[str, Any]:
                                  if m.paper_accuracy is not None else NOT_IN_TABLE5),
             } for m in comparison.methods},
         "differences": {d.name: d.as_json() for d in differences},
-        "verdict": paired_differences.table5_verdict(differences).as_json(),
+        "claims": {f.claim.name: f.as_json()
+                   for f in table5_claims.decide_claims(differences)},
     }
 
 
 def results_json(sweep: Mapping[int, protocol_lib.Comparison], headline: int,
                  protocol: Mapping[str, Any], settings: settings_lib.MethodSettings,
                  source: Mapping[str, Any]) -> dict[str, Any]:
-    """The results file's dict: the verdict's level (``headline``) at the top, every level
-    under ``sweep`` (keyed by the level as a string), the hyperparameter rule and values."""
-    from llp_tf.after_training.transduction import methods
-
+    """The results file's dict: the claims' level (``headline``) at the top, every level
+    under ``sweep`` (keyed by the level as a string), the hyperparameter rule and values, and
+    how the claims are decided."""
     levels = {str(level): level_json(sweep[level]) for level in sorted(sweep)}
     return {
         "source": source,
@@ -150,7 +163,7 @@ def results_json(sweep: Mapping[int, protocol_lib.Comparison], headline: int,
         "labelled_per_class": headline,
         **levels[str(headline)],
         "sweep": levels,
-        "paper_table5_unmatched": methods.PAPER_TABLE5_UNMATCHED,
+        "claims_rule": table5_claims.rule_json(),
         "paper_protocol": {"classes": protocol_lib.PAPER_CLASSES,
                            "images_per_class": protocol_lib.PAPER_IMAGES_PER_CLASS,
                            "labelled_per_class": protocol_lib.PAPER_LABELLED_PER_CLASS,
@@ -173,7 +186,7 @@ def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], nu
     """Labelled per class -> `protocol.Comparison` of `methods.standard_methods` (with
     ``settings``' values) at each of ``levels`` on ``features`` float [N, D] with true
     ``labels`` int64 [N]; writes progress, a note per method's warning, each level's table,
-    differences and verdict, the sweep and ``headline``'s verdict to ``stream``."""
+    differences and claims, the sweep and ``headline``'s claims to ``stream``."""
     from llp_tf.after_training.transduction import methods
 
     levels = sorted(set(levels) | {headline})
@@ -212,28 +225,27 @@ def run_and_report(features: Array, labels: Array, source: Mapping[str, Any], nu
 def write_levels(sweep: Mapping[int, protocol_lib.Comparison], levels: Sequence[int],
                  headline: int, num_classes: int, images: int, draws: int,
                  stream: TextIO) -> None:
-    """Writes each level's table, LLP's differences and verdict, the sweep, the claim's
-    wording and ``headline``'s verdict to ``stream``."""
-    from llp_tf.after_training.transduction import methods
-
+    """Writes each level's table, LLP's differences and claims, the sweep, how the claims are
+    decided and ``headline``'s claims to ``stream``."""
     for level in levels:
         comparison = sweep[level]
         differences = paired_differences.llp_minus(comparison)
         stream.write(f"\n== {level_title(level, headline, num_classes * (images - level))} ==\n")
         stream.write(format_table(comparison) + "\n\n")
         stream.write(format_differences(differences) + "\n")
-        stream.write(format_verdict(paired_differences.table5_verdict(differences),
-                                    differences) + "\n")
+        stream.write(format_claims(table5_claims.decide_claims(differences)) + "\n")
     if len(levels) > 1:
-        stream.write(f"\n== sweep: mean accuracy, and LLP minus each method "
-                     f"(mean+-std, draws won of {draws}) ==\n{format_sweep(sweep)}\n")
-    stream.write(f"\nAccuracies are fractions of the unlabelled drawn images; std is the sample "
-                 f"std over {counted(draws, 'draw')}. Table 5's claim: LLP comparable to LP "
-                 f"(|mean of LLP - LP| <= its std over the draws) and above LS (mean of LLP - LS "
-                 f"> its std). The paper's numbers are for ImageNet ResNet-50 features, 50 "
-                 f"classes x 50 images, 5 labelled (its LP_DMT, "
-                 f"{methods.PAPER_TABLE5_UNMATCHED['LP_DMT']}, is not implemented here).\n")
-    headline_differences = paired_differences.llp_minus(sweep[headline])
-    stream.write(f"At {headline} labelled per class: "
-                 + format_verdict(paired_differences.table5_verdict(headline_differences),
-                                  headline_differences) + "\n")
+        stream.write(f"\n== sweep: mean accuracy, and LLP minus each method (mean and 95% CI "
+                     f"in points, draws won of {draws}) ==\n{format_sweep(sweep)}\n")
+    stream.write(
+        f"\nAccuracies are fractions of the unlabelled drawn images; std is the sample std over "
+        f"{counted(draws, 'draw')}; intervals are Student-t over the paired draws. Beside its "
+        f"Table 5, the paper claims LLP \"comparable\" to LP_DMT, tested as equivalence within "
+        f"+-{100 * table5_claims.COMPARABLE_MARGIN:g} point, and \"only slightly lower\" than "
+        f"DLP, tested as a gap in (0, {100 * table5_claims.SLIGHT_GAP:g}) points; each by two "
+        f"one-sided paired t-tests at {table5_claims.ALPHA:g} (the 90% interval inside the "
+        f"range holds, outside it does not, else not resolved). It claims nothing about LS "
+        f"or LP. The paper's numbers are for ImageNet ResNet-50 features, 50 classes x 50 "
+        f"images, 5 labelled.\n")
+    findings = table5_claims.decide_claims(paired_differences.llp_minus(sweep[headline]))
+    stream.write(f"At {headline} labelled per class:\n{format_claims(findings)}\n")

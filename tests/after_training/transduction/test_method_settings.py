@@ -4,7 +4,9 @@ from llp_tf.after_training.transduction import method_settings
 def test_every_default_is_an_external_one_with_its_source():
     settings = method_settings.resolve(50, {})
     assert settings.values() == {"k": 10, "t": 25, "temperature": 0.07, "rbf_gamma": 20.0,
-                                 "label_spreading_alpha": 0.99, "dlp_k": 5}
+                                 "label_spreading_alpha": 0.99, "dmt_k": 500,
+                                 "dmt_eigenvectors": 200, "dlp_k": 5}
+    assert "notebooks/nc_imagenet.ipynb" in settings.dmt_k.source
     assert settings.given() == []
     assert settings.t.source == "the LLP paper's T = 25 (the authors' release: 50)"
     assert settings.label_spreading_alpha.source == "Zhou et al. 2004's alpha = 0.99"
@@ -15,6 +17,8 @@ def test_every_default_is_an_external_one_with_its_source():
     assert by_method["local_knn"]["t"] == {"value": 25, "source": settings.t.source}
     assert by_method["label_propagation"]["rbf_gamma"]["value"] == 20.0
     assert by_method["dlp"]["k"]["value"] == 5
+    assert by_method["lp_dmt"]["eigenvectors"] == {"value": 200,
+                                                   "source": settings.dmt_eigenvectors.source}
     assert {name: entry["value"] for name, entry in by_method["dlp"].items()} == {
         "k": 5, "gamma": 3.0, "alpha": 0.99, "max_iter": 20, "tol": 1e-6}
     assert "none chosen on these embeddings" in settings.summary()

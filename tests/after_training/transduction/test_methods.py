@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from llp_tf.after_training.transduction import dlp_diffusion, methods
+from llp_tf.after_training.transduction import dlp_diffusion, dmt_normalized_cut, methods
 from llp_tf.errors import ConfigError
 from tests import reference
 from tests.after_training.transduction.embedding_sets import (clusters, labelled_first, mixed_set,
@@ -93,18 +93,31 @@ def test_the_dlp_method_is_the_diffusion_module_s_at_the_k_it_is_given(mixed):
             dlp_diffusion.DLP_TOLERANCE) == (3.0, 0.99, 20, 1e-6)
 
 
+def test_the_lp_dmt_method_is_the_normalized_cut_module_s_at_its_settings(mixed):
+    x, mask, visible, _ = mixed
+    lp_dmt = {m.name: m for m in methods.standard_methods(dmt_k=9, dmt_eigenvectors=12)}["lp_dmt"]
+    assert lp_dmt.title == "DMT normalized cut (K=9, 12 eig.)"
+    expected = dmt_normalized_cut.dmt_normalized_cut(x, mask, visible, 3, k=9, eigenvectors=12)
+    np.testing.assert_array_equal(lp_dmt.predict(x, mask, visible, 3), expected)
+    assert (dmt_normalized_cut.DMT_K, dmt_normalized_cut.DMT_EIGENVECTORS) == (500, 200)
+
+
 def test_titles_name_each_method_s_settings():
     titles = [m.title for m in methods.standard_methods(k=7, t=9, rbf_gamma=5.0,
-                                                        label_spreading_alpha=0.5, dlp_k=4)]
+                                                        label_spreading_alpha=0.5, dmt_k=30,
+                                                        dmt_eigenvectors=40, dlp_k=4)]
     assert titles == ["LLP (local kNN, K=7, T=9)", "weighted kNN (K=7)",
                       "label spreading (alpha=0.5, gamma=5)", "label propagation (gamma=5)",
-                      "DLP diffusion (k=4)"]
-    assert [m.paper_name for m in methods.standard_methods()] == ["LLP", None, "LS", "LP",
-                                                                   "LP_DLP"]
+                      "DMT normalized cut (K=30, 40 eig.)", "DLP diffusion (k=4)"]
+    assert [(m.paper_name, m.paper_accuracy) for m in methods.standard_methods()] == [
+        ("LLP", 0.881), (None, None), ("LS", 0.846), ("LP", 0.877), ("LP_DMT", 0.882),
+        ("LP_DLP", 0.892)]
 
 
 @pytest.mark.parametrize("settings, message", [
     (dict(dlp_k=0), "dlp_k must be positive, got 0"),
+    (dict(dmt_k=0), "dmt_k must be positive, got 0"),
+    (dict(dmt_eigenvectors=1), "dmt_eigenvectors must be at least 2 .*, got 1"),
     (dict(rbf_gamma=-1.0), "rbf_gamma must be positive, got -1.0"),
     (dict(label_spreading_alpha=1.0), r"label_spreading_alpha must lie in \(0, 1\), got 1.0"),
 ])
