@@ -57,6 +57,11 @@ class SlicedState(tf.__internal__.tracking.Trackable):
         """(slice spec, read of the part) of each of this process's parts that has rows."""
         return [(spec, part.read_value) for part, spec in self._saved_parts()]
 
+    def saved_rows(self) -> list[tuple[int, int]]:
+        """The rows [start, stop) of each of this process's parts that has rows, in the order
+        of `saved_slices`."""
+        return [(start, stop) for start, stop in self._bounds if stop > start]
+
     def _gather_saveables_for_checkpoint(self):
         return {"VARIABLE_VALUE": lambda name: _SlicesSaveable(self, name)}
 

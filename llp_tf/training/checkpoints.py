@@ -79,9 +79,23 @@ class RunCheckpoints:
     def restore_latest(self) -> Optional[str]:
         """Restores the newest readable checkpoint; returns its path (None if there is none).
 
+        The chief first deletes the files of saves that did not finish (not recorded in the
+        checkpoint state), naming them in one line. Across workers this precedes the chief's
+        first training step, a collective, so it is over before any worker writes the part
+        of its next save.
+
         Raises:
           CheckpointDamaged: checkpoints exist but none can be read.
           ConfigError: the newest readable one does not fit the run's state."""
+        if not self.scratch_dir:
+            state = tf.train.get_checkpoint_state(self.run_directory.checkpoint_dir)
+            swept = sliced_checkpoint.sweep_unrecorded(
+                self.run_directory.checkpoint_dir,
+                None if state is None else list(state.all_model_checkpoint_paths))
+            if swept:
+                self._warn(f"note: removed the files of unfinished saves, which no checkpoint "
+                           f"records, from {self.run_directory.checkpoint_dir}: "
+                           f"{', '.join(swept)}")
         damaged = []
         for path in reversed(self.run_directory.checkpoint_paths()):
             try:
@@ -207,7 +221,7 @@ class RunCheckpoints:
         rounds = []
 
         def merge(path):
-            sliced_checkpoint.move_into_parts(path, 0)
+            sliced_checkpoint.move_into_parts(path, 0, self.sliced)
             rounds.append(self.workers.failing(True))
             problem = _unwritten_parts(rounds[0]) if rounds[0] else self._merge(path, count)
             rounds.append(self.workers.failing(problem is None))
@@ -224,10 +238,11 @@ class RunCheckpoints:
             raise
 
     def _merge(self, prefix: str, count: int) -> Optional[str]:
-        """Merges the workers' parts into ``prefix``; what is missing, or None."""
-        missing = sliced_checkpoint.missing_parts(prefix, count)
-        if missing:
-            return f"no part from worker(s) {', '.join(map(str, missing))}"
+        """Merges the workers' parts into ``prefix`` once they are checked; what is wrong, or
+        None."""
+        problems = sliced_checkpoint.part_problems(prefix, count, self.sliced)
+        if problems:
+            return "; ".join(problems)
         try:
             sliced_checkpoint.merge_parts(prefix, count)
         except (tf.errors.OpError, OSError) as error:

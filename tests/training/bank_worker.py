@@ -6,11 +6,17 @@ workers (`tests.training.test_sliced_checkpoint`): it saves and restores through
 
 ACTION ``fill`` writes `bank_state` into the bank, ``restore`` restores the run's newest
 checkpoint; then the bank is saved as checkpoint STEP. BANK is ``sharded`` or
-``replicated``. ``--die_after_part``: this worker (not the chief) kills itself (SIGKILL)
-once its part of the checkpoint is written, before the workers agree on it;
-``--part_fails``: writing its part fails as on a full disk.
+``replicated``. Faults, each of a worker that is not the chief unless said:
+``--die_after_part``: it kills itself (SIGKILL) once its part of the checkpoint is written,
+before the workers agree on it; ``--part_fails``: writing its part fails as on a full disk;
+``--die_between_votes``: it kills itself after the workers agree that every part is written,
+before they agree that the chief merged them; ``--truncate_part`` / ``--flip_part_byte``: its
+part's data file loses its last byte / has one byte flipped after its manifest is written;
+``--die_mid_merge`` (the chief): it kills itself once the first merged file is renamed into
+place.
 """
 
+import dataclasses
 import errno
 
 import os
@@ -77,6 +83,53 @@ def _part_fails():
     sliced_checkpoint.write_part = full_disk
 
 
+def _damage_part(damage):
+    write_part = sliced_checkpoint.write_part
+
+    def write_then_damage(prefix, states):
+        write_part(prefix, states)
+        data = sorted(name for name in os.listdir(os.path.dirname(prefix))
+                      if name.startswith(os.path.basename(prefix) + ".data-"))[0]
+        damage(os.path.join(os.path.dirname(prefix), data))
+
+    sliced_checkpoint.write_part = write_then_damage
+
+
+def _truncate(path):
+    os.truncate(path, os.path.getsize(path) - 1)
+
+
+def _flip_byte(path):
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def _die_mid_merge():
+    def publish_first_then_die(merged, folder):
+        first = sorted(merged)[0]
+        os.replace(first, os.path.join(folder, os.path.basename(first)))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    sliced_checkpoint.publish = publish_first_then_die
+
+
+def _die_between_votes(checkpoints):
+    votes = []
+    failing = checkpoints.workers.failing
+
+    def vote_then_die_before_the_second(ok):
+        if votes:
+            os.kill(os.getpid(), signal.SIGKILL)
+        votes.append(ok)
+        return failing(ok)
+
+    checkpoints.workers = dataclasses.replace(checkpoints.workers,
+                                              failing=vote_then_die_before_the_second)
+
+
 def main(run_dir, action, step, cpu_replicas, kind, *options):
     strategy = make_strategy(int(cpu_replicas), "auto")
     if kind == "sharded":
@@ -89,6 +142,12 @@ def main(run_dir, action, step, cpu_replicas, kind, *options):
         _die_after_part()
     if "--part_fails" in options and not chief:
         _part_fails()
+    if "--truncate_part" in options and not chief:
+        _damage_part(_truncate)
+    if "--flip_part_byte" in options and not chief:
+        _damage_part(_flip_byte)
+    if "--die_mid_merge" in options and chief:
+        _die_mid_merge()
     with tempfile.TemporaryDirectory() as scratch:
         checkpoints = RunCheckpoints({"bank": bank}, RunDirectory(run_dir), keep=10,
                                      stream=sys.stdout, scratch_dir=None if chief else scratch,
@@ -97,6 +156,12 @@ def main(run_dir, action, step, cpu_replicas, kind, *options):
             _fill(bank, bank_state())
         else:
             print("restored", checkpoints.restore_latest(), flush=True)
+            if checkpoints.workers is not None:
+                # As the training steps between a restore and the next save do, a collective:
+                # the chief's sweep of unfinished saves is over before any part is written.
+                checkpoints.workers.failing(True)
+        if "--die_between_votes" in options and not chief:
+            _die_between_votes(checkpoints)
         print("saved", checkpoints.save(int(step)), "rows", *bank.held_rows, flush=True)
 
 

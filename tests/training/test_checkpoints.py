@@ -90,12 +90,13 @@ def test_a_checkpoint_of_other_shapes_is_a_config_error_not_damage(tmp_path):
 
 def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path):
     paths = _saved_at(tmp_path, [3])
-    # A file where the write's temporary folder must go: the write fails.
-    blocker = os.path.join(os.path.dirname(paths[0]), "ckpt-6_temp")
-    open(blocker, "w").close()
     value = tf.Variable(tf.zeros([50, 50]))
     checkpoints = _checkpoints(tmp_path, value)
     checkpoints.restore_latest()
+    # A file where the write's temporary folder must go (after the restore, which would
+    # sweep it as an unfinished save's): the write fails.
+    blocker = os.path.join(os.path.dirname(paths[0]), "ckpt-6_temp")
+    open(blocker, "w").close()
     with pytest.raises(CheckpointWriteFailed, match=rf"checkpoint of step 6 .*; the previous "
                                                     rf"checkpoint {paths[0]} is intact"):
         checkpoints.save(6)
@@ -164,3 +165,20 @@ def test_variable_bytes_count_a_sharded_bank_whole(tmp_path, two_replica_strateg
                                  stream=io.StringIO())
     # embeddings, labels, confidence, is_labelled of 13 rows; 2 densities; labelled_index.
     assert checkpoints.variable_bytes() == n * (d * 4 + 8 + 4 + 1) + 2 * 4 + 2 * 8
+
+
+def test_a_restore_sweeps_the_files_of_unfinished_saves_and_names_them(tmp_path):
+    paths = _saved_at(tmp_path, [3])
+    directory = os.path.dirname(paths[0])
+    # A save killed before the state recorded it: its files, and TensorFlow's temporary folder.
+    for name in ("ckpt-6.index", "ckpt-6.data-00000-of-00001"):
+        open(os.path.join(directory, name), "w").close()
+    os.makedirs(os.path.join(directory, "ckpt-9_temp"))
+    stream = io.StringIO()
+    checkpoints = _checkpoints(tmp_path, tf.Variable(tf.zeros([50, 50])), stream)
+    assert checkpoints.restore_latest() == paths[0]
+    assert stream.getvalue() == (
+        f"note: removed the files of unfinished saves, which no checkpoint records, from "
+        f"{directory}: ckpt-6.data-00000-of-00001, ckpt-6.index, ckpt-9_temp/\n")
+    assert sorted(os.listdir(directory)) == ["checkpoint", "ckpt-3.data-00000-of-00001",
+                                             "ckpt-3.index"]
