@@ -27,7 +27,7 @@ help:
 	@echo "make export   export RUN as a SavedModel in RUN/export (ARGS=\"--knn --overwrite\")"
 	@echo "make predict  top-5 classes of IMAGES (files, folders, globs) with the SavedModel MODEL"
 	@echo "make probe    linear probe of RUN's frozen trunk on DATA (default digits) vs a random trunk"
-	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, DLP on RUN's bank"
+	@echo "make compare  LLP propagation vs kNN, label spreading/propagation, LP_DMT, DLP on RUN's bank"
 	@echo "make compare-methods  train every method on REGIME (demo) for seeds 0,1,2; table of top-1"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
 	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"

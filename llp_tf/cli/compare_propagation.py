@@ -112,14 +112,19 @@ def _define_method_flags(values: flags.FlagValues) -> None:
                        "alpha of label spreading, in (0, 1). Default: Zhou et al. 2004's 0.99 "
                        "(scikit-learn's own default, 0.2, goes with its 30-step cap).",
                        flag_values=values)
-    flags.DEFINE_integer("dmt_k", dmt_normalized_cut.DMT_K, "K: neighbours of each point in "
-                         "LP_DMT's graph (at most the drawn images - 1). Default: DMT's ImageNet "
-                         "release, 500 (microsoft/metric-transfer.pytorch "
-                         "notebooks/nc_imagenet.ipynb).", flag_values=values)
-    flags.DEFINE_integer("dmt_eigenvectors", dmt_normalized_cut.DMT_EIGENVECTORS, "The smallest "
-                         "eigenvectors of LP_DMT's normalised Laplacian it propagates with, the "
-                         "first (constant) dropped; at least 2. Default: DMT's ImageNet "
-                         "release, 200.", flag_values=values)
+    flags.DEFINE_integer("dmt_k", None, "K: neighbours of each point in LP_DMT's graph (at "
+                         "most the drawn images - 1). Default: ceil(ln n) for the n = --classes "
+                         "x --images_per_class drawn points (8 at 2,500), von Luxburg 2007's "
+                         "rule for kNN graphs; DMT's ImageNet release "
+                         f"(notebooks/nc_imagenet.ipynb) uses {dmt_normalized_cut.RELEASE_K} "
+                         "for 151,517 points, which links a 500-point draw whole.",
+                         flag_values=values)
+    flags.DEFINE_integer("dmt_eigenvectors", None, "The smallest eigenvectors of LP_DMT's "
+                         "normalised Laplacian it propagates with, the first (constant) "
+                         "dropped; at least 2. Default: --classes, von Luxburg 2007's rule for "
+                         "that many clusters; DMT's release uses "
+                         f"{dmt_normalized_cut.RELEASE_EIGENVECTORS} for 1,000 classes.",
+                         flag_values=values)
     flags.DEFINE_integer("dlp_k", None, "k: neighbours of each point in DLP's graph. Default: a "
                          "tenth of --images_per_class (rounded down), at least 1 and at most "
                          "50: Iscen et al.'s release uses k = 50 on CIFAR-100's 500 training "
@@ -223,7 +228,7 @@ def run_comparison(options: flags.FlagValues,
              ("k", "t", "temperature", "rbf_gamma", "label_spreading_alpha", "dmt_k",
               "dmt_eigenvectors", "dlp_k")
              if options[name].present}
-    settings = method_settings.resolve(images, given)
+    settings = method_settings.resolve(images, given, num_classes)
     _note_run_settings(config, settings, stream)
     available = protocol_lib.eligible_classes(labels, images)
     protocol = {"classes": int(num_classes), "classes_available": available,

@@ -11,7 +11,7 @@ from tests.cli.tool_main import load_tool, run_main
 
 METHOD_TITLES = ("LLP (local kNN, K=10, T=25)", "weighted kNN (K=10)",
                  "label spreading (alpha=0.99, gamma=20)", "label propagation (gamma=20)",
-                 "DMT normalized cut (K=500, 200 eig.)", "DLP diffusion (k=2)")
+                 "DMT normalized cut (K=5, 4 eig.)", "DLP diffusion (k=2)")
 
 
 def _error_line(stderr):
@@ -72,9 +72,10 @@ def test_features_files_print_the_table_and_write_json(feature_files):
     assert sorted(report["sweep"], key=int) == ["3", "5", "10"]
     # The same protocol run here gives the same accuracies, at each level on the same draws.
     for level in (3, 5, 10):
-        expected = protocol.compare_methods(np.load(features), np.load(labels),
-                                            methods.standard_methods(dlp_k=2), 4, 20, level, 2,
-                                            seed=3)
+        expected = protocol.compare_methods(
+            np.load(features), np.load(labels),
+            methods.standard_methods(dlp_k=2, dmt_k=5, dmt_eigenvectors=4), 4, 20, level, 2,
+            seed=3)
         entry = report["sweep"][str(level)]
         for method in expected.methods:
             np.testing.assert_allclose(entry["methods"][method.name]["accuracy_per_draw"],
@@ -112,8 +113,8 @@ def _arcs(folder):
 def test_separated_classes_every_method_right_so_every_difference_is_zero(tmp_path):
     # Orthogonal classes: every kernel weight across classes is exp(-40) or less (exp(0) =
     # 1 against exp(0.83 / 0.07) for LLP and the kNN, nothing for DLP), and each arc is one
-    # chain of DLP's graph (k = 30 // 10 = 3); LP_DMT's graph links every pair, across
-    # classes by exp(-1) against about 1 within: every method labels every point right. So
+    # chain of DLP's graph (k = 30 // 10 = 3) and of LP_DMT's (K = ceil(ln 120) = 5, the
+    # classes its graph's components): every method labels every point right. So
     # LLP minus each method is 0 in every draw, and the 90% interval is [0, 0]: LLP is
     # comparable to LP_DMT, and not lower than DLP, so not "slightly lower" either.
     features, labels = _arcs(tmp_path)
@@ -164,7 +165,7 @@ def test_separated_classes_every_method_right_so_every_difference_is_zero(tmp_pa
         "label_spreading": {"alpha": 0.99, "rbf_gamma": 20.0,
                             "solver": "closed form (I - alpha S)^-1 Y"},
         "label_propagation": {"rbf_gamma": 20.0, "solver": "harmonic solution"},
-        "lp_dmt": {"k": 500, "eigenvectors": 200,
+        "lp_dmt": {"k": 5, "eigenvectors": 4,
                    "weights": "exp(-d / d_K), d = (1 - cos) / 2", "alpha": 0,
                    "prior": "+1 / -1, balanced by degree"},
         "dlp": {"k": 3, "gamma": 3.0, "alpha": 0.99, "max_iter": 20, "tol": 1e-6}}

@@ -11,11 +11,20 @@ release computes it for ImageNet (microsoft/metric-transfer.pytorch,
   balanced by degree and made unit per class, then ``V diag(1 / lambda) V^T prior``;
 - `dmt_normalized_cut`: each unlabelled point's best class.
 
-Two departures, both numerical: the release leaves a point's own row in its search with
+The release's K = 500 and 200 eigenvectors are sized for its graphs of 151,517 points of
+1,000 classes; on a draw of 500 points they link every point to every other and keep 40% of
+the spectrum. The default sizes follow the rules of spectral clustering instead (von Luxburg
+2007, "A tutorial on spectral clustering", sections 8.1 and 4): K = ceil(ln n) for n points
+(`default_k`), and the C smallest eigenvectors for C classes (`default_eigenvectors`).
+
+Three departures, all numerical: the release leaves a point's own row in its search with
 cosine 0 (distance 0.5, so it is left out only when K closer points exist); here it is
 always left out. The release asks ARPACK for the eigenpairs at tolerance 1e-2; here they are
-exact (LAPACK, float64)."""
+exact (LAPACK, float64). The release drops the first eigenvector computed; here the one it
+is on a connected graph, sqrt(degree), is dropped by name, so that a graph of several
+components (several zero eigenvalues, in any basis) keeps the others."""
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,13 +34,29 @@ import scipy.sparse
 from llp_tf.after_training.transduction.contract import check_inputs, with_labelled
 from llp_tf.tensor_types import Array
 
-# As the release's ImageNet notebook.
-DMT_K = 500
-DMT_EIGENVECTORS = 200
+# The release's ImageNet notebook, for 151,517 points of 1,000 classes (not the defaults).
+RELEASE_K = 500
+RELEASE_EIGENVECTORS = 200
 DMT_SEARCH_CHUNK = 2048
+#: Eigenvalues below this count as this: a graph of several components has several zero
+#: eigenvalues, which rounding may make slightly negative.
+EIGENVALUE_FLOOR = 1e-12
+#: Added to the first eigenvector's eigenvalue 0, above the normalised Laplacian's spectrum.
+TRIVIAL_SHIFT = 3.0
 
 
-def dmt_graph(embeddings: Array, k: int = DMT_K,
+def default_k(n: int) -> int:
+    """K for a graph of ``n`` points: ceil(ln n), at least 1 (von Luxburg 2007, 8.1)."""
+    return max(1, math.ceil(math.log(max(n, 1))))
+
+
+def default_eigenvectors(num_classes: int) -> int:
+    """Eigenvectors for ``num_classes`` classes: as many, at least 2, the first of them the
+    constant one the release drops (von Luxburg 2007, 4)."""
+    return max(2, int(num_classes))
+
+
+def dmt_graph(embeddings: Array, k: int,
               chunk_size: int = DMT_SEARCH_CHUNK) -> scipy.sparse.csr_matrix:
     """csr_matrix float64 [n, n]: ``(A + A^T) / 2`` of the kNN graph of ``embeddings``
     float [n, D] (unit rows), ``A_ij = exp(-d_ij / d_iK)``, ``d = (1 - v_i . v_j) / 2``, for
@@ -83,22 +108,31 @@ def balanced_prior(degree: Array, labelled_mask: Array, labels: Array,
 
 
 def dmt_class_scores(embeddings: Array, labelled_mask: Array, labels: Array, num_classes: int,
-                     k: int = DMT_K, eigenvectors: int = DMT_EIGENVECTORS) -> Array:
+                     k: int | None = None, eigenvectors: int | None = None) -> Array:
     """float64 [n, C]: ``V diag(1 / lambda) V^T prior`` over the smallest
     ``min(eigenvectors, n)`` eigenpairs of the normalised Laplacian of `dmt_graph` but the
-    first, `balanced_prior`'s columns; each column then made unit (times sqrt(n), as the
-    release, which no argmax sees)."""
+    first, sqrt(degree) (eigenvalues at least `EIGENVALUE_FLOOR`), `balanced_prior`'s
+    columns; each column then made unit (times sqrt(n), as the release, which no argmax
+    sees). ``k`` and ``eigenvectors`` default to `default_k` (n) and `default_eigenvectors`
+    (C)."""
     embeddings, labelled_mask, labels = check_inputs(embeddings, labelled_mask, labels,
                                                     num_classes)
     n = embeddings.shape[0]
+    k = default_k(n) if k is None else k
+    eigenvectors = default_eigenvectors(num_classes) if eigenvectors is None else eigenvectors
     graph = dmt_graph(embeddings, k)
     degree = np.asarray(graph.sum(axis=1)).ravel()
     scale = np.divide(1.0, np.sqrt(degree), out=np.zeros_like(degree), where=degree > 0)
     laplacian = np.eye(n) - (scipy.sparse.diags(scale) @ graph @ scipy.sparse.diags(scale)
                              ).toarray()
-    count = min(int(eigenvectors), n)
+    # The first eigenvector, sqrt(degree) made unit (eigenvalue 0), moved above the spectrum
+    # (which lies in [0, 2]): the smallest eigenpairs of the rest, even where the graph has
+    # several components and so several zero eigenvalues in an arbitrary basis.
+    trivial = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
+    laplacian += TRIVIAL_SHIFT * np.outer(trivial, trivial)
+    count = min(int(eigenvectors), n) - 1
     values, vectors = scipy.linalg.eigh(laplacian, subset_by_index=[0, count - 1])
-    values, vectors = values[1:], vectors[:, 1:]
+    values = np.maximum(values, EIGENVALUE_FLOOR)
     prior = balanced_prior(degree, labelled_mask, labels, num_classes)
     scores = (vectors / values) @ (vectors.T @ prior)
     return _unit_columns(scores) * np.sqrt(n)

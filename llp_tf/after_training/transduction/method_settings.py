@@ -22,10 +22,11 @@ SOURCES = {
     "temperature": "the LLP paper's tau = 0.07",
     "rbf_gamma": "scikit-learn's LabelSpreading/LabelPropagation default gamma = 20",
     "label_spreading_alpha": "Zhou et al. 2004's alpha = 0.99",
-    "dmt_k": ("DMT's release, ImageNet: K = 500 neighbours (microsoft/metric-transfer.pytorch "
-              "notebooks/nc_imagenet.ipynb)"),
-    "dmt_eigenvectors": ("DMT's release, ImageNet: the 200 smallest eigenvectors, the first "
-                         "dropped (notebooks/nc_imagenet.ipynb)"),
+    "dmt_k": ("ceil(ln n) for the n drawn points, von Luxburg 2007's rule for a kNN graph (DMT's "
+              "release: K = 500 for 151,517 points)"),
+    "dmt_eigenvectors": ("the classes of a draw, von Luxburg 2007's rule for C clusters, the "
+                         "first (constant) dropped as DMT's release does (its 200 are for "
+                         "1,000 classes)"),
     "dlp_k": ("a tenth of the images per class, at least 1, at most 50 (Iscen et al.'s "
               "release: k = 50 on CIFAR-100's 500 training images a class)"),
 }
@@ -113,21 +114,23 @@ class MethodSettings:
                 f"LS alpha={self.label_spreading_alpha.value:g} (Zhou et al.), "
                 f"gamma={self.rbf_gamma.value:g} (scikit-learn), LP gamma="
                 f"{self.rbf_gamma.value:g} (scikit-learn); LP_DMT K={self.dmt_k.value}, "
-                f"{self.dmt_eigenvectors.value} eigenvectors (DMT's ImageNet release); "
+                f"{self.dmt_eigenvectors.value} eigenvectors (von Luxburg's rules: ln n, C); "
                 f"DLP k={self.dlp_k.value} (a tenth of "
                 f"the class size), gamma={dlp_diffusion.DLP_GAMMA:g} alpha="
                 f"{dlp_diffusion.DLP_ALPHA:g}, {dlp_diffusion.DLP_MAX_ITER} CG steps "
                 f"(Iscen et al.'s release)")
 
 
-def resolve(images_per_class: int, given: Mapping[str, float | None]) -> MethodSettings:
-    """The rule's `MethodSettings` for draws of ``images_per_class`` images a class, with the
-    values in ``given`` (setting name -> value, or None for the default) replacing defaults."""
+def resolve(images_per_class: int, given: Mapping[str, float | None],
+            num_classes: int) -> MethodSettings:
+    """The rule's `MethodSettings` for draws of ``num_classes`` classes of ``images_per_class``
+    images, with the values in ``given`` (setting name -> value, or None for the default)
+    replacing defaults."""
     defaults = {"k": hyperparameters.K, "t": hyperparameters.T,
                 "temperature": hyperparameters.TEMPERATURE, "rbf_gamma": SKLEARN_RBF_GAMMA,
                 "label_spreading_alpha": ZHOU_LABEL_SPREADING_ALPHA,
-                "dmt_k": dmt_normalized_cut.DMT_K,
-                "dmt_eigenvectors": dmt_normalized_cut.DMT_EIGENVECTORS,
+                "dmt_k": dmt_normalized_cut.default_k(num_classes * images_per_class),
+                "dmt_eigenvectors": dmt_normalized_cut.default_eigenvectors(num_classes),
                 "dlp_k": dlp_diffusion.dlp_k_for(images_per_class)}
     unknown = set(given) - set(defaults)
     if unknown:

@@ -11,8 +11,7 @@ import numpy as np
 
 from llp_tf.after_training.transduction import contract, rbf_graph_propagation
 from llp_tf.after_training.transduction.dlp_diffusion import DLP_K, dlp_diffusion
-from llp_tf.after_training.transduction.dmt_normalized_cut import (
-    DMT_EIGENVECTORS, DMT_K, dmt_normalized_cut)
+from llp_tf.after_training.transduction.dmt_normalized_cut import dmt_normalized_cut
 from llp_tf.after_training.transduction.rbf_graph_propagation import (
     SKLEARN_RBF_GAMMA, ZHOU_LABEL_SPREADING_ALPHA)
 from llp_tf.core import hyperparameters, propagation
@@ -98,17 +97,18 @@ def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
                      temperature: float = hyperparameters.TEMPERATURE,
                      rbf_gamma: float = SKLEARN_RBF_GAMMA,
                      label_spreading_alpha: float = ZHOU_LABEL_SPREADING_ALPHA,
-                     dmt_k: int = DMT_K, dmt_eigenvectors: int = DMT_EIGENVECTORS,
+                     dmt_k: int | None = None, dmt_eigenvectors: int | None = None,
                      dlp_k: int = DLP_K) -> tuple[PropagationMethod, ...]:
     """The six `PropagationMethod`s with their settings bound (``k``, ``temperature``: LLP's
     and the kNN's; ``t``: LLP's; ``rbf_gamma``: label spreading's and propagation's;
-    ``dmt_k``, ``dmt_eigenvectors``: LP_DMT's graph neighbourhood and eigenvectors;
+    ``dmt_k``, ``dmt_eigenvectors``: LP_DMT's graph neighbourhood and eigenvectors, None for
+    the rules of `dmt_normalized_cut` on each draw;
     ``dlp_k``: DLP's graph neighbourhood); ConfigError when one is out of range."""
     for name, value in (("k", k), ("t", t), ("temperature", temperature),
-                        ("rbf_gamma", rbf_gamma), ("dmt_k", dmt_k), ("dlp_k", dlp_k)):
+                        ("rbf_gamma", rbf_gamma), ("dmt_k", 1 if dmt_k is None else dmt_k), ("dlp_k", dlp_k)):
         if not value > 0:
             raise ConfigError(f"The propagation setting {name} must be positive, got {value}.")
-    if dmt_eigenvectors < 2:
+    if dmt_eigenvectors is not None and dmt_eigenvectors < 2:
         raise ConfigError(f"The propagation setting dmt_eigenvectors must be at least 2 (the "
                           f"first, constant one is dropped), got {dmt_eigenvectors}.")
     if not 0.0 < label_spreading_alpha < 1.0:
@@ -130,7 +130,9 @@ def standard_methods(k: int = hyperparameters.K, t: int = hyperparameters.T,
                                                   alpha=label_spreading_alpha)),
         method("label_propagation", f"label propagation (gamma={rbf_gamma:g})",
                lambda x, m, y, c: label_propagation(x, m, y, c, gamma=rbf_gamma)),
-        method("lp_dmt", f"DMT normalized cut (K={dmt_k}, {dmt_eigenvectors} eig.)",
+        method("lp_dmt", "DMT normalized cut (K={}, {} eig.)".format(
+                   "ln n" if dmt_k is None else dmt_k,
+                   "C" if dmt_eigenvectors is None else dmt_eigenvectors),
                lambda x, m, y, c: dmt_normalized_cut(x, m, y, c, k=dmt_k,
                                                      eigenvectors=dmt_eigenvectors)),
         method("dlp", f"DLP diffusion (k={dlp_k})",

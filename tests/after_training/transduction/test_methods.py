@@ -99,7 +99,13 @@ def test_the_lp_dmt_method_is_the_normalized_cut_module_s_at_its_settings(mixed)
     assert lp_dmt.title == "DMT normalized cut (K=9, 12 eig.)"
     expected = dmt_normalized_cut.dmt_normalized_cut(x, mask, visible, 3, k=9, eigenvectors=12)
     np.testing.assert_array_equal(lp_dmt.predict(x, mask, visible, 3), expected)
-    assert (dmt_normalized_cut.DMT_K, dmt_normalized_cut.DMT_EIGENVECTORS) == (500, 200)
+    assert (dmt_normalized_cut.RELEASE_K, dmt_normalized_cut.RELEASE_EIGENVECTORS) == (500, 200)
+    # The defaults' rules on the draw: K = ceil(ln 90) = 5, eigenvectors = C = 3.
+    default = {m.name: m for m in methods.standard_methods()}["lp_dmt"]
+    assert default.title == "DMT normalized cut (K=ln n, C eig.)"
+    np.testing.assert_array_equal(
+        default.predict(x, mask, visible, 3),
+        dmt_normalized_cut.dmt_normalized_cut(x, mask, visible, 3, k=5, eigenvectors=3))
 
 
 def test_titles_name_each_method_s_settings():
@@ -117,6 +123,7 @@ def test_titles_name_each_method_s_settings():
 @pytest.mark.parametrize("settings, message", [
     (dict(dlp_k=0), "dlp_k must be positive, got 0"),
     (dict(dmt_k=0), "dmt_k must be positive, got 0"),
+    (dict(dmt_k=-2), "dmt_k must be positive, got -2"),
     (dict(dmt_eigenvectors=1), "dmt_eigenvectors must be at least 2 .*, got 1"),
     (dict(rbf_gamma=-1.0), "rbf_gamma must be positive, got -1.0"),
     (dict(label_spreading_alpha=1.0), r"label_spreading_alpha must lie in \(0, 1\), got 1.0"),
