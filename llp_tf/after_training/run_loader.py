@@ -95,9 +95,10 @@ def _checkpoint_num_classes(path, run_dir, item):
 
 
 def load_run(run_dir: str, checkpoint: str | None = None,
-             num_classes: int | None = None) -> TrainedRun:
+             num_classes: int | None = None, with_bank: bool = True) -> TrainedRun:
     """`TrainedRun` of ``run_dir`` at ``checkpoint`` (default the latest); ``num_classes``
-    defaults to the checkpoint's, so no dataset is needed.
+    defaults to the checkpoint's, so no dataset is needed. ``with_bank=False``: the bank is
+    neither built nor read (its ``bank`` is None), whatever the method.
 
     Raises:
       ConfigError: not a run directory, no checkpoint yet, or a checkpoint that does not
@@ -113,7 +114,7 @@ def load_run(run_dir: str, checkpoint: str | None = None,
         num_classes = _checkpoint_num_classes(path, run_dir, item)
     model = build_model_from_config(config.model, num_classes, config.data.image_size)
     bank = None
-    if method_class(config.method.name).keeps_bank:
+    if with_bank and method_class(config.method.name).keeps_bank:
         bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
                           regime.dense_index(used_index, labelled_index),
                           np.zeros(len(labelled_index), np.int64))
@@ -132,8 +133,11 @@ def open_dataset(config: TrainConfig, data_dir: str | None = None) -> Source:
 
 
 def load_run_with_data(run_dir: str, checkpoint: str | None = None,
-                       data_dir: str | None = None) -> tuple[TrainedRun, Source]:
-    """(`TrainedRun`, `Source`): a run restored with the classes of its dataset."""
+                       data_dir: str | None = None,
+                       with_bank: bool = True) -> tuple[TrainedRun, Source]:
+    """(`TrainedRun`, `Source`): a run restored with the classes of its dataset (``with_bank``
+    as `load_run`)."""
     source = open_dataset(read_config(run_dir), data_dir)
-    run = load_run(run_dir, checkpoint, num_classes=source.info.num_classes)
+    run = load_run(run_dir, checkpoint, num_classes=source.info.num_classes,
+                   with_bank=with_bank)
     return run, source

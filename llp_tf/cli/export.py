@@ -90,7 +90,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             onnx_model.require_converter()
         config = run_loader.read_config(values.run_dir)
         checkpoint = run_directory.resolve_checkpoint(values.run_dir, values.checkpoint)
-        run, source = run_loader.load_run_with_data(values.run_dir, checkpoint)
+        # The bank is read only for knn: the other signatures need the model alone.
+        run, source = run_loader.load_run_with_data(values.run_dir, checkpoint,
+                                                    with_bank=values.knn)
         info = source.info
         module = saved_model.build_inference_module(run, info.class_names, include_knn=values.knn)
         report(f"Exporting {values.run_dir}: {os.path.basename(run.checkpoint)} (step "

@@ -158,7 +158,7 @@ def run_probe(options: flags.FlagValues, stream: TextIO) -> dict[str, Any]:
     path = output_path(options.run_dir, options.dataset, options.output)
     source = load_source(options.dataset, options.data_dir)
     checkpoint = run_directory.resolve_checkpoint(options.run_dir, options.checkpoint)
-    run = run_loader.load_run(options.run_dir, checkpoint)
+    run = run_loader.load_run(options.run_dir, checkpoint, with_bank=False)
     info = source.info
     cache_dir = os.path.join(os.path.abspath(options.cache_dir or os.path.join(
         options.run_dir, "probe_cache")), trunk_probes.cache_folder_name(source.info))

@@ -63,3 +63,50 @@ def test_load_run_does_not_need_the_runs_own_dataset(tiny_llp_run, tmp_path):
     run = run_loader.load_run(str(copy))
     assert run.config.data.dataset == f"folder:{tmp_path / 'gone'}"
     assert run.num_classes == 4 and run.step == 15
+
+
+#: Loads a run without its bank in a fresh process; prints the peak RSS in bytes.
+LOAD_WITHOUT_BANK = """
+import resource, sys
+from llp_tf.after_training import run_loader
+run = run_loader.load_run(sys.argv[1], with_bank=False)
+assert run.bank is None
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def _peak_rss_without_bank(run_dir):
+    import subprocess
+    import sys
+
+    from tests.cli.tool_main import ROOT
+
+    result = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_BANK, str(run_dir)],
+                            capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split()[-1])
+
+
+@pytest.mark.slow  # writes a 1 GiB checkpoint and starts two processes
+def test_a_run_loaded_without_its_bank_never_reads_it(tiny_llp_run, tmp_path):
+    # The same run with the bank of its newest checkpoint grown to 2M rows of 128 floats
+    # (1 GiB): loaded without the bank, as the linear probe and a plain export load it, the
+    # process's peak stays within 64 MiB of the small bank's.
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_llp_run, run_dir)
+    path = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    reader = tf.train.load_checkpoint(path)
+    names, tensors = [], []
+    for name, _ in tf.train.list_variables(path):
+        names.append(name)
+        if name.startswith("bank/embeddings/"):
+            tensors.append(tf.ones([2_000_000, 128], tf.float32))
+        else:
+            tensors.append(tf.constant(reader.get_tensor(name)))
+    small = _peak_rss_without_bank(run_dir)
+    tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=tensors)
+    del tensors
+    assert os.path.getsize(path + ".data-00000-of-00001") > 2_000_000 * 128 * 4
+    large = _peak_rss_without_bank(run_dir)
+    assert large - small < 64 << 20, (small, large)
