@@ -145,3 +145,12 @@ def test_label_fractions_give_each_methods_interval_exposure_and_the_papers_verd
     assert p10["verdict"] == "does not hold"
     assert "- p1 as the paper orders it: holds" in out
     assert "| supervised | 0.600 | 0.650 | 0.620 | 0.623 |" in out
+
+
+def test_an_unknown_label_fraction_is_one_error_line_before_any_run(tmp_path):
+    code, out, err = run_main(load_tool("compare_methods.py"), f"--runs_dir={tmp_path}",
+                              "--label_fractions=p1,p2")
+    assert (code, out) == (1, "")
+    assert err == ("error: Unknown label fraction 'p2'; known: p1, p3, p5, p10 (Table 1's 1%, "
+                   "3%, 5% and 10% of ImageNet).\n")
+    assert os.listdir(tmp_path) == []
