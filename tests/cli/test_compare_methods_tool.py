@@ -154,3 +154,38 @@ def test_an_unknown_label_fraction_is_one_error_line_before_any_run(tmp_path):
     assert err == ("error: Unknown label fraction 'p2'; known: p1, p3, p5, p10 (Table 1's 1%, "
                    "3%, 5% and 10% of ImageNet).\n")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow  # 40 s: four tiny runs
+def test_label_fractions_train_each_method_on_each_random_labelled_set(tmp_path):
+    """Real runs of tools/train.py: each labelled set has 13 images a class, drawn by its
+    split seed (other sets for other seeds, the same set for both methods), and the
+    exposure is read from each run's own config and split."""
+    import numpy as np
+
+    from llp_tf.data.splits import regime
+
+    code, out, err = run_main(load_tool("compare_methods.py"), f"--runs_dir={tmp_path}",
+                              "--label_fractions=p1", "--methods=supervised,llp",
+                              "--split_seeds=0,1", *SMALL)
+    assert code == 0, err
+    result = json.loads((tmp_path / "label_fractions.json").read_text())["fractions"]["p1"]
+    sets = {}
+    for method in ("supervised", "llp"):
+        for seed in ("0", "1"):
+            run = tmp_path / "p1" / f"{method}_split{seed}"
+            config = json.loads((run / "config.json").read_text())
+            assert (config["data"]["label_percent"], config["data"]["split_seed"],
+                    config["run"]["seed"]) == (3.25, int(seed), int(seed))
+            labelled, used = regime.read_split_indices(str(run / "split.npz"))
+            sets[method, seed] = labelled
+            assert len(labelled) == 130  # 13 of each of mnist5k's 10 classes
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            # SMALL: 1 epoch of 400 used images in batches of 50, 8 steps, the warm start's.
+            passes = {"supervised": 8 * 50 / 130, "llp": 0.0}[method]
+            assert result["methods"][method]["labelled_exposure"][seed] == pytest.approx(passes)
+            assert result["methods"][method]["val_top1"][seed] == rows[-1]["val_top1"]
+    assert np.array_equal(sets["supervised", "0"], sets["llp", "0"])
+    assert not np.array_equal(sets["supervised", "0"], sets["supervised", "1"])
+    assert [c["claim"] for c in result["claims"]] == ["llp > supervised"]
+    assert "p1: 13 labelled images a class" in out
