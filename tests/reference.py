@@ -17,12 +17,17 @@ def logsumexp(x, axis):
     return np.squeeze(m, axis) + np.log(np.sum(np.exp(x - m), axis=axis))
 
 
-def local_density(queries, bank, t, temperature):
-    """rho(q) = sum of exp(q.b / tau) over the t rows b with the largest q.b (eq. 7)."""
+def local_density(queries, bank, t, temperature, normalisation="release"):
+    """rho(q) = sum of exp(q.b / tau) over the t rows b with the largest q.b (the release's
+    eq. 7); "paper": the sum of P(b|q) = exp(q.b / tau) / Z(q) over those rows, Z(q) the sum
+    of exp(q.b / tau) over every row of the bank."""
     sims = queries.astype(np.float64) @ bank.astype(np.float64).T
     t = min(t, bank.shape[0])
     top = -np.sort(-sims, axis=1)[:, :t]
-    return np.exp(logsumexp(top / temperature, axis=1))
+    log_rho = logsumexp(top / temperature, axis=1)
+    if normalisation == "paper":
+        log_rho -= logsumexp(sims / temperature, axis=1)
+    return np.exp(log_rho)
 
 
 def propagate(embeddings, labelled_bank, labelled_classes, num_classes, k, temperature,

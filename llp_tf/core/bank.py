@@ -5,7 +5,7 @@ applies them to its rows."""
 
 import abc
 
-from llp_tf.core import hyperparameters
+from llp_tf.core import hyperparameters, propagation
 from llp_tf.tensor_types import FloatTensor, IntTensor
 
 
@@ -75,6 +75,8 @@ class Bank(abc.ABC):
     @abc.abstractmethod
     def refresh_density(self, t: int = hyperparameters.T,
                         temperature: float = hyperparameters.TEMPERATURE,
-                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
+                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE,
+                        normalisation: str = propagation.DENSITY_NORMALISATIONS[0]) -> None:
         """Sets ``density`` to `propagation.local_density` (eq. 7) of the labelled rows against
-        every row, about ``chunk_size`` queries at a time."""
+        every row, about ``chunk_size`` queries at a time, normalised as ``normalisation``
+        names (`propagation.DENSITY_NORMALISATIONS`), in float32."""

@@ -172,10 +172,11 @@ class MemoryBank(tf.Module, Bank):
 
     def refresh_density(self, t: int = hyperparameters.T,
                         temperature: float = hyperparameters.TEMPERATURE,
-                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
+                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE,
+                        normalisation: str = propagation.DENSITY_NORMALISATIONS[0]) -> None:
         self.density.assign(propagation.local_density(
             tf.gather(self.embeddings, self.labelled_index), self.embeddings, t, temperature,
-            chunk_size))
+            chunk_size, normalisation))
 
 
 def global_update(indices: IntTensor, embeddings: FloatTensor, classes: IntTensor | None,

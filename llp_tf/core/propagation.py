@@ -12,6 +12,12 @@ from llp_tf.tensor_types import FloatTensor, IntTensor
 
 DEFAULT_BLOCK_ROWS = 262_144
 
+#: How rho of eq. 7 is normalised. "release": rho_i = sum of exp(bank_j . bank_i / tau) over
+#: the T nearest rows j (the authors' release, Z treated as a constant). "paper": rho_i = sum
+#: of P(j|bank_i) over those rows, P(j|bank_i) = exp(bank_j . bank_i / tau) / Z(bank_i), with
+#: Z(bank_i) = sum of exp(bank_k . bank_i / tau) over the whole bank.
+DENSITY_NORMALISATIONS = ("release", "paper")
+
 
 def _num_rows(tensor):
     """The static size of axis 0, or None (`tf.get_static_value` is None in loop bodies)."""
@@ -134,11 +140,21 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
     return tuple(best)
 
 
+def check_normalisation(normalisation: str) -> None:
+    """ValueError unless ``normalisation`` is one of `DENSITY_NORMALISATIONS`."""
+    if normalisation not in DENSITY_NORMALISATIONS:
+        raise ValueError(f"normalisation must be one of {', '.join(DENSITY_NORMALISATIONS)}; "
+                         f"got {normalisation!r}.")
+
+
 def log_local_density(queries: FloatTensor, bank: FloatTensor,
                       t: int = hyperparameters.T, temperature: float = hyperparameters.TEMPERATURE,
-                      chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> FloatTensor:
+                      chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE,
+                      normalisation: str = DENSITY_NORMALISATIONS[0]) -> FloatTensor:
     """log rho of eq. 7 for each query row, float32 [Q]: the logsumexp of q . bank_j / temperature
-    over the t bank rows nearest q (the whole bank, the query's own row included).
+    over the t bank rows nearest q (the whole bank, the query's own row included); with
+    ``normalisation="paper"`` minus log Z(q), the logsumexp over every bank row
+    (`DENSITY_NORMALISATIONS`).
 
     Args:
       queries: float32 [Q, D]; bank: float32 [N, D].
@@ -147,29 +163,31 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
     _validate_positive("t", t)
     _validate_positive("temperature", temperature)
     _validate_positive("chunk_size", chunk_size)
+    check_normalisation(normalisation)
     queries = tf.convert_to_tensor(queries, tf.float32)
     bank = tf.convert_to_tensor(bank, tf.float32)
     t = _static_or_dynamic_min(t, bank)
     if not tf.executing_eagerly():
-        return _log_local_density(queries, bank, t, float(temperature), int(chunk_size))
+        return _log_local_density(queries, bank, t, float(temperature), int(chunk_size),
+                                  normalisation)
     function = _traced_log_local_density(tuple(bank.shape.as_list()), t, float(temperature),
-                                         int(chunk_size))
+                                         int(chunk_size), normalisation)
     return function(queries, bank)
 
 
 @functools.lru_cache(maxsize=32)
-def _traced_log_local_density(bank_shape, t, temperature, chunk_size):
+def _traced_log_local_density(bank_shape, t, temperature, chunk_size, normalisation):
     """One graph per bank shape: the blocked search needs a static N."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, bank_shape[1]], tf.float32),
                                   tf.TensorSpec(bank_shape, tf.float32)])
     def function(queries, bank):
-        return _log_local_density(queries, bank, t, temperature, chunk_size)
+        return _log_local_density(queries, bank, t, temperature, chunk_size, normalisation)
 
     return function
 
 
-def _log_local_density(queries, bank, t, temperature, chunk_size):
+def _log_local_density(queries, bank, t, temperature, chunk_size, normalisation):
     num_queries = tf.shape(queries)[0]
     num_chunks = (num_queries + chunk_size - 1) // chunk_size
     results = tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False,
@@ -178,7 +196,10 @@ def _log_local_density(queries, bank, t, temperature, chunk_size):
     def body(i, results):
         chunk = queries[i * chunk_size:(i + 1) * chunk_size] / temperature
         nearest, _ = nearest_rows(chunk, bank, t)
-        return i + 1, results.write(i, log_density_of_nearest(nearest))
+        log_density = log_density_of_nearest(nearest)
+        if normalisation == "paper":
+            log_density -= log_partition(chunk, bank)
+        return i + 1, results.write(i, log_density)
 
     # parallel_iterations=1: one chunk of similarities alive at a time.
     _, results = tf.while_loop(lambda i, _: i < num_chunks, body, (0, results),
@@ -192,11 +213,44 @@ def log_density_of_nearest(nearest: FloatTensor) -> FloatTensor:
     return tf.reduce_logsumexp(nearest, axis=1)
 
 
+def log_partition(scaled_queries: FloatTensor, rows: FloatTensor,
+                  block_rows: int = DEFAULT_BLOCK_ROWS) -> FloatTensor:
+    """log Z, float32 [Q]: the logsumexp of ``scaled_queries @ rows^T`` over every row, a
+    running one over ``block_rows`` rows at a time (memory Q x block).
+
+    Args:
+      scaled_queries: float32 [Q, D] (queries / tau); rows: float32 [N, D], N >= 1 static, or
+        a variable or `variable_rows.GatheredRows` read by blocks."""
+    num_rows = _num_rows(rows)
+    if num_rows is None or num_rows < 2 * block_rows:
+        return tf.reduce_logsumexp(
+            tf.matmul(scaled_queries, variable_rows.whole(rows), transpose_b=True), axis=1)
+
+    def block_lse(start, size):
+        scores = tf.matmul(scaled_queries, variable_rows.rows(rows, start, size),
+                           transpose_b=True)
+        return tf.reduce_logsumexp(scores, axis=1)
+
+    def body(j, running):
+        both = tf.stack([running, block_lse(j * block_rows, block_rows)], axis=1)
+        return j + 1, tf.reduce_logsumexp(both, axis=1)
+
+    num_blocks = num_rows // block_rows
+    # parallel_iterations=1: one block of scores alive at a time.
+    _, running = tf.while_loop(lambda j, _: j < num_blocks, body,
+                               (1, block_lse(0, block_rows)), parallel_iterations=1)
+    if num_blocks * block_rows < num_rows:
+        tail = block_lse(num_blocks * block_rows, num_rows - num_blocks * block_rows)
+        running = tf.reduce_logsumexp(tf.stack([running, tail], axis=1), axis=1)
+    return running
+
+
 def local_density(queries: FloatTensor, bank: FloatTensor, t: int = hyperparameters.T,
                   temperature: float = hyperparameters.TEMPERATURE,
-                  chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> FloatTensor:
+                  chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE,
+                  normalisation: str = DENSITY_NORMALISATIONS[0]) -> FloatTensor:
     """Local density rho of eq. 7, float32 [Q]: `log_local_density` exponentiated."""
-    return tf.exp(log_local_density(queries, bank, t, temperature, chunk_size))
+    return tf.exp(log_local_density(queries, bank, t, temperature, chunk_size, normalisation))
 
 
 def propagate(embeddings: FloatTensor, labelled_bank: FloatTensor,

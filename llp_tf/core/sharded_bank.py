@@ -297,27 +297,31 @@ class ShardedMemoryBank(tf.Module, Bank):
 
     def refresh_density(self, t: int = hyperparameters.T,
                         temperature: float = hyperparameters.TEMPERATURE,
-                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE) -> None:
+                        chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE,
+                        normalisation: str = propagation.DENSITY_NORMALISATIONS[0]) -> None:
         """`Bank.refresh_density` of every shard's labelled rows: chunks of about
         ``chunk_size`` queries, one `strategy.run` each (`_refresh_density_chunk`), so a
         replica holds one chunk's queries, similarities and candidates."""
+        propagation.check_normalisation(normalisation)
         share = max(1, int(chunk_size) // self.num_shards)
         most = self._most_labelled
         t = min(int(t), self.num_examples)
 
         def body(chunk):
-            self._strategy_holder.value.run(self._refresh_density_chunk,
-                                            args=(chunk, share, t, float(temperature)))
+            self._strategy_holder.value.run(
+                self._refresh_density_chunk,
+                args=(chunk, share, t, float(temperature), normalisation))
             return chunk + 1
 
         # parallel_iterations=1: one chunk alive at a time.
         tf.while_loop(lambda chunk: chunk < -(-most // share), body, [0],
                       parallel_iterations=1)
 
-    def _refresh_density_chunk(self, chunk, share, t, temperature):
+    def _refresh_density_chunk(self, chunk, share, t, temperature, normalisation):
         """Each replica's labelled rows ``[chunk share, (chunk + 1) share)`` all-gathered as
-        queries; each shard's top-t rows of every query, merged, then their logsumexp; each
-        replica writes its rows' rho."""
+        queries; each shard's top-t rows of every query, merged, then their logsumexp (for
+        "paper" minus log Z: each shard's logsumexp over its rows, all-gathered and combined
+        by a logsumexp, exact); each replica writes its rows' rho."""
         shard, replicas = self._shard(), self.num_shards
         own_rows = shard.labelled_stop - shard.labelled_start
         start = tf.minimum(chunk * share, own_rows)
@@ -333,6 +337,11 @@ class ShardedMemoryBank(tf.Module, Bank):
                             [replicas * share, replicas * t])
         nearest, _ = tf.math.top_k(scores, k=t, sorted=False)
         log_density = propagation.log_density_of_nearest(nearest)
+        if normalisation == "paper":
+            # [R, R share]: each shard's log Z part (a shard holds at least one row).
+            parts = _gather_shares(propagation.log_partition(queries / temperature,
+                                                             shard.embeddings))
+            log_density -= tf.reduce_logsumexp(parts, axis=0)
         replica = _replica_id()
         mine = log_density[replica * share:replica * share + (stop - start)]
         shard.density.scatter_update(tf.IndexedSlices(tf.exp(mine), tf.range(start, stop)))

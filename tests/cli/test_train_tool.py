@@ -116,7 +116,7 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run_and_keeps_every_file(tmp_p
 
 
 def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
-    # demo.flags sets --epochs=40 and --warmup_epochs=10: the settings check
+    # demo.flags sets --epochs=64 and --warmup_epochs=10: the settings check
     # reports the command line's epochs wherever it stands, and where each came from.
     for args in (("--epochs=3", "--regime=demo"), ("--regime", "demo", "--epochs=3"),
                  ("--regime=demo", "--epochs=3")):

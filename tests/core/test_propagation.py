@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from llp_tf import local_density, propagate
 from llp_tf.core import propagation
-from tests import reference
+from tests import numerics, reference
 
 TAU = 0.07
 
@@ -62,6 +62,71 @@ def test_local_density_inside_tf_function():
     fn = tf.function(lambda q, b: local_density(q, b, t=5, chunk_size=4))
     np.testing.assert_allclose(fn(queries, bank).numpy(),
                                reference.local_density(queries, bank, 5, TAU), rtol=1e-4)
+
+
+def _log_density_bound(dim, rows):
+    """How far a float32 log rho may lie from the float64 one: a logit q.b / tau of unit
+    vectors in R^dim is off by at most (dim + 1) u / tau (dim products and sums of terms whose
+    absolute values sum to at most 1, and the division), a sum of at most ``rows`` shifted
+    exponentials by (rows - 1) u relative, so its log by that much; exp and log of numbers of
+    size up to 1 / tau add a few u / tau. The paper's form subtracts two such logsumexps."""
+    return 2.0 * ((dim + 1) / TAU + rows + 4 / TAU) * numerics.U
+
+
+@pytest.mark.parametrize("seed,num_queries,num_rows,t,chunk_size", [
+    (0, 50, 300, 25, 16),     # several chunks, last one partial
+    (2, 7, 10, 25, 3),        # t > N: every row counts, rho = 1
+    (3, 64, 2000, 1, 64),     # t = 1: the nearest row only
+])
+def test_paper_normalised_density_matches_equation_7(seed, num_queries, num_rows, t,
+                                                     chunk_size):
+    """rho_i = sum over the t nearest rows j of P(j|q_i) = exp(q_i.b_j / tau) / Z(q_i)."""
+    rng = np.random.default_rng(seed)
+    queries = reference.unit_rows(rng, num_queries, 16)
+    bank = reference.unit_rows(rng, num_rows, 16)
+    got = propagation.log_local_density(queries, bank, t=t, temperature=TAU,
+                                        chunk_size=chunk_size, normalisation="paper").numpy()
+    want = np.log(reference.local_density(queries, bank, t, TAU, normalisation="paper"))
+    assert got.dtype == np.float32 and got.shape == (num_queries,)
+    assert np.all(want <= 0) and not np.allclose(want, 0) or t >= num_rows
+    np.testing.assert_allclose(got, want, atol=_log_density_bound(16, num_rows), rtol=0)
+    # Not the release's raw sum: the two differ by log Z, at least log(rows) - 1/tau away.
+    release = np.log(reference.local_density(queries, bank, t, TAU))
+    assert np.all(np.abs(release - got) > 1.0)
+
+
+@pytest.mark.parametrize("block_rows", [7, 25, 1000])
+def test_log_partition_in_blocks_is_the_logsumexp_over_every_row(block_rows):
+    """Blocks of 7 over 50 rows: 7 whole blocks and a tail of 1; 25: two blocks, no tail."""
+    rng = np.random.default_rng(11)
+    queries, bank = reference.unit_rows(rng, 9, 8), reference.unit_rows(rng, 50, 8)
+    got = propagation.log_partition(queries / TAU, bank, block_rows=block_rows).numpy()
+    want = reference.logsumexp(queries.astype(np.float64) @ bank.astype(np.float64).T / TAU,
+                               axis=1)
+    np.testing.assert_allclose(got, want, atol=_log_density_bound(8, 50), rtol=0)
+
+
+def test_the_default_density_is_the_releases_raw_sum_bit_for_bit():
+    """The default is what every earlier run computed: per chunk, the logsumexp of the t
+    nearest scores, nothing subtracted."""
+    rng = np.random.default_rng(12)
+    queries, bank = reference.unit_rows(rng, 40, 16), reference.unit_rows(rng, 300, 16)
+    got = propagation.log_local_density(queries, bank, t=25, temperature=TAU,
+                                        chunk_size=64).numpy()
+
+    @tf.function
+    def before(queries, bank):
+        return tf.reduce_logsumexp(propagation.nearest_rows(queries / TAU, bank, 25)[0],
+                                   axis=1)
+
+    np.testing.assert_array_equal(got, before(queries, bank).numpy())
+    assert propagation.DENSITY_NORMALISATIONS[0] == "release"
+
+
+def test_an_unknown_normalisation_is_refused():
+    x = np.eye(3, dtype=np.float32)
+    with pytest.raises(ValueError, match="normalisation must be one of release, paper"):
+        local_density(x, x, normalisation="global")
 
 
 @pytest.mark.parametrize("bad", [dict(t=0), dict(temperature=0.0), dict(chunk_size=0)])

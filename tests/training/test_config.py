@@ -249,8 +249,8 @@ def test_choices_are_checked_from_the_fields_metadata(tmp_path):
     fields = {name: field for name, (_, field) in settings_fields().items()
               if field.metadata["choices"]}
     assert set(fields) == {"augmentation", "augment_on", "architecture", "method", "propagation",
-                           "cluster", "mixed_precision", "mean_teacher_consistency_type",
-                           "pseudo_label_batch_norm"}
+                           "density_normalisation", "cluster", "mixed_precision",
+                           "mean_teacher_consistency_type", "pseudo_label_batch_norm"}
     with pytest.raises(ConfigError) as error:
         _config(tmp_path, **{name: "nonsense" for name in fields})
     for name, field in fields.items():

@@ -38,3 +38,22 @@ def test_mean_teachers_student_has_a_row_beside_its_teacher():
         "mean_teacher": 0.81, "mean_teacher (student)": 0.78}
     assert method_comparison.table_rows("llp", {"val_top1": 0.8, "val_nn_top1": 0.7}) == {
         "llp": 0.8}
+
+
+def test_a_fraction_tests_only_the_orderings_of_methods_that_ran():
+    """LLP and supervised only, at p10: of LLP > MT > supervised only LLP > supervised is
+    tested; differences 0.05, 0.01, 0.09 have a 95% interval of 0.05 +- 4.303 x 0.04 /
+    sqrt(3), over 0 and wider than the margin: not resolved."""
+    top1 = {"llp": {"0": 0.85, "1": 0.81, "2": 0.89},
+            "supervised": {"0": 0.80, "1": 0.80, "2": 0.80}}
+    summary = method_comparison.fraction_summary("p10", top1, {}, ["0", "1", "2"], 0.02)
+    assert [claim["claim"] for claim in summary["claims"]] == ["llp > supervised"]
+    claim = summary["claims"][0]
+    half = 4.302652729749462 * 0.04 / 3 ** 0.5
+    assert claim["ci95"] == pytest.approx([0.05 - half, 0.05 + half], abs=1e-12)
+    assert (claim["relation"], claim["verdict"], summary["verdict"]) == (
+        "not resolved", "not resolved", "not resolved")
+    assert summary["labelled_per_class"] == 128
+    lines = method_comparison.fraction_table("p10", summary, ["0", "1", "2"]).splitlines()
+    assert lines[0] == "p10: 128 labelled images a class"
+    assert lines[-1] == "- p10 as the paper orders it: not resolved"

@@ -24,6 +24,7 @@ the densities are refreshed (eq. 7) if they belong to another epoch.
 
 import dataclasses
 import os
+import sys
 from typing import Any, Optional
 
 import keras
@@ -32,6 +33,7 @@ import tensorflow as tf
 
 from llp_tf.config_fields import setting
 from llp_tf.core import hyperparameters, label_encoding, losses
+from llp_tf.core.propagation import DENSITY_NORMALISATIONS
 from llp_tf.core.bank import Bank
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
@@ -74,6 +76,13 @@ class LLPSettings:
                                          "(--noweight_by_confidence: the 'woc' ablation).")
     use_categorisation: bool = setting(True, "Include the category head's cross-entropy in the "
                                        "LLP loss.")
+    density_normalisation: str = setting(
+        DENSITY_NORMALISATIONS[0], "How rho of eq. 7 is normalised: release "
+        "(rho_i = sum of exp(v_j . v_i / tau) over the T nearest bank rows, Z treated as a "
+        "constant, as the authors' release computes it) or paper (eq. 7 as written: the sum "
+        "of P(j|v_i) = exp(v_j . v_i / tau) / Z(v_i) over those rows, Z(v_i) summed over the "
+        "whole bank, so each labelled row has its own normaliser). Log space, float32.",
+        choices=DENSITY_NORMALISATIONS)
     density_chunk_size: int = setting(hyperparameters.DENSITY_CHUNK_SIZE, "Labelled rows per "
                                       "chunk of the density refresh; bounds its memory.")
     warm_start: Optional[str] = setting(None, "Run directory or checkpoint of an instance-"
@@ -103,6 +112,28 @@ class LLPSettings:
              "{jit_compile} cannot compile; give one of them"),
         ]
         return [message for ok, message in checks if not ok]
+
+
+def few_labels_warning(settings: LLPSettings, labelled_labels: Array,
+                       num_classes: int) -> Optional[str]:
+    """A one-line warning when K (``settings.k``) exceeds the labelled images of the smallest
+    class that has any (``labelled_labels`` int [M] in [0, C)) and pseudo labels come from a
+    kNN vote, else None: every vote for such a class then holds other classes' images."""
+    if settings.propagation == "classifier" or not len(labelled_labels):
+        return None
+    counts = np.bincount(np.asarray(labelled_labels, np.int64), minlength=num_classes)
+    present = np.flatnonzero(counts)
+    smallest = int(present[np.argmin(counts[present])])
+    fewest = int(counts[smallest])
+    if settings.k <= fewest:
+        return None
+    short = int(np.sum(counts[present] < settings.k))
+    return (f"warning: --k={settings.k} exceeds the {fewest} labelled images of the smallest "
+            f"class (class {smallest}; {short} of {present.size} classes have fewer than "
+            f"{settings.k}): at least {settings.k - fewest} of the {settings.k} votes for an "
+            "image of that class come from other classes. The paper's regimes keep K at or "
+            "below the labelled images a class on average (ImageNet 1%: 12.8); give --k="
+            f"{fewest} or less, or more labels (--label_percent).")
 
 
 class LLPMethod(Method):
@@ -140,6 +171,7 @@ class LLPMethod(Method):
         self.weight_by_confidence = bool(settings.weight_by_confidence)
         self.use_categorisation = bool(settings.use_categorisation)
         self.density_chunk_size = int(settings.density_chunk_size)
+        self.density_normalisation = settings.density_normalisation
         self.warmup_epochs = int(settings.warmup_epochs)
         self.warm_start = settings.warm_start
         self.used_index = used_index
@@ -154,6 +186,9 @@ class LLPMethod(Method):
         arguments = (len(split.used_index), config.model.embedding_dim, num_classes,
                      regime.dense_index(split.used_index, split.labelled_index),
                      split.labelled_labels)
+        warning = few_labels_warning(m, split.labelled_labels, num_classes)
+        if warning:
+            sys.stderr.write(warning + "\n")
         options = {"momentum": m.bank_momentum, "seed": config.run.seed}
         if m.shard_bank:
             bank = ShardedMemoryBank(strategy, *arguments, **options)
@@ -213,7 +248,8 @@ class LLPMethod(Method):
 
     def _refresh_density(self):
         self._bank.refresh_density(t=self.t, temperature=self.temperature,
-                                   chunk_size=self.density_chunk_size)
+                                   chunk_size=self.density_chunk_size,
+                                   normalisation=self.density_normalisation)
 
     def _load_warm_start(self, warm_start):
         """Loads the model and the bank's ``embeddings`` (`Bank`'s checkpoint names) of an

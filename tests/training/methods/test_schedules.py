@@ -1,5 +1,5 @@
 """No method's schedule is a fixed step count that a short run never reaches:
-built for the demo's length (flags/demo.flags: 40 epochs of 4,000 / 128 = 31
+built for the demo's length (flags/demo.flags: 64 epochs of 4,000 / 128 = 31
 steps), every ramp ends inside the run and every EMA horizon stays a small
 share of it."""
 
@@ -15,9 +15,9 @@ from tests.runs import tiny_config
 from tests.training.methods.two_streams import C, tiny_model
 
 DEMO_FLAGS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "flags", "demo.flags")
-DEMO_USED, DEMO_LABELLED = 4000, 40  # mnist5k's training images, 1% of them labelled
+DEMO_USED, DEMO_LABELLED = 4000, 130  # mnist5k's training images, 13 a class labelled
 #: The largest share of a run an EMA may average over: the releases keep theirs under 1%
-#: (CuriousAI/mean-teacher, google-research/fixmatch); a 100-step horizon is 8% of the demo.
+#: (CuriousAI/mean-teacher, google-research/fixmatch); a 100-step horizon is 5% of the demo.
 SMALL_SHARE = 0.1
 
 
@@ -42,7 +42,7 @@ def test_at_the_demos_length_each_ramp_ends_and_each_horizon_is_a_small_share(tm
     flags = _demo_flags()
     epochs, batch = int(flags["epochs"]), int(flags["global_batch_size"])
     total_steps = epochs * (DEMO_USED // batch)
-    assert total_steps == 1240
+    assert total_steps == 1984
     config = tiny_config(tmp_path, "digits", method=name, epochs=epochs, global_batch_size=batch,
                          warmup_epochs=int(flags["warmup_epochs"]), embedding_dim=16,
                          width=0.125, architecture="resnet10", small_inputs=True, image_size=8)

@@ -1,0 +1,69 @@
+"""llp_tf/training/methods/llp.py: the settings that shape propagation, as `from_config` builds
+the method (its steps: tests/training/test_methods.py)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from llp_tf.training.methods import TrainingSplit
+from llp_tf.training.methods.llp import LLPMethod, LLPSettings, few_labels_warning
+from tests import reference
+from tests.runs import tiny_config
+from tests.training.methods.two_streams import C, tiny_model
+
+USED, EMBEDDING = 60, 16
+
+
+def _method(tmp_path, labelled_classes, **settings):
+    config = tiny_config(tmp_path, "digits", method="llp", epochs=2, warmup_epochs=1,
+                         embedding_dim=EMBEDDING, width=0.125, architecture="resnet10",
+                         small_inputs=True, image_size=8, **settings)
+    strategy = tf.distribute.get_strategy()
+    model, optimizer = tiny_model(strategy)
+    labelled = np.arange(len(labelled_classes)) * 3
+    split = TrainingSplit(labelled, np.arange(USED), np.asarray(labelled_classes, np.int64))
+    return LLPMethod.from_config(config, strategy, model, optimizer, C, split)
+
+
+@pytest.mark.parametrize("normalisation", ["release", "paper"])
+def test_the_density_normalisation_setting_reaches_the_refresh(tmp_path, normalisation):
+    """T = 5 of 60 rows at tau = 0.07 (the bank's random initial rows): the paper's rho is
+    the release's over Z, a sum over all 60 rows (log rho within 4e-5 of float64, as in
+    tests/core/test_bank_contract.py)."""
+    method = _method(tmp_path, np.arange(12) % C, t=5, density_normalisation=normalisation)
+    method.refresh_density()
+    bank = method.bank
+    rows = bank.embeddings.numpy()
+    want = reference.local_density(rows[bank.labelled_index.numpy()], rows, 5, 0.07,
+                                   normalisation)
+    np.testing.assert_allclose(np.log(bank.density.numpy()), np.log(want), atol=4e-5, rtol=0)
+    other = "paper" if normalisation == "release" else "release"
+    unwanted = reference.local_density(rows[bank.labelled_index.numpy()], rows, 5, 0.07, other)
+    assert np.all(np.abs(np.log(bank.density.numpy()) - np.log(unwanted)) > 1.0)
+
+
+def test_the_default_normalisation_is_the_releases():
+    assert LLPSettings().density_normalisation == "release"
+
+
+def test_k_above_the_smallest_classs_labels_is_a_warning(tmp_path, capsys):
+    # Class 2 has 2 labelled images, the others 4: K = 3 leaves 1 vote to other classes.
+    classes = [0] * 4 + [1] * 4 + [2] * 2
+    settings = dataclasses.replace(LLPSettings(), k=3)
+    assert few_labels_warning(settings, np.array(classes), C) == (
+        "warning: --k=3 exceeds the 2 labelled images of the smallest class (class 2; 1 of 3 "
+        "classes have fewer than 3): at least 1 of the 3 votes for an image of that class "
+        "come from other classes. The paper's regimes keep K at or below the labelled images "
+        "a class on average (ImageNet 1%: 12.8); give --k=2 or less, or more labels "
+        "(--label_percent).")
+    assert few_labels_warning(dataclasses.replace(settings, k=2), np.array(classes), C) is None
+    # The category head does not vote.
+    assert few_labels_warning(dataclasses.replace(settings, propagation="classifier"),
+                              np.array(classes), C) is None
+    # The method says so when it is built, on stderr, and builds.
+    _method(tmp_path, classes, k=3)
+    assert capsys.readouterr().err.startswith("warning: --k=3 exceeds the 2 labelled images")
+    _method(tmp_path, classes, k=2)
+    assert capsys.readouterr().err == ""
