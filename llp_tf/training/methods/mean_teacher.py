@@ -63,7 +63,7 @@ PRESETS = {
     "imagenet": dict(consistency_weight=10.0, consistency_type="kl",
                      consistency_rampup=5 / 60, unlabelled_ratio=1),
 }
-#: The ramp's shape and whether every image passes both models (ImageNet's), by family.
+#: The consistency ramp's shape, by family.
 RAMP_OF = {"fixmatch_cifar": "linear", "imagenet": "sigmoid"}
 
 

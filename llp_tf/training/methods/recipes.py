@@ -1,6 +1,7 @@
 """The baselines' published configurations: one source file per method and regime family.
 
-A family (``--baseline_preset``, `llp_tf.training.config.BASELINE_PRESETS`) names where every value of a baseline comes from:
+A family (``--baseline_preset``, `llp_tf.training.config.BASELINE_PRESETS`) names where
+every value of a baseline comes from:
 
 - ``fixmatch_cifar`` (small data, the default): google-research/fixmatch ``mean_teacher.py``,
   ``pseudo_label.py`` and ``fixmatch.py`` with the ``libml/`` they build on;
