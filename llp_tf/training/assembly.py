@@ -195,11 +195,12 @@ class _RunState:
 def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     keras.utils.set_random_seed(config.run.seed)
     optimization = config.optimization
+    spec = method_class(config.method.name).optimizer_spec(config)
     with strategy.scope():
         model = build_model_from_config(config.model, num_classes, config.data.image_size,
                                         precision=config.run.mixed_precision)
-        optimizer = keras.optimizers.SGD(learning_rate=config.learning_rate,
-                                         momentum=optimization.momentum)
+        optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate,
+                                         momentum=spec.momentum, nesterov=spec.nesterov)
         # Keras 3 restores nothing into slots that do not exist yet.
         optimizer.build(model.trainable_variables)
         # The checkpoint holds the SGD itself, so the precision can change on resume.
@@ -234,6 +235,18 @@ def _start(state, steps_per_epoch, stream, afresh):
     return False
 
 
+def _learning_rate(config, plateau):
+    """epoch -> the rate the optimizer starts the epoch with: the protocol's drops, or the
+    method's constant rate (`OptimizerSpec.step_drops`)."""
+    spec, optimization = method_class(config.method.name).optimizer_spec(config), \
+        config.optimization
+    if not spec.step_drops:
+        return lambda epoch: spec.learning_rate
+    return lambda epoch: schedule.learning_rate_at(
+        epoch, spec.learning_rate, optimization.lr_drop_epochs, optimization.lr_drop_factor,
+        int(plateau.drops.numpy()))
+
+
 def _controller(config, source, strategy, state, split, steps_per_epoch, stream, chief,
                 stop_requested):
     run_directory = RunDirectory(config.run_dir)
@@ -253,9 +266,7 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
         settings=LoopSettings(optimization.epochs, steps_per_epoch,
                               optimization.global_batch_size, run.steps_per_loop,
                               run.checkpoint_every, run.eval_every),
-        learning_rate=lambda epoch: schedule.learning_rate_at(
-            epoch, config.learning_rate, optimization.lr_drop_epochs,
-            optimization.lr_drop_factor, int(state.plateau.drops.numpy())),
+        learning_rate=_learning_rate(config, state.plateau),
         make_iterator=_input_maker(config, source, strategy, spec, split, steps_per_epoch),
         evaluate=_evaluate_fn(config, source, strategy, method, split),
         train_actions=[actions.NanGuard(config.run_dir, lambda: checkpoints.latest)],

@@ -65,9 +65,17 @@ class OptimizationConfig:
                                     "without a new best validation top-1 (0: never).")
 
 
+#: ``--baseline_preset``: the family of sources a baseline follows whole
+#: (`llp_tf.training.methods.recipes`).
+BASELINE_PRESETS = ("fixmatch_cifar", "imagenet")
+#: ``--baseline_optimizer``: the baseline's source optimiser, or the LLP protocol's.
+BASELINE_OPTIMIZERS = ("source", "protocol")
+
+
 @dataclasses.dataclass(frozen=True)
 class MethodConfig:
-    """Which training method; its settings are the section named after it."""
+    """Which training method; its settings are the section named after it. The baselines'
+    sources: which family (``baseline_preset``) and whose optimiser (``baseline_optimizer``)."""
 
     name: str = setting(
         DEFAULT_METHOD, f"The training method: {DEFAULT_METHOD} (the paper's), or a baseline "
@@ -75,6 +83,23 @@ class MethodConfig:
         f"{', '.join(name for name in METHODS if name != DEFAULT_METHOD)} (docs/methods.md). "
         "A flag that belongs to one method says so first in its help.",
         choices=tuple(METHODS), flag="method", state=True)
+    baseline_preset: str = setting(
+        BASELINE_PRESETS[0], "[--method=mean_teacher, pseudo_label, fixmatch] The published "
+        "configuration each baseline follows whole (loss weights, ramps, thresholds, batch "
+        "make-up, optimiser, schedule, weight decay, moving average; docs/methods.md). "
+        "fixmatch_cifar (small data, the default): google-research/fixmatch mean_teacher.py, "
+        "pseudo_label.py and fixmatch.py with libml/. imagenet (the r18_*/r50_* flagfiles): "
+        "Mean Teacher from CuriousAI/mean-teacher pytorch/experiments/imagenet_valid.py and "
+        "pytorch/main.py, FixMatch from google-research/fixmatch imagenet/fixmatch.py, "
+        "pseudo-label from pseudo_label.py (no ImageNet one is published). A method's own "
+        "flags override single values.", choices=BASELINE_PRESETS)
+    baseline_optimizer: str = setting(
+        BASELINE_OPTIMIZERS[0], "[--method=mean_teacher, pseudo_label, fixmatch] source (the "
+        "default): the optimiser, learning rate, schedule and weight decay of the baseline's "
+        "source file (--baseline_preset), each schedule a share of the run. protocol: the LLP "
+        "protocol's SGD (--base_learning_rate, --momentum, --lr_drop_epochs, --weight_decay "
+        "on all but batch-norm weights) for a like-for-like table; loss and moving average "
+        "stay the source's.", choices=BASELINE_OPTIMIZERS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,12 +108,17 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     (dict(lr_drop_epochs=(3, 0)), "every epoch of --lr_drop_epochs=3,0 must be positive"),
     (dict(width=0), "--width=0.0 must be positive"),
     (dict(method="fixmatch", global_batch_size=7),
-     "--global_batch_size=7 must be at least 1 + --fixmatch_mu=7 (one labelled example a step)"),
-    (dict(method="pseudo_label", pseudo_label_ramp_start=0.5, pseudo_label_ramp_end=0.2),
-     "--pseudo_label_ramp_start=0.5 and --pseudo_label_ramp_end=0.2 must satisfy "
-     "0 <= start <= end"),
-    (dict(method="mean_teacher", mean_teacher_ema_decay=1.0),
-     "--mean_teacher_ema_decay=1.0 must lie in [0, 1)"),
+     "--global_batch_size=7 must be at least 1 + mu = 8 (--fixmatch_mu unset; one labelled "
+     "example a step)"),
+    (dict(method="fixmatch", global_batch_size=5, baseline_preset="imagenet"),
+     "--global_batch_size=5 must be at least 1 + mu = 6 (--fixmatch_mu unset; one labelled "
+     "example a step)"),
+    (dict(method="pseudo_label", pseudo_label_ramp_end=1.2),
+     "--pseudo_label_ramp_end=1.2 must lie in [0, 1]"),
+    (dict(method="mean_teacher", mean_teacher_ema_horizon=0.0),
+     "--mean_teacher_ema_horizon=0.0 must lie in (0, 1]"),
+    (dict(method="mean_teacher", mean_teacher_consistency_type="l1"),
+     "--mean_teacher_consistency_type=l1 must be one of mse, kl"),
     (dict(jit_compile=True, sync_batch_norm=True),
      "--jit_compile cannot compile the cross-replica statistics of --sync_batch_norm; drop one "
      "of them"),
@@ -173,7 +178,7 @@ def _other_value(name, section, field):
     elif kind is int:
         value = (field.default or 0) + 3
     elif kind is float:
-        value = field.default * 2 + 0.125
+        value = (field.default or 0.0) * 2 + 0.125
     else:
         value = f"value_of_{name}"
     if isinstance(value, tuple):
@@ -250,7 +255,7 @@ def test_choices_are_checked_from_the_fields_metadata(tmp_path):
               if field.metadata["choices"]}
     assert set(fields) == {"augmentation", "augment_on", "architecture", "method", "propagation",
                            "density_normalisation", "cluster", "mixed_precision",
-                           "mean_teacher_consistency_type", "pseudo_label_batch_norm"}
+                           "baseline_preset", "baseline_optimizer", "pseudo_label_batch_norm"}
     with pytest.raises(ConfigError) as error:
         _config(tmp_path, **{name: "nonsense" for name in fields})
     for name, field in fields.items():

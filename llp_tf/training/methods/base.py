@@ -61,6 +61,19 @@ class TrainingSplit:
 
 
 @dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """The SGD a method trains with (`Method.optimizer_spec`): ``learning_rate`` (the rate the
+    run starts each epoch with), ``momentum``, ``nesterov``, and ``step_drops``: whether the
+    protocol's epoch drops (``--lr_drop_epochs``, the plateau rule) apply to it; if not, the
+    rate is constant and the method's `Method.learning_rate_factor` shapes it per step."""
+
+    learning_rate: float
+    momentum: float
+    nesterov: bool = False
+    step_drops: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class InputSpec:
     """What a method's training input reads: named `Stream`s, in order
     (`llp_tf.data.pipeline.streams`). A step's batch is ``{stream name: {"index",
@@ -131,6 +144,12 @@ class Method(abc.ABC):
                     split: TrainingSplit) -> "Method":
         """The method of the `TrainConfig` ``config`` (its settings are
         ``config.method_settings``), for the run's `TrainingSplit`."""
+
+    @classmethod
+    def optimizer_spec(cls, config: Any) -> OptimizerSpec:
+        """The SGD of a `TrainConfig`'s run: the protocol's (``--base_learning_rate`` scaled to
+        the batch, ``--momentum``, no Nesterov, the epoch drops) unless the method says."""
+        return OptimizerSpec(config.learning_rate, config.optimization.momentum)
 
     @property
     def phases(self) -> Tuple[str, ...]:
@@ -206,13 +225,24 @@ class Method(abc.ABC):
 
     # ---- shared by the replica steps ----------------------------------------
 
+    def weight_decay_variables(self) -> list:
+        """The weights ``weight_decay * sum(tf.nn.l2_loss(w))`` is taken over: the model's
+        (all trainable weights but batch-norm gamma and beta) unless the method says."""
+        return self.model.weight_decay_variables()
+
+    def learning_rate_factor(self) -> Optional[FloatTensor]:
+        """float32 [], the factor on the optimizer's learning rate at this step, or None (the
+        rate as set per epoch). Applied to the gradients: Keras SGD's update, with Nesterov or
+        not, is linear in learning rate x gradient, so this is a per-step learning rate."""
+        return None
+
     def weight_decay_share(self) -> FloatTensor:
         """This replica's share of the weight-decay penalty, float32 [].
 
         Gradients are summed over replicas, so each replica adds 1/R of it.
         """
         replicas = self.strategy.num_replicas_in_sync
-        return losses.l2_penalty(self.model.weight_decay_variables(),
+        return losses.l2_penalty(self.weight_decay_variables(),
                                  self.weight_decay) / replicas
 
     def joint_logits(self, images: list[FloatTensor]) -> list[FloatTensor]:
@@ -266,6 +296,10 @@ class Method(abc.ABC):
         """One optimizer step on the model's trainable variables, from their
         gradients (in `trainable_variables` order; None where the loss does not
         reach a variable)."""
+        factor = self.learning_rate_factor()
+        if factor is not None:
+            gradients = [None if gradient is None else gradient * tf.cast(factor, gradient.dtype)
+                         for gradient in gradients]
         # Variables the loss does not reach (the category head in the warm-up)
         # have no gradient; MultiWorkerMirroredStrategy's all-reduce cannot take None.
         self.optimizer.apply_gradients([

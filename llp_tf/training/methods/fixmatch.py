@@ -1,5 +1,10 @@
 """FixMatch (Sohn et al. 2020): a weak view's confident argmax trains the strong view.
 
+Whole from one source per ``--baseline_preset`` family (`FixMatchSettings`): ``fixmatch_cifar``
+follows google-research/fixmatch ``fixmatch.py`` (tau 0.95, mu 7, lambda_u 1) and
+``imagenet`` its ``imagenet/fixmatch.py`` (tau 0.7, mu 5, lambda_u 10); each file's
+optimiser, schedule, weight decay and EMA come with it (`recipes`, `SourceBaseline`).
+
 Each step reads a labelled batch (B examples, weakly augmented, their true
 labels) and an unlabelled batch (U = mu B examples of the used set, labelled
 ones too; their batch labels are never read), each unlabelled example as a
@@ -12,13 +17,13 @@ trained on it:
     loss = sum_l CE(l) / B + lambda_u * sum_u mask_u * CE(strong_u, argmax weak_u) / U
            + decay
 
-Departures from the paper: the run's own optimizer and learning-rate
-schedule (no cosine decay, no Nesterov), and the trained weights are
-evaluated and exported (FixMatch evaluates an EMA of them).
+Checkpoint items: ``average`` (the EMA model the source evaluates: evaluated under the plain
+validation names and exported) and ``updates`` (steps done); the trained weights are
+evaluated as ``val_trained_top1``, ....
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import keras
 import tensorflow as tf
@@ -27,78 +32,126 @@ from llp_tf.config_fields import setting
 from llp_tf.core import losses
 from llp_tf.data.augmentation.views import STRONG, WEAK
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import (
-    Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
+    Finish, Forward, InputSpec, Stream, TrainingSplit, split_batch)
+from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
+
+#: Each family's values, by setting (docs/methods.md names each one's source).
+PRESETS = {"fixmatch_cifar": dict(threshold=0.95, unlabelled_ratio=7, unlabelled_weight=1.0),
+           "imagenet": dict(threshold=0.7, unlabelled_ratio=5, unlabelled_weight=10.0)}
 
 
 @dataclasses.dataclass(frozen=True)
 class FixMatchSettings:
-    """FixMatch (Sohn et al. 2020): config section "fixmatch"."""
+    """FixMatch (Sohn et al. 2020): config section "fixmatch". Each value defaults (None) to
+    its ``--baseline_preset`` source's (`PRESETS`)."""
 
-    threshold: float = setting(
-        0.95, "tau: the max probability of the weak view a pseudo label needs (Sohn et al. "
-        "2020, the value of their CIFAR-10/100, SVHN and STL-10 runs; fixmatch.py's "
-        "--confidence default).", flag="fixmatch_threshold")
-    unlabelled_ratio: int = setting(
-        7, "mu: unlabelled examples per labelled one in a step; the labelled batch is "
-        "global_batch_size // (1 + mu), the unlabelled one the rest (Sohn et al. 2020, "
-        "the same runs; fixmatch.py's --uratio default).", flag="fixmatch_mu")
-    unlabelled_weight: float = setting(
-        1.0, "lambda_u: the weight of the masked cross-entropy of the strong views (Sohn et "
-        "al. 2020, the same runs; fixmatch.py's --wu default).", flag="fixmatch_lambda_u")
+    threshold: Optional[float] = setting(
+        None, "tau: the max probability of the weak view a pseudo label needs. Default: the "
+        "preset's; fixmatch_cifar: 0.95 (google-research/fixmatch fixmatch.py --confidence, "
+        "the paper's CIFAR/SVHN/STL runs); imagenet: 0.7 (imagenet/fixmatch.py "
+        "fixmatch.confidence).", flag="fixmatch_threshold")
+    unlabelled_ratio: Optional[int] = setting(
+        None, "mu: unlabelled examples per labelled one in a step; the labelled batch is "
+        "global_batch_size // (1 + mu), the unlabelled one the rest. Default: the preset's; "
+        "fixmatch_cifar: 7 (fixmatch.py --uratio); imagenet: 5 (imagenet/fixmatch.py uratio).",
+        flag="fixmatch_mu")
+    unlabelled_weight: Optional[float] = setting(
+        None, "lambda_u: the weight of the masked cross-entropy of the strong views. Default: "
+        "the preset's; fixmatch_cifar: 1 (fixmatch.py --wu); imagenet: 10 "
+        "(imagenet/fixmatch.py fixmatch.wu).", flag="fixmatch_lambda_u")
+
+    def resolved(self, family: str) -> dict[str, Any]:
+        """Every setting's value under ``family``: given ones, else the preset's."""
+        return {name: (preset if getattr(self, name) is None else getattr(self, name))
+                for name, preset in PRESETS[family].items()}
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig`."""
+        values = self.resolved(config.method.baseline_preset)
         checks = [
-            (0 <= self.threshold <= 1, "{fixmatch_threshold} must lie in [0, 1]"),
-            (self.unlabelled_ratio >= 1, "{fixmatch_mu} must be at least 1"),
-            (self.unlabelled_weight >= 0, "{fixmatch_lambda_u} cannot be negative"),
-            (config.optimization.global_batch_size >= 1 + self.unlabelled_ratio,
-             "{global_batch_size} must be at least 1 + {fixmatch_mu} (one labelled example a "
+            (0 <= values["threshold"] <= 1, "{fixmatch_threshold} must lie in [0, 1]"),
+            (values["unlabelled_ratio"] >= 1, "{fixmatch_mu} must be at least 1"),
+            (values["unlabelled_weight"] >= 0, "{fixmatch_lambda_u} cannot be negative"),
+            (config.optimization.global_batch_size >= 1 + values["unlabelled_ratio"],
+             f"{{global_batch_size}} must be at least 1 + mu = "
+             f"{1 + values['unlabelled_ratio']} ({{fixmatch_mu}}; one labelled example a "
              "step)"),
         ]
         return [message for ok, message in checks if not ok]
 
 
-class FixMatchMethod(Method):
-    """FixMatch training (see the module docstring), with its `FixMatchSettings`."""
+def recipe_of(family: str, labelled_batch_size: int) -> recipes.Recipe:
+    """The `recipes.Recipe` of ``family``'s source."""
+    if family == "imagenet":
+        return recipes.fixmatch_imagenet(labelled_batch_size)
+    return recipes.cifar_code("fixmatch.py")
+
+
+class FixMatchMethod(SourceBaseline):
+    """FixMatch training (see the module docstring), with its `FixMatchSettings` under
+    ``family``; ``average`` is the evaluated EMA model, ``total_steps`` the run's."""
 
     name = "fixmatch"
     Settings = FixMatchSettings
+    exported_item = "average"
     METRICS = {"fixmatch": ("loss", "labelled", "unlabelled", "mask", "weight_decay")}
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                 optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, settings: FixMatchSettings,
-                 jit_compile: bool = False) -> None:
-        super().__init__(strategy, model, optimizer, num_classes=num_classes,
+                 optimizer: keras.optimizers.Optimizer, average: EmbeddingClassifier, *,
+                 num_classes: int, global_batch_size: int, weight_decay: float,
+                 settings: FixMatchSettings, total_steps: int, family: str = "fixmatch_cifar",
+                 source_optimizer: bool = True, jit_compile: bool = False) -> None:
+        values = settings.resolved(family)
+        labelled, unlabelled = split_batch(int(global_batch_size),
+                                           int(values["unlabelled_ratio"]))
+        super().__init__(strategy, model, optimizer, average, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
-                         jit_compile=jit_compile)
-        self.threshold = float(settings.threshold)
-        self.unlabelled_weight = float(settings.unlabelled_weight)
-        self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
-            self.global_batch_size, int(settings.unlabelled_ratio))
+                         recipe=recipe_of(family, labelled), total_steps=total_steps,
+                         source_optimizer=source_optimizer, jit_compile=jit_compile)
+        self.threshold = float(values["threshold"])
+        self.unlabelled_weight = float(values["unlabelled_weight"])
+        self.labelled_batch_size, self.unlabelled_batch_size = labelled, unlabelled
+
+    @classmethod
+    def recipe(cls, config):
+        family = config.method.baseline_preset
+        ratio = config.method_settings.resolved(family)["unlabelled_ratio"] \
+            if config.method.name == cls.name else PRESETS[family]["unlabelled_ratio"]
+        labelled, _ = split_batch(config.optimization.global_batch_size, int(ratio))
+        return recipe_of(family, labelled)
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
-        del split  # The input reads the split (input_spec).
-        return cls(strategy, model, optimizer, num_classes=num_classes,
+        return cls(strategy, model, optimizer, build_twin(config, strategy, num_classes),
+                   num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   settings=config.method_settings, jit_compile=config.run.jit_compile)
+                   settings=config.method_settings,
+                   total_steps=run_steps(config, len(split.used_index)),
+                   family=config.method.baseline_preset,
+                   source_optimizer=config.method.baseline_optimizer == "source",
+                   jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "fixmatch"
 
-    def step_parts(self, phase: str) -> tuple[Forward, None]:
-        return self._forward, None
+    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
+        return self._forward, self._finish
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         return InputSpec({
             "labelled": Stream(split.labelled_index, self.labelled_batch_size, repeats=True),
             "unlabelled": Stream(split.used_index, self.unlabelled_batch_size,
                                  views={"weak": WEAK, "strong": STRONG})})
+
+    def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
+        return {"average": self.average, "updates": self.updates}
+
+    def evaluated_models(self) -> dict[str, EmbeddingClassifier]:
+        return {"": self.average, "trained": self.model}
 
     def _forward(self, batch):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
@@ -111,3 +164,7 @@ class FixMatchMethod(Method):
         loss = labelled_term + self.unlabelled_weight * unlabelled_term + decay
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
                       "mask": mask_share, "weight_decay": decay}, ()
+
+    def _finish(self, batch, update):
+        del batch, update  # The average follows the new weights.
+        self.average_weights()

@@ -1,40 +1,37 @@
-"""Mean Teacher (Tarvainen & Valpola 2017) as a training method, in the single-head SGD form.
+"""Mean Teacher (Tarvainen & Valpola 2017) as a training method, whole from one source per family.
 
-Two models of the same architecture: the student, trained by SGD, and the
-teacher, an exponential moving average of the student. One phase,
-``"mean_teacher"``. The loss, batch make-up, ramp and batch-norm handling are
-those of the Mean Teacher of the FixMatch codebase (google-research/fixmatch
-``mean_teacher.py``), a single-head SGD configuration; the teacher's decay is
-the MT releases' 0.99, its horizon kept within a share of the run
-(`MeanTeacherSettings`). A step reads a labelled batch (B images, their
-classes, one weak view) and an unlabelled batch (U images of the used set,
-labelled ones too; their labels are never read), each unlabelled image in two
-weak views, ``"student"`` and ``"teacher"``. With ``t`` the steps done before
-this one, ``S`` the run's steps and ``r`` the ramp's share of them:
+Two models of the same architecture: the student, trained by SGD, and the teacher, an
+exponential moving average of the student (`SourceBaseline.average_weights`). One phase,
+``"mean_teacher"``. ``--baseline_preset`` picks the source (`MeanTeacherSettings`,
+`llp_tf.training.methods.recipes`); with ``t`` the steps done before this one and ``S`` the
+run's steps:
 
-- the student runs in training mode on the labelled images (whose batch-norm
-  moments update its moving statistics) and on the unlabelled student views
-  (its own moments, statistics kept), the teacher in training mode, without
-  gradient and statistics kept, on the teacher views;
-- loss = sum over the labelled batch of the cross-entropy / B
-  + w(t) * sum over the unlabelled batch of the consistency / U + weight decay,
-  where the consistency is ``sum_c (p_student - p_teacher)^2 / C`` (``mse``) or
-  ``KL(p_teacher || p_student)`` (``kl``), and ``w(t) = w_max * min(1, t / (r S))``;
-- after the SGD step, teacher <- a * teacher + (1 - a) * student for every
-  weight, the batch-norm moving statistics included (``mean_teacher.py``
-  averages ``utils.model_vars()``, which holds them), float32 whatever the
-  compute precision. The average starts from the student's initial weights,
-  without zero-debias.
+- ``fixmatch_cifar``: google-research/fixmatch ``mean_teacher.py``. A step reads a labelled
+  batch (B images, one weak view) and an unlabelled batch (U images of the used set, labelled
+  ones too, their labels never read), each unlabelled image in a ``"student"`` and a
+  ``"teacher"`` weak view. The student passes the labelled images (whose batch-norm moments
+  update its moving statistics), then the unlabelled student views (statistics kept); the
+  teacher passes the teacher views in training mode without gradient. loss = sum over the
+  labelled batch of the cross-entropy / B + w(t) * sum over the unlabelled batch of the
+  consistency / U + weight decay, ``w(t) = w_max * min(1, t / (r S))``. The teacher averages
+  the trainable weights and takes the student's batch-norm statistics (``model_vars``).
+- ``imagenet``: CuriousAI/mean-teacher ``pytorch/experiments/imagenet_valid.py`` and
+  ``pytorch/main.py``. Every image, labelled or not, comes in both views; the student passes
+  all student views in one pass, the teacher all teacher views in one (its own batch-norm
+  statistics updated, as a PyTorch model in train mode). loss = sum over the labelled images
+  of the cross-entropy / (B + U) + w(t) * sum over all images of the consistency / (B + U),
+  ``w(t) = w_max * exp(-5 (1 - min(1, t / (r S)))^2)``. The teacher averages the parameters.
+  The source's second logit head (cost 0.01) is not built: the model has one category head.
 
-Checkpoint items: ``teacher`` (the model) and ``teacher_updates`` (t).
-Evaluation reports the teacher under the plain validation names
-(``val_top1``) and the student with its name after the prefix
-(``val_student_top1``); export, predict, the linear probe and the analysis
-read the teacher (`exported_item`).
+The consistency is ``sum_c (p_student - p_teacher)^2 / C`` (``mse``) or
+``KL(p_teacher || p_student)`` (``kl``), no gradient into the teacher. Checkpoint items:
+``teacher`` (the model) and ``teacher_updates`` (t). Evaluation reports the teacher under the
+plain validation names (``val_top1``) and the student with its name after the prefix
+(``val_student_top1``); export, predict, the linear probe and the analysis read the teacher.
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import keras
 import tensorflow as tf
@@ -42,88 +39,89 @@ import tensorflow as tf
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
 from llp_tf.data.augmentation import views
-from llp_tf.data.pipeline.input_fns import steps_per_epoch
 from llp_tf.data.pipeline.streams import Stream
-from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.training.methods import recipes
+from llp_tf.training.methods.recipes import linear_rampup, sigmoid_rampup
 from llp_tf.training.methods.base import (
-    Finish, Forward, InputSpec, Method, TrainingSplit, split_batch)
+    Finish, Forward, InputSpec, TrainingSplit, split_batch)
+from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
 from llp_tf.tensor_types import FloatTensor
 
 #: How the student's softmax is compared with the teacher's.
 CONSISTENCY_TYPES = ("mse", "kl")
-#: The views of every unlabelled example: one for each model, both the run's augmentation.
+#: The views of every unlabelled example (every example, ImageNet's): one for each model.
 UNLABELLED_VIEWS = {"student": views.WEAK, "teacher": views.WEAK}
+#: How the consistency weight rises over its ramp: mean_teacher.py's linear one, or the MT
+#: releases' sigmoid exp(-5 (1 - x)^2) (pytorch/mean_teacher/ramps.py sigmoid_rampup).
+RAMPS = ("linear", "sigmoid")
+#: Each family's values, by setting (docs/methods.md names each one's source).
+PRESETS = {
+    "fixmatch_cifar": dict(consistency_weight=50.0, consistency_type="mse",
+                           consistency_rampup=0.4, unlabelled_ratio=1),
+    # 5 of 60 epochs; 20 labelled and 20 unlabelled images of 40 a GPU.
+    "imagenet": dict(consistency_weight=10.0, consistency_type="kl",
+                     consistency_rampup=5 / 60, unlabelled_ratio=1),
+}
+#: The consistency ramp's shape, by family.
+RAMP_OF = {"fixmatch_cifar": "linear", "imagenet": "sigmoid"}
 
 
 @dataclasses.dataclass(frozen=True)
 class MeanTeacherSettings:
-    """Mean Teacher (Tarvainen & Valpola 2017): config section "mean_teacher". The loss, batch
-    and ramp follow the FixMatch codebase's ``mean_teacher.py``; the decay the MT releases'."""
+    """Mean Teacher (Tarvainen & Valpola 2017): config section "mean_teacher". Each value
+    defaults (None) to its ``--baseline_preset`` source's (`PRESETS`)."""
 
-    consistency_weight: float = setting(
-        50.0, "w_max, the consistency cost's weight after its ramp: 50, the FixMatch "
-        "codebase's Mean Teacher (google-research/fixmatch mean_teacher.py "
-        "--consistency_weight), whose loss this is (cross-entropy averaged over the labelled "
-        "batch, consistency over the unlabelled one).", flag="mean_teacher_consistency")
-    consistency_type: str = setting(
-        "mse", "The consistency cost between the student's and the teacher's softmax: mse "
-        "(sum of squared differences / C, mean_teacher.py's and both MT releases' choice) "
-        "or kl (KL(teacher || student), the MT PyTorch release's ImageNet run).",
-        choices=CONSISTENCY_TYPES, flag="mean_teacher_consistency_type")
-    consistency_rampup: float = setting(
-        0.4, "The share of the run's steps over which the consistency weight rises linearly "
-        "from 0 to w_max: 0.4, mean_teacher.py's --warmup_pos. 0: no ramp.",
+    consistency_weight: Optional[float] = setting(
+        None, "w_max, the consistency cost's weight after its ramp. Default: the preset's; "
+        "fixmatch_cifar: 50, google-research/fixmatch mean_teacher.py --consistency_weight; "
+        "imagenet: 10, CuriousAI/mean-teacher pytorch/experiments/imagenet_valid.py "
+        "'consistency'.", flag="mean_teacher_consistency")
+    consistency_type: Optional[str] = setting(
+        None, "The consistency cost between the student's and the teacher's softmax: mse (sum "
+        "of squared differences / C) or kl (KL(teacher || student)). Default: the preset's; "
+        "fixmatch_cifar: mse (mean_teacher.py); imagenet: kl (imagenet_valid.py "
+        "'consistency_type').", flag="mean_teacher_consistency_type")
+    consistency_rampup: Optional[float] = setting(
+        None, "The share of the run's steps over which the consistency weight rises to w_max "
+        "(0: no ramp). Default: the preset's; fixmatch_cifar: 0.4, linear (mean_teacher.py "
+        "--warmup_pos); imagenet: 5/60, sigmoid (imagenet_valid.py 'consistency_rampup' 5 of "
+        "its 60 epochs, pytorch/mean_teacher/ramps.py sigmoid_rampup).",
         flag="mean_teacher_consistency_rampup")
-    ema_decay: float = setting(
-        0.99, "a, the teacher's EMA decay: 0.99, the MT TF release's default "
-        "(CuriousAI/mean-teacher tensorflow/mean_teacher/model.py ema_decay_during_rampup) "
-        "and the MT PyTorch release's 4,000-label CIFAR-10 value "
-        "(pytorch/experiments/cifar10_test.py; 0.97 at 1,000 labels). Its horizon 1/(1 - a) "
-        "is 100 steps: 8% of the demo's 1,240, 0.003% of r18_p10_q100's. Lowered for a run "
-        "shorter than mean_teacher_max_ema_horizon allows.",
-        flag="mean_teacher_ema_decay")
-    max_ema_horizon: float = setting(
-        0.1, "The largest share of the run's steps the teacher may average over: when "
-        "1/(1 - mean_teacher_ema_decay) exceeds it, the decay used is 1 - 1/(share x steps) "
-        "(0 when that is under one step), so the teacher of a short run does not keep its "
-        "random start. The releases' horizons are 0.04-0.67% of their runs "
-        "(mean_teacher.py: 0.999 over 2^20 steps, 0.1%).",
-        flag="mean_teacher_max_ema_horizon")
-    unlabelled_ratio: int = setting(
-        1, "Unlabelled images per labelled one in a step: the labelled batch is "
-        "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: mean_teacher.py's "
-        "64 labelled and 64 unlabelled images a step.", flag="mean_teacher_unlabelled_ratio")
+    ema_horizon: Optional[float] = setting(
+        None, "The teacher's horizon 1/(1 - a) as a share of the run's steps: the decay is "
+        "1 - 1/(share x steps), 0 under one step. Default: the preset's source's share; "
+        "fixmatch_cifar: 1,000 of 2^20 steps (mean_teacher.py --ema 0.999, train_kimg 2^16 of "
+        "64-image batches); imagenet: 3,333 of 345,900 (imagenet_valid.py 'ema_decay' 0.9997 "
+        "over 60 epochs of 5,765 steps on its 10 GPUs).", flag="mean_teacher_ema_horizon")
+    unlabelled_ratio: Optional[int] = setting(
+        None, "Unlabelled images per labelled one in a step: the labelled batch is "
+        "global_batch_size // (1 + ratio), the unlabelled one the rest. Default: the preset's, "
+        "1 in both: mean_teacher.py's 64 labelled and 64 unlabelled images, "
+        "imagenet_valid.py's 20 labelled of 40 a GPU.", flag="mean_teacher_unlabelled_ratio")
+
+    def resolved(self, family: str) -> dict[str, Any]:
+        """Every setting's value under ``family``: given ones, else the preset's."""
+        return {name: (preset if getattr(self, name) is None else getattr(self, name))
+                for name, preset in PRESETS[family].items()}
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the whole `TrainConfig` ``config``."""
+        values = self.resolved(config.method.baseline_preset)
         checks = [
-            (0 <= self.ema_decay < 1, "{mean_teacher_ema_decay} must lie in [0, 1)"),
-            (0 < self.max_ema_horizon <= 1, "{mean_teacher_max_ema_horizon} must lie in (0, 1]"),
-            (self.consistency_weight >= 0, "{mean_teacher_consistency} cannot be negative"),
-            (0 <= self.consistency_rampup <= 1,
+            (self.ema_horizon is None or 0 < self.ema_horizon <= 1,
+             "{mean_teacher_ema_horizon} must lie in (0, 1]"),
+            (values["consistency_type"] in CONSISTENCY_TYPES,
+             "{mean_teacher_consistency_type} must be one of " + ", ".join(CONSISTENCY_TYPES)),
+            (values["consistency_weight"] >= 0, "{mean_teacher_consistency} cannot be negative"),
+            (0 <= values["consistency_rampup"] <= 1,
              "{mean_teacher_consistency_rampup} must lie in [0, 1]"),
-            (self.unlabelled_ratio >= 1, "{mean_teacher_unlabelled_ratio} must be at least 1"),
-            (config.optimization.global_batch_size >= 1 + self.unlabelled_ratio,
+            (values["unlabelled_ratio"] >= 1, "{mean_teacher_unlabelled_ratio} must be at least 1"),
+            (config.optimization.global_batch_size >= 1 + values["unlabelled_ratio"],
              "{global_batch_size} must be at least 1 + {mean_teacher_unlabelled_ratio} (one "
              "labelled image a step)"),
         ]
         return [message for ok, message in checks if not ok]
-
-
-def teacher_decay(decay: float, max_horizon: float, total_steps: int) -> float:
-    """The decay a run of ``total_steps`` uses: ``decay``, or 1 - 1/(``max_horizon`` x steps)
-    when that is lower (its horizon 1/(1 - a) the share's steps), 0 below one step."""
-    steps = max_horizon * total_steps
-    return float(min(decay, max(0.0, 1.0 - 1.0 / steps))) if steps > 0 else 0.0
-
-
-def linear_rampup(steps_done: FloatTensor, rampup_steps: float) -> FloatTensor:
-    """min(1, t / T) for t = ``steps_done`` (float32 []); 1 when T is 0."""
-    if rampup_steps <= 0:
-        return tf.constant(1.0, tf.float32)
-    return tf.cast(tf.clip_by_value(tf.cast(steps_done, tf.float64) / float(rampup_steps),
-                                    0.0, 1.0), tf.float32)
 
 
 def consistency_cost(student_logits: FloatTensor, teacher_logits: FloatTensor,
@@ -140,12 +138,20 @@ def consistency_cost(student_logits: FloatTensor, teacher_logits: FloatTensor,
     return tf.reduce_mean(tf.square(difference), axis=1)
 
 
-class MeanTeacherMethod(Method):
-    """Mean Teacher (see the module docstring), with its `MeanTeacherSettings`.
+def recipe_of(family: str, global_batch_size: int) -> recipes.Recipe:
+    """The `recipes.Recipe` of ``family``'s source."""
+    if family == "imagenet":
+        return recipes.mt_imagenet(global_batch_size)
+    return recipes.cifar_code("mean_teacher.py")
+
+
+class MeanTeacherMethod(SourceBaseline):
+    """Mean Teacher (see the module docstring), with its `MeanTeacherSettings` under
+    ``family`` (a ``--baseline_preset`` value).
 
     ``teacher`` is an `EmbeddingClassifier` of the student's architecture and precision, built
     in ``strategy.scope()``; its weights are set to the student's here. ``total_steps`` (the
-    run's) turns the ramp's share into steps and bounds the teacher's horizon.
+    run's) turns the ramp's and the horizon's shares into steps.
     """
 
     name = "mean_teacher"
@@ -158,39 +164,41 @@ class MeanTeacherMethod(Method):
                  optimizer: keras.optimizers.Optimizer, teacher: EmbeddingClassifier, *,
                  num_classes: int, global_batch_size: int, weight_decay: float,
                  settings: MeanTeacherSettings, total_steps: int,
+                 family: str = "fixmatch_cifar", source_optimizer: bool = True,
                  jit_compile: bool = False) -> None:
-        super().__init__(strategy, model, optimizer, num_classes=num_classes,
+        super().__init__(strategy, model, optimizer, teacher, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
+                         recipe=recipe_of(family, global_batch_size), total_steps=total_steps,
+                         source_optimizer=source_optimizer, ema_horizon=settings.ema_horizon,
                          jit_compile=jit_compile)
+        values = settings.resolved(family)
+        self.family = family
         self.teacher = teacher
-        self.consistency_weight = float(settings.consistency_weight)
-        self.consistency_type = settings.consistency_type
-        self.rampup_steps = float(settings.consistency_rampup) * total_steps
-        self.ema_decay = teacher_decay(settings.ema_decay, settings.max_ema_horizon,
-                                       total_steps)
+        self.teacher_updates = self.updates
+        self.consistency_weight = float(values["consistency_weight"])
+        self.consistency_type = values["consistency_type"]
+        self.rampup_steps = float(values["consistency_rampup"]) * total_steps
+        self.rampup = {"linear": linear_rampup, "sigmoid": sigmoid_rampup}[RAMP_OF[family]]
         self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
-            self.global_batch_size, int(settings.unlabelled_ratio))
-        with strategy.scope():
-            for teacher_weight, weight in zip(teacher.weights, model.weights, strict=True):
-                teacher_weight.assign(weight)
-            self.teacher_updates = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                               name="teacher_updates")
+            self.global_batch_size, int(values["unlabelled_ratio"]))
+
+    @classmethod
+    def recipe(cls, config):
+        return recipe_of(config.method.baseline_preset, config.optimization.global_batch_size)
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit` (its used
         examples make the run's steps)."""
-        optimization = config.optimization
-        with strategy.scope():
-            teacher = build_model_from_config(config.model, num_classes,
-                                              config.data.image_size,
-                                              precision=config.run.mixed_precision)
-        total_steps = optimization.epochs * steps_per_epoch(len(split.used_index),
-                                                            optimization.global_batch_size)
+        teacher = build_twin(config, strategy, num_classes)
         return cls(strategy, model, optimizer, teacher, num_classes=num_classes,
-                   global_batch_size=optimization.global_batch_size,
-                   weight_decay=optimization.weight_decay, settings=config.method_settings,
-                   total_steps=total_steps, jit_compile=config.run.jit_compile)
+                   global_batch_size=config.optimization.global_batch_size,
+                   weight_decay=config.optimization.weight_decay,
+                   settings=config.method_settings,
+                   total_steps=run_steps(config, len(split.used_index)),
+                   family=config.method.baseline_preset,
+                   source_optimizer=config.method.baseline_optimizer == "source",
+                   jit_compile=config.run.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
 
@@ -198,11 +206,15 @@ class MeanTeacherMethod(Method):
         return "mean_teacher"
 
     def step_parts(self, phase: str) -> tuple[Forward, Finish]:
+        if self.family == "imagenet":
+            return self._forward_all_images, self._finish
         return self._forward, self._finish
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
+        labelled_views = UNLABELLED_VIEWS if self.family == "imagenet" else views.ONE_VIEW
         return InputSpec({
-            "labelled": Stream(split.labelled_index, self.labelled_batch_size, repeats=True),
+            "labelled": Stream(split.labelled_index, self.labelled_batch_size,
+                               dict(labelled_views), repeats=True),
             "unlabelled": Stream(split.used_index, self.unlabelled_batch_size,
                                  UNLABELLED_VIEWS)})
 
@@ -212,24 +224,21 @@ class MeanTeacherMethod(Method):
     def evaluated_models(self) -> dict[str, EmbeddingClassifier]:
         return {"": self.teacher, "student": self.model}
 
+    def batch_norm_layers(self) -> list[keras.layers.Layer]:
+        """The student's batch norms, and on ImageNet the teacher's (its own statistics)."""
+        layers = self.model.batch_norm_layers()
+        if self.family == "imagenet":
+            layers = layers + self.teacher.batch_norm_layers()
+        return layers
+
     # ---- the step ------------------------------------------------------------
 
-    def _forward(self, batch):
-        labelled, unlabelled = batch["labelled"], batch["unlabelled"]
-        labelled_logits = tf.cast(self.model(labelled["image"], training=True)["logits"],
-                                  tf.float32)
-        student_logits = tf.cast(self.model(unlabelled["student"], training=True,
-                                            update_moving_statistics=False)["logits"],
-                                 tf.float32)
-        teacher_logits = tf.cast(self.teacher(unlabelled["teacher"], training=True,
-                                              update_moving_statistics=False)["logits"],
-                                 tf.float32)
-        categorisation = tf.reduce_sum(losses.categorisation_loss(
-            labelled_logits, tf.cast(labelled["label"], tf.int64))) / self.labelled_batch_size
-        consistency = tf.reduce_sum(consistency_cost(
-            student_logits, teacher_logits, self.consistency_type)) / self.unlabelled_batch_size
-        weight = self.consistency_weight * linear_rampup(self.teacher_updates,
-                                                         self.rampup_steps)
+    def _logits(self, model, images, update=True):
+        return tf.cast(model(images, training=True,
+                             update_moving_statistics=update)["logits"], tf.float32)
+
+    def _metrics(self, categorisation, consistency):
+        weight = self.consistency_weight * self.rampup(self.teacher_updates, self.rampup_steps)
         decay = self.weight_decay_share()
         loss = categorisation + weight * consistency + decay
         return loss, {"loss": loss, "categorisation": categorisation,
@@ -237,10 +246,31 @@ class MeanTeacherMethod(Method):
                       "consistency_weight": weight / self.strategy.num_replicas_in_sync,
                       "weight_decay": decay}, ()
 
+    def _forward(self, batch):
+        labelled, unlabelled = batch["labelled"], batch["unlabelled"]
+        labelled_logits = self._logits(self.model, labelled["image"])
+        student_logits = self._logits(self.model, unlabelled["student"], update=False)
+        teacher_logits = self._logits(self.teacher, unlabelled["teacher"], update=False)
+        categorisation = tf.reduce_sum(losses.categorisation_loss(
+            labelled_logits, tf.cast(labelled["label"], tf.int64))) / self.labelled_batch_size
+        consistency = tf.reduce_sum(consistency_cost(
+            student_logits, teacher_logits, self.consistency_type)) / self.unlabelled_batch_size
+        return self._metrics(categorisation, consistency)
+
+    def _forward_all_images(self, batch):
+        labelled, unlabelled = batch["labelled"], batch["unlabelled"]
+        images = self.labelled_batch_size + self.unlabelled_batch_size
+        student_logits = self._logits(self.model, tf.concat(
+            [labelled["student"], unlabelled["student"]], axis=0))
+        teacher_logits = self._logits(self.teacher, tf.concat(
+            [labelled["teacher"], unlabelled["teacher"]], axis=0))
+        rows = tf.shape(labelled["student"])[0]
+        categorisation = tf.reduce_sum(losses.categorisation_loss(
+            student_logits[:rows], tf.cast(labelled["label"], tf.int64))) / images
+        consistency = tf.reduce_sum(consistency_cost(
+            student_logits, teacher_logits, self.consistency_type)) / images
+        return self._metrics(categorisation, consistency)
+
     def _finish(self, batch, update):
         del batch, update  # The teacher follows the student's new weights.
-        alpha = tf.constant(self.ema_decay, tf.float32)
-        for teacher_weight, weight in zip(self.teacher.weights, self.model.weights,
-                                          strict=True):
-            teacher_weight.assign(alpha * teacher_weight + (1.0 - alpha) * weight)
-        self.teacher_updates.assign_add(1)
+        self.average_weights()

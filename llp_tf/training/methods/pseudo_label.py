@@ -1,8 +1,10 @@
 """Pseudo-label (Lee 2013): the current network's argmax as the label of unlabelled examples.
 
-One configuration, whole: the pseudo-label baseline of the FixMatch codebase
-(google-research/fixmatch ``pseudo_label.py``): weight 1, threshold 0.95, a
-linear ramp to 0.4 of the run, equal labelled and unlabelled batches.
+One configuration, whole, in every regime family: the pseudo-label baseline of the FixMatch
+codebase (google-research/fixmatch ``pseudo_label.py``, the same under
+``--baseline_preset=imagenet``: the code publishes no ImageNet one): weight 1, threshold 0.95,
+a linear ramp to 0.4 of the run, equal labelled and unlabelled batches, its optimiser and an
+EMA of the trainable weights that is evaluated (`source_baseline.SourceBaseline`).
 
 Each step reads a labelled batch (B examples, their true labels) and an
 unlabelled batch (U examples of the used set, labelled ones too; their batch
@@ -16,18 +18,15 @@ call) and USB (microsoft/Semi-supervised-learning
 the unlabelled call) do. ``batch_norm="joint"`` passes both in one forward
 pass instead (moments and moving statistics of the joint batch). The
 unlabelled examples' targets are the argmax classes of their own forward
-pass (no gradient through the choice); a confidence threshold optionally
-keeps only the examples whose max probability reaches it (0: none dropped,
-Lee's original):
+pass (no gradient through the choice); a confidence threshold keeps only the
+examples whose max probability reaches it:
 
     loss = sum_l CE(l) / B + alpha(t) * sum_u mask_u * CE(u, argmax_u) / U + decay
 
-alpha(t) is a ramp over the epoch t (0-based): 0 before T1, linear from 0 at
-T1 to alpha_f at T2, alpha_f from T2 on, with T1 and T2 fractions of the run's
-epochs (`PseudoLabelSettings`: pseudo_label.py's ramp from 0 to 0.4 of the
-run, or Lee's delay as a fraction); it is constant within an epoch and set
-before each (`before_epoch`), so a resumed run sees the same values.
-pseudo_label.py ramps per step: the demo's 40 epochs make the ramp 16 stairs.
+alpha(t) = alpha_f * min(1, t / (r S)) with t the steps done before this one, S the run's
+steps and r the ramp's share (``pseudo_label.py``: ``warmup_pos``, per step). Checkpoint
+items: ``average`` (the EMA model, evaluated under the plain validation names and exported)
+and ``updates`` (t); the trained weights are evaluated as ``val_trained_top1``, ...
 """
 
 import dataclasses
@@ -39,8 +38,11 @@ import tensorflow as tf
 from llp_tf.config_fields import setting
 from llp_tf.core import losses
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
+from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import (
-    Forward, InputSpec, Method, Stream, TrainingSplit, split_batch)
+    Finish, Forward, InputSpec, Stream, TrainingSplit, split_batch)
+from llp_tf.training.methods.recipes import linear_rampup
+from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
 
 #: How a step's labelled and unlabelled batches pass batch norm (module docstring).
 BATCH_NORM_PASSES = ("separate", "joint")
@@ -53,24 +55,20 @@ class PseudoLabelSettings:
     final_weight: float = setting(
         1.0, "alpha_f: the weight of the unlabelled cross-entropy after the ramp: 1, the "
         "FixMatch codebase's pseudo-label baseline (google-research/fixmatch pseudo_label.py "
-        "--consistency_weight). Lee 2013's configuration: 3, with his delay "
-        "(pseudo_label_ramp_start) and no threshold.", flag="pseudo_label_final_weight")
-    ramp_start: float = setting(
-        0.0, "T1 as a fraction of the run's epochs: the unlabelled weight is 0 before it. 0: "
-        "pseudo_label.py ramps from the start. Lee 2013's T1 = 100 of his T2 = 600 epochs "
-        "is 1/6 of the ramp's end.", flag="pseudo_label_ramp_start")
+        "--consistency_weight), in both --baseline_preset families.",
+        flag="pseudo_label_final_weight")
     ramp_end: float = setting(
-        0.4, "T2 as a fraction of the run's epochs: the weight reaches alpha_f there. 0.4: "
-        "pseudo_label.py's --warmup_pos (Lee 2013: T2 = 600 epochs).",
-        flag="pseudo_label_ramp_end")
+        0.4, "The share of the run's steps over which the weight rises linearly from 0 to "
+        "alpha_f: 0.4, pseudo_label.py's --warmup_pos.", flag="pseudo_label_ramp_end")
     threshold: float = setting(
         0.95, "The max probability an unlabelled example's pseudo label needs to count: 0.95, "
-        "pseudo_label.py's --threshold. 0 keeps all (Lee 2013).",
+        "google-research/fixmatch pseudo_label.py --threshold. 0 keeps all.",
         flag="pseudo_label_threshold")
     unlabelled_ratio: int = setting(
         1, "Unlabelled examples per labelled one in a step: the labelled batch is "
         "global_batch_size // (1 + ratio), the unlabelled one the rest. 1: pseudo_label.py's "
-        "equal labelled and unlabelled batches (64 each).",
+        "equal labelled and unlabelled batches (google-research/fixmatch pseudo_label.py: "
+        "64 each).",
         flag="pseudo_label_unlabelled_ratio")
     batch_norm: str = setting(
         "separate", "How the labelled and unlabelled batches pass batch norm. separate: two "
@@ -85,9 +83,7 @@ class PseudoLabelSettings:
         """What is wrong with these settings in the whole `TrainConfig`."""
         checks = [
             (self.final_weight >= 0, "{pseudo_label_final_weight} cannot be negative"),
-            (0 <= self.ramp_start <= self.ramp_end,
-             "{pseudo_label_ramp_start} and {pseudo_label_ramp_end} must satisfy "
-             "0 <= start <= end"),
+            (0 <= self.ramp_end <= 1, "{pseudo_label_ramp_end} must lie in [0, 1]"),
             (0 <= self.threshold <= 1, "{pseudo_label_threshold} must lie in [0, 1]"),
             (self.unlabelled_ratio >= 1, "{pseudo_label_unlabelled_ratio} must be at least 1"),
             (config.optimization.global_batch_size >= 1 + self.unlabelled_ratio,
@@ -97,35 +93,27 @@ class PseudoLabelSettings:
         return [message for ok, message in checks if not ok]
 
 
-def ramp_weight(epoch: int, start: float, end: float, final: float) -> float:
-    """Lee's alpha(t) at 0-based ``epoch``: 0 before ``start``, ``final`` from
-    ``end`` on, linear between (``start == end``: a step at ``start``)."""
-    if epoch < start:
-        return 0.0
-    if epoch >= end:
-        return float(final)
-    return float(final) * (epoch - start) / (end - start)
-
-
-class PseudoLabelMethod(Method):
+class PseudoLabelMethod(SourceBaseline):
     """Pseudo-label training (see the module docstring), with its `PseudoLabelSettings`;
-    ``epochs`` (the run's) turns the ramp's fractions into T1 and T2."""
+    ``average`` is the evaluated EMA model (`SourceBaseline`), ``total_steps`` the run's."""
 
     name = "pseudo_label"
     Settings = PseudoLabelSettings
+    exported_item = "average"
     METRICS = {"pseudo_label": ("loss", "labelled", "unlabelled", "unlabelled_weight",
                                 "mask", "weight_decay")}
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                 optimizer: keras.optimizers.Optimizer, *, num_classes: int,
-                 global_batch_size: int, weight_decay: float, settings: PseudoLabelSettings,
-                 epochs: int, jit_compile: bool = False) -> None:
-        super().__init__(strategy, model, optimizer, num_classes=num_classes,
+                 optimizer: keras.optimizers.Optimizer, average: EmbeddingClassifier, *,
+                 num_classes: int, global_batch_size: int, weight_decay: float,
+                 settings: PseudoLabelSettings, total_steps: int, source_optimizer: bool = True,
+                 jit_compile: bool = False) -> None:
+        super().__init__(strategy, model, optimizer, average, num_classes=num_classes,
                          global_batch_size=global_batch_size, weight_decay=weight_decay,
-                         jit_compile=jit_compile)
+                         recipe=self.recipe(None), total_steps=total_steps,
+                         source_optimizer=source_optimizer, jit_compile=jit_compile)
         self.final_weight = float(settings.final_weight)
-        self.ramp_start_epoch = settings.ramp_start * epochs
-        self.ramp_end_epoch = settings.ramp_end * epochs
+        self.rampup_steps = float(settings.ramp_end) * total_steps
         self.threshold = float(settings.threshold)
         if settings.batch_norm not in BATCH_NORM_PASSES:
             raise ValueError(f"batch_norm must be one of {BATCH_NORM_PASSES}, "
@@ -133,36 +121,40 @@ class PseudoLabelMethod(Method):
         self.batch_norm = settings.batch_norm
         self.labelled_batch_size, self.unlabelled_batch_size = split_batch(
             self.global_batch_size, int(settings.unlabelled_ratio))
-        with strategy.scope():
-            # alpha(t) of the current epoch, set by before_epoch (not checkpointed:
-            # a resumed run sets it again before its first step).
-            self.unlabelled_weight = tf.Variable(0.0, trainable=False,
-                                                 name="unlabelled_weight")
+
+    @classmethod
+    def recipe(cls, config):
+        del config  # pseudo_label.py in both families.
+        return recipes.cifar_code("pseudo_label.py")
 
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
-        del split  # The input reads the split (input_spec).
-        return cls(strategy, model, optimizer, num_classes=num_classes,
+        return cls(strategy, model, optimizer, build_twin(config, strategy, num_classes),
+                   num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay,
-                   settings=config.method_settings, epochs=config.optimization.epochs,
+                   settings=config.method_settings,
+                   total_steps=run_steps(config, len(split.used_index)),
+                   source_optimizer=config.method.baseline_optimizer == "source",
                    jit_compile=config.run.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "pseudo_label"
 
-    def step_parts(self, phase: str) -> tuple[Forward, None]:
-        return self._forward, None
+    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
+        return self._forward, self._finish
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         return InputSpec({
             "labelled": Stream(split.labelled_index, self.labelled_batch_size, repeats=True),
             "unlabelled": Stream(split.used_index, self.unlabelled_batch_size)})
 
-    def before_epoch(self, epoch: int, phase: str) -> None:
-        self.unlabelled_weight.assign(ramp_weight(
-            epoch, self.ramp_start_epoch, self.ramp_end_epoch, self.final_weight))
+    def checkpoint_items(self) -> dict[str, tf.Module | tf.Variable]:
+        return {"average": self.average, "updates": self.updates}
+
+    def evaluated_models(self) -> dict[str, EmbeddingClassifier]:
+        return {"": self.average, "trained": self.model}
 
     def _forward(self, batch):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
@@ -172,13 +164,17 @@ class PseudoLabelMethod(Method):
             labelled_logits, tf.cast(labelled["label"], tf.int64), unlabelled_logits,
             unlabelled_logits, self.threshold, self.labelled_batch_size,
             self.unlabelled_batch_size)
-        weight = tf.convert_to_tensor(self.unlabelled_weight)
+        weight = self.final_weight * linear_rampup(self.updates, self.rampup_steps)
         decay = self.weight_decay_share()
         loss = labelled_term + weight * unlabelled_term + decay
         replicas = self.strategy.num_replicas_in_sync
         return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
                       "unlabelled_weight": weight / replicas, "mask": mask_share,
                       "weight_decay": decay}, ()
+
+    def _finish(self, batch, update):
+        del batch, update  # The average follows the new weights.
+        self.average_weights()
 
     def _logits(self, labelled_images, unlabelled_images):
         """Training-mode logits, float32 [B, C] and [U, C] (module docstring)."""

@@ -22,11 +22,12 @@ VIEWS = ("weak", "strong")
 def _method(strategy, threshold=0.95, weight_decay=1e-4, mixed_precision="float32",
             unlabelled_weight=1.0, jit_compile=False):
     model, optimizer = tiny_model(strategy, mixed_precision)
-    return FixMatchMethod(strategy, model, optimizer, num_classes=C, global_batch_size=G,
-                          weight_decay=weight_decay,
+    average, _ = tiny_model(strategy, mixed_precision)
+    return FixMatchMethod(strategy, model, optimizer, average, num_classes=C,
+                          global_batch_size=G, weight_decay=weight_decay,
                           settings=FixMatchSettings(threshold=threshold, unlabelled_ratio=MU,
                                                     unlabelled_weight=unlabelled_weight),
-                          jit_compile=jit_compile)
+                          total_steps=100, jit_compile=jit_compile)
 
 
 def _run(method, data, steps=3):
@@ -37,22 +38,31 @@ def test_batch_sizes_phase_and_settings():
     method = _method(tf.distribute.get_strategy())
     assert (method.labelled_batch_size, method.unlabelled_batch_size) == (4, 28)
     assert method.phase(0) == method.phase(9) == "fixmatch"
-    assert method.bank is None and method.checkpoint_items() == {}
+    assert method.bank is None and set(method.checkpoint_items()) == {"average", "updates"}
+    assert method.checkpoint_items()[FixMatchMethod.exported_item] is method.average
+    assert method.evaluated_models() == {"": method.average, "trained": method.model}
     settings = FixMatchSettings()
-    assert (settings.threshold, settings.unlabelled_ratio, settings.unlabelled_weight) == (
-        0.95, 7, 1.0)
+    # fixmatch.py's --confidence, --uratio, --wu; imagenet/fixmatch.py's confidence, uratio, wu.
+    assert settings.resolved("fixmatch_cifar") == dict(threshold=0.95, unlabelled_ratio=7,
+                                                       unlabelled_weight=1.0)
+    assert settings.resolved("imagenet") == dict(threshold=0.7, unlabelled_ratio=5,
+                                                 unlabelled_weight=10.0)
     flags = {field.metadata["flag"] for field in dataclasses.fields(settings)}
     assert flags == {"fixmatch_threshold", "fixmatch_mu", "fixmatch_lambda_u"}
 
     class Optimization:
         global_batch_size = 7
 
+    class Method:
+        baseline_preset = "fixmatch_cifar"
+
     class Config:
         optimization = Optimization
+        method = Method
 
     assert settings.problems(Config) == [
-        "{global_batch_size} must be at least 1 + {fixmatch_mu} (one labelled example a "
-        "step)"]
+        "{global_batch_size} must be at least 1 + mu = 8 ({fixmatch_mu}; one labelled "
+        "example a step)"]
     Optimization.global_batch_size = 8
     assert settings.problems(Config) == []
     bad = FixMatchSettings(threshold=1.5, unlabelled_ratio=0, unlabelled_weight=-1.0)
@@ -177,21 +187,32 @@ def test_an_xla_compiled_step_gives_the_same_results(tmp_path):
         _assert_same_step(paths, copier, data, step)
 
 
-def test_from_config_and_the_streams_it_reads(tmp_path):
+@pytest.mark.parametrize("family, batches, lambda_u", [("fixmatch_cifar", (16, 112), 0.5),
+                                                      ("imagenet", (21, 107), 10.0)])
+def test_from_config_and_the_streams_it_reads(tmp_path, family, batches, lambda_u):
+    """fixmatch_cifar: mu 7 of 128 (fixmatch.py); imagenet: mu 5, lambda_u 10 and the learning
+    rate 0.1 x labelled batch / 256 of imagenet/fixmatch.py."""
+    settings = dict(fixmatch_lambda_u=0.5) if family == "fixmatch_cifar" else {}
     config = TrainConfig.from_settings(
         run_dir=str(tmp_path), dataset="digits", method="fixmatch", global_batch_size=128,
-        fixmatch_threshold=0.8, fixmatch_lambda_u=0.5)
+        fixmatch_threshold=0.8, baseline_preset=family, embedding_dim=16, width=0.125,
+        architecture="resnet10", small_inputs=True, image_size=8, **settings)
     strategy = tf.distribute.get_strategy()
     model, optimizer = tiny_model(strategy)
-    method = method_class("fixmatch").from_config(config, strategy, model, optimizer, C, None)
-    assert isinstance(method, FixMatchMethod)
-    assert (method.threshold, method.unlabelled_weight) == (0.8, 0.5)
-    assert (method.labelled_batch_size, method.unlabelled_batch_size) == (16, 112)
     split = TrainingSplit(np.array([1, 5]), np.arange(12), np.array([0, 1]))
+    method = method_class("fixmatch").from_config(config, strategy, model, optimizer, C, split)
+    assert isinstance(method, FixMatchMethod)
+    assert (method.threshold, method.unlabelled_weight) == (0.8, lambda_u)
+    assert (method.labelled_batch_size, method.unlabelled_batch_size) == batches
+    spec = FixMatchMethod.optimizer_spec(config)
+    want_rate = 0.03 if family == "fixmatch_cifar" else 0.1 * batches[0] / 256
+    assert (spec.learning_rate, spec.momentum, spec.nesterov, spec.step_drops) == (
+        pytest.approx(want_rate, rel=1e-12), 0.9, True, False)
+    labelled_batch, unlabelled_batch = batches
     streams_read = method.input_spec(split).streams
     labelled, unlabelled = streams_read["labelled"], streams_read["unlabelled"]
     assert labelled.repeats and not unlabelled.repeats
-    assert (labelled.batch_size, unlabelled.batch_size) == (16, 112)
+    assert (labelled.batch_size, unlabelled.batch_size) == (labelled_batch, unlabelled_batch)
     np.testing.assert_array_equal(labelled.index, [1, 5])
     np.testing.assert_array_equal(unlabelled.index, np.arange(12))
     assert dict(labelled.views) == {"image": "weak"}

@@ -7,7 +7,7 @@ import tensorflow as tf
 from llp_tf.training.config import TrainConfig
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods.pseudo_label import (
-    BATCH_NORM_PASSES, PseudoLabelMethod, PseudoLabelSettings, ramp_weight)
+    BATCH_NORM_PASSES, PseudoLabelMethod, PseudoLabelSettings)
 from tests import numerics
 from tests.models.helpers import skip_unless_computable
 from tests.training.methods.two_streams import (
@@ -15,23 +15,24 @@ from tests.training.methods.two_streams import (
     iterator, log_softmax, permute_unlabelled_labels, streams, tiny_model, weights)
 
 G = 16  # B = 8 labelled and U = 8 unlabelled examples a step
-EPOCHS = 8  # the ramps below, in epochs, are exact fractions of it
+STEPS = 8  # the run's steps: the ramp below ends after 4 of them
 
 
 def _method(strategy, threshold=0.0, weight_decay=1e-4, mixed_precision="float32",
-            ramp=(1.0, 3.0), final_weight=3.0, batch_norm="separate", jit_compile=False):
+            ramp_end=0.5, final_weight=3.0, batch_norm="separate", jit_compile=False):
     model, optimizer = tiny_model(strategy, mixed_precision)
-    return PseudoLabelMethod(strategy, model, optimizer, num_classes=C, global_batch_size=G,
-                             weight_decay=weight_decay,
+    average, _ = tiny_model(strategy, mixed_precision)
+    return PseudoLabelMethod(strategy, model, optimizer, average, num_classes=C,
+                             global_batch_size=G, weight_decay=weight_decay,
                              settings=PseudoLabelSettings(
-                                 final_weight=final_weight, ramp_start=ramp[0] / EPOCHS,
-                                 ramp_end=ramp[1] / EPOCHS, threshold=threshold,
-                                 unlabelled_ratio=1, batch_norm=batch_norm),
-                             epochs=EPOCHS, jit_compile=jit_compile)
+                                 final_weight=final_weight, ramp_end=ramp_end,
+                                 threshold=threshold, unlabelled_ratio=1, batch_norm=batch_norm),
+                             total_steps=STEPS, jit_compile=jit_compile)
 
 
-def _run(method, data, epoch=2, steps=3):
-    method.before_epoch(epoch, method.phase(epoch))
+def _run(method, data, done=2, steps=3):
+    """``steps`` steps after ``done`` steps of the run (the ramp's and schedule's t)."""
+    method.updates.assign(done)
     return StepRunner(method).run(iterator(method, data), steps, "pseudo_label")
 
 
@@ -57,23 +58,21 @@ def _stem_float64(kernel, images):
                for i in range(3) for j in range(3))
 
 
-def test_alpha_is_zero_before_t1_linear_to_alpha_f_at_t2_then_constant():
-    assert [ramp_weight(t, 100, 600, 3.0) for t in (0, 99, 100, 350, 599, 600, 2000)] == [
-        0.0, 0.0, 0.0, 1.5, 3.0 * 499 / 500, 3.0, 3.0]
-    assert [ramp_weight(t, 2, 2, 3.0) for t in (1, 2, 3)] == [0.0, 3.0, 3.0]
-    # Fractions of a 40-epoch run: T1 = 0, T2 = 16 epochs.
-    assert [ramp_weight(t, 0.0, 16.0, 3.0) for t in (0, 4, 16)] == [0.0, 0.75, 3.0]
-    method = _method(tf.distribute.get_strategy(), ramp=(1.0, 5.0))
-    for epoch, want in ((0, 0.0), (1, 0.0), (2, 0.75), (4, 2.25), (5, 3.0), (9, 3.0)):
-        method.before_epoch(epoch, method.phase(epoch))
-        assert method.unlabelled_weight.numpy() == want
+def test_alpha_rises_linearly_per_step_to_alpha_f_at_its_share_of_the_run():
+    """pseudo_label.py: alpha(t) = alpha_f * clip(t / (warmup_pos * S), 0, 1), t the steps
+    done before the step (here S = 8, warmup_pos 0.5: 4 steps)."""
+    method = _method(tf.distribute.get_strategy())
+    assert method.rampup_steps == 4.0
+    metrics = _run(method, streams(), done=0, steps=6)
+    np.testing.assert_allclose(metrics["unlabelled_weight"],
+                               [3.0 * min(1.0, t / 4.0) for t in range(6)], rtol=1e-7)
 
 
 def test_settings_and_their_problems():
     settings = PseudoLabelSettings()
     assert (settings.final_weight, settings.threshold, settings.unlabelled_ratio,
-            settings.batch_norm, settings.ramp_start, settings.ramp_end) == (
-        1.0, 0.95, 1, "separate", 0.0, 0.4)  # google-research/fixmatch pseudo_label.py
+            settings.batch_norm, settings.ramp_end) == (
+        1.0, 0.95, 1, "separate", 0.4)  # google-research/fixmatch pseudo_label.py
     assert {field.metadata["flag"] for field in dataclasses.fields(settings)} == {
         f"pseudo_label_{field.name}" for field in dataclasses.fields(settings)}
 
@@ -88,8 +87,7 @@ def test_settings_and_their_problems():
         "labelled example a step)"]
     Optimization.global_batch_size = 2
     assert settings.problems(Config) == []
-    bad = PseudoLabelSettings(final_weight=-1, ramp_start=0.5, ramp_end=0.2, threshold=2,
-                              unlabelled_ratio=0)
+    bad = PseudoLabelSettings(final_weight=-1, ramp_end=1.2, threshold=2, unlabelled_ratio=0)
     assert len(bad.problems(Config)) == 4
 
 
@@ -122,7 +120,7 @@ def test_first_step_loss_is_lees_equation_in_float64(threshold_at):
     mask = confidence >= method.threshold
     assert 0 < mask.sum() < len(mask) if threshold_at else mask.all()
 
-    metrics = _run(method, data, epoch=2, steps=1)
+    metrics = _run(method, data, done=2, steps=1)
     want = dict(_lees_terms(labelled, labels, unlabelled, method.threshold),
                 unlabelled_weight=1.5)
     for name, value in want.items():
@@ -180,14 +178,14 @@ def test_moving_statistics_follow_the_labelled_batch_only(passes):
         momentum * old_variance + (1 - momentum) * stem.var(axis=(0, 1, 2)), rtol=1e-5)
 
 
-def test_before_t1_the_unlabelled_term_does_not_train():
-    """alpha = 0: the same weights as a step whose unlabelled term is cut off
+def test_at_the_first_step_the_unlabelled_term_does_not_train():
+    """alpha(0) = 0: the same weights as a step whose unlabelled term is cut off
     by a threshold no example reaches."""
     strategy = tf.distribute.get_strategy()
     data = streams()
     early, thresholded = _method(strategy), _method(strategy, threshold=1.0)
-    early_metrics = _run(early, data, epoch=0, steps=1)
-    _run(thresholded, data, epoch=4, steps=1)
+    early_metrics = _run(early, data, done=0, steps=1)
+    _run(thresholded, data, done=0, steps=1)
     np.testing.assert_array_equal(early_metrics["unlabelled_weight"], 0.0)
     assert np.all(early_metrics["unlabelled"] > 0)
     for a, b in zip(weights(early), weights(thresholded)):
@@ -210,7 +208,7 @@ def test_two_replicas_match_one_replica(two_replica_strategy):
     data = streams()
     single, mirrored = _method(tf.distribute.get_strategy()), _method(two_replica_strategy)
     before = weights(single)
-    want, got = (_run(method, data, epoch=2, steps=1) for method in (single, mirrored))
+    want, got = (_run(method, data, done=2, steps=1) for method in (single, mirrored))
     np.testing.assert_array_equal(got["unlabelled_weight"], 1.5)
     numerics.assert_close_metrics(want, got, 1)
     numerics.assert_same_moves(before, weights(single), weights(mirrored), 1)
@@ -238,29 +236,33 @@ def test_an_xla_compiled_step_gives_the_same_results():
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
 
 
-def test_from_config_maps_the_ramp_fractions_onto_the_runs_epochs(tmp_path):
+def test_from_config_maps_the_ramp_share_onto_the_runs_steps(tmp_path):
     config = TrainConfig.from_settings(
         run_dir=str(tmp_path), dataset="digits", method="pseudo_label", epochs=40,
-        global_batch_size=30, weight_decay=2e-4, pseudo_label_ramp_start=0.1,
+        global_batch_size=30, weight_decay=2e-4,
         pseudo_label_ramp_end=0.4, pseudo_label_final_weight=2.0, pseudo_label_threshold=0.9,
-        pseudo_label_unlabelled_ratio=2, pseudo_label_batch_norm="joint")
+        pseudo_label_unlabelled_ratio=2, pseudo_label_batch_norm="joint",
+        baseline_optimizer="protocol", embedding_dim=16, width=0.125, architecture="resnet10",
+        small_inputs=True, image_size=8)
     strategy = tf.distribute.get_strategy()
     model, optimizer = tiny_model(strategy)
+    split = TrainingSplit(np.array([1, 5]), np.arange(60), np.array([0, 1]))
     method = method_class("pseudo_label").from_config(config, strategy, model, optimizer, C,
-                                                      None)
+                                                      split)
     assert isinstance(method, PseudoLabelMethod)
-    assert (method.ramp_start_epoch, method.ramp_end_epoch, method.final_weight) == (
-        4.0, 16.0, 2.0)
+    # 40 epochs of 60 // 30 = 2 steps: the ramp ends after 0.4 x 80 = 32 steps.
+    assert (method.rampup_steps, method.final_weight) == (32.0, 2.0)
+    # The protocol's optimiser: its weight decay, no per-step factor.
     assert (method.threshold, method.weight_decay, method.batch_norm) == (0.9, 2e-4, "joint")
+    assert method.learning_rate_factor() is None
     assert (method.labelled_batch_size, method.unlabelled_batch_size) == (10, 20)
-    split = TrainingSplit(np.array([1, 5]), np.arange(12), np.array([0, 1]))
     streams_read = method.input_spec(split).streams
     assert list(streams_read) == ["labelled", "unlabelled"]
     labelled, unlabelled = streams_read["labelled"], streams_read["unlabelled"]
     assert labelled.repeats and not unlabelled.repeats
     assert (labelled.batch_size, unlabelled.batch_size) == (10, 20)
     np.testing.assert_array_equal(labelled.index, [1, 5])
-    np.testing.assert_array_equal(unlabelled.index, np.arange(12))
+    np.testing.assert_array_equal(unlabelled.index, np.arange(60))
     assert dict(labelled.views) == dict(unlabelled.views) == {"image": "weak"}
 
 
