@@ -9,6 +9,7 @@ Teacher's teacher, the evaluated model of pseudo-label and FixMatch. With
 protocol's; the loss and the average stay the source's.
 """
 
+import abc
 from typing import Any, Optional
 
 import keras
@@ -72,9 +73,10 @@ class SourceBaseline(Method):
             self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
 
     @classmethod
+    @abc.abstractmethod
     def recipe(cls, config: Any) -> recipes.Recipe:
-        """The `recipes.Recipe` of a `TrainConfig` (its ``--baseline_preset``)."""
-        raise NotImplementedError
+        """The `recipes.Recipe` of a `TrainConfig` (its ``--baseline_preset``); each source
+        baseline names its own."""
 
     @classmethod
     def optimizer_spec(cls, config: Any) -> OptimizerSpec:
