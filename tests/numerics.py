@@ -117,7 +117,7 @@ def assert_same_step_moves(start, want, got, rtol, what="weights"):
     ``got`` (lists of arrays in the same order): their moves differ by at
     most ``rtol`` of the move in norm over all weights, plus the rounding of
     the updated weights (2 u of their norm), and each variable's by as much
-    (a variable that moved wrongly cannot hide)."""
+    (a variable that moved wrongly cannot hide). Returns that tolerance."""
     start = [np.asarray(s, np.float64) for s in start]
     moves = [np.asarray(w, np.float64) - s for w, s in zip(want, start, strict=True)]
     other = [np.asarray(g, np.float64) - s for g, s in zip(got, start, strict=True)]
@@ -131,6 +131,7 @@ def assert_same_step_moves(start, want, got, rtol, what="weights"):
         f"{size:.3g} (+ {rounding:.2g} of rounding)")
     for index, (m, o) in enumerate(zip(moves, other)):
         assert np.linalg.norm(m - o) <= tolerance, f"{what}[{index}]"
+    return tolerance
 
 
 def unit_row_write_bound(old, new, momentum, rtol):
@@ -175,6 +176,7 @@ def assert_same_moves(start, want, got, steps, what="weights"):
         f"size {size:.3g}")
     for index, (m, o) in enumerate(zip(moves, other)):
         assert np.linalg.norm(m - o) <= tolerance, f"{what}[{index}]"
+    return tolerance
 
 
 def assert_close_metrics(want, got, steps):

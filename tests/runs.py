@@ -120,7 +120,9 @@ def assert_same_step_states(start, want, got, move_rtol, checks, compared=()):
     """Two runs' checkpoints ``want`` and ``got`` after one step from the same
     state ``start`` (`checkpoint_state`s): integers and booleans equal; the
     model's and the optimizer's variables each a group whose moves agree to
-    ``move_rtol`` (`numerics.assert_same_step_moves`); every other float
+    ``move_rtol`` (`numerics.assert_same_step_moves`); an EMA ``average`` of the
+    model (a <- a m + (1 - a) w, 0 <= a <= 1, or a copy) differs between the
+    runs by at most the model's tolerance, plus its own rounding; every other float
     variable (short name, without its ``/.ATTRIBUTES/...`` suffix) checked by
     ``checks[name](start value, want value, got value)``, or named in
     ``compared`` (the caller compares it)."""
@@ -130,16 +132,21 @@ def assert_same_step_states(start, want, got, move_rtol, checks, compared=()):
         short = short_name(name)
         if want[name].dtype.kind in "iub":
             np.testing.assert_array_equal(got[name], want[name], err_msg=short)
-        elif short.split("/")[0] in ("model", "optimizer"):
+        elif short.split("/")[0] in ("model", "optimizer", "average"):
             groups.setdefault(short.split("/")[0], []).append(name)
         elif short not in compared:
             assert short in checks, f"{short} is not compared"
             checks[short](start[name], want[name], got[name])
             checked.add(short)
     assert checked == set(checks), set(checks) - checked
-    for group, names in groups.items():
-        numerics.assert_same_step_moves([start[n] for n in names], [want[n] for n in names],
-                                        [got[n] for n in names], move_rtol, what=group)
+    tolerances = {group: numerics.assert_same_step_moves(
+        [start[n] for n in names], [want[n] for n in names], [got[n] for n in names],
+        move_rtol, what=group) for group, names in groups.items() if group != "average"}
+    for name in groups.get("average", ()):
+        average = np.asarray(want[name], np.float64)
+        error = np.linalg.norm(np.asarray(got[name], np.float64) - average)
+        bound = tolerances["model"] + 2 * numerics.U * np.linalg.norm(average)
+        assert error <= bound, f"{short_name(name)}: {error:.3g} > {bound:.3g}"
 
 
 class DriverProcess:

@@ -84,14 +84,38 @@ def test_float32_is_never_probed_and_a_refusal_is_one_sentence(monkeypatch):
     assert "--mixed_precision=float32" in message and message.count(". ") == 0
 
 
+ABORTING_CHILD = """#!/bin/sh
+echo "terminate called after throwing an instance of 'dnnl::error'" >&2
+echo "  what():  could not create a primitive descriptor for a convolution forward. More" >&2
+kill -ABRT $$
+"""
+REFUSING_CHILD = """#!/bin/sh
+echo "Traceback (most recent call last):" >&2
+echo '  File "<string>", line 1, in <module>' >&2
+echo "unsupported: NotFoundError: No registered 'Conv2D' OpKernel for 'CPU' devices. Registered" >&2
+exit 1
+"""
+
+
+@pytest.mark.parametrize("script, reason", [
+    (ABORTING_CHILD, "could not create a primitive descriptor for a convolution forward"),
+    (REFUSING_CHILD, "NotFoundError: No registered 'Conv2D' OpKernel for 'CPU' devices")])
+def test_a_child_that_aborts_or_refuses_gives_its_first_sentence(tmp_path, monkeypatch, script,
+                                                                 reason):
+    """oneDNN aborts the process (a C++ ``what():`` line, SIGABRT); TensorFlow refuses with
+    an error (`precision.probe`'s ``unsupported:`` line after a traceback). Either gives one
+    sentence, without the traceback."""
+    child = tmp_path / "python"
+    child.write_text(script)
+    child.chmod(0o755)
+    monkeypatch.setattr(precision.sys, "executable", str(child))
+    assert precision.unsupported.__wrapped__("bfloat16") == reason
+
+
 @pytest.mark.slow
-def test_the_probe_finds_no_onednn_bfloat16_kernel_on_an_avx2_cpu(monkeypatch):
-    """oneDNN limited to AVX2 has no bfloat16 convolution or matmul (it aborts
-    the process in the child); without oneDNN, TensorFlow's own kernels run it."""
-    probe = precision.unsupported.__wrapped__
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
-    reason = probe("bfloat16")
-    assert reason and "\n" not in reason and "Traceback" not in reason
+def test_tensorflows_own_kernels_train_both_low_precisions_in_the_child(monkeypatch):
+    """Without oneDNN, TensorFlow's CPU kernels run the probe's convolution and matmul with
+    gradients in bfloat16 and float16 (whether oneDNN does depends on the CPU and its build)."""
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    assert probe("bfloat16") is None
+    for low in ("bfloat16", "float16"):
+        assert precision.unsupported.__wrapped__(low) is None

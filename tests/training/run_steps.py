@@ -135,9 +135,9 @@ def assert_same_fixmatch_step(reference, other_dir, logits, input_rtol=0.0):
     (as `assert_same_llp_step`; its cross-entropies and mask as
     tests/training/methods/test_fixmatch.py's)."""
     start, want, got, want_row, got_row = _states_and_rows(reference, other_dir)
-    method = reference.method_settings
+    method = reference.method_settings.resolved(reference.method.baseline_preset)
     batch = reference.optimization.global_batch_size
-    labelled = batch // (1 + method.unlabelled_ratio)
+    labelled = batch // (1 + method["unlabelled_ratio"])
     sums = numerics.tiny_resnet_sums(labelled + 2 * (batch - labelled), reference.data.image_size)
     rtol = numerics.network_rtol(sums) + input_rtol
     softmax = numerics.softmax_term_bound(rtol, max(logits), len(PATTERNS))
@@ -147,7 +147,7 @@ def assert_same_fixmatch_step(reference, other_dir, logits, input_rtol=0.0):
               "mask": numerics.metric_bound(want_row["mask"], batch - labelled),
               "weight_decay": numerics.metric_bound(want_row["weight_decay"],
                                                     _decayed_weights(start))}
-    bounds["loss"] = (bounds["labelled"] + method.unlabelled_weight * bounds["unlabelled"]
+    bounds["loss"] = (bounds["labelled"] + method["unlabelled_weight"] * bounds["unlabelled"]
                       + bounds["weight_decay"]
                       + numerics.reordered_sum_bound(3, want_row["loss"]))
     numerics.assert_same_metrics({n: want_row[n] for n in bounds},
