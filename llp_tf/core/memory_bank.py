@@ -14,6 +14,7 @@ checkpointed variables over the N used training examples (dense indices ``[0, N)
 Create it inside ``strategy.scope()``; `update` keeps every replica's copy identical. The
 interface is `bank.Bank`'s."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,10 @@ class MemoryBank(tf.Module, Bank):
     def held_rows(self) -> tuple[int, int]:
         """`Bank.held_rows`: all of them."""
         return 0, self.num_examples
+
+    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
+        return {name: variable_rows.rows(getattr(self, name), start, stop - start).numpy()
+                for name in names}
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)

@@ -197,6 +197,21 @@ class ShardedMemoryBank(tf.Module, Bank):
         """`Bank.held_rows`: those of this process's shards."""
         return self.shards[0].start, self.shards[-1].stop
 
+    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
+        """`Bank.read_rows`: each overlapping shard's rows gathered, joined in row order."""
+        if not self.held_rows[0] <= start <= stop <= self.held_rows[1]:
+            raise ValueError(f"rows [{start}, {stop}) are not all within the held rows "
+                             f"{list(self.held_rows)}.")
+        pieces = {name: [] for name in names}
+        for shard in self.shards:
+            first, last = max(start, shard.start), min(stop, shard.stop)
+            if first < last or (start == stop and shard is self.shards[0]):
+                for name in names:
+                    pieces[name].append(variable_rows.rows(
+                        getattr(shard, name), first - shard.start, last - first).numpy())
+        return {name: np.concatenate(parts) if len(parts) > 1 else parts[0]
+                for name, parts in pieces.items()}
+
     def _shard(self) -> _Shard:
         return self.shards[_replica_id() - self._first]
 

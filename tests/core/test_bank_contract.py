@@ -165,6 +165,24 @@ def test_read_gives_the_rows_labels_and_confidences(make):
     np.testing.assert_array_equal(confidence, state["confidence"][indices])
 
 
+@pytest.mark.parametrize("block_rows", [N, 4])
+def test_held_blocks_read_the_written_state_block_by_block(make, block_rows):
+    """After a write, blocks of 4 rows (across the shards' edge at row 7) and one block of N
+    give each state array's rows."""
+    case = make()
+    _pseudo_labelled(case)
+    state = _state(case.bank)
+    names = ("embeddings", "labels", "confidence", "is_labelled")
+    blocks = list(case.bank.held_blocks(names, block_rows))
+    assert [first for first, _ in blocks] == list(range(0, N, block_rows))
+    for name in names:
+        joined = np.concatenate([rows[name] for _, rows in blocks])
+        assert joined.dtype == state[name].dtype
+        np.testing.assert_array_equal(joined, state[name], err_msg=name)
+    np.testing.assert_array_equal(case.bank.read_rows(["labels"], 5, 9)["labels"],
+                                  state["labels"][5:9])
+
+
 def test_nearest_rows_against_float64_with_ties_to_the_lowest_row(make):
     # momentum 0: rows 2 and 11 (one in each shard of two) become the same unit vector.
     case = make(momentum=0.0)
