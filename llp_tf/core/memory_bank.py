@@ -71,12 +71,26 @@ def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
     return rows
 
 
+def initial_embeddings(dim: int, seed: int, start: int, stop: int) -> tf.Variable:
+    """A float32 [stop - start, D] variable of rows ``[start, stop)`` of the initial
+    embeddings (`initial_rows`), written `DRAW_BLOCK_ROWS` rows at a time into a variable of
+    zeros: building it holds one block beside the variable. Made in the current scope and
+    device (a mirrored variable in a strategy's scope, every copy written)."""
+    variable = tf.Variable(tf.zeros([stop - start, dim]), trainable=False, name="embeddings",
+                           aggregation=tf.VariableAggregation.NONE)
+    for first in range(start, stop, DRAW_BLOCK_ROWS):
+        last = min(first + DRAW_BLOCK_ROWS, stop)
+        variable.scatter_update(tf.IndexedSlices(initial_rows(dim, seed, first, last),
+                                                 tf.range(first - start, last - start)))
+    return variable
+
+
 def initial_state(num_examples: int, dim: int, num_classes: int,
                   labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
-                  seed: int, rows: tuple[int, int] | None = None) -> dict[str, Array]:
-    """The bank's initial state (module docstring), numpy arrays by name: of the
-    rows ``[start, stop)`` if ``rows`` is given, ``density`` and ``labelled_index`` (global
-    indices) then of the labelled rows among them."""
+                  rows: tuple[int, int] | None = None) -> dict[str, Array]:
+    """The bank's initial state but its embeddings (module docstring; `initial_embeddings`),
+    numpy arrays by name: of the rows ``[start, stop)`` if ``rows`` is given, ``density`` and
+    ``labelled_index`` (global indices) then of the labelled rows among them."""
     if num_examples <= 0 or dim <= 0 or num_classes <= 0:
         raise ValueError(
             f"num_examples, dim and num_classes must be positive; got {num_examples}, "
@@ -91,8 +105,7 @@ def initial_state(num_examples: int, dim: int, num_classes: int,
     labels[labelled_index - start] = labelled_classes
     is_labelled = np.zeros(stop - start, dtype=bool)
     is_labelled[labelled_index - start] = True
-    return {"embeddings": initial_rows(dim, seed, start, stop),
-            "labels": labels, "confidence": np.ones(stop - start, np.float32),
+    return {"labels": labels, "confidence": np.ones(stop - start, np.float32),
             "density": np.ones(labelled_index.size, np.float32),
             "labelled_index": labelled_index, "is_labelled": is_labelled}
 
@@ -123,13 +136,13 @@ class MemoryBank(tf.Module, Bank):
         super().__init__(name=name)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
-        state = initial_state(num_examples, dim, num_classes, labelled_index, labelled_classes,
-                              seed)
+        state = initial_state(num_examples, dim, num_classes, labelled_index, labelled_classes)
         self.num_examples = int(num_examples)
         self.dim = int(dim)
         self.num_classes = int(num_classes)
         self.num_labelled = int(state["labelled_index"].size)
         self.momentum = float(momentum)
+        self.embeddings = initial_embeddings(dim, seed, 0, num_examples)
         for name, value in state.items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name,
                                             aggregation=tf.VariableAggregation.NONE))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from llp_tf.core import propagation
 from llp_tf.core.bank import Bank
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
@@ -256,6 +257,23 @@ def test_refresh_density_against_float64(make, t, normalisation, temperature):
     np.testing.assert_allclose(np.log(state["density"]), np.log(want), atol=atol, rtol=0)
     if temperature == 0.5 and t < N:  # rho well below 1: Z is not a constant
         assert np.all(np.log(want) < -0.1)
+
+
+@pytest.mark.parametrize("normalisation", ["release", "paper"])
+def test_a_refresh_whose_scores_fit_32_bytes_searches_4_rows_at_a_time(make, normalisation,
+                                                                     monkeypatch):
+    """A budget of 32 bytes of scores for chunks of 2 queries: blocks of 4 rows (t = 4), so
+    the 13 rows of one bank are searched in 3 blocks and a tail of 1 (the shards, of 7 and
+    6 rows, whole); the same float64 reference and tolerances as above."""
+    monkeypatch.setattr(propagation, "DENSITY_SCORE_BYTES", 32)
+    assert propagation.score_block_rows(2, 4) == 4
+    case = make()
+    _pseudo_labelled(case)
+    state = _state(_refreshed(case, t=4, temperature=TAU, normalisation=normalisation).bank)
+    rows = state["embeddings"]
+    want = reference.local_density(rows[state["labelled_index"]], rows, 4, TAU, normalisation)
+    atol = 4e-5 if normalisation == "paper" else 2e-5
+    np.testing.assert_allclose(np.log(state["density"]), np.log(want), atol=atol, rtol=0)
 
 
 def test_the_default_refresh_is_the_releases_bit_for_bit(make):
