@@ -169,7 +169,7 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
     (`DENSITY_NORMALISATIONS`).
 
     Args:
-      queries: float32 [Q, D]; bank: float32 [N, D].
+      queries: float32 [Q, D]; bank: float32 [N, D], or a variable.
       t: int, neighbours (more than N: all N); chunk_size: query rows per chunk, searched
         `score_block_rows` bank rows at a time (`DENSITY_SCORE_BYTES` of similarities)."""
     _validate_positive("t", t)
@@ -177,7 +177,9 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
     _validate_positive("chunk_size", chunk_size)
     check_normalisation(normalisation)
     queries = tf.convert_to_tensor(queries, tf.float32)
-    bank = tf.convert_to_tensor(bank, tf.float32)
+    # In a graph a variable bank is read a block at a time; eagerly, as a traced input.
+    bank = (variable_rows.as_rows(bank, tf.float32) if not tf.executing_eagerly()
+            else tf.convert_to_tensor(bank, tf.float32))
     t = _static_or_dynamic_min(t, bank)
     # A dynamic t comes with a bank of dynamic rows, searched whole.
     block_rows = score_block_rows(chunk_size, t if isinstance(t, int) else 1)
