@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from llp_tf.after_training import run_loader
 from llp_tf.after_training.analysis import projector, report, run_analysis
+from llp_tf.core import bank_statistics
 from llp_tf.training import config, run_record
 from llp_tf.data.sources.registry import load_source
 from llp_tf.data.splits import regime
@@ -57,7 +58,11 @@ def true_classes(tiny_llp_run):
     return _true_classes(tiny_llp_run)
 
 
-def test_scores_match_a_float64_reference_on_the_checkpointed_bank(tiny_run, true_classes):
+@pytest.mark.parametrize("block_rows", [bank_statistics.SUM_CHUNK_ROWS, 7])
+def test_scores_match_a_float64_reference_on_the_checkpointed_bank(tiny_run, true_classes,
+                                                                   block_rows, monkeypatch):
+    """The bank read whole, and in blocks of 7 rows."""
+    monkeypatch.setattr(bank_statistics, "SUM_CHUNK_ROWS", block_rows)
     state = run_analysis.bank_state(tiny_run, true_classes, steps_per_epoch=5)
     embeddings = _bank_tensor(tiny_run.checkpoint, "embeddings")
     labels = _bank_tensor(tiny_run.checkpoint, "labels")
@@ -170,3 +175,4 @@ def test_analyze_run_and_report_write_valid_files(tiny_llp_run, true_classes, tm
     assert f"mean over 4 classes: {result.latest.true.mean:.4f}" in summary
     best = int(np.nanargmax(result.latest.true.per_class))
     assert f"tightest: {result.class_names[best]} ({best})" in summary
+
