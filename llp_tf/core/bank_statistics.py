@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from llp_tf.core import label_encoding
+from llp_tf.core.bank import Bank
 from llp_tf.tensor_types import Array, BoolTensor, FloatTensor, IntTensor
 
 # Rows summed per chunk: bounds the float64 copy of a million-row bank.
@@ -121,3 +122,41 @@ def stats_of_counts(counts: np.ndarray) -> PseudoLabelStats:
     return PseudoLabelStats(unlabelled=int(unlabelled), coverage=pseudo / unlabelled,
                             accuracy=correct / unlabelled,
                             confidence=float(np.float32(confidence / pseudo)))
+
+
+#: The groupings of rows `held_sums` can sum: by true class, by the bank's own label, and
+#: every row as one class.
+GROUPINGS = ("true", "own", "every_row")
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldSums:
+    """Sums over a bank's held rows that add up across disjoint rows (workers): the
+    `pseudo_label_counts` ``label_counts`` float64 [4], and per grouping of `GROUPINGS` asked
+    for, `class_sums`' (float64 [C, D] sums, int64 [C] counts; C = 1 for "every_row")."""
+
+    label_counts: np.ndarray
+    groups: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def held_sums(bank: Bank, true_classes: Array, num_classes: int,
+              groupings: tuple[str, ...] = ("true",)) -> HeldSums:
+    """`HeldSums` of the rows ``bank`` holds (`Bank.held_rows`) for ``groupings``, read
+    `SUM_CHUNK_ROWS` rows at a time (`Bank.held_blocks`); ``true_classes`` int64 [N] over all
+    N rows, -1 where unknown."""
+    label_counts = np.zeros(4)
+    sizes = {"true": num_classes, "own": num_classes, "every_row": 1}
+    groups = {name: (np.zeros((sizes[name], bank.dim)), np.zeros(sizes[name], np.int64))
+              for name in groupings}
+    names = ("embeddings", "labels", "confidence", "is_labelled")
+    for first, rows in bank.held_blocks(names, SUM_CHUNK_ROWS):
+        true = np.asarray(true_classes)[first:first + len(rows["labels"])]
+        label_counts += pseudo_label_counts(rows["labels"], rows["confidence"],
+                                            rows["is_labelled"], true, num_classes)
+        classes = {"true": true, "own": rows["labels"], "every_row": np.zeros_like(true)}
+        for name, (sums, counts) in groups.items():
+            block_sums, block_counts = class_sums(rows["embeddings"], classes[name],
+                                                  sizes[name])
+            sums += block_sums
+            counts += block_counts
+    return HeldSums(label_counts=label_counts, groups=groups)

@@ -57,19 +57,8 @@ class Evaluator:
         Each process sums over the rows it holds, a block at a time (`Bank.held_blocks`); a
         bank sharded across workers adds up their sums."""
         start, stop = self.bank.held_rows
-        counts = np.zeros(4, np.float64)
-        sums = np.zeros((self.num_classes, self.bank.dim), np.float64)
-        class_counts = np.zeros(self.num_classes, np.int64)
-        names = ("embeddings", "labels", "confidence", "is_labelled")
-        for first, rows in self.bank.held_blocks(names, bank_statistics.SUM_CHUNK_ROWS):
-            true_labels = self.bank_true_labels[first:first + len(rows["labels"])]
-            counts += bank_statistics.pseudo_label_counts(
-                rows["labels"], rows["confidence"], rows["is_labelled"], true_labels,
-                self.num_classes)
-            block_sums, block_counts = bank_statistics.class_sums(
-                rows["embeddings"], true_labels, self.num_classes)
-            sums += block_sums
-            class_counts += block_counts
+        held = bank_statistics.held_sums(self.bank, self.bank_true_labels, self.num_classes)
+        counts, (sums, class_counts) = held.label_counts, held.groups["true"]
         if stop - start < len(self.bank_true_labels):
             counts, sums, class_counts = cluster.process_sum(self.strategy)(
                 (counts, sums, class_counts.astype(np.float64)))

@@ -39,32 +39,15 @@ class BankState:
 def bank_state(run: run_loader.TrainedRun, true_classes: Array,
                steps_per_epoch: int) -> BankState:
     """`BankState` of the checkpoint restored in ``run``; ``true_classes`` int64 [N]. The
-    bank is read a block of rows at a time (`Bank.held_blocks`), its statistics summed."""
-    num_classes = run.num_classes
-    dim = run.bank.dim
-    true_sums, pseudo_sums = (np.zeros((num_classes, dim)) for _ in range(2))
-    true_counts, pseudo_counts = (np.zeros(num_classes, np.int64) for _ in range(2))
-    all_sums, all_counts = np.zeros((1, dim)), np.zeros(1, np.int64)
-    label_counts = np.zeros(4)
-    names = ("embeddings", "labels", "confidence", "is_labelled")
-    for first, rows in run.bank.held_blocks(names, bank_statistics.SUM_CHUNK_ROWS):
-        true = true_classes[first:first + len(rows["labels"])]
-        for sums, counts, classes, classes_count in (
-                (true_sums, true_counts, true, num_classes),
-                (pseudo_sums, pseudo_counts, rows["labels"], num_classes),
-                (all_sums, all_counts, np.zeros(len(true), np.int64), 1)):
-            block_sums, block_counts = bank_statistics.class_sums(rows["embeddings"], classes,
-                                                                  classes_count)
-            sums += block_sums
-            counts += block_counts
-        label_counts += bank_statistics.pseudo_label_counts(
-            rows["labels"], rows["confidence"], rows["is_labelled"], true, num_classes)
+    bank is read a block of rows at a time (`bank_statistics.held_sums`)."""
+    held = bank_statistics.held_sums(run.bank, true_classes, run.num_classes,
+                                     bank_statistics.GROUPINGS)
     return BankState(
         checkpoint=run.checkpoint, step=run.step, epoch=run.step / steps_per_epoch,
-        true=bank_statistics.scores_of_sums(true_sums, true_counts),
-        pseudo=bank_statistics.scores_of_sums(pseudo_sums, pseudo_counts),
-        pseudo_labels=bank_statistics.stats_of_counts(label_counts),
-        all_rows_score=float(bank_statistics.scores_of_sums(all_sums, all_counts).per_class[0]))
+        true=bank_statistics.scores_of_sums(*held.groups["true"]),
+        pseudo=bank_statistics.scores_of_sums(*held.groups["own"]),
+        pseudo_labels=bank_statistics.stats_of_counts(held.label_counts),
+        all_rows_score=float(bank_statistics.scores_of_sums(*held.groups["every_row"]).per_class[0]))
 
 
 def checkpoint_trajectory(run: run_loader.TrainedRun, true_classes: Array,
