@@ -6,6 +6,7 @@ applies them to its rows."""
 import abc
 
 from llp_tf.core import hyperparameters, propagation
+from llp_tf.core.bank_slices import SlicedState
 from llp_tf.tensor_types import FloatTensor, IntTensor
 
 
@@ -36,6 +37,12 @@ class Bank(abc.ABC):
     def held_rows(self) -> tuple[int, int]:
         """The rows ``[start, stop)`` this process holds, those its state's ``numpy()`` gives:
         every row, or across workers its replicas' shards."""
+
+    @abc.abstractmethod
+    def checkpoint_states(self) -> dict[str, SlicedState]:
+        """The row state checkpoints save in blocks, by name (``embeddings``, ``labels``,
+        ``confidence``, ``is_labelled``, ``density``): views of this process's rows, the
+        bank's checkpoint children under those names."""
 
     @abc.abstractmethod
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
