@@ -92,7 +92,7 @@ def probe(values, out):
     if values.probe == "save":
         checkpoint.write(prefix)
     else:
-        checkpoint.restore(prefix).assert_existing_objects_matched()
+        checkpoint.read(prefix).assert_existing_objects_matched()
     figures["seconds"] = time.perf_counter() - start
     figures["growth_mib"] = peak_rss.peak_growth_mib(baseline)
     figures["peak_over_before_bank_mib"] = (peak_rss.status_kib("VmHWM") - before_bank) / 1024
