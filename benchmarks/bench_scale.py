@@ -18,10 +18,22 @@ classes and 1 % of the rows labelled, each measurement in a fresh process:
      restore it. Per worker: how far its peak RSS rose during the save and during
      the restore, against its share of the bank (the rows it holds) and the whole
      bank (what a replicated run holds on each replica).
+
+With --phases, instead: each phase of a run with the bank sharded across --workers
+local worker processes, in fresh processes each time, at --rows: build (the bank
+made), step (one LLP step), density_refresh (one refresh of the labelled rows'
+densities; the bank then has --density_labelled labelled rows, one chunk per
+replica: a chunk's memory does not depend on how many there are), evaluation (the
+bank's statistics), save (a checkpoint) and restore (that checkpoint into a fresh
+process's bank). Each phase's figure is the largest worker's absolute peak RSS
+(VmHWM, reset as the phase starts) in bytes; --json writes
+{"rows", "workers", "share_bytes", "phases": {phase: bytes}}, share_bytes the
+largest worker's rows x 525 bytes.
 """
 
 import dataclasses
 import json
+import os
 import sys
 import time
 
@@ -65,7 +77,23 @@ def make_flags():
     flags.DEFINE_boolean("checkpoint_probe", False, "Internal: be one worker of the "
                          "checkpoint measurement (TF_CONFIG names the cluster); print its "
                          "figures.", flag_values=values)
+    flags.DEFINE_boolean("phases", False, "Measure each phase of a run instead (module "
+                         "docstring): the largest worker's peak RSS per phase.",
+                         flag_values=values)
+    flags.DEFINE_integer("rows", 2_000_000, "N of --phases.", flag_values=values)
+    flags.DEFINE_integer("density_labelled", 1024, "Labelled rows of --phases' "
+                         "density_refresh (a chunk per replica at the default chunk of "
+                         "1,024 queries over every replica).", flag_values=values)
+    flags.DEFINE_string("json", None, "With --phases: write the figures there as JSON.",
+                        flag_values=values)
+    flags.DEFINE_enum("phase_probe", None, list(PHASES), "Internal: be one worker of "
+                      "--phases' measurement of this phase (TF_CONFIG names the cluster).",
+                      flag_values=values)
     return values
+
+
+#: --phases' phases, in the order they run (restore reads the checkpoint save wrote).
+PHASES = ("build", "step", "density_refresh", "evaluation", "save", "restore")
 
 
 def _strategy(replicas):
@@ -93,7 +121,7 @@ def _batches(strategy, rng, batch, num_rows):
         tf.distribute.InputOptions(experimental_fetch_to_device=False)))
 
 
-def _llp_method(values, strategy, rng, sharded):
+def _llp_method(values, strategy, rng, sharded, labelled=None):
     """(the LLP method of the measurements, the tiny network and a bank of --bank rows
     sharded over ``strategy``'s replicas or replicated; {"before_bank_kib": the RSS before
     the bank was built, "bank_seconds": its building time})."""
@@ -105,7 +133,8 @@ def _llp_method(values, strategy, rng, sharded):
     from llp_tf.models.factory import build_model
     from llp_tf.training.methods import LLPMethod
 
-    n, labelled = values.bank, max(1, int(values.bank * LABELLED_SHARE))
+    n = values.bank
+    labelled = labelled or max(1, int(values.bank * LABELLED_SHARE))
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = build_model("resnet10", CLASSES, width=0.125,
@@ -180,10 +209,87 @@ def checkpoint_probe(values, out):
     print(json.dumps(figures), file=out)
 
 
+def phase_probe(values, out):
+    """One worker of --phases' measurement of --phase_probe: prints {"worker", "rows",
+    "peak_bytes"}, its peak RSS through the phase."""
+    from llp_tf.training import cluster
+    from llp_tf.training.checkpoints import RunCheckpoints
+    from llp_tf.training.distribution import make_strategy
+    from llp_tf.training.evaluation import Evaluator
+    from llp_tf.training.methods import StepRunner
+    from llp_tf.training.run_directory import RunDirectory
+
+    phase = values.phase_probe
+    strategy = make_strategy(values.replicas // values.workers, "auto")
+    workers = cluster.workers_of(strategy)
+    rng = np.random.default_rng(0)
+    if phase == "build":
+        peak_rss.reset_peak_rss()
+    labelled = values.density_labelled if phase == "density_refresh" else None
+    method, _ = _llp_method(values, strategy, rng, sharded=True, labelled=labelled)
+    run = RunDirectory(values.checkpoint_dir)
+    checkpoints = RunCheckpoints({"bank": method.bank}, run, 1, sys.stderr,
+                                 None if workers.index == 0 else f"{run.path}-scratch{workers.index}",
+                                 workers)
+    work = {"build": lambda: None,
+            "step": lambda: StepRunner(method).run(
+                _batches(strategy, rng, values.batch, values.bank), 1, "llp"),
+            "density_refresh": method.refresh_density,
+            "evaluation": Evaluator(strategy, None, method.bank,
+                                    rng.integers(0, CLASSES, values.bank),
+                                    CLASSES).bank_metrics,
+            "save": lambda: checkpoints.save(1),
+            "restore": checkpoints.restore_latest}[phase]
+    workers.failing(True)  # all start together
+    if phase != "build":
+        peak_rss.reset_peak_rss()
+    work()
+    print(json.dumps({"worker": workers.index, "rows": list(method.bank.held_rows),
+                      "peak_bytes": peak_rss.status_kib("VmHWM") * 1024}), file=out)
+
+
+def _phases(values, out):
+    """--phases (module docstring): each phase's workers in fresh processes, printed and
+    written to --json."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="bench-scale-phases-", dir=values.checkpoint_dir)
+    figures = {"rows": values.rows, "workers": values.workers, "share_bytes": None,
+               "phases": {}}
+    print(f"the bank of N={values.rows:,} rows sharded across {values.workers} workers x "
+          f"{values.replicas // values.workers} logical CPU replicas: each phase's largest "
+          f"worker peak RSS (fresh processes each)", file=out)
+    try:
+        for phase in PHASES:
+            workers = _cluster_figures(values, values.rows, os.path.join(folder, "run"),
+                                       ["--phase_probe=" + phase])
+            if workers is None:
+                print(f"  {phase}: stopped over {values.memory_limit} GiB", file=out)
+                break
+            share = max(stop - start for start, stop in (w["rows"] for w in workers))
+            figures["share_bytes"] = share * BANK_ROW_BYTES
+            figures["phases"][phase] = max(w["peak_bytes"] for w in workers)
+            print(f"  {phase:16s} {figures['phases'][phase] / 2**30:6.2f} GiB = "
+                  f"{figures['phases'][phase] / figures['share_bytes']:5.2f} x the share "
+                  f"({figures['share_bytes'] / 2**30:.2f} GiB)", file=out)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if values.json:
+        with open(values.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return figures
+
+
 def _checkpointed(values, num_rows, folder):
     """The workers' figures of the checkpoint measurement at ``num_rows``, in worker order, or
     None if together they went over --memory_limit."""
-    import os
+    return _cluster_figures(values, num_rows, folder, ["--checkpoint_probe"])
+
+
+def _cluster_figures(values, num_rows, folder, probe_args):
+    """The figures each of --workers local workers running this script with ``probe_args``
+    prints, in worker order, or None if together they went over --memory_limit."""
     import subprocess
 
     from llp_tf.cli.command_line import free_ports
@@ -195,9 +301,10 @@ def _checkpointed(values, num_rows, folder):
     for index in range(values.workers):
         env = dict(os.environ, TF_CONFIG=tf_config(ports, index))
         processes.append(subprocess.Popen(
-            [sys.executable, __file__, "--checkpoint_probe", f"--bank={num_rows}",
+            [sys.executable, __file__, *probe_args, f"--bank={num_rows}",
              f"--replicas={values.replicas}", f"--workers={values.workers}",
-             f"--batch={values.batch}", f"--checkpoint_dir={folder}"],
+             f"--batch={values.batch}", f"--checkpoint_dir={folder}",
+             f"--density_labelled={values.density_labelled}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     try:
         while any(p.poll() is None for p in processes):
@@ -207,7 +314,8 @@ def _checkpointed(values, num_rows, folder):
         for process in processes:
             out = process.stdout.read()
             if process.returncode:
-                raise RuntimeError(f"a checkpoint worker failed (exit {process.returncode})")
+                raise RuntimeError(f"a worker of {' '.join(probe_args)} failed (exit "
+                                   f"{process.returncode})")
             outputs.append(json.loads(out.strip().splitlines()[-1]))
     finally:
         for process in processes:
@@ -285,6 +393,11 @@ def benchmark(values, out, err):
         return step_probe(values, out)
     if values.checkpoint_probe:
         return checkpoint_probe(values, out)
+    if values.phase_probe:
+        return phase_probe(values, out)
+    if values.phases:
+        _phases(values, out)
+        return 0
     bank_gib = values.bank * 128 * 4 / 2**30
     print(f"one LLP step, bank N={values.bank:,} (its rows {bank_gib:.2f} GiB), "
           f"{values.replicas} logical CPU replicas, global batch {values.batch}, "

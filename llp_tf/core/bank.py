@@ -4,10 +4,15 @@ ask of a bank, whether each replica holds all of it (`memory_bank.MemoryBank`) o
 applies them to its rows."""
 
 import abc
+from collections.abc import Iterator, Sequence
 
 from llp_tf.core import hyperparameters, propagation
 from llp_tf.core.bank_slices import SlicedState
-from llp_tf.tensor_types import FloatTensor, IntTensor
+from llp_tf.tensor_types import Array, FloatTensor, IntTensor
+
+#: Rows a reader of the held state (`Bank.held_blocks`) takes at a time: 65,536 rows of
+#: D = 128 float32 are 32 MiB.
+READ_BLOCK_ROWS = 65_536
 
 
 class Bank(abc.ABC):
@@ -43,6 +48,20 @@ class Bank(abc.ABC):
         """The row state checkpoints save in blocks, by name (``embeddings``, ``labels``,
         ``confidence``, ``is_labelled``, ``density``): views of this process's rows, the
         bank's checkpoint children under those names."""
+
+    @abc.abstractmethod
+    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
+        """name -> numpy rows ``[start, stop)`` (within `held_rows`) of the state arrays
+        ``names`` of N rows ("embeddings", "labels", "confidence", "is_labelled"), each read
+        by a gather of those rows alone (no whole-variable copy)."""
+
+    def held_blocks(self, names: Sequence[str], block_rows: int = READ_BLOCK_ROWS
+                    ) -> Iterator[tuple[int, dict[str, Array]]]:
+        """(first row, `read_rows` of ``names``) over `held_rows`, ``block_rows`` rows at a
+        time, blocks counted from the first held row: one block in memory at a time."""
+        start, stop = self.held_rows
+        for first in range(start, stop, block_rows):
+            yield first, self.read_rows(names, first, min(first + block_rows, stop))
 
     @abc.abstractmethod
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:

@@ -14,6 +14,7 @@ checkpointed variables over the N used training examples (dense indices ``[0, N)
 Create it inside ``strategy.scope()``; `update` keeps every replica's copy identical. The
 interface is `bank.Bank`'s."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -71,12 +72,26 @@ def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
     return rows
 
 
+def initial_embeddings(dim: int, seed: int, start: int, stop: int) -> tf.Variable:
+    """A float32 [stop - start, D] variable of rows ``[start, stop)`` of the initial
+    embeddings (`initial_rows`), written `DRAW_BLOCK_ROWS` rows at a time into a variable of
+    zeros: building it holds one block beside the variable. Made in the current scope and
+    device (a mirrored variable in a strategy's scope, every copy written)."""
+    variable = tf.Variable(tf.zeros([stop - start, dim]), trainable=False, name="embeddings",
+                           aggregation=tf.VariableAggregation.NONE)
+    for first in range(start, stop, DRAW_BLOCK_ROWS):
+        last = min(first + DRAW_BLOCK_ROWS, stop)
+        variable.scatter_update(tf.IndexedSlices(initial_rows(dim, seed, first, last),
+                                                 tf.range(first - start, last - start)))
+    return variable
+
+
 def initial_state(num_examples: int, dim: int, num_classes: int,
                   labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
-                  seed: int, rows: tuple[int, int] | None = None) -> dict[str, Array]:
-    """The bank's initial state (module docstring), numpy arrays by name: of the
-    rows ``[start, stop)`` if ``rows`` is given, ``density`` and ``labelled_index`` (global
-    indices) then of the labelled rows among them."""
+                  rows: tuple[int, int] | None = None) -> dict[str, Array]:
+    """The bank's initial state but its embeddings (module docstring; `initial_embeddings`),
+    numpy arrays by name: of the rows ``[start, stop)`` if ``rows`` is given, ``density`` and
+    ``labelled_index`` (global indices) then of the labelled rows among them."""
     if num_examples <= 0 or dim <= 0 or num_classes <= 0:
         raise ValueError(
             f"num_examples, dim and num_classes must be positive; got {num_examples}, "
@@ -91,8 +106,7 @@ def initial_state(num_examples: int, dim: int, num_classes: int,
     labels[labelled_index - start] = labelled_classes
     is_labelled = np.zeros(stop - start, dtype=bool)
     is_labelled[labelled_index - start] = True
-    return {"embeddings": initial_rows(dim, seed, start, stop),
-            "labels": labels, "confidence": np.ones(stop - start, np.float32),
+    return {"labels": labels, "confidence": np.ones(stop - start, np.float32),
             "density": np.ones(labelled_index.size, np.float32),
             "labelled_index": labelled_index, "is_labelled": is_labelled}
 
@@ -135,13 +149,13 @@ class MemoryBank(tf.Module, Bank):
         super().__init__(name=name)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
-        state = initial_state(num_examples, dim, num_classes, labelled_index, labelled_classes,
-                              seed)
+        state = initial_state(num_examples, dim, num_classes, labelled_index, labelled_classes)
         self.num_examples = int(num_examples)
         self.dim = int(dim)
         self.num_classes = int(num_classes)
         self.num_labelled = int(state["labelled_index"].size)
         self.momentum = float(momentum)
+        self.embeddings = initial_embeddings(dim, seed, 0, num_examples)
         for name, value in state.items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name,
                                             aggregation=tf.VariableAggregation.NONE))
@@ -166,6 +180,10 @@ class MemoryBank(tf.Module, Bank):
     def held_rows(self) -> tuple[int, int]:
         """`Bank.held_rows`: all of them."""
         return 0, self.num_examples
+
+    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
+        return {name: variable_rows.rows(getattr(self, name), start, stop - start).numpy()
+                for name in names}
 
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         return tf.gather(self.labels, indices), tf.gather(self.confidence, indices)

@@ -11,6 +11,9 @@ from llp_tf.core import hyperparameters, label_encoding, variable_rows
 from llp_tf.tensor_types import FloatTensor, IntTensor
 
 DEFAULT_BLOCK_ROWS = 262_144
+#: Bytes of float32 scores a density refresh's search holds at a time per replica: its
+#: blocks of rows are `score_block_rows` of its queries.
+DENSITY_SCORE_BYTES = 256 * 2 ** 20
 
 #: How rho of eq. 7 is normalised. "release": rho_i = sum of exp(bank_j . bank_i / tau) over
 #: the T nearest rows j (the authors' release, Z treated as a constant). "paper": rho_i = sum
@@ -140,6 +143,15 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
     return tuple(best)
 
 
+def score_block_rows(num_queries: int, least: int, budget: int | None = None) -> int:
+    """Rows a search of ``num_queries`` queries takes at a time so that its float32 scores
+    [queries, rows] fit ``budget`` bytes (None: `DENSITY_SCORE_BYTES`): a power of two, at
+    most `DEFAULT_BLOCK_ROWS`, and at least ``least`` (the k of a top-k)."""
+    budget = DENSITY_SCORE_BYTES if budget is None else budget
+    rows = max(1, budget // (4 * max(1, int(num_queries))))
+    return max(int(least), min(DEFAULT_BLOCK_ROWS, 2 ** (rows.bit_length() - 1)))
+
+
 def check_normalisation(normalisation: str) -> None:
     """ValueError unless ``normalisation`` is one of `DENSITY_NORMALISATIONS`."""
     if normalisation not in DENSITY_NORMALISATIONS:
@@ -157,37 +169,43 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
     (`DENSITY_NORMALISATIONS`).
 
     Args:
-      queries: float32 [Q, D]; bank: float32 [N, D].
-      t: int, neighbours (more than N: all N); chunk_size: query rows per chunk (peak memory
-        chunk_size x N similarities)."""
+      queries: float32 [Q, D]; bank: float32 [N, D], or a variable.
+      t: int, neighbours (more than N: all N); chunk_size: query rows per chunk, searched
+        `score_block_rows` bank rows at a time (`DENSITY_SCORE_BYTES` of similarities)."""
     _validate_positive("t", t)
     _validate_positive("temperature", temperature)
     _validate_positive("chunk_size", chunk_size)
     check_normalisation(normalisation)
     queries = tf.convert_to_tensor(queries, tf.float32)
-    bank = tf.convert_to_tensor(bank, tf.float32)
+    # In a graph a variable bank is read a block at a time; eagerly, as a traced input.
+    bank = (variable_rows.as_rows(bank, tf.float32) if not tf.executing_eagerly()
+            else tf.convert_to_tensor(bank, tf.float32))
     t = _static_or_dynamic_min(t, bank)
+    # A dynamic t comes with a bank of dynamic rows, searched whole.
+    block_rows = score_block_rows(chunk_size, t if isinstance(t, int) else 1)
     if not tf.executing_eagerly():
         return _log_local_density(queries, bank, t, float(temperature), int(chunk_size),
-                                  normalisation)
+                                  normalisation, block_rows)
     function = _traced_log_local_density(tuple(bank.shape.as_list()), t, float(temperature),
-                                         int(chunk_size), normalisation)
+                                         int(chunk_size), normalisation, block_rows)
     return function(queries, bank)
 
 
 @functools.lru_cache(maxsize=32)
-def _traced_log_local_density(bank_shape, t, temperature, chunk_size, normalisation):
+def _traced_log_local_density(bank_shape, t, temperature, chunk_size, normalisation,
+                              block_rows):
     """One graph per bank shape: the blocked search needs a static N."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, bank_shape[1]], tf.float32),
                                   tf.TensorSpec(bank_shape, tf.float32)])
     def function(queries, bank):
-        return _log_local_density(queries, bank, t, temperature, chunk_size, normalisation)
+        return _log_local_density(queries, bank, t, temperature, chunk_size, normalisation,
+                                  block_rows)
 
     return function
 
 
-def _log_local_density(queries, bank, t, temperature, chunk_size, normalisation):
+def _log_local_density(queries, bank, t, temperature, chunk_size, normalisation, block_rows):
     num_queries = tf.shape(queries)[0]
     num_chunks = (num_queries + chunk_size - 1) // chunk_size
     results = tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False,
@@ -195,10 +213,10 @@ def _log_local_density(queries, bank, t, temperature, chunk_size, normalisation)
 
     def body(i, results):
         chunk = queries[i * chunk_size:(i + 1) * chunk_size] / temperature
-        nearest, _ = nearest_rows(chunk, bank, t)
+        nearest, _ = nearest_rows(chunk, bank, t, block_rows=block_rows)
         log_density = log_density_of_nearest(nearest)
         if normalisation == "paper":
-            log_density -= log_partition(chunk, bank)
+            log_density -= log_partition(chunk, bank, block_rows)
         return i + 1, results.write(i, log_density)
 
     # parallel_iterations=1: one chunk of similarities alive at a time.

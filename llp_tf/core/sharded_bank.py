@@ -44,16 +44,18 @@ def combine_shards(shard_sums: Sequence[losses.SoftmaxSums]) -> losses.SoftmaxSu
 
 
 def shard_candidates(queries: FloatTensor, rows: FloatTensor, k: int,
-                     row_offsets: FloatTensor | None = None
+                     row_offsets: FloatTensor | None = None,
+                     block_rows: int = propagation.DEFAULT_BLOCK_ROWS
                      ) -> tuple[FloatTensor, IntTensor]:
     """`propagation.nearest_rows` of one shard's ``rows`` float32 [n, D] (n static, maybe 0),
-    padded to k candidates: (scores float32 [B, k], -inf past n; row indices int32 [B, k],
-    -1 past n)."""
+    searched ``block_rows`` at a time, padded to k candidates: (scores float32 [B, k], -inf
+    past n; row indices int32 [B, k], -1 past n)."""
     num_rows = int(rows.shape[0])
     found = min(int(k), num_rows)
     batch = tf.shape(queries)[0]
     if found:
-        scores, index = propagation.nearest_rows(queries, rows, found, row_offsets)
+        scores, index = propagation.nearest_rows(queries, rows, found, row_offsets,
+                                                 block_rows)
     else:
         scores, index = tf.zeros([batch, 0]), tf.zeros([batch, 0], tf.int32)
     if found < k:
@@ -97,14 +99,17 @@ class _Shard:
     checkpoints (the bank's `bank_slices.SlicedState` views are)."""
 
     def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
-                 labelled_bounds: tuple[int, int], device: str | None) -> None:
+                 labelled_bounds: tuple[int, int], device: str | None, dim: int,
+                 seed: int) -> None:
         """``state``: `memory_bank.initial_state` of the rows ``bounds``, emptied as the
-        variables are made (each array freed once its variable holds it)."""
+        variables are made (each array freed once its variable holds it); the embeddings are
+        drawn into their variable a block at a time (`memory_bank.initial_embeddings`)."""
         self.start, self.stop = bounds
         self.labelled_start, self.labelled_stop = labelled_bounds
         with tf.device(device):
             self.labelled_rows = tf.constant(state.pop("labelled_index") - self.start)
-            for name in ("embeddings", "labels", "confidence", "is_labelled", "density"):
+            self.embeddings = memory_bank.initial_embeddings(dim, seed, *bounds)
+            for name in ("labels", "confidence", "is_labelled", "density"):
                 setattr(self, name, tf.Variable(state.pop(name), trainable=False, name=name))
 
     def owned(self, indices: IntTensor) -> tuple[tf.Tensor, IntTensor]:
@@ -163,9 +168,8 @@ class ShardedMemoryBank(tf.Module, Bank):
         self._most_labelled = max(stop - start for start, stop in labelled_bounds)
         mine = slice(self._first, self._first + len(devices))
         shards = [_Shard(memory_bank.initial_state(num_examples, dim, num_classes,
-                                                   labelled_index, labelled_classes, seed,
-                                                   rows=pair),
-                         pair, labelled, device)
+                                                   labelled_index, labelled_classes, rows=pair),
+                         pair, labelled, device, dim, seed)
                   for pair, labelled, device in zip(bounds[mine], labelled_bounds[mine],
                                                     devices)]
         # In a non-trackable holder: checkpoints see only the views of the shards.
@@ -193,6 +197,21 @@ class ShardedMemoryBank(tf.Module, Bank):
     def held_rows(self) -> tuple[int, int]:
         """`Bank.held_rows`: those of this process's shards."""
         return self.shards[0].start, self.shards[-1].stop
+
+    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
+        """`Bank.read_rows`: each overlapping shard's rows gathered, joined in row order."""
+        if not self.held_rows[0] <= start <= stop <= self.held_rows[1]:
+            raise ValueError(f"rows [{start}, {stop}) are not all within the held rows "
+                             f"{list(self.held_rows)}.")
+        pieces = {name: [] for name in names}
+        for shard in self.shards:
+            first, last = max(start, shard.start), min(stop, shard.stop)
+            if first < last or (start == stop and shard is self.shards[0]):
+                for name in names:
+                    pieces[name].append(variable_rows.rows(
+                        getattr(shard, name), first - shard.start, last - first).numpy())
+        return {name: np.concatenate(parts) if len(parts) > 1 else parts[0]
+                for name, parts in pieces.items()}
 
     def _shard(self) -> _Shard:
         return self.shards[_replica_id() - self._first]
@@ -318,7 +337,8 @@ class ShardedMemoryBank(tf.Module, Bank):
         """Each replica's labelled rows ``[chunk share, (chunk + 1) share)`` all-gathered as
         queries; each shard's top-t rows of every query, merged, then their logsumexp (for
         "paper" minus log Z: each shard's logsumexp over its rows, all-gathered and combined
-        by a logsumexp, exact); each replica writes its rows' rho."""
+        by a logsumexp, exact); each replica writes its rows' rho. Each shard is searched
+        `propagation.score_block_rows` rows at a time."""
         shard, replicas = self._shard(), self.num_shards
         own_rows = shard.labelled_stop - shard.labelled_start
         start = tf.minimum(chunk * share, own_rows)
@@ -328,7 +348,9 @@ class ShardedMemoryBank(tf.Module, Bank):
         # Padded to `share` rows: every replica gathers the same shape.
         own = tf.pad(own, [[0, share - (stop - start)], [0, 0]])
         queries = tf.reshape(_gather_shares(own), [replicas * share, -1])
-        scores, _ = shard_candidates(queries / temperature, shard.embeddings, t)
+        block_rows = propagation.score_block_rows(replicas * share, t)
+        scores, _ = shard_candidates(queries / temperature, shard.embeddings, t,
+                                     block_rows=block_rows)
         # [R, R share, t] -> [R share, R t]: every shard's candidates side by side.
         scores = tf.reshape(tf.transpose(_gather_shares(scores), [1, 0, 2]),
                             [replicas * share, replicas * t])
@@ -337,7 +359,7 @@ class ShardedMemoryBank(tf.Module, Bank):
         if normalisation == "paper":
             # [R, R share]: each shard's log Z part (a shard holds at least one row).
             parts = _gather_shares(propagation.log_partition(queries / temperature,
-                                                             shard.embeddings))
+                                                             shard.embeddings, block_rows))
             log_density -= tf.reduce_logsumexp(parts, axis=0)
         replica = _replica_id()
         mine = log_density[replica * share:replica * share + (stop - start)]

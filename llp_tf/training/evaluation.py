@@ -54,15 +54,22 @@ class Evaluator:
     def bank_metrics(self) -> dict[str, float]:
         """``aggregation_score`` and, once an unlabelled row of known class has a pseudo label,
         ``pseudo_label_accuracy``, ``_coverage`` and ``_confidence``: name -> Python float.
-        Each process sums over the rows it holds; a bank sharded across workers adds up
-        their sums."""
+        Each process sums over the rows it holds, a block at a time (`Bank.held_blocks`); a
+        bank sharded across workers adds up their sums."""
         start, stop = self.bank.held_rows
-        true_labels = self.bank_true_labels[start:stop]
-        counts = bank_statistics.pseudo_label_counts(
-            self.bank.labels.numpy(), self.bank.confidence.numpy(),
-            self.bank.is_labelled.numpy(), true_labels, self.num_classes)
-        sums, class_counts = bank_statistics.class_sums(self.bank.embeddings.numpy(),
-                                                        true_labels, self.num_classes)
+        counts = np.zeros(4, np.float64)
+        sums = np.zeros((self.num_classes, self.bank.dim), np.float64)
+        class_counts = np.zeros(self.num_classes, np.int64)
+        names = ("embeddings", "labels", "confidence", "is_labelled")
+        for first, rows in self.bank.held_blocks(names, bank_statistics.SUM_CHUNK_ROWS):
+            true_labels = self.bank_true_labels[first:first + len(rows["labels"])]
+            counts += bank_statistics.pseudo_label_counts(
+                rows["labels"], rows["confidence"], rows["is_labelled"], true_labels,
+                self.num_classes)
+            block_sums, block_counts = bank_statistics.class_sums(
+                rows["embeddings"], true_labels, self.num_classes)
+            sums += block_sums
+            class_counts += block_counts
         if stop - start < len(self.bank_true_labels):
             counts, sums, class_counts = cluster.process_sum(self.strategy)(
                 (counts, sums, class_counts.astype(np.float64)))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from llp_tf.core import propagation
 from llp_tf.core.bank import Bank
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
@@ -165,6 +166,24 @@ def test_read_gives_the_rows_labels_and_confidences(make):
     np.testing.assert_array_equal(confidence, state["confidence"][indices])
 
 
+@pytest.mark.parametrize("block_rows", [N, 4])
+def test_held_blocks_read_the_written_state_block_by_block(make, block_rows):
+    """After a write, blocks of 4 rows (across the shards' edge at row 7) and one block of N
+    give each state array's rows."""
+    case = make()
+    _pseudo_labelled(case)
+    state = _state(case.bank)
+    names = ("embeddings", "labels", "confidence", "is_labelled")
+    blocks = list(case.bank.held_blocks(names, block_rows))
+    assert [first for first, _ in blocks] == list(range(0, N, block_rows))
+    for name in names:
+        joined = np.concatenate([rows[name] for _, rows in blocks])
+        assert joined.dtype == state[name].dtype
+        np.testing.assert_array_equal(joined, state[name], err_msg=name)
+    np.testing.assert_array_equal(case.bank.read_rows(["labels"], 5, 9)["labels"],
+                                  state["labels"][5:9])
+
+
 def test_nearest_rows_against_float64_with_ties_to_the_lowest_row(make):
     # momentum 0: rows 2 and 11 (one in each shard of two) become the same unit vector.
     case = make(momentum=0.0)
@@ -238,6 +257,23 @@ def test_refresh_density_against_float64(make, t, normalisation, temperature):
     np.testing.assert_allclose(np.log(state["density"]), np.log(want), atol=atol, rtol=0)
     if temperature == 0.5 and t < N:  # rho well below 1: Z is not a constant
         assert np.all(np.log(want) < -0.1)
+
+
+@pytest.mark.parametrize("normalisation", ["release", "paper"])
+def test_a_refresh_whose_scores_fit_32_bytes_searches_4_rows_at_a_time(make, normalisation,
+                                                                     monkeypatch):
+    """A budget of 32 bytes of scores for chunks of 2 queries: blocks of 4 rows (t = 4), so
+    the 13 rows of one bank are searched in 3 blocks and a tail of 1 (the shards, of 7 and
+    6 rows, whole); the same float64 reference and tolerances as above."""
+    monkeypatch.setattr(propagation, "DENSITY_SCORE_BYTES", 32)
+    assert propagation.score_block_rows(2, 4) == 4
+    case = make()
+    _pseudo_labelled(case)
+    state = _state(_refreshed(case, t=4, temperature=TAU, normalisation=normalisation).bank)
+    rows = state["embeddings"]
+    want = reference.local_density(rows[state["labelled_index"]], rows, 4, TAU, normalisation)
+    atol = 4e-5 if normalisation == "paper" else 2e-5
+    np.testing.assert_allclose(np.log(state["density"]), np.log(want), atol=atol, rtol=0)
 
 
 def test_the_default_refresh_is_the_releases_bit_for_bit(make):

@@ -44,14 +44,18 @@ def test_the_initial_state_of_a_row_range_is_those_rows_of_the_whole(dim, monkey
     monkeypatch.setattr(memory_bank, "DRAW_BLOCK_ROWS", 4)
     scale = 1.0 / np.sqrt(dim / 3.0)
     draws = np.random.default_rng(7).random((N, dim), dtype=np.float32).astype(np.float64)
-    whole = memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES, seed=7)
-    np.testing.assert_array_equal(whole["embeddings"],
+    whole = memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES)
+    np.testing.assert_array_equal(memory_bank.initial_embeddings(dim, 7, 0, N).numpy(),
                                   (2.0 * scale * draws - scale).astype(np.float32))
-    parts = [memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES, seed=7,
-                                       rows=rows) for rows in [(0, 5), (5, 6), (6, 17), (17, N)]]
+    ranges = [(0, 5), (5, 6), (6, 17), (17, N)]
+    parts = [memory_bank.initial_state(N, dim, C, LABELLED_INDEX, LABELLED_CLASSES, rows=rows)
+             for rows in ranges]
     for name, value in whole.items():
         np.testing.assert_array_equal(np.concatenate([part[name] for part in parts]), value,
                                       err_msg=name)
+    np.testing.assert_array_equal(
+        np.concatenate([memory_bank.initial_embeddings(dim, 7, *rows).numpy()
+                        for rows in ranges]), (2.0 * scale * draws - scale).astype(np.float32))
 
 
 def test_label_encoding_round_trip():

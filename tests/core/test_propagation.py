@@ -356,3 +356,15 @@ def test_class_vote_inside_tf_function_with_unknown_sizes():
         tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.int64)])
     np.testing.assert_allclose(vote(scores, labels).numpy(), _reference_vote(scores, labels, 3),
                                atol=1e-6)
+
+
+def test_a_search_block_holds_the_budgets_scores_and_at_least_k_rows():
+    """256 MiB of float32 scores: 65,536 rows for 1,024 queries, the default 262,144 for 256
+    (and no more for fewer); never fewer rows than k; a power of two below the budget."""
+    assert propagation.score_block_rows(1024, 10) == 65_536
+    assert propagation.score_block_rows(256, 10) == propagation.DEFAULT_BLOCK_ROWS
+    assert propagation.score_block_rows(8, 10) == propagation.DEFAULT_BLOCK_ROWS
+    assert propagation.score_block_rows(3, 1000, budget=100) == 1000
+    assert propagation.score_block_rows(3, 2, budget=100) == 8  # 100 // 12 = 8 rows
+    assert propagation.score_block_rows(3, 2, budget=95) == 4  # 7 rows: down to 4
+

@@ -1,13 +1,12 @@
 """The Evaluator logs the metrics of `llp_tf.training.metrics` over a padded split."""
 
-import functools
 import math
-import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from llp_tf.core import bank_statistics
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.training.evaluation import Evaluator
 
@@ -21,12 +20,10 @@ def _unit(rows):
 def _bank(rng):
     labels = rng.integers(0, C, N)
     labels[::5] = C + np.arange(N)[::5]  # instance ids: not yet propagated
-    bank = types.SimpleNamespace(
-        embeddings=tf.Variable(_unit(rng.normal(size=(N, D)))),
-        labels=tf.Variable(labels.astype(np.int64)),
-        confidence=tf.Variable(rng.uniform(0.1, 1.0, N).astype(np.float32)),
-        is_labelled=tf.Variable(np.arange(N) < 8), held_rows=(0, N))
-    bank.nearest_rows = functools.partial(MemoryBank.nearest_rows, bank)
+    bank = MemoryBank(N, D, C, np.arange(8), labels[:8] % C)
+    bank.embeddings.assign(_unit(rng.normal(size=(N, D))))
+    bank.labels.assign(labels.astype(np.int64))
+    bank.confidence.assign(rng.uniform(0.1, 1.0, N).astype(np.float32))
     return bank
 
 
@@ -73,7 +70,11 @@ def test_evaluate_counts_real_examples_only():
         "aggregation_score"}
 
 
-def test_bank_metrics_log_pseudo_labels_only_when_some_row_is_unlabelled():
+@pytest.mark.parametrize("block_rows", [bank_statistics.SUM_CHUNK_ROWS, 7])
+def test_bank_metrics_log_pseudo_labels_only_when_some_row_is_unlabelled(block_rows,
+                                                                       monkeypatch):
+    """Summed over the bank whole, and over blocks of 7 rows (the last one of 5)."""
+    monkeypatch.setattr(bank_statistics, "SUM_CHUNK_ROWS", block_rows)
     rng = np.random.default_rng(1)
     bank = _bank(rng)
     true = bank.labels.numpy() % C
