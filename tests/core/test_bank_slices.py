@@ -1,8 +1,14 @@
-"""Sliced checkpoints of the sharded bank (`bank_slices`): each shard saves its rows as slices
-of the replicated bank's keys and restores only the rows it owns, at any shard count; the
-replicated `MemoryBank` restores the whole keys, and a sharded bank restores its slices of the
-replicated bank's whole keys. Banks are filled with random state, so a restore must give it
+"""Checkpoints of bank state in blocks (`bank_slices`, `row_blocks`): each shard, or the
+replicated `MemoryBank` as one part, saves its rows as slices of the replicated bank's keys
+cut at the fixed blocks, at most a block a write, and restores only the rows it owns, a
+block at a time, at any shard count; checkpoints written before blocks (a slice per shard,
+or keys whole) restore too. Banks are filled with random state, so a restore must give it
 back bit for bit. No collective runs: the strategies only name each shard count's devices."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +19,7 @@ from tensorflow.python.training.saving import saveable_object
 from llp_tf.core import bank_slices, row_blocks
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
+from tests.cli.tool_main import ROOT
 
 N, D, C = 13, 8, 3
 # Sorted; over 3 shards ([0, 5), [5, 9), [9, 13)) the middle one has no labelled row.
@@ -306,3 +313,29 @@ def test_a_bank_without_labelled_rows_saves_its_empty_density_whole(make, tmp_pa
         tf.train.Checkpoint(bank=unlabelled).restore(labelled_path)
     with pytest.raises(ValueError, match="has 5 rows where this bank has none"):
         bank_slices.restore_blocks({KEY.format("density"): unlabelled.density}, labelled_path)
+
+
+@pytest.mark.slow  # two fresh processes of a 1 GiB bank each: about a minute
+@pytest.mark.parametrize("kind", ["replicated", "sharded"])
+def test_a_save_and_a_cold_restore_hold_about_a_block_beyond_the_bank(kind, tmp_path):
+    """2M rows of 128 float32 (1 GiB; sharded: over two replicas), saved by one process and
+    restored by a fresh one (`benchmarks/bench_bank_checkpoint.py`'s probes): while saving or
+    restoring, the peak RSS rises by at most a quarter of the bank (a block is 64 MiB, a
+    restore holds one and the stored slice it is cut from), and no process's peak exceeds
+    its RSS before the bank by more than 1.25 times the bank and 256 MiB."""
+    figures = {}
+    for step in ("save", "restore"):
+        result = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "benchmarks", "bench_bank_checkpoint.py"),
+             f"--probe={step}", "--bank=2000000", f"--kind={kind}", "--replicas=2",
+             f"--checkpoint_dir={tmp_path}"],
+            env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+            timeout=600)
+        assert result.returncode == 0, result.stderr
+        figures[step] = json.loads(result.stdout.strip().splitlines()[-1])
+    bank_mib = figures["save"]["bank_bytes"] / 2**20
+    assert 1000 < bank_mib < 1010
+    for step, got in figures.items():
+        assert got["growth_mib"] <= 0.25 * bank_mib, (step, got)
+        for peak in (got["build_peak_mib"], got["peak_over_before_bank_mib"]):
+            assert peak <= 1.25 * bank_mib + 256, (step, got)
