@@ -92,6 +92,7 @@ bench: setup $(VENV)/.bench-installed
 	$(PY) benchmarks/bench_train_step.py
 	$(PY) benchmarks/bench_probe.py
 	$(PY) benchmarks/bench_scale.py
+	$(PY) benchmarks/bench_bank_checkpoint.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache site

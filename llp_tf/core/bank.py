@@ -7,6 +7,7 @@ import abc
 from collections.abc import Iterator, Sequence
 
 from llp_tf.core import hyperparameters, propagation
+from llp_tf.core.bank_slices import SlicedState
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 #: Rows a reader of the held state (`Bank.held_blocks`) takes at a time: 65,536 rows of
@@ -41,6 +42,12 @@ class Bank(abc.ABC):
     def held_rows(self) -> tuple[int, int]:
         """The rows ``[start, stop)`` this process holds, those its state's ``numpy()`` gives:
         every row, or across workers its replicas' shards."""
+
+    @abc.abstractmethod
+    def checkpoint_states(self) -> dict[str, SlicedState]:
+        """The row state checkpoints save in blocks, by name (``embeddings``, ``labels``,
+        ``confidence``, ``is_labelled``, ``density``): views of this process's rows, the
+        bank's checkpoint children under those names."""
 
     @abc.abstractmethod
     def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:

@@ -118,13 +118,6 @@ class _Shard:
         return owned, tf.where(owned, indices - self.start, tf.zeros_like(indices))
 
 
-class _Untracked:
-    """Holds a value out of sight of `tf.Module`'s dependency tracking."""
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-
 def _first_local_replica(strategy: tf.distribute.Strategy) -> int:
     """The replica id in sync of this process's first replica (0 but on a cluster's workers
     after the first)."""
@@ -180,8 +173,8 @@ class ShardedMemoryBank(tf.Module, Bank):
                   for pair, labelled, device in zip(bounds[mine], labelled_bounds[mine],
                                                     devices)]
         # In a non-trackable holder: checkpoints see only the views of the shards.
-        self._shard_holder = _Untracked(tuple(shards))
-        self._strategy_holder = _Untracked(strategy)
+        self._shard_holder = memory_bank.Untracked(tuple(shards))
+        self._strategy_holder = memory_bank.Untracked(strategy)
         for name in ("embeddings", "labels", "confidence", "is_labelled"):
             setattr(self, name, bank_slices.SlicedState([getattr(s, name) for s in shards],
                                                         bounds, self._first))
@@ -195,6 +188,10 @@ class ShardedMemoryBank(tf.Module, Bank):
     def shards(self) -> tuple[_Shard, ...]:
         """This process's replicas' `_Shard`s, in replica order."""
         return self._shard_holder.value
+
+    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
+        """`Bank.checkpoint_states`: the views of this process's shards."""
+        return {name: getattr(self, name) for name in memory_bank.ROW_STATE}
 
     @property
     def held_rows(self) -> tuple[int, int]:

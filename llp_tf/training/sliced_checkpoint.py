@@ -1,5 +1,5 @@
 """A checkpoint whose sharded state the workers of a cluster write together: each worker
-writes the slices of its own rows (`bank_slices.SlicedState`) into a part and votes its
+writes the slices of its own rows (`bank_slices.SlicedState`, in blocks) into a part and votes its
 `part_manifest` (files, bytes, crc32c, rows); the chief checks that every manifest holds and
 that the rows tile every key before it merges the parts into a temporary folder, fsyncs, and
 renames the merged files into place, index last (docs/multi-worker.md, "The checkpoint of a
@@ -16,23 +16,29 @@ from typing import Any
 
 import tensorflow as tf
 
+from llp_tf.core import bank_slices
+from llp_tf.core.bank import Bank
 from llp_tf.core.bank_slices import SlicedState
 from llp_tf.training import part_manifest
 from llp_tf.training.run_directory import checkpoint_files
 
 PARTS_SUFFIX = ".parts"
 MERGING_SUFFIX = ".merging"
+#: After a part's prefix: the folder of its blocks before they are merged into it.
+BLOCKS_SUFFIX = ".blocks"
 #: The names a save of checkpoint S leaves in the checkpoint folder: its files, its parts'
 #: and merge's folders, and the folder TensorFlow writes a sharded save in.
 _SAVE_NAME = re.compile(r"^(ckpt-\d+)(\.index|\.data-\d+-of-\d+|\.parts|\.merging|_temp)$")
 
 
 def sliced_states(items: Mapping[str, Any]) -> dict[str, SlicedState]:
-    """Checkpoint key -> state of every `SlicedState` attribute of the checkpoint's ``items``
-    (name -> trackable), e.g. ``"bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"``."""
-    return {f"{name}/{attribute}/.ATTRIBUTES/VARIABLE_VALUE": value
-            for name, item in items.items() if isinstance(item, tf.Module)
-            for attribute, value in vars(item).items() if isinstance(value, SlicedState)}
+    """Checkpoint key -> state of each `Bank.checkpoint_states` of the banks among the
+    checkpoint's ``items`` (name -> trackable) that this process holds a part of, not all
+    rows (sharded across workers), e.g. ``"bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"``."""
+    return {f"{name}/{field}{bank_slices.VALUE_SUFFIX}": state
+            for name, item in items.items()
+            if isinstance(item, Bank) and item.held_rows != (0, item.num_examples)
+            for field, state in item.checkpoint_states().items()}
 
 
 def parts_dir(checkpoint_prefix: str) -> str:
@@ -57,18 +63,12 @@ def _rows(states: Mapping[str, SlicedState]) -> part_manifest.KeyRows:
 
 def write_part(prefix: str, states: Mapping[str, SlicedState]) -> None:
     """Writes this process's slices of ``states`` (key -> state) as the checkpoint ``prefix``,
-    each part's tensor read from its device as it is written, then its manifest."""
-    names, specs, reads = [], [], []
-    for key, state in states.items():
-        for spec, read in state.saved_slices():
-            names.append(key)
-            specs.append(spec)
-            reads.append(read)
+    in blocks (`bank_slices.save_blocks`, in the folder ``prefix`` then ``.blocks``, merged
+    into ``prefix``), then its manifest."""
     remove(prefix)
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    with tf.device("CPU:0"):
-        tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=specs,
-                          tensors=[read() for read in reads])
+    blocks = bank_slices.save_blocks(states, prefix + BLOCKS_SUFFIX)
+    tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=blocks, destination_prefix=prefix,
+                                  delete_old_dirs=True)
     part_manifest.write_manifest(prefix, checkpoint_files(prefix), _rows(states))
 
 

@@ -339,7 +339,8 @@ def test_a_checkpoint_restores_into_every_kind_of_bank(make, target, two_replica
         np.testing.assert_array_equal(value, want[name], err_msg=name)
 
     warm = _make(target, two_replica_strategy, seed=9)
-    tf.train.Checkpoint(bank=tf.train.Checkpoint(embeddings=warm.bank.embeddings)).restore(
+    embeddings = warm.bank.checkpoint_states()["embeddings"]
+    tf.train.Checkpoint(bank=tf.train.Checkpoint(embeddings=embeddings)).restore(
         path).expect_partial().assert_existing_objects_matched()
     np.testing.assert_array_equal(_state(warm.bank)["embeddings"], want["embeddings"])
     np.testing.assert_array_equal(_state(warm.bank)["labels"],

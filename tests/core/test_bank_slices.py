@@ -1,17 +1,25 @@
-"""Sliced checkpoints of the sharded bank (`bank_slices`): each shard saves its rows as slices
-of the replicated bank's keys and restores only the rows it owns, at any shard count; the
-replicated `MemoryBank` restores the whole keys, and a sharded bank restores its slices of the
-replicated bank's whole keys. Banks are filled with random state, so a restore must give it
+"""Checkpoints of bank state in blocks (`bank_slices`, `row_blocks`): each shard, or the
+replicated `MemoryBank` as one part, saves its rows as slices of the replicated bank's keys
+cut at the fixed blocks, at most a block a write, and restores only the rows it owns, a
+block at a time, at any shard count; checkpoints written before blocks (a slice per shard,
+or keys whole) restore too. Banks are filled with random state, so a restore must give it
 back bit for bit. No collective runs: the strategies only name each shard count's devices."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.checkpoint import functional_saver
+# TensorFlow's SaveableObject has no public name: the saves before blocks used it.
+from tensorflow.python.training.saving import saveable_object
 
-from llp_tf.core import bank_slices
+from llp_tf.core import bank_slices, row_blocks
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
+from tests.cli.tool_main import ROOT
 
 N, D, C = 13, 8, 3
 # Sorted; over 3 shards ([0, 5), [5, 9), [9, 13)) the middle one has no labelled row.
@@ -148,51 +156,138 @@ def test_the_checkpoint_holds_each_shards_rows_as_slices_of_the_whole_key(make, 
     assert tf.train.load_checkpoint(whole_path).get_variable_to_shape_map() == shapes
 
 
-def test_saving_reads_each_shard_alone(make, monkeypatch, tmp_path):
-    """The saved tensors are the shards' own values, on their devices; the whole-bank read
-    (`SlicedState.read_value`) is never called."""
-    bank = make(2)
-    state = _random_state(5)
-    _fill(bank, state)
-    factory = tf.__internal__.tracking.saveable_objects_from_trackable(bank.embeddings)
-    specs = factory["VARIABLE_VALUE"]("embeddings").specs
-    assert [spec.slice_spec for spec in specs] == ["13 8 0,7:-", "13 8 7,6:-"]
-    for spec, shard in zip(specs, bank.shards):
-        assert spec.device == shard.embeddings.device
-        np.testing.assert_array_equal(spec.tensor.numpy(), state["embeddings"][shard.start:
-                                                                                shard.stop])
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 120 bytes: 3 rows of embeddings (8 float32 and an int64 index), 7 of labels,
+    10 of confidence and density, 13 of is_labelled."""
+    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", 120)
+    return {"embeddings": 3, "labels": 7, "confidence": 10, "is_labelled": 13, "density": 10}
 
-    def whole_read(self):
-        raise AssertionError("the whole bank was read")
 
-    monkeypatch.setattr(bank_slices.SlicedState, "read_value", whole_read)
+def _recorded(monkeypatch, op):
+    """The calls of ``tf.raw_ops.<op>`` from now on, each {"names", "specs", "rows"}: its
+    keys, slice specs and each tensor's rows (the saved ones, or those restored)."""
+    calls, run = [], getattr(tf.raw_ops, op)
+
+    def recording(**kwargs):
+        result = run(**kwargs)
+        tensors = kwargs.get("tensors", result)
+        calls.append({"names": list(kwargs["tensor_names"]),
+                      "specs": list(kwargs["shape_and_slices"]),
+                      "bytes": sum(int(tf.size(t)) * t.dtype.size for t in tensors)})
+        return result
+
+    monkeypatch.setattr(tf.raw_ops, op, recording)
+    return calls
+
+
+def _rows_of(spec):
+    """(start, stop) of a row slice spec ("13 8 3,2:-" -> (3, 5))."""
+    start, length = spec.split(" ")[-1].split(":")[0].split(",")
+    return int(start), int(start) + int(length)
+
+
+@pytest.mark.parametrize("source", [3, None])
+def test_a_save_writes_blocks_of_the_fixed_grid_at_most_a_block_a_write(
+        make, small_blocks, monkeypatch, tmp_path, source):
+    """Each stored slice is a part's rows within one block; each SaveV2 stages at most a block
+    of rows (with their int64 index); the bank is never read whole. Three shards ([0, 5),
+    [5, 9), [9, 13)) cut the blocks of their edges; the replicated bank is one part."""
+    bank = make(source)
+    _fill(bank, _random_state(5))
+    monkeypatch.setattr(bank_slices.SlicedState, "read_value", _whole_read)
+    saves = _recorded(monkeypatch, "SaveV2")
     path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ckpt"))
-    target = make(3, seed=9)
+    monkeypatch.undo()
+    written = {}
+    for call in saves:
+        assert call["bytes"] + 8 * sum(b - a for a, b in map(_rows_of, call["specs"])) <= 120
+        for name, spec in zip(call["names"], call["specs"]):
+            written.setdefault(name, []).append(_rows_of(spec))
+    for name, rows in small_blocks.items():
+        slices = sorted(written[KEY.format(name)])
+        assert all(start // rows == (stop - 1) // rows for start, stop in slices), name
+        edges = [edge for pair in slices for edge in pair]
+        assert edges[0] == 0 and edges[1:-1:2] == edges[2:-1:2], name  # they tile the rows
+    blocks = [(0, 3), (3, 5), (5, 6), (6, 9), (9, 12), (12, 13)] if source else [
+        (0, 3), (3, 6), (6, 9), (9, 12), (12, 13)]
+    assert sorted(written[KEY.format("embeddings")]) == blocks
+    # The checkpoint holds what was written: the stored slices' shapes, in row order.
+    assert _slice_shapes(path)[KEY.format("embeddings")] == [[b - a, D] for a, b in blocks]
+    _assert_restores(path, make(2, seed=9), _random_state(5))
+
+
+def _whole_read(self):
+    raise AssertionError("the whole state was read")
+
+
+@pytest.mark.parametrize("source", [3, None])
+def test_a_restore_reads_the_blocks_of_each_part_one_at_a_time(make, small_blocks,
+                                                                monkeypatch, tmp_path, source):
+    """Four shards ([0, 4), [4, 7), [7, 10), [10, 13)) ask the checkpoint for their rows in
+    the blocks of the grid, one RestoreV2 each, from three shards' and the replicated bank's."""
+    path, state = _saved(make(source), tmp_path)
+    restores = _recorded(monkeypatch, "RestoreV2")
+    target = make(4, seed=9)
     tf.train.Checkpoint(bank=target).restore(path).assert_consumed()
     monkeypatch.undo()
-    np.testing.assert_array_equal(target.embeddings.numpy(), state["embeddings"])
+    assert all(len(call["names"]) == 1 for call in restores)
+    asked = {}
+    for call in restores:
+        asked.setdefault(call["names"][0], []).append(call["specs"][0])
+    assert asked[KEY.format("embeddings")] == [
+        "13 8 0,3:-", "13 8 3,1:-", "13 8 4,2:-", "13 8 6,1:-", "13 8 7,2:-", "13 8 9,1:-",
+        "13 8 10,2:-", "13 8 12,1:-"]
+    assert asked[KEY.format("density")] == ["5 0,2", "5 2,1", "5 3,2"]
+    for name, value in _state(target).items():
+        np.testing.assert_array_equal(value, state[name], err_msg=name)
 
 
-def test_restoring_reads_only_each_shards_slice(make, monkeypatch, tmp_path):
-    """Four shards ([0, 4), [4, 7), [7, 10), [10, 13)) ask the checkpoint for their rows
-    alone, from a two-shard checkpoint and from a replicated one."""
-    for source in (2, None):
-        path, _ = _saved(make(source), tmp_path / str(source))
-        requests = {}
-        restore_v2 = functional_saver.io_ops.restore_v2
+class _PreBlockSlices(tf.__internal__.tracking.Trackable):
+    """A state as checkpoints saved it before blocks: a slice of its key per shard of
+    ``bounds`` (its rows whole if one), through a SaveableObject."""
 
-        def recording(prefix, tensor_names, shape_and_slices, dtypes, *args, **kwargs):
-            for name, spec in zip(tensor_names, shape_and_slices):
-                requests.setdefault(name, []).append(spec)
-            return restore_v2(prefix, tensor_names, shape_and_slices, dtypes, *args, **kwargs)
+    def __init__(self, value, bounds):
+        self.value, self.bounds = value, bounds
 
-        monkeypatch.setattr(functional_saver.io_ops, "restore_v2", recording)
-        tf.train.Checkpoint(bank=make(4, seed=9)).restore(path).assert_consumed()
-        monkeypatch.undo()
-        assert requests[KEY.format("embeddings")] == [
-            "13 8 0,4:-", "13 8 4,3:-", "13 8 7,3:-", "13 8 10,3:-"]
-        assert requests[KEY.format("density")] == ["5 0,2", "5 2,1", "5 3,2"]
-        assert requests[KEY.format("labelled_index")] == [""]
+    def _gather_saveables_for_checkpoint(self):
+        def saveable(name):
+            specs = [saveable_object.SaveSpec(
+                tf.constant(self.value[start:stop]),
+                bank_slices.slice_spec(self.value.shape, start, stop) if len(self.bounds) > 1
+                else "", name) for start, stop in self.bounds]
+            return saveable_object.SaveableObject(self, specs, name)
+        return {"VARIABLE_VALUE": saveable}
+
+
+def _pre_block_checkpoint(state, bounds, path):
+    """A checkpoint of ``state`` as the bank saved it before blocks: each field a slice per
+    part of ``bounds`` (the shards' rows, or one part: the replicated bank's whole keys)."""
+    bank = tf.Module()
+    labelled = [tuple(np.searchsorted(LABELLED, pair)) for pair in bounds]
+    for name in ROW_STATE:
+        setattr(bank, name, _PreBlockSlices(state[name], bounds))
+    bank.density = _PreBlockSlices(state["density"], labelled)
+    bank.labelled_index = tf.Variable(state["labelled_index"])
+    return tf.train.Checkpoint(bank=bank).save(path)
+
+
+@pytest.mark.parametrize("target", [1, 2, 3, 4, None])
+@pytest.mark.parametrize("bounds", [[(0, 7), (7, 13)], [(0, N)]])
+def test_a_checkpoint_written_before_blocks_restores_each_part_in_one_read(
+        make, small_blocks, monkeypatch, tmp_path, bounds, target):
+    """Sliced at two shards' bounds, or each key whole (the replicated bank's): every part
+    reads its rows in one piece."""
+    state = _random_state(5)
+    path = _pre_block_checkpoint(state, bounds, str(tmp_path / "ckpt"))
+    assert _slice_shapes(path)[KEY.format("embeddings")] == [[b - a, D] for a, b in bounds]
+    restores = _recorded(monkeypatch, "RestoreV2")
+    bank = make(target, seed=9)
+    _assert_restores(path, bank, state)
+    monkeypatch.undo()
+    parts = [(0, N)] if target is None else [(s.start, s.stop) for s in bank.shards]
+    assert [_rows_of(call["specs"][0]) for call in restores
+            if call["names"] == [KEY.format("embeddings")]] == parts
 
 
 def test_a_checkpoint_of_another_bank_size_is_refused(make, tmp_path):
@@ -214,5 +309,33 @@ def test_a_bank_without_labelled_rows_saves_its_empty_density_whole(make, tmp_pa
         np.testing.assert_array_equal(target.embeddings.numpy(), unlabelled.embeddings.numpy())
         assert target.density.numpy().shape == (0,)
     labelled_path, _ = _saved(make(2), tmp_path / "labelled")
-    with pytest.raises(ValueError, match="has 5 rows where this bank has none"):
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
         tf.train.Checkpoint(bank=unlabelled).restore(labelled_path)
+    with pytest.raises(ValueError, match="has 5 rows where this bank has none"):
+        bank_slices.restore_blocks({KEY.format("density"): unlabelled.density}, labelled_path)
+
+
+@pytest.mark.slow  # two fresh processes of a 1 GiB bank each: about a minute
+@pytest.mark.parametrize("kind", ["replicated", "sharded"])
+def test_a_save_and_a_cold_restore_hold_about_a_block_beyond_the_bank(kind, tmp_path):
+    """2M rows of 128 float32 (1 GiB; sharded: over two replicas), saved by one process and
+    restored by a fresh one (`benchmarks/bench_bank_checkpoint.py`'s probes): while saving or
+    restoring, the peak RSS rises by at most a quarter of the bank (a block is 64 MiB, a
+    restore holds one and the stored slice it is cut from), and no process's peak exceeds
+    its RSS before the bank by more than 1.25 times the bank and 256 MiB."""
+    figures = {}
+    for step in ("save", "restore"):
+        result = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "benchmarks", "bench_bank_checkpoint.py"),
+             f"--probe={step}", "--bank=2000000", f"--kind={kind}", "--replicas=2",
+             f"--checkpoint_dir={tmp_path}"],
+            env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+            timeout=600)
+        assert result.returncode == 0, result.stderr
+        figures[step] = json.loads(result.stdout.strip().splitlines()[-1])
+    bank_mib = figures["save"]["bank_bytes"] / 2**20
+    assert 1000 < bank_mib < 1010
+    for step, got in figures.items():
+        assert got["growth_mib"] <= 0.25 * bank_mib, (step, got)
+        for peak in (got["build_peak_mib"], got["peak_over_before_bank_mib"]):
+            assert peak <= 1.25 * bank_mib + 256, (step, got)

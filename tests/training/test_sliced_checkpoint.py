@@ -43,9 +43,16 @@ def _worker_states(worker):
     return {FIELD: SlicedState([tf.Variable(ROWS[start:stop])], BOUNDS, first=worker)}
 
 
-def test_the_sliced_states_are_the_bank_fields_by_their_checkpoint_keys(two_replica_strategy):
+def test_the_sliced_states_are_the_bank_fields_of_a_bank_held_in_part(two_replica_strategy,
+                                                                      monkeypatch):
     bank = ShardedMemoryBank(two_replica_strategy, 13, 2, 2, [0, 7], [0, 1])
-    states = sliced_checkpoint.sliced_states({"bank": bank, "step": tf.Variable(0)})
+    replicated = MemoryBank(13, 2, 2, [0, 7], [0, 1])
+    items = {"bank": bank, "replicated": replicated, "step": tf.Variable(0)}
+    # In one process each bank holds every row: no worker writes a part of it.
+    assert sliced_checkpoint.sliced_states(items) == {}
+    # As the first of two workers holds its rows.
+    monkeypatch.setattr(ShardedMemoryBank, "held_rows", (0, 7))
+    states = sliced_checkpoint.sliced_states(items)
     assert sorted(states) == sorted(KEY.format(name) for name in FIELDS)
     assert states[FIELD] is bank.embeddings
 
@@ -230,10 +237,11 @@ def test_two_workers_write_one_checkpoint_of_the_whole_bank(two_worker_checkpoin
     run = RunDirectory(two_worker_checkpoint)
     assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-1"]
     _assert_bank(_saved_bank(run.latest_checkpoint()), bank_worker.bank_state())
-    # One checkpoint key per field, its rows from both workers; no part left.
+    # One checkpoint key per field, its rows from both workers; no part left. The files: the
+    # chief's dense state and its block, and the other worker's block.
     assert sorted(os.listdir(run.checkpoint_dir)) == [
-        "checkpoint", "ckpt-1.data-00000-of-00002", "ckpt-1.data-00001-of-00002",
-        "ckpt-1.index"]
+        "checkpoint", "ckpt-1.data-00000-of-00003", "ckpt-1.data-00001-of-00003",
+        "ckpt-1.data-00002-of-00003", "ckpt-1.index"]
 
 
 def test_three_workers_restore_it_bit_for_bit(two_worker_checkpoint, tmp_path):
@@ -317,7 +325,7 @@ def _relaunch_resumes(run_dir, left):
     _assert_bank(_saved_bank(run.latest_checkpoint()), bank_worker.bank_state())
     assert sorted(os.listdir(run.checkpoint_dir)) == [
         "checkpoint"] + [f"ckpt-{n}.{suffix}" for n in (1, 2) for suffix in (
-            "data-00000-of-00002", "data-00001-of-00002", "index")]
+            "data-00000-of-00003", "data-00001-of-00003", "data-00002-of-00003", "index")]
 
 
 @pytest.mark.slow  # 30 s: two workers, twice
@@ -353,8 +361,8 @@ def test_a_worker_killed_between_the_votes_leaves_an_unrecorded_checkpoint_swept
     # The chief merged checkpoint 2 whole, but it is not recorded.
     assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-1"]
     assert os.path.exists(f"{run.checkpoint_dir}/ckpt-2.index")
-    _relaunch_resumes(run_dir, ["ckpt-2.data-00000-of-00002", "ckpt-2.data-00001-of-00002",
-                                "ckpt-2.index"])
+    _relaunch_resumes(run_dir, ["ckpt-2.data-00000-of-00003", "ckpt-2.data-00001-of-00003",
+                                "ckpt-2.data-00002-of-00003", "ckpt-2.index"])
 
 
 @pytest.mark.slow  # 40 s: two workers, twice, and the wait for the lost one
@@ -369,5 +377,5 @@ def test_a_chief_killed_mid_merge_leaves_a_torn_save_swept_at_relaunch(two_worke
     assert run.checkpoint_paths() == [f"{run.checkpoint_dir}/ckpt-1"]
     # One merged data file in place, the rest in the merge's folder; no index in place.
     assert not os.path.exists(f"{run.checkpoint_dir}/ckpt-2.index")
-    _relaunch_resumes(run_dir, ["ckpt-2.data-00000-of-00002", "ckpt-2.merging/",
+    _relaunch_resumes(run_dir, ["ckpt-2.data-00000-of-00003", "ckpt-2.merging/",
                                 "ckpt-2.parts/"])

@@ -253,7 +253,7 @@ class LLPMethod(Method):
 
     def _load_warm_start(self, warm_start):
         """Loads the model and the bank's ``embeddings`` (`Bank`'s checkpoint names) of an
-        instance-recognition run."""
+        instance-recognition run, the embeddings block by block into this process's rows."""
         run_dir = warm_start if os.path.isdir(warm_start) else os.path.dirname(
             os.path.dirname(warm_start))
         path = (RunDirectory(warm_start).latest_checkpoint() if os.path.isdir(warm_start)
@@ -268,7 +268,8 @@ class LLPMethod(Method):
                     f"The warm-start run {run_dir} used another set of training examples "
                     "than this run; its bank rows would belong to other images.")
         partial = tf.train.Checkpoint(
-            model=self.model, bank=tf.train.Checkpoint(embeddings=self._bank.embeddings))
+            model=self.model,
+            bank=tf.train.Checkpoint(embeddings=self._bank.checkpoint_states()["embeddings"]))
         try:
             partial.restore(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
