@@ -5,8 +5,11 @@ The public API, importable from the top (``from llp_tf import MemoryBank``): the
 `categorisation_loss`, `llp_loss` and `l2_penalty` (eq. 2-4 and 9); `make_splits`, a
 regime's labelled and used examples; and runs (docs/python-api.md), `train_regime`,
 `load_run` and its `Run`. Names load on first use, so a light module such as
-`llp_tf.errors` does not import TensorFlow. Layout: docs/architecture.md."""
+`llp_tf.errors` does not import TensorFlow. Importing the package registers its Keras classes
+once Keras is imported (`keras_registration`), so `keras.saving.load_model` opens an exported
+``model.keras``. Layout: docs/architecture.md."""
 
+from llp_tf.keras_registration import register_with_keras
 from llp_tf.lazy_attributes import lazy_getattr
 
 __version__ = "0.2.0"
@@ -26,6 +29,8 @@ _PUBLIC = {
 }
 
 __all__ = sorted(_PUBLIC)
+
+register_with_keras()
 
 
 __getattr__ = lazy_getattr(__name__, _PUBLIC)

@@ -2,9 +2,9 @@
 the `EmbeddingClassifier` (trunk, embedding and category heads) with its weights and batch-norm
 moving statistics, taking float32 images [B, S, S, 3] already preprocessed with the evaluation
 transform (`onnx_model.preprocess_for_onnx`) and returning "features" [B, F], "embedding"
-[B, D] and "logits" [B, C]. `keras.saving.load_model` opens it in safe mode once
-`llp_tf.models.embedding_classifier` is imported (it registers the classes); ``fit`` trains
-every weight, batch norm in training mode."""
+[B, D] and "logits" [B, C]. `keras.saving.load_model` opens it in safe mode once `llp_tf`
+is imported (`keras_registration`); ``fit`` trains every weight, batch norm in training
+mode."""
 
 import keras
 
@@ -13,7 +13,7 @@ from llp_tf.models.embedding_classifier import EmbeddingClassifier
 
 KERAS_FILE = "model.keras"
 #: What a process imports before `keras.saving.load_model` opens the file.
-REGISTERING_MODULE = "llp_tf.models.embedding_classifier"
+REGISTERING_MODULE = "llp_tf"
 
 
 def write_keras_model(model: EmbeddingClassifier, path: str) -> None:

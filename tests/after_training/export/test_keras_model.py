@@ -2,6 +2,7 @@
 mode in a fresh process, equal to the SavedModel on the same images, and fine-tuned by
 ``fit`` with batch norm in training mode."""
 
+import os
 import subprocess
 import sys
 
@@ -48,7 +49,7 @@ try:
 except TypeError as error:
     outputs["refused_before_import"] = np.array(str(error)[:200])
 
-import llp_tf.models.embedding_classifier  # noqa: E402,F401 -- registers the classes
+import llp_tf  # noqa: E402,F401 -- registers the classes, Keras being imported
 from llp_tf.after_training.export.onnx_model import preprocess_for_onnx  # noqa: E402
 
 model = keras.saving.load_model(path)
@@ -114,13 +115,35 @@ def fresh(tiny_llp_export, run, tmp_path_factory):
 def test_export_info_names_the_keras_file_and_how_to_load_it(tiny_llp_export):
     _, info = tiny_llp_export
     assert info["keras"]["file"] == keras_model.KERAS_FILE
-    assert info["keras"]["load"].startswith("import llp_tf.models.embedding_classifier;")
+    assert info["keras"]["load"].startswith("import llp_tf;")
     assert info["keras"]["outputs"]["logits"]["shape"] == "[B, 4]"
 
 
 def test_load_model_needs_the_registering_import_and_then_opens_in_safe_mode(fresh):
     assert "Could not locate class 'EmbeddingClassifier'" in str(fresh["refused_before_import"])
     assert str(fresh["class"]) == "llp_tf.models.embedding_classifier.EmbeddingClassifier"
+
+
+LLP_TF_FIRST = """
+import sys
+import llp_tf
+assert "keras" not in sys.modules and "tensorflow" not in sys.modules, "imported eagerly"
+import keras
+print(type(keras.saving.load_model(sys.argv[1])).__name__)
+"""
+
+
+def test_importing_llp_tf_before_keras_registers_the_classes_once_keras_is_imported(
+        tiny_llp_export):
+    """``import llp_tf`` imports neither Keras nor TensorFlow; a later ``import keras`` is
+    enough for load_model."""
+    export_dir, _ = tiny_llp_export
+    result = subprocess.run(
+        [sys.executable, "-c", LLP_TF_FIRST, f"{export_dir}/{keras_model.KERAS_FILE}"],
+        capture_output=True, text=True, timeout=FRESH_PROCESS_TIMEOUT_SECONDS,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == "EmbeddingClassifier"
 
 
 def test_outputs_equal_the_saved_models_on_the_same_images(fresh):
