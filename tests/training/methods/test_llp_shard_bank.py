@@ -109,8 +109,10 @@ def _checkpoint(method):
                                **method.checkpoint_items())
 
 
+# make test keeps the restore into one replica's replicated bank (what run_loader reads of a
+# sharded run); the other counts are slow.
 @pytest.mark.parametrize("resume", [pytest.param((4, True), marks=pytest.mark.slow),
-                                    (1, True), pytest.param((1, False), marks=pytest.mark.slow)],
+                                    pytest.param((1, True), marks=pytest.mark.slow), (1, False)],
                          ids=["4 sharded", "1 sharded", "1 replicated"])
 def test_a_sharded_checkpoint_of_two_replicas_resumes_at_another_count(
         resume, two_replica_strategy, four_replica_strategy, fresh, tmp_path):
@@ -162,6 +164,10 @@ def test_a_bank_of_another_size_is_refused(tmp_path):
         tf.train.Checkpoint(bank=small).restore(path)
 
 
+# Slow: a whole run on two replicas. make test keeps its parts: the sharded steps
+# (test_sharded_llp_steps_equal_the_replicated_ones) and a sharded checkpoint restored into
+# one replica's replicated bank (test_a_sharded_checkpoint_of_two_replicas_resumes_...).
+@pytest.mark.slow
 def test_a_sharded_run_trains_evaluates_and_loads_as_a_replicated_one(
         tmp_path, stripes, two_replica_strategy):
     """`run_training` end to end with --shard_bank on two replicas; the run's checkpoint is

@@ -19,6 +19,7 @@ from llp_tf.training.methods.mean_teacher import (
     linear_rampup, sigmoid_rampup)
 from tests.models.helpers import skip_unless_computable
 from tests.runs import checkpoint_state
+from tests.same_state import FreshMethods
 from tests.training.methods.two_streams import (
     C, SIZE, first_batch, iterator, log_softmax, permute_unlabelled_labels, streams,
     tiny_model)
@@ -53,8 +54,16 @@ def _data(same_views=False):
     return data
 
 
-def _run(method, data, steps=1):
-    return StepRunner(method).run(iterator(method, data), steps, "mean_teacher")
+def _run(method, data, steps=1, runner=None):
+    return (runner or StepRunner(method)).run(iterator(method, data), steps, "mean_teacher")
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """``fresh()``: `_method` of the defaults on one replica in its initial state with its
+    runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
+    methods = FreshMethods(tmp_path_factory.mktemp("initial"))
+    return lambda: methods("defaults", lambda: _method(tf.distribute.get_strategy()))
 
 
 def _values(variable):
@@ -269,16 +278,19 @@ def test_from_config_reads_two_streams_and_the_runs_steps(tmp_path):
     assert dict(unlabelled.views) == UNLABELLED_VIEWS == {"student": "weak", "teacher": "weak"}
 
 
-def test_permuting_the_unlabelled_streams_labels_changes_nothing():
-    strategy = tf.distribute.get_strategy()
+def test_permuting_the_unlabelled_streams_labels_changes_nothing(fresh):
+    """The same method from the same initial state on the data and on the data with
+    its unlabelled stream's labels permuted: bit-identical metrics and teacher."""
     data = _data()
-    honest, cheated = _method(strategy), _method(strategy)
-    want = _run(honest, data, steps=2)
-    got = _run(cheated, permute_unlabelled_labels(data), steps=2)
+    honest, runner = fresh()
+    want = _run(honest, data, steps=2, runner=runner)
+    want_teacher = [v.numpy() for v in honest.teacher.weights]
+    cheated, runner = fresh()
+    got = _run(cheated, permute_unlabelled_labels(data), steps=2, runner=runner)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    for a, b in zip(honest.teacher.weights, cheated.teacher.weights):
-        np.testing.assert_array_equal(b.numpy(), a.numpy())
+    for a, b in zip(want_teacher, cheated.teacher.weights, strict=True):
+        np.testing.assert_array_equal(b.numpy(), a)
 
 
 # The step's longest float32 reductions, the batch-norm moments and the first
@@ -339,19 +351,20 @@ def test_two_replicas_take_the_step_of_one(two_replica_strategy):
 
 
 @pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
-def test_mixed_precision_steps_keep_a_float32_teacher_near_the_float32_one(mixed_precision):
+def test_mixed_precision_steps_keep_a_float32_teacher_near_the_float32_one(mixed_precision,
+                                                                          fresh):
     """One step: its loss within 5% of float32's (about a dozen roundings at
     bfloat16's eps 2^-8 = 0.4%); the float32 teacher's update points the way of
     the float32 run's."""
     skip_unless_computable(mixed_precision)
     strategy = tf.distribute.get_strategy()
     data = _data()
-    plain = _method(strategy)
+    plain, plain_runner = fresh()
     mixed = _method(strategy, mixed_precision=mixed_precision)
     assert isinstance(mixed.optimizer, keras.optimizers.LossScaleOptimizer) == (
         mixed_precision == "float16")
     start = [v.numpy() for v in plain.teacher.trainable_variables]
-    want = _run(plain, data)
+    want = _run(plain, data, runner=plain_runner)
     got = _run(mixed, data)
     assert all(v.dtype == "float32" for v in mixed.teacher.weights)
     for name in want:
