@@ -31,7 +31,7 @@ LAYERS = (
     ("llp_tf.training",),
     ("llp_tf.after_training",),
     ("llp_tf.cli",),
-    ("llp_tf.runs",),
+    ("llp_tf.runs", "llp_tf.keras_registration"),
     ("llp_tf",),
 )
 # Inside llp_tf.data, from the bottom up. "llp_tf.data" itself: its config section and
