@@ -92,3 +92,10 @@ class FreshMethods:
         method, runner, path = self.built[key]
         state_checkpoint(method).read(path).assert_existing_objects_matched()
         return method, runner
+
+    def per_setup(self, build):
+        """``fresh(strategy, **settings)``: the method ``build(strategy, **settings)`` of
+        that replica count and those settings, as `__call__` gives it."""
+        return lambda strategy, **settings: self(
+            (strategy.num_replicas_in_sync, tuple(sorted(settings.items()))),
+            lambda: build(strategy, **settings))

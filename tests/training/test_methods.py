@@ -70,10 +70,7 @@ def _iterator(strategy, data):
 def fresh(tmp_path_factory):
     """``fresh(strategy, **settings)``: `_setup`'s method in its initial state with its
     runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
-    methods = FreshMethods(tmp_path_factory.mktemp("initial"))
-    return lambda strategy, **settings: methods(
-        (strategy.num_replicas_in_sync, tuple(sorted(settings.items()))),
-        lambda: _setup(strategy, **settings))
+    return FreshMethods(tmp_path_factory.mktemp("initial")).per_setup(_setup)
 
 
 def _run(method, data, llp_steps=4, runner=None):

@@ -38,10 +38,7 @@ def _run(method, data, steps=3, runner=None):
 def fresh(tmp_path_factory):
     """``fresh(strategy, **settings)``: `_method`'s method in its initial state with its
     runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
-    methods = FreshMethods(tmp_path_factory.mktemp("initial"))
-    return lambda strategy, **settings: methods(
-        (strategy.num_replicas_in_sync, tuple(sorted(settings.items()))),
-        lambda: _method(strategy, **settings))
+    return FreshMethods(tmp_path_factory.mktemp("initial")).per_setup(_method)
 
 
 def test_batch_sizes_phase_and_settings():

@@ -41,8 +41,7 @@ def _run(method, data, done=2, steps=3, runner=None):
 def fresh(tmp_path_factory):
     """``fresh(strategy)``: `_method(strategy)` (the defaults) in its initial state with
     its runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
-    methods = FreshMethods(tmp_path_factory.mktemp("initial"))
-    return lambda strategy: methods(strategy.num_replicas_in_sync, lambda: _method(strategy))
+    return FreshMethods(tmp_path_factory.mktemp("initial")).per_setup(_method)
 
 
 def _twin():
