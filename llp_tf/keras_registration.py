@@ -7,8 +7,11 @@ the classes); otherwise a finder on `sys.meta_path` imports it once Keras's own 
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
+import types
+from typing import Optional, Sequence
 
 #: The module whose import registers every Keras class of a saved model (it imports the
 #: trunk's and batch norm's modules).
@@ -27,7 +30,9 @@ class _AfterKeras(importlib.abc.MetaPathFinder):
     """Finds ``keras`` as the other finders do, its loader then importing `CLASSES_MODULE`
     after Keras's module has run; removes itself at that first import."""
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(self, name: str, path: Optional[Sequence[str]],
+                  target: Optional[types.ModuleType] = None
+                  ) -> Optional[importlib.machinery.ModuleSpec]:
         del path, target
         if name != "keras":
             return None
@@ -37,7 +42,7 @@ class _AfterKeras(importlib.abc.MetaPathFinder):
             return spec
         run_keras = spec.loader.exec_module
 
-        def run_keras_then_register(module):
+        def run_keras_then_register(module: types.ModuleType) -> None:
             run_keras(module)
             importlib.import_module(CLASSES_MODULE)
 

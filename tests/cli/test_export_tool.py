@@ -128,7 +128,7 @@ def test_keras_writes_a_model_keras_and_says_how_to_load_it(knn_export):
     assert _info(output_dir)["keras"]["file"] == "model.keras"
     assert (f"Keras model {path}: images float32 [B, 16, 16, 3] preprocessed (docs/onnx.md) "
             "-> features [B, 64], embedding [B, 16], logits [B, 4]; load with: import "
-            "llp_tf.models.embedding_classifier; keras.saving.load_model(path)\n" in stdout)
+            "llp_tf; keras.saving.load_model(path)\n" in stdout)
     outputs = keras.saving.load_model(path)(np.zeros((2, 16, 16, 3), np.float32))
     assert outputs["logits"].shape == (2, 4) and outputs["embedding"].shape == (2, 16)
 

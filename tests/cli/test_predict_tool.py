@@ -19,8 +19,8 @@ FRESH_PROCESS_TIMEOUT_SECONDS = 120
 # The modules of llp_tf that predict imports.
 LIGHT_MODULES = sorted(["llp_tf", "llp_tf.lazy_attributes", "llp_tf.after_training",
                         "llp_tf.after_training.predict", "llp_tf.cli", "llp_tf.cli.command_line",
-                        "llp_tf.cli.predict", "llp_tf.cli.quiet_start", "llp_tf.tensor_types",
-                        "llp_tf.tool_names"])
+                        "llp_tf.cli.predict", "llp_tf.cli.quiet_start", "llp_tf.keras_registration",
+                        "llp_tf.tensor_types", "llp_tf.tool_names"])
 # Probabilities are printed with four decimals.
 PRINTED_TOLERANCE = 5e-5 + 1e-6
 
