@@ -17,6 +17,7 @@ from llp_tf.after_training import run_loader
 from llp_tf.after_training.export.inference_module import InferenceModule
 from llp_tf.after_training.export.saved_model import build_inference_module
 from llp_tf.after_training.predict import predict, read_image
+from llp_tf.after_training.stored_bank import StoredBank
 from llp_tf.cli.regimes import regime_config
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.tensor_types import Array
@@ -35,10 +36,12 @@ class Run:
     ``config``: its `TrainConfig`; ``metrics``: the rows of its metrics.jsonl (dicts, one per
     evaluated epoch); ``model``: the trained `EmbeddingClassifier` (a `keras.Model`: float32
     [B, S, S, 3] preprocessed images -> {"embedding" [B, D] unit rows, "features" [B, F],
-    "logits" [B, C]}); ``bank``: the memory bank's arrays (None for a method without one):
+    "logits" [B, C]}); ``bank``: the memory bank (None for a method without one), a
+    `StoredBank` that reads the checkpoint when asked: ``bank[name]`` is a whole array,
     "embeddings" float32 [N, D], "labels" int64 [N] (a class in [0, C), else C + an
     instance id), "confidence" float32 [N], "is_labelled" bool [N], "examples" int64 [N]
-    (the training-set index of each row); ``class_names``: C str."""
+    (the training-set index of each row); ``bank.held_blocks(names)`` and
+    ``bank.rows_at(names, rows)`` read only some rows; ``class_names``: C str."""
 
     run_dir: str
     config: TrainConfig
@@ -46,7 +49,7 @@ class Run:
     step: int
     metrics: list[dict]
     model: EmbeddingClassifier
-    bank: dict[str, Array] | None
+    bank: StoredBank | None
     class_names: list[str]
     _module: InferenceModule = dataclasses.field(repr=False)
 
@@ -80,16 +83,9 @@ def load_run(run_dir: str, checkpoint: str | None = None, data_dir: str | None =
     """
     trained, source = run_loader.load_run_with_data(run_dir, checkpoint, data_dir)
     module = build_inference_module(trained, source.info.class_names)
-    bank = None
-    if trained.bank is not None:
-        bank = {"embeddings": trained.bank.embeddings.numpy(),
-                "labels": trained.bank.labels.numpy(),
-                "confidence": trained.bank.confidence.numpy(),
-                "is_labelled": trained.bank.is_labelled.numpy(),
-                "examples": np.asarray(trained.used_index, np.int64)}
     return Run(run_dir=run_dir, config=trained.config, checkpoint=trained.checkpoint,
                step=trained.step, metrics=RunDirectory(run_dir).read_metrics(),
-               model=trained.model, bank=bank,
+               model=trained.model, bank=trained.bank,
                class_names=[name.decode("utf-8") for name in module.class_names.numpy()],
                _module=module)
 

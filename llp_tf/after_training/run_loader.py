@@ -1,6 +1,7 @@
 """A training run read back from its run directory for inference: `load_run` rebuilds the
-model (the item its method exports: Mean Teacher's teacher) and the bank of a method that
-keeps one, and restores a checkpoint into them (no optimizer state)."""
+model (the item its method exports: Mean Teacher's teacher) and restores a checkpoint into it
+(no optimizer state); the bank of a method that keeps one is read from the checkpoint only
+as far as its reader asks (`StoredBank`)."""
 
 import dataclasses
 import os
@@ -11,7 +12,7 @@ import tensorflow as tf
 from llp_tf.data.sources.base import Source
 from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
-from llp_tf.core.memory_bank import MemoryBank
+from llp_tf.after_training.stored_bank import StoredBank
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training import run_record
@@ -43,21 +44,24 @@ def checkpoint_paths(run_dir: str) -> list[str]:
 @dataclasses.dataclass
 class TrainedRun:
     """A run's settings, split (``labelled_index`` int64 [M], ``used_index`` int64 [N]: bank
-    row j is example ``used_index[j]``) and restored model and bank (None without one)."""
+    row j is example ``used_index[j]``), restored model, and `StoredBank` of its checkpoint
+    (None without one)."""
 
     run_dir: str
     config: TrainConfig
     checkpoint: str
     step: int
     model: EmbeddingClassifier
-    bank: MemoryBank | None
+    bank: StoredBank | None
     labelled_index: np.ndarray
     used_index: np.ndarray
     num_classes: int
 
     def restore(self, checkpoint: str) -> None:
-        """Restores another checkpoint of the same run into the model and bank."""
-        _restore(self.model, self.bank, checkpoint, _exported_item(self.config))
+        """Restores another checkpoint of the same run into the model, and reads its bank."""
+        _restore(self.model, checkpoint, _exported_item(self.config))
+        if self.bank is not None:
+            self.bank = StoredBank(checkpoint, self.used_index)
         self.checkpoint = checkpoint
         self.step = checkpoint_step(checkpoint)
 
@@ -66,12 +70,9 @@ def _exported_item(config):
     return method_class(config.method.name).exported_item
 
 
-def _restore(model, bank, path, item):
-    tracked = {item: model}
-    if bank is not None:
-        tracked["bank"] = bank
+def _restore(model, path, item):
     try:
-        tf.train.Checkpoint(**tracked).restore(path).expect_partial() \
+        tf.train.Checkpoint(**{item: model}).restore(path).expect_partial() \
             .assert_existing_objects_matched()
     except (ValueError, AssertionError, tf.errors.InvalidArgumentError,
             tf.errors.NotFoundError) as error:
@@ -97,8 +98,8 @@ def _checkpoint_num_classes(path, run_dir, item):
 def load_run(run_dir: str, checkpoint: str | None = None,
              num_classes: int | None = None, with_bank: bool = True) -> TrainedRun:
     """`TrainedRun` of ``run_dir`` at ``checkpoint`` (default the latest); ``num_classes``
-    defaults to the checkpoint's, so no dataset is needed. ``with_bank=False``: the bank is
-    neither built nor read (its ``bank`` is None), whatever the method.
+    defaults to the checkpoint's, so no dataset is needed. ``with_bank=False``: the bank is not
+    opened (its ``bank`` is None), whatever the method.
 
     Raises:
       ConfigError: not a run directory, no checkpoint yet, or a checkpoint that does not
@@ -113,12 +114,10 @@ def load_run(run_dir: str, checkpoint: str | None = None,
     if num_classes is None:
         num_classes = _checkpoint_num_classes(path, run_dir, item)
     model = build_model_from_config(config.model, num_classes, config.data.image_size)
+    _restore(model, path, item)
     bank = None
     if with_bank and method_class(config.method.name).keeps_bank:
-        bank = MemoryBank(len(used_index), config.model.embedding_dim, num_classes,
-                          regime.dense_index(used_index, labelled_index),
-                          np.zeros(len(labelled_index), np.int64))
-    _restore(model, bank, path, item)
+        bank = StoredBank(path, used_index)
     return TrainedRun(run_dir=run_dir, config=config, checkpoint=path,
                       step=checkpoint_step(path), model=model, bank=bank,
                       labelled_index=labelled_index, used_index=used_index,

@@ -15,7 +15,36 @@ from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 READ_BLOCK_ROWS = 65_536
 
 
-class Bank(abc.ABC):
+class BankRows(abc.ABC):
+    """The rows of a bank's state that a reader can take a block at a time: a live `Bank`'s,
+    or a checkpoint's (`llp_tf.after_training.stored_bank`). ``num_examples`` N and ``dim``
+    D are the bank's sizes."""
+
+    num_examples: int
+    dim: int
+
+    @property
+    @abc.abstractmethod
+    def held_rows(self) -> tuple[int, int]:
+        """The rows ``[start, stop)`` this process holds: every row, or across workers its
+        replicas' shards."""
+
+    @abc.abstractmethod
+    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
+        """name -> numpy rows ``[start, stop)`` (within `held_rows`) of the state arrays
+        ``names`` of N rows ("embeddings", "labels", "confidence", "is_labelled"), read
+        without a copy of the whole state."""
+
+    def held_blocks(self, names: Sequence[str], block_rows: int = READ_BLOCK_ROWS
+                    ) -> Iterator[tuple[int, dict[str, Array]]]:
+        """(first row, `read_rows` of ``names``) over `held_rows`, ``block_rows`` rows at a
+        time, blocks counted from the first held row: one block in memory at a time."""
+        start, stop = self.held_rows
+        for first in range(start, stop, block_rows):
+            yield first, self.read_rows(names, first, min(first + block_rows, stop))
+
+
+class Bank(BankRows):
     """State of N examples kept across steps.
 
     State, each a whole-bank value (``numpy()``, convertible to a tensor) saved in checkpoints
@@ -31,37 +60,15 @@ class Bank(abc.ABC):
     outside any strategy; `refresh_density` runs in cross-replica context. Each result equals
     the one bank's on one device up to the order of float32 sums."""
 
-    num_examples: int
-    dim: int
     num_classes: int
     num_labelled: int
     momentum: float
-
-    @property
-    @abc.abstractmethod
-    def held_rows(self) -> tuple[int, int]:
-        """The rows ``[start, stop)`` this process holds, those its state's ``numpy()`` gives:
-        every row, or across workers its replicas' shards."""
 
     @abc.abstractmethod
     def checkpoint_states(self) -> dict[str, SlicedState]:
         """The row state checkpoints save in blocks, by name (``embeddings``, ``labels``,
         ``confidence``, ``is_labelled``, ``density``): views of this process's rows, the
         bank's checkpoint children under those names."""
-
-    @abc.abstractmethod
-    def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
-        """name -> numpy rows ``[start, stop)`` (within `held_rows`) of the state arrays
-        ``names`` of N rows ("embeddings", "labels", "confidence", "is_labelled"), each read
-        by a gather of those rows alone (no whole-variable copy)."""
-
-    def held_blocks(self, names: Sequence[str], block_rows: int = READ_BLOCK_ROWS
-                    ) -> Iterator[tuple[int, dict[str, Array]]]:
-        """(first row, `read_rows` of ``names``) over `held_rows`, ``block_rows`` rows at a
-        time, blocks counted from the first held row: one block in memory at a time."""
-        start, stop = self.held_rows
-        for first in range(start, stop, block_rows):
-            yield first, self.read_rows(names, first, min(first + block_rows, stop))
 
     @abc.abstractmethod
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from llp_tf.core import label_encoding
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import BankRows
 from llp_tf.tensor_types import Array, BoolTensor, FloatTensor, IntTensor
 
 # Rows summed per chunk: bounds the float64 copy of a million-row bank.
@@ -139,10 +139,10 @@ class HeldSums:
     groups: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def held_sums(bank: Bank, true_classes: Array, num_classes: int,
+def held_sums(bank: BankRows, true_classes: Array, num_classes: int,
               groupings: tuple[str, ...] = ("true",)) -> HeldSums:
-    """`HeldSums` of the rows ``bank`` holds (`Bank.held_rows`) for ``groupings``, read
-    `SUM_CHUNK_ROWS` rows at a time (`Bank.held_blocks`); ``true_classes`` int64 [N] over all
+    """`HeldSums` of the rows ``bank`` holds (`BankRows.held_rows`) for ``groupings``, read
+    `SUM_CHUNK_ROWS` rows at a time (`BankRows.held_blocks`); ``true_classes`` int64 [N] over all
     N rows, -1 where unknown."""
     label_counts = np.zeros(4)
     sizes = {"true": num_classes, "own": num_classes, "every_row": 1}

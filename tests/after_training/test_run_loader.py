@@ -22,9 +22,9 @@ def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
     assert run.config.method.name == "llp" and run.num_classes == 4
     assert run.checkpoint == tf.train.latest_checkpoint(os.path.join(tiny_llp_run, "checkpoints"))
     assert run.step == 15  # 3 epochs of ceil(160 / 32) steps
-    np.testing.assert_array_equal(run.bank.embeddings.numpy(),
+    np.testing.assert_array_equal(run.bank["embeddings"],
                                   _checkpoint_tensor(run.checkpoint, "bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"))
-    np.testing.assert_array_equal(run.bank.labels.numpy(),
+    np.testing.assert_array_equal(run.bank["labels"],
                                   _checkpoint_tensor(run.checkpoint, "bank/labels/.ATTRIBUTES/VARIABLE_VALUE"))
     kernel = run.model.embedding_head.kernel.numpy()
     saved = [name for name, shape in tf.train.list_variables(run.checkpoint)
@@ -33,7 +33,7 @@ def test_load_run_restores_the_latest_weights_and_bank(tiny_llp_run):
                for n in saved)
     assert run.labelled_index.size == 16 and run.used_index.size == 160
     # The bank's labelled rows carry their true classes (4 per class).
-    assert np.bincount(run.bank.labels.numpy()[run.bank.is_labelled.numpy()]).tolist() == [4] * 4
+    assert np.bincount(run.bank["labels"][run.bank["is_labelled"]]).tolist() == [4] * 4
 
 
 def test_restore_moves_to_an_older_checkpoint(tiny_llp_run):
@@ -43,7 +43,7 @@ def test_restore_moves_to_an_older_checkpoint(tiny_llp_run):
     run = run_loader.load_run(tiny_llp_run, num_classes=4)
     run.restore(paths[0])
     assert run.step == run_loader.checkpoint_step(paths[0]) < run_loader.checkpoint_step(paths[-1])
-    np.testing.assert_array_equal(run.bank.embeddings.numpy(),
+    np.testing.assert_array_equal(run.bank["embeddings"],
                                   _checkpoint_tensor(paths[0], "bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"))
 
 

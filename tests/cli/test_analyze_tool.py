@@ -205,9 +205,9 @@ def test_the_projector_plugin_reads_a_seeded_sample_of_the_bank(run_copy, tmp_pa
 
     run, source = run_loader.load_run_with_data(run_copy)
     bank, names = run.bank, source.info.class_names
-    np.testing.assert_array_equal(tensor, bank.embeddings.numpy()[rows])  # %.9g reads back
-    labels, confidence = bank.labels.numpy(), bank.confidence.numpy()
-    labelled, true = bank.is_labelled.numpy(), source.train_labels()[run.used_index]
+    np.testing.assert_array_equal(tensor, bank["embeddings"][rows])  # %.9g reads back
+    labels, confidence = bank["labels"], bank["confidence"]
+    labelled, true = bank["is_labelled"], source.train_labels()[run.used_index]
     for line, row in zip(lines[1:], rows):
         klass, is_labelled, conf, true_class, _, example = line.split("\t")
         assert klass == (names[labels[row]] if labels[row] < 4 else "none")

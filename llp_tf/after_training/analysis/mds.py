@@ -2,7 +2,7 @@
 chord distances ``sqrt(2 - 2 cos)`` of the unit rows."""
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -99,15 +99,16 @@ class MDSProjection:
     stress: float
 
 
-def project_classes(embeddings: Array, true_classes: Array, is_labelled: Array,
-                    class_ids: Sequence[int] | Array, points_per_class: int,
+def project_classes(embeddings_at: Callable[[Array], Array], true_classes: Array,
+                    is_labelled: Array, class_ids: Sequence[int] | Array, points_per_class: int,
                     seed: int) -> MDSProjection:
-    """`MDSProjection` of up to ``points_per_class`` rows of each class in ``class_ids``."""
+    """`MDSProjection` of up to ``points_per_class`` rows of each class in ``class_ids``;
+    ``embeddings_at(rows int64 [P])`` gives the bank's embeddings of those rows, [P, D]."""
     rows = sample_rows(true_classes, is_labelled, class_ids, points_per_class, seed)
     if rows.size < 2:
         raise ConfigError(f"The MDS needs at least 2 rows; the classes {list(class_ids)} have "
                           f"{rows.size}. Choose other classes or more points per class.")
-    coordinates, stress = mds_2d(np.asarray(embeddings)[rows], seed)
+    coordinates, stress = mds_2d(np.asarray(embeddings_at(rows)), seed)
     return MDSProjection(class_ids=np.asarray(class_ids, np.int64), rows=rows,
                          classes=np.asarray(true_classes)[rows].astype(np.int64),
                          labelled=np.asarray(is_labelled, bool)[rows], coordinates=coordinates,

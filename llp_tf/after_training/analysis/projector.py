@@ -5,7 +5,7 @@ The true class is evaluation data: it is read here for display only."""
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,21 +57,24 @@ def sample_rows(num_rows: int, max_rows: int, seed: int) -> Array:
     return np.sort(rng.choice(num_rows, max_rows, replace=False)).astype(np.int64)
 
 
-def sample_bank(embeddings: Array, labels: Array, confidence: Array, is_labelled: Array,
+def sample_bank(rows_at: Callable[[Array], Mapping[str, Array]], num_rows: int,
                 true_classes: Array, used_index: Array, class_names: Sequence[str],
                 max_rows: int = DEFAULT_ROWS, seed: int = 0) -> ProjectorSample:
-    """`ProjectorSample` of at most ``max_rows`` of a bank: ``embeddings`` float32 [N, D],
-    ``labels`` int64 [N] (`label_encoding`), ``confidence`` float32 [N], ``is_labelled``
-    bool [N], ``true_classes`` int64 [N], ``used_index`` int64 [N] (row -> example)."""
-    rows = sample_rows(len(embeddings), max_rows, seed)
+    """`ProjectorSample` of at most ``max_rows`` of a bank of ``num_rows`` N rows:
+    ``rows_at(rows int64 [S])`` gives the bank's "embeddings" float32 [S, D], "labels" int64
+    [S] (`label_encoding`), "confidence" float32 [S] and "is_labelled" bool [S] of those rows
+    (`StoredBank.rows_at`'s); ``true_classes`` int64 [N], ``used_index`` int64 [N] (row ->
+    example)."""
+    rows = sample_rows(num_rows, max_rows, seed)
+    values = rows_at(rows)
     return ProjectorSample(
         rows=rows, examples=np.asarray(used_index, np.int64)[rows],
-        embeddings=np.asarray(embeddings, np.float32)[rows],
-        classes=label_encoding.classes_or(np.asarray(labels)[rows], len(class_names)),
-        confidence=np.asarray(confidence, np.float32)[rows],
-        labelled=np.asarray(is_labelled, bool)[rows],
+        embeddings=np.asarray(values["embeddings"], np.float32),
+        classes=label_encoding.classes_or(np.asarray(values["labels"]), len(class_names)),
+        confidence=np.asarray(values["confidence"], np.float32),
+        labelled=np.asarray(values["is_labelled"], bool),
         true_classes=np.asarray(true_classes, np.int64)[rows],
-        class_names=tuple(str(name) for name in class_names), bank_rows=int(len(embeddings)),
+        class_names=tuple(str(name) for name in class_names), bank_rows=int(num_rows),
         seed=int(seed))
 
 

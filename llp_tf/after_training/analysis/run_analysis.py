@@ -11,6 +11,7 @@ import numpy as np
 from llp_tf.after_training import run_loader
 from llp_tf.after_training.analysis.mds import MDSProjection, mds_classes, project_classes
 from llp_tf.after_training.analysis.projector import DEFAULT_ROWS, ProjectorSample, sample_bank
+from llp_tf.after_training.stored_bank import ROW_STATES
 from llp_tf.core import bank_statistics
 from llp_tf.core.bank_statistics import AggregationScores, PseudoLabelStats
 from llp_tf.counted_nouns import counted
@@ -172,17 +173,16 @@ def analyze_run(run_dir: str, num_mds_classes: int | None = 5, points_per_class:
         report("Scoring the kept checkpoints.")
         states = checkpoint_trajectory(run, true_classes, steps_per_epoch, report)
 
-    is_labelled = run.bank.is_labelled.numpy()
+    bank = run.bank
+    is_labelled = bank["is_labelled"]
     rows_drawn = sum(min(int(counts[c]), points_per_class) for c in class_ids)
     report(f"MDS of {counted(rows_drawn, 'bank row')} of {counted(len(class_ids), 'class')}.")
-    projection = project_classes(run.bank.embeddings.numpy(), true_classes, is_labelled,
-                                 class_ids, points_per_class, seed)
+    projection = project_classes(lambda rows: bank.rows_at(["embeddings"], rows)["embeddings"],
+                                 true_classes, is_labelled, class_ids, points_per_class, seed)
     sample = None
     if projector_rows:
-        bank = run.bank
-        sample = sample_bank(bank.embeddings.numpy(), bank.labels.numpy(),
-                             bank.confidence.numpy(), is_labelled, true_classes, used_index,
-                             info.class_names, projector_rows, seed)
+        sample = sample_bank(lambda rows: bank.rows_at(ROW_STATES, rows), len(used_index),
+                             true_classes, used_index, info.class_names, projector_rows, seed)
     return RunAnalysis(
         run_dir=run_dir, dataset=info.name, class_names=tuple(info.class_names),
         num_rows=int(len(used_index)), num_labelled=int(is_labelled.sum()),

@@ -104,8 +104,8 @@ def build_inference_module(run: TrainedRun, class_names: Sequence[str],
             "so it cannot export a knn signature; export it without knn.")
     settings = run.config.method_settings
     return InferenceModule(run.model, run.config.data.image_size, class_names,
-                           bank_embeddings=run.bank.embeddings.numpy(),
-                           bank_classes=bank_classes(run.bank.labels.numpy(), run.num_classes),
+                           bank_embeddings=run.bank["embeddings"],
+                           bank_classes=bank_classes(run.bank["labels"], run.num_classes),
                            k=settings.k, temperature=settings.temperature)
 
 

@@ -78,4 +78,4 @@ def features_from_run(run_dir: str, checkpoint: str | None, split: str | None,
         return features, labels, description, config
     labels = source.train_labels()[run.used_index]
     description["embeddings"] = "memory bank (true training labels)"
-    return run.bank.embeddings.numpy(), labels, description, config
+    return run.bank["embeddings"], labels, description, config

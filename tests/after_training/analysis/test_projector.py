@@ -21,11 +21,11 @@ def test_a_small_bank_is_written_whole_a_large_one_sampled_by_its_seed():
 
 def _sample():
     """Bank rows 0-4 of 3 classes; row 3's label is an instance id (3 + its row)."""
-    embeddings = np.eye(5, 4, dtype=np.float32)
+    bank = {"embeddings": np.eye(5, 4, dtype=np.float32), "labels": np.array([0, 2, 1, 6, 2]),
+            "confidence": np.array([1.0, 0.5, 0.25, 0.0, 0.125], np.float32),
+            "is_labelled": np.array([True, False, False, False, True])}
     return projector.sample_bank(
-        embeddings, labels=np.array([0, 2, 1, 6, 2]),
-        confidence=np.array([1.0, 0.5, 0.25, 0.0, 0.125], np.float32),
-        is_labelled=np.array([True, False, False, False, True]),
+        lambda rows: {name: values[rows] for name, values in bank.items()}, num_rows=5,
         true_classes=np.array([0, 1, 1, 2, 2]), used_index=np.array([10, 11, 12, 13, 14]),
         class_names=("cat", "two\twords", "dog\n"), max_rows=4, seed=0)
 

@@ -44,8 +44,9 @@ def test_many_classes_render_and_a_missing_history_is_reported(tmp_path):
     num_classes = figures.MAX_CLASS_LINES + 10
     states = [_synthetic_state(step, rng, num_classes) for step in (10, 20)]
     embeddings, classes = states[-1][1], states[-1][2]
-    projection = mds.project_classes(embeddings, classes, np.zeros(classes.size, bool), [0, 1],
-                                     points_per_class=10, seed=0)
+    projection = mds.project_classes(lambda rows: embeddings[rows], classes,
+                                     np.zeros(classes.size, bool), [0, 1], points_per_class=10,
+                                     seed=0)
     result = run_analysis.RunAnalysis(
         run_dir="synthetic", dataset="synthetic",
         class_names=tuple(f"c{i}" for i in range(num_classes)),

@@ -170,8 +170,8 @@ def test_embed_and_classify_give_the_trained_models_outputs(
 
 
 def test_knn_returns_the_nearest_bank_rows_and_their_vote(run, fresh_outputs):
-    bank = run.bank.embeddings.numpy().astype(np.float64)
-    labels = run.bank.labels.numpy()
+    bank = run.bank["embeddings"].astype(np.float64)
+    labels = run.bank["labels"]
     classes = np.where(labels < run.num_classes, labels, -1)
     k = min(run.config.method_settings.k, len(bank))
     for set_name in ("stripes", "resized", "gray"):
@@ -221,7 +221,7 @@ def test_export_info_describes_the_signatures_and_the_source(run, class_names,
     assert info["signatures"]["embed"]["embedding"]["shape"] == "[B, 16]"
     assert info["knn"]["k"] == 3 and info["knn"]["bank_rows"] == 160
     assert info["knn"]["bank_rows_with_class"] == int(np.sum(
-        run.bank.labels.numpy() < run.num_classes))
+        run.bank["labels"] < run.num_classes))
     # Written through a temporary directory that is gone.
     assert os.listdir(os.path.dirname(model_dir)) == ["model"]
 
