@@ -4,14 +4,13 @@ augmentation are stateless functions of (seed, epoch, example): no random state 
 
 import contextlib
 import dataclasses
+import functools
 import io
-import os
 import sys
 import tempfile
 from typing import Any, Mapping, Optional, TextIO
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted, numbered_range
@@ -20,9 +19,8 @@ from llp_tf.data.config import HOST
 from llp_tf.data.decoding.decode import data_errors
 from llp_tf.data.pipeline import input_fns
 from llp_tf.data.pipeline import streams as input_streams
-from llp_tf.data.sources.base import VALIDATION
 from llp_tf.data.sources.registry import load_source
-from llp_tf.data.splits import exclusions, image_check, label_subsets, regime
+from llp_tf.data.splits import regime, run_split
 from llp_tf.training.distribution import first_device, make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import Evaluator
@@ -46,80 +44,16 @@ from llp_tf.training.lost_worker import report_lost_worker
 _log = actions.log_line
 
 
-@dataclasses.dataclass(frozen=True)
-class RunSplit:
-    """The run's examples: ``labelled_index`` int64 [M] and ``used_index`` int64 [U] (bank row j is
-    example ``used_index[j]``), dataset indices; ``train_labels`` int64 [N], every training
-    example's class; ``excluded_validation`` int64 [E], validation examples never evaluated."""
-
-    labelled_index: np.ndarray
-    used_index: np.ndarray
-    train_labels: np.ndarray
-    excluded_validation: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(0, np.int64))
-
-
-def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded, afresh):
-    """(labelled_index, used_index, made_from): the saved split (made_from None) unless the run
-    starts ``afresh``, else a split file, a subset list or a new draw, without ``excluded``."""
-    path = RunDirectory(run_dir).split_path
-    name = source.info.name
-    if os.path.exists(path) and not afresh:
-        exclusions.check_resume(path, excluded)
-        return (*regime.load_splits(path, train_labels, name), None)
-    warning = regime.absent_classes_warning(train_labels, source.info.num_classes)
-    if warning:
-        _log(stream, warning)
-    d = data_config
-    made_from = {"label_subset": None, "exclude_list": excluded.record()}
-    if d.split_file:
-        labelled_index, used_index = (np.setdiff1d(index, excluded.train) for index in
-                                      regime.load_splits(d.split_file, train_labels, name))
-        _log(stream, f"Split from {d.split_file}.")
-    elif d.label_subset:
-        labelled_index, used_index, list_path = label_subsets.make_subset_splits(
-            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir, excluded.train)
-        made_from["label_subset"] = label_subsets.list_record(d.label_subset, list_path)
-        _log(stream, f"Labelled set: the {counted(len(labelled_index), 'image')} listed in "
-                     f"{list_path}"
-                     f"{' and not excluded' if excluded.train.size else ''} "
-                     "(--label_percent is not used).")
-    else:
-        labelled_index, used_index = regime.make_splits(
-            train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
-            num_classes=source.info.num_classes, excluded=excluded.train)
-    return labelled_index, used_index, made_from
-
-
-def _check_one_batch(num_used, global_batch_size):
-    if input_fns.steps_per_epoch(num_used, global_batch_size) == 0:
-        raise ConfigError(
-            f"The run uses {counted(num_used, 'training example')}, fewer than one global batch "
-            f"(--global_batch_size={global_batch_size}), so an epoch would have no step. "
-            f"Give --global_batch_size={num_used} or less, or use more data "
-            "(--data_percent, or a larger dataset).")
-
-
 def _prepare_run_directory(config, source, stream, chief, afresh):
-    """Resolves the split (the same on every worker) and, on the chief, writes ``split.npz`` and
+    """The run's split (`run_split.prepare`, saved by the chief) and, on the chief, its
     ``config.json`` if new, after every check that can refuse the run."""
-    d = config.data
-    train_labels = source.train_labels()
-    excluded = exclusions.load(d.exclude_list, source)
-    labelled_index, used_index, made_from = _resolve_split(d, config.run_dir, source,
-                                                          train_labels, stream, excluded, afresh)
-    _check_one_batch(len(used_index), config.optimization.global_batch_size)
     split_path = RunDirectory(config.run_dir).split_path
-    if made_from is not None:
-        image_check.require_decodable(source, VALIDATION, excluded.validation)
-    if made_from is not None and chief:
-        regime.save_splits(split_path, labelled_index, used_index, train_labels,
-                           source.info.name, d.label_percent, d.data_percent, d.split_seed,
-                           made_from, {"train": excluded.train,
-                                       "validation": excluded.validation})
+    split = run_split.prepare(config.data, split_path, source,
+                              config.optimization.global_batch_size, afresh, chief,
+                              functools.partial(_log, stream))
     if chief and run_record.started_config(config.run_dir) is None:
         run_record.save_config(config, regime.read_made_from(split_path))
-    return RunSplit(labelled_index, used_index, train_labels, excluded.validation)
+    return split
 
 
 def _training_split(split):
@@ -348,10 +282,8 @@ def _no_space_left(config, strategy):
             "the same command")
     quiet = io.StringIO()
     source = load_source(config.data.dataset, config.data.data_dir)
-    train_labels = source.train_labels()
-    labelled, used, _ = _resolve_split(config.data, config.run_dir, source, train_labels, quiet,
-                                       exclusions.load(config.data.exclude_list, source), True)
-    split = RunSplit(labelled, used, train_labels)
+    split = run_split.resolve(config.data, RunDirectory(config.run_dir).split_path, source,
+                              afresh=True, log=lambda line: None)
     with tempfile.TemporaryDirectory(prefix="llp-space-") as scratch:
         state = _build_state(config, strategy, source.info.num_classes, split, quiet, scratch)
     needed = int(state.checkpoints.variable_bytes() * (1 + disk_space.CHECKPOINT_OVERHEAD))
