@@ -8,7 +8,7 @@ import functools
 import io
 import sys
 import tempfile
-from typing import Any, Mapping, Optional, TextIO
+from typing import Any, Optional, TextIO
 
 import keras
 import tensorflow as tf
@@ -35,7 +35,7 @@ from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training import cluster as cluster_lib
 from llp_tf.training import disk_space, run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
-from llp_tf.training.progress import format_value
+from llp_tf.training.progress import format_table
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory, start_afresh
 from llp_tf.training.run_lock import RunLock
@@ -102,15 +102,6 @@ def _evaluate_fn(config, source, strategy, method, split):
                     for model, evaluator in evaluators.items()
                     for name, value in evaluator.evaluate(dataset, steps).items()
                     if not (model and name == metrics_lib.validation_name("examples"))}
-
-
-def format_table(metrics: Mapping[str, Any]) -> str:
-    """A two-column text table of metric name and value (`progress.format_value`)."""
-    width = max(len(name) for name in metrics)
-    lines = [f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
-    for name, value in metrics.items():
-        lines.append(f"{name.ljust(width)}  {format_value(name, value)}")
-    return "\n".join(lines)
 
 
 @dataclasses.dataclass
