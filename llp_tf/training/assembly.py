@@ -258,30 +258,20 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
     except OSError as error:
         if not disk_space.is_full(error):
             raise
-        raise _no_space_left(config, strategy) from None
+        raise disk_space.run_without_space(
+            config.run_dir, RunDirectory(config.run_dir).latest_checkpoint(),
+            lambda: _state_bytes(config, strategy)) from None
 
 
-def _no_space_left(config, strategy):
-    """The `NoSpaceLeft` of the run: the size of its newest checkpoint to resume, else the
-    variables of the state it would build (nothing written) to start."""
-    newest = RunDirectory(config.run_dir).latest_checkpoint()
-    if newest:
-        return disk_space.no_space_left(
-            config.run_dir, disk_space.checkpoint_bytes(newest),
-            f"to resume, for its next checkpoint, the size of its newest ({newest})",
-            "free that much there, or move the run directory to a disk with room, and rerun "
-            "the same command")
-    quiet = io.StringIO()
+def _state_bytes(config, strategy):
+    """Bytes of the variables of the state a new run of ``config`` builds (nothing written)."""
     source = load_source(config.data.dataset, config.data.data_dir)
     split = run_split.resolve(config.data, RunDirectory(config.run_dir).split_path, source,
                               afresh=True, log=lambda line: None)
     with tempfile.TemporaryDirectory(prefix="llp-space-") as scratch:
-        state = _build_state(config, strategy, source.info.num_classes, split, quiet, scratch)
-    needed = int(state.checkpoints.variable_bytes() * (1 + disk_space.CHECKPOINT_OVERHEAD))
-    return disk_space.no_space_left(
-        config.run_dir, needed, "to start: its settings, split and first checkpoint (the "
-        "model, the optimizer and the method's state)", "free that much there, or give a "
-        "--run_dir on a disk with room")
+        state = _build_state(config, strategy, source.info.num_classes, split, io.StringIO(),
+                             scratch)
+    return state.checkpoints.variable_bytes()
 
 
 def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
