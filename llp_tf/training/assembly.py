@@ -23,11 +23,10 @@ from llp_tf.data.sources.registry import load_source
 from llp_tf.data.splits import regime, run_split
 from llp_tf.training.distribution import first_device, make_strategy
 from llp_tf.errors import ConfigError
-from llp_tf.training.evaluation import Evaluator
+from llp_tf.training.evaluation import validation_fn
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.training import actions
-from llp_tf.training import metrics as metrics_lib
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
@@ -79,29 +78,6 @@ def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
         return iter(strategy.distribute_datasets_from_function(input_fn))
 
     return make_iterator
-
-
-def _evaluate_fn(config, source, strategy, method, split):
-    """() -> the metrics of every model of `Method.evaluated_models`, the extra ones' named after
-    the model (``val_student_top1``); the bank's and ``val_examples`` go with the unnamed one."""
-    bank_labels = split.train_labels[split.used_index]
-    evaluators = {prefix: Evaluator(strategy, model, None if prefix else method.bank,
-                                    bank_labels, source.info.num_classes)
-                  for prefix, model in method.evaluated_models().items()}
-    batch = config.optimization.global_batch_size
-    dataset = strategy.distribute_datasets_from_function(input_fns.make_eval_input_fn(
-        source, batch, config.data.image_size, excluded_index=split.excluded_validation))
-    steps = input_fns.eval_steps(source.info.num_validation - split.excluded_validation.size,
-                                batch)
-    prefix = metrics_lib.VALIDATION_PREFIX
-
-    def of_model(model, name):
-        return metrics_lib.validation_name(name[len(prefix):], model) if model else name
-
-    return lambda: {of_model(model, name): value
-                    for model, evaluator in evaluators.items()
-                    for name, value in evaluator.evaluate(dataset, steps).items()
-                    if not (model and name == metrics_lib.validation_name("examples"))}
 
 
 @dataclasses.dataclass
@@ -193,7 +169,8 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                               run.checkpoint_every, run.eval_every),
         learning_rate=_learning_rate(config, state.plateau),
         make_iterator=_input_maker(config, source, strategy, spec, split, steps_per_epoch),
-        evaluate=_evaluate_fn(config, source, strategy, method, split),
+        evaluate=validation_fn(strategy, method.evaluated_models(), method.bank, source, split,
+                               optimization.global_batch_size, config.data.image_size),
         train_actions=[actions.NanGuard(config.run_dir, lambda: checkpoints.latest)],
         eval_actions=logs + [actions.PlateauRule(state.plateau, method.tracks_plateau,
                                                  optimization.lr_drop_factor, stream)],
