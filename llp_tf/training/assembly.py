@@ -32,7 +32,7 @@ from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training import cluster as cluster_lib
-from llp_tf.training import disk_space, run_record, summaries
+from llp_tf.training import disk_space, resumption, run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
 from llp_tf.training.progress import format_table
 from llp_tf.training.checkpoints import RunCheckpoints
@@ -65,9 +65,8 @@ def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
     """make_iterator(epoch, start_step): the distributed iterator of the method's input streams."""
     input_streams.check_batch_split(spec.streams, strategy.num_replicas_in_sync)
     d = config.data
-    cache_limit = config.data.cache_labelled_limit
     cached = [name for name, stream in spec.streams.items()
-              if stream.repeats and len(stream.index) <= cache_limit]
+              if stream.repeats and len(stream.index) <= d.cache_labelled_limit]
 
     def make_iterator(epoch, start_step):
         input_fn = input_streams.make_streams_input_fn(
@@ -122,20 +121,6 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 
-def _start(state, steps_per_epoch, stream, afresh):
-    """Resumes from the newest readable checkpoint, or initialises a new run; returns whether it
-    resumed."""
-    restored = None if afresh else state.checkpoints.restore_latest()
-    if restored:
-        _log(stream, f"Resumed from {restored} (step {int(state.step.numpy())}).")
-        return True
-    started = state.method.initialise(steps_per_epoch)
-    if started:
-        state.step.assign(started[0])
-        _log(stream, started[1])
-    return False
-
-
 def _learning_rate(config, plateau):
     """epoch -> the rate the optimizer starts the epoch with: the protocol's drops, or the
     method's constant rate (`OptimizerSpec.step_drops`)."""
@@ -161,9 +146,8 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                lambda batch: input_streams.finish_batch(batch, spec.streams, augmentation))
     return Controller(
         method=method, runner=StepRunner(method, prepare), step=state.step,
-        totals=state.totals,
-        checkpoints=checkpoints,
-        optimizer=state.optimizer, writer=writers[summaries.TRAIN_RUN], stream=stream,
+        totals=state.totals, checkpoints=checkpoints, optimizer=state.optimizer,
+        writer=writers[summaries.TRAIN_RUN], stream=stream,
         settings=LoopSettings(optimization.epochs, steps_per_epoch,
                               optimization.global_batch_size, run.steps_per_loop,
                               run.checkpoint_every, run.eval_every),
@@ -175,39 +159,6 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
         eval_actions=logs + [actions.PlateauRule(state.plateau, method.tracks_plateau,
                                                  optimization.lr_drop_factor, stream)],
         stop_requested=stop_requested)
-
-
-def _nothing_to_do(config, step, steps_per_epoch):
-    """The message of a rerun that asks for no more epochs than the run has trained."""
-    done, asked = step // steps_per_epoch, config.optimization.epochs
-    metrics = RunDirectory(config.run_dir).metrics_path
-    if done == asked:
-        return (f"The run in {config.run_dir} has trained the {counted(done, 'epoch')} asked "
-                f"(step {step}); nothing to do. Its metrics are in {metrics}; raise --epochs to "
-                "train further.")
-    return (f"The run in {config.run_dir} has trained {counted(done, 'epoch')} (step {step}), "
-            f"more than the {asked} asked (--epochs={asked}); nothing was trained or changed. Its "
-            f"metrics are in {metrics}; give --epochs above {done} to train further.")
-
-
-def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
-    """On the chief, drops records past the restored step and records changed settings; False
-    when the run has nothing to do."""
-    run_directory = RunDirectory(config.run_dir)
-    if resumed and chief:
-        dropped = run_directory.drop_records_after(step)
-        if dropped:
-            _log(stream, f"Dropped {counted(dropped, 'metrics row')} recorded after step "
-                         f"{step}, whose checkpoint was lost; they are recomputed.")
-    if step // steps_per_epoch >= config.optimization.epochs:
-        _log(stream, _nothing_to_do(config, step, steps_per_epoch))
-        return False
-    changed = run_record.record_changes(config, step) if chief else {}
-    if changed:
-        _log(stream, f"Settings changed since the run last trained: "
-                     f"{run_record.format_changes(changed)}; recorded at step {step} in "
-                     f"{run_directory.file(run_record.HISTORY_FILE)}.")
-    return True
 
 
 def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None,
@@ -267,9 +218,11 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     split = _prepare_run_directory(config, source, stream, chief, afresh)
     state = _build_state(config, strategy, info.num_classes, split, stream, scratch_dir)
     steps_per_epoch = input_fns.steps_per_epoch(len(split.used_index), batch)
-    resumed = _start(state, steps_per_epoch, stream, afresh)
+    log = functools.partial(_log, stream)
+    resumed = resumption.start(state.checkpoints, state.step, state.method, steps_per_epoch,
+                               afresh, log)
     start = int(state.step.numpy())
-    if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
+    if not resumption.settle_records(config, resumed, start, steps_per_epoch, chief, log):
         return {}
     if chief and not resumed:
         summaries.write_hparams(RunDirectory(config.run_dir).tensorboard_dir, {
