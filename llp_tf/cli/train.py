@@ -20,9 +20,9 @@ quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
-from llp_tf.cli import config_flags  # noqa: E402
+from llp_tf.training import config_flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
-from llp_tf.cli import regimes  # noqa: E402
+from llp_tf.training import regimes  # noqa: E402
 from llp_tf.errors import ConfigError  # noqa: E402
 from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 

@@ -10,7 +10,7 @@ the method's own ``Settings`` dataclass, in ``methods`` by method name;
 (the field's name unless given, unique over all sections;
 `MethodConfig.name` is ``--method``) and whether it shapes the run's saved
 state. The flags of tools/train.py are generated from these fields
-(`llp_tf.cli.config_flags`), and choices are validated from them, so every
+(`llp_tf.training.config_flags`), and choices are validated from them, so every
 default, choice and help text is written once. Library code takes the
 sections or fields it needs. Reading the method sections imports the
 methods, and with them TensorFlow.

@@ -156,7 +156,7 @@ def test_the_entry_point_names_where_each_value_of_a_problem_came_from(tmp_path)
 
 # ---- flags generated from the fields -------------------------------------------
 
-from llp_tf.cli import config_flags  # noqa: E402
+from llp_tf.training import config_flags  # noqa: E402
 
 
 def _other_value(name, section, field):
