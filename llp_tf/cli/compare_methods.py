@@ -151,16 +151,11 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    argv = list(argv)
-    extra_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
-    values = make_flags()
-    _, exit_code = command_line.parse(values, argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    return command_line.exit_code_of(
-        lambda: command_line.ExitCode(compare(values, extra_args, stdout, stderr)), stderr)
+    return command_line.run(
+        argv, stdout, stderr, make_flags(), __doc__,
+        lambda values, extra_args, out, err: command_line.ExitCode(
+            compare(values, extra_args, out, err)),
+        origins=None, arguments=command_line.AFTER_DASHES)
 
 
 if __name__ == "__main__":

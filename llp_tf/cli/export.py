@@ -58,26 +58,18 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
-    argv = sys.argv if argv is None else argv
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    values = make_flags()
-    exit_code = command_line.parse_run_tool(values, argv, __doc__, "a training run", stdout, stderr)
-    if exit_code is not None:
-        return exit_code
+def export(values: flags.FlagValues, stdout: TextIO,
+           stderr: TextIO) -> command_line.ExitCode | None:
+    """Exports --run_dir as the flags say; `ExitCode` 1 after a bad input."""
     output_dir = os.path.abspath(values.output_dir or os.path.join(values.run_dir,
                                                                    EXPORT_SUBDIR))
     if os.path.lexists(output_dir) and not values.overwrite:
         stderr.write(f"error: {output_dir} already exists; pass --overwrite to replace it, "
                      "or choose another --output_dir.\n")
-        return 1
+        return command_line.ExitCode(1)
 
     from llp_tf.after_training import run_loader
     from llp_tf.after_training.export import export_summary, onnx_model, saved_model
-    from llp_tf.errors import LLPError  # noqa: PLC0415
     from llp_tf.training import run_directory
 
     def report(line):
@@ -106,15 +98,20 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
                + "".join(f" and {name}" for name in extras) + " ...")
         written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite,
                                           include_onnx=values.onnx, include_keras=values.keras)
-    except LLPError as error:
-        stderr.write(f"error: {error}\n")
-        return 1
     except OSError as error:
         stderr.write(f"error: cannot write the export: {error}\n")
-        return 1
+        return command_line.ExitCode(1)
     for line in export_summary.written_lines(written, output_dir, values.onnx):
         report(line)
-    return 0
+    return None
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
+    argv = sys.argv if argv is None else argv
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__, export, origins=None,
+                            run_dir_of="a training run")
 
 
 if __name__ == "__main__":
