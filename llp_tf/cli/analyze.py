@@ -6,7 +6,7 @@
 Reads the memory bank of a run that keeps one and writes into --output_dir (default
 RUN_DIR/analysis) the plots, analysis_summary.txt and analysis.json, and into its projector/
 folder a sample of the bank for TensorBoard's projector: tensorboard --logdir
-RUN_DIR/analysis/projector (docs/after-training.md).
+RUN_DIR/analysis/projector.
 """
 
 import os

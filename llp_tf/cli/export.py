@@ -8,9 +8,9 @@
 
 Writes --output_dir (default RUN_DIR/export): a SavedModel that loads without llp_tf, whose
 signatures embed, classify (also serving_default) and, with --knn, knn take raw uint8
-images of any size, and export_info.json describing them (docs/after-training.md). With
---onnx, also model.onnx, which takes preprocessed images (docs/onnx.md); with --keras,
-also model.keras, a native Keras model that fine-tunes with fit (docs/after-training.md).
+images of any size, and export_info.json describing them. With --onnx, also model.onnx,
+which takes images preprocessed as llp_tf's onnx_model.preprocess_for_onnx does; with
+--keras, also model.keras, a native Keras model that fine-tunes with fit.
 """
 
 import os
@@ -41,14 +41,14 @@ def make_flags() -> flags.FlagValues:
                          "(converted with tf2onnx) for ONNX Runtime, taking preprocessed "
                          "float32 images [B, S, S, 3] (NHWC, S the run's image size) and "
                          "returning probabilities [B, C] and embedding [B, D]; the caller "
-                         "does the preprocessing (docs/onnx.md).", flag_values=values)
+                         "does the preprocessing.", flag_values=values)
     flags.DEFINE_boolean("keras", False, "Also write model.keras into --output_dir: the "
                          "trunk and both heads as a native Keras 3 model, taking preprocessed "
                          "float32 images [B, S, S, 3] as model.onnx does and returning "
                          "features, embedding and logits. keras.saving.load_model opens it "
                          "without safe_mode=False or custom_objects once a line `import "
                          "llp_tf.models.embedding_classifier` has run, and model.fit trains "
-                         "every weight, batch norm included (docs/after-training.md).",
+                         "every weight, batch norm included.",
                          flag_values=values)
     flags.DEFINE_boolean("overwrite", False, "Replace an earlier export in --output_dir (only "
                          "once the new export is complete): a folder holding saved_model.pb, "
