@@ -18,7 +18,7 @@ from llp_tf.after_training.export.inference_module import InferenceModule
 from llp_tf.after_training.export.saved_model import build_inference_module
 from llp_tf.after_training.predict import predict, read_image
 from llp_tf.after_training.stored_bank import StoredBank
-from llp_tf.cli.regimes import regime_config
+from llp_tf.training.regimes import regime_config
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.tensor_types import Array
 from llp_tf.training import run_training

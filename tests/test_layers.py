@@ -21,17 +21,17 @@ HELPERS = "llp_tf (top-level modules)"
 # From the bottom up; the parts in one layer do not import each other. The top-level
 # modules of llp_tf (config_fields, counted_nouns, errors, lazy_attributes, result_files,
 # types) are one part, `HELPERS`; llp_tf.cli, the entry points (flags read, one call into
-# the library); llp_tf.runs, the Python API, over the functions the tools call (a regime's
-# flagfile read as tools/train.py reads it); llp_tf's own __init__ names the public API,
-# from core, data and runs, at the top.
+# the library), and beside them llp_tf.runs, the Python API, over the functions the tools
+# call (a regime read by `llp_tf.training.regimes`, as the train tool reads it), and
+# keras_registration; llp_tf's own __init__ names the public API, from core, data and runs,
+# at the top.
 LAYERS = (
     (HELPERS,),
     ("llp_tf.core",),
     ("llp_tf.data", "llp_tf.models"),
     ("llp_tf.training",),
     ("llp_tf.after_training",),
-    ("llp_tf.cli",),
-    ("llp_tf.runs", "llp_tf.keras_registration"),
+    ("llp_tf.cli", "llp_tf.runs", "llp_tf.keras_registration"),
     ("llp_tf",),
 )
 # Inside llp_tf.data, from the bottom up. "llp_tf.data" itself: its config section and

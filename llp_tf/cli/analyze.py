@@ -6,7 +6,7 @@
 Reads the memory bank of a run that keeps one and writes into --output_dir (default
 RUN_DIR/analysis) the plots, analysis_summary.txt and analysis.json, and into its projector/
 folder a sample of the bank for TensorBoard's projector: tensorboard --logdir
-RUN_DIR/analysis/projector (docs/after-training.md).
+RUN_DIR/analysis/projector.
 """
 
 import os
@@ -64,17 +64,9 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
-    argv = sys.argv if argv is None else argv
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    values = make_flags()
-    exit_code = command_line.parse_run_tool(values, argv, __doc__, "an LLP training run", stdout,
-                                            stderr)
-    if exit_code is not None:
-        return exit_code
+def analyze(values: flags.FlagValues, stdout: TextIO,
+            stderr: TextIO) -> command_line.ExitCode | None:
+    """Analyses --run_dir as the flags say; `ExitCode` 1 after a bad input."""
     class_ids = None
     if values.class_ids:
         try:
@@ -82,7 +74,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         except ValueError:
             stderr.write(f"error: --class_ids must be class numbers, e.g. 0,3,7; got "
                          f"{','.join(values.class_ids)}.\n")
-            return 1
+            return command_line.ExitCode(1)
 
     # These import TensorFlow: only once the flags are valid.
     from llp_tf.after_training.analysis.report import (  # noqa: PLC0415
@@ -90,7 +82,6 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     from llp_tf.after_training.analysis.run_analysis import analyze_run  # noqa: PLC0415
     from llp_tf.after_training.analysis.summary import summary_text  # noqa: PLC0415
     from llp_tf.counted_nouns import counted  # noqa: PLC0415
-    from llp_tf.errors import LLPError  # noqa: PLC0415
 
     def report(line):
         stdout.write(line + "\n")
@@ -110,19 +101,24 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             trajectory=values.trajectory, class_ids=class_ids, report=report,
             mds_classes_for=mds_classes_for, projector_rows=values.projector_rows)
         written = write_report(result, output_dir)
-    except LLPError as error:
-        stderr.write(f"error: {error}\n")
-        return 1
     except OSError as error:
         stderr.write(f"error: cannot write the analysis: {error}\n")
-        return 1
+        return command_line.ExitCode(1)
     stdout.write("\n" + summary_text(result) + "\nWritten:\n")
     for path in written.values():
         stdout.write(f"  {path}\n")
     if result.projector is not None:
         stdout.write("The bank in TensorBoard's projector: tensorboard --logdir "
                      f"{os.path.join(output_dir, PROJECTOR_SUBDIR)}\n")
-    return 0
+    return None
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
+    argv = sys.argv if argv is None else argv
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__, analyze, origins=None,
+                            run_dir_of="an LLP training run")
 
 
 if __name__ == "__main__":

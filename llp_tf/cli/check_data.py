@@ -7,7 +7,7 @@
 Every image is decoded with the decoders training uses; each one that fails is printed
 with its split, example index and file or record, and the exit code is then 1.
 --write_exclude_list writes them as an exclude list for a new run's --exclude_list (a run
-that already trained resumes only with its own exclusions: docs/data.md).
+that already trained resumes only with its own exclusions).
 """
 
 import os

@@ -145,32 +145,44 @@ def parse(values: flags.FlagValues, argv: Sequence[str], usage: str, stdout: Tex
     return rest[1:], None
 
 
+#: How `run` takes the arguments that are not flags: all of them given to the tool's body
+#: (`POSITIONAL`), or those after the first ``--`` (`AFTER_DASHES`); unset, they are refused.
+POSITIONAL, AFTER_DASHES = "positional", "after --"
+
+
+def split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the tool's argv, the words after its first ``--``), so that flags after it (even --help)
+    are not the tool's."""
+    if "--" not in argv:
+        return list(argv), []
+    position = argv.index("--")
+    return list(argv[:position]), list(argv[position + 1:])
+
+
 def run(argv: Sequence[str], stdout: TextIO | None, stderr: TextIO | None,
-        values: flags.FlagValues, usage: str,
-        body: Callable[[flags.FlagValues, TextIO, TextIO], Any], stray_exit_code: int = 1,
-        error_prefix: str = "error: ",
-        origins: Callable[[flags.FlagValues, Sequence[str]], dict[str, str]] = flag_origins
-        ) -> int:
-    """The ``main`` of a tool: `parse`, --verbosity, then `exit_code_of`
-    ``body(values, stdout, stderr)`` with errors naming ``origins(values, argv)``."""
+        values: flags.FlagValues, usage: str, body: Callable[..., Any],
+        stray_exit_code: int = 1, error_prefix: str = "error: ",
+        origins: Callable[[flags.FlagValues, Sequence[str]], dict[str, str]] | None
+        = flag_origins, arguments: str | None = None, run_dir_of: str | None = None) -> int:
+    """The ``main`` of a tool: `parse`, `check_run_dir` of a run of ``run_dir_of`` if given,
+    --verbosity, then `exit_code_of` ``body(values, stdout, stderr)`` with errors naming
+    ``origins(values, argv)`` (None: not named). With ``arguments`` (`POSITIONAL` or
+    `AFTER_DASHES`) the body is ``body(values, the arguments, stdout, stderr)``."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    _, exit_code = parse(values, argv, usage, stdout, stderr, stray_exit_code=stray_exit_code)
+    argv, after_dashes = (split_at_dashes(argv) if arguments == AFTER_DASHES
+                          else (list(argv), []))
+    rest, exit_code = parse(values, argv, usage, stdout, stderr,
+                            positional=arguments == POSITIONAL, stray_exit_code=stray_exit_code)
     if exit_code is not None:
         return exit_code
+    if run_dir_of and not check_run_dir(values.run_dir, run_dir_of, stderr,
+                                        flag_origins(values, argv)["run_dir"]):
+        return 1
     if "verbosity" in values:
         quiet_absl_info(values)
-    return exit_code_of(lambda: body(values, stdout, stderr), stderr, error_prefix,
-                        origins=lambda: origins(values, argv))
-
-
-def parse_run_tool(values: flags.FlagValues, argv: Sequence[str], usage: str, what: str,
-                   stdout: TextIO, stderr: TextIO) -> int | None:
-    """`parse`, then `check_run_dir`: None to go on, else the exit code."""
-    _, exit_code = parse(values, argv, usage, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    origin = flag_origins(values, argv)["run_dir"]
-    return None if check_run_dir(values.run_dir, what, stderr, origin) else 1
+    given = {None: (), POSITIONAL: (rest,), AFTER_DASHES: (after_dashes,)}[arguments]
+    return exit_code_of(lambda: body(values, *given, stdout, stderr), stderr, error_prefix,
+                        origins=origins and (lambda: origins(values, argv)))
 
 
 class ExitCode(int):
@@ -180,11 +192,14 @@ class ExitCode(int):
 def exit_code_of(body: Callable[[], Any], stderr: TextIO, prefix: str = "error: ",
                  origins: Callable[[], Mapping[str, str]] | None = None) -> int:
     """Runs ``body()``: the `ExitCode` it returns, else 0; or 1 after one ``prefix`` line for
-    an `LLPError`, naming where its settings came from (``origins()``)."""
-    from llp_tf.errors import LLPError  # noqa: PLC0415
+    an `LLPError`, naming where its settings came from (``origins()``). Imports nothing: an
+    LLPError is raised only once ``llp_tf.errors`` is imported (predict never imports it)."""
     try:
         result = body()
-    except LLPError as error:
+    except Exception as error:
+        errors = sys.modules.get("llp_tf.errors")
+        if errors is None or not isinstance(error, errors.LLPError):
+            raise
         if origins is not None:
             error = error.with_origins(origins())
         stderr.write(f"{prefix}{error}\n")

@@ -1,6 +1,6 @@
 """Trains several methods on one regime over several seeds and tabulates top-1.
 
-  tools/compare_methods.py                      # docs/methods.md's table: every method, the demo
+  tools/compare_methods.py                      # the methods' table: every method, the demo
   tools/compare_methods.py --methods=llp,fixmatch --seeds=0 -- --epochs=10
   tools/compare_methods.py --label_fractions=p1,p10 --methods=llp,supervised,mean_teacher
 
@@ -37,9 +37,11 @@ RESULT_KEYS = ("regime", "seeds", "metric")
 def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`."""
     from llp_tf.training.methods import METHODS  # noqa: PLC0415 -- imports no TensorFlow
+    from llp_tf.training.regimes import known_regimes  # noqa: PLC0415 -- nor this
 
     values = command_line.new_flag_values()
-    flags.DEFINE_string("regime", "demo", "Name of a flagfile in flags/ every run starts from.",
+    flags.DEFINE_string("regime", "demo", "The regime every run starts from (the train "
+                        f"tool's --regime): {', '.join(known_regimes())}.",
                         flag_values=values)
     flags.DEFINE_list("methods", list(METHODS), "Methods to train, in the table's order.",
                       flag_values=values)
@@ -65,7 +67,7 @@ def make_flags() -> flags.FlagValues:
     flags.DEFINE_float("equivalence_margin", 0.02, "With --label_fractions: a paired "
                        "difference of top-1 whose 95% interval lies within +-this is "
                        "equivalence (Table 1's supervised ~ Mean Teacher at 1%: 17.35 and "
-                       "16.91); fixed before any run (docs/methods.md).", flag_values=values)
+                       "16.91); fixed before any run.", flag_values=values)
     return values
 
 
@@ -151,16 +153,11 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
     """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
     argv = sys.argv if argv is None else argv
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    argv = list(argv)
-    extra_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
-    values = make_flags()
-    _, exit_code = command_line.parse(values, argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    return command_line.exit_code_of(
-        lambda: command_line.ExitCode(compare(values, extra_args, stdout, stderr)), stderr)
+    return command_line.run(
+        argv, stdout, stderr, make_flags(), __doc__,
+        lambda values, extra_args, out, err: command_line.ExitCode(
+            compare(values, extra_args, out, err)),
+        origins=None, arguments=command_line.AFTER_DASHES)
 
 
 if __name__ == "__main__":

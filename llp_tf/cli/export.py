@@ -8,9 +8,9 @@
 
 Writes --output_dir (default RUN_DIR/export): a SavedModel that loads without llp_tf, whose
 signatures embed, classify (also serving_default) and, with --knn, knn take raw uint8
-images of any size, and export_info.json describing them (docs/after-training.md). With
---onnx, also model.onnx, which takes preprocessed images (docs/onnx.md); with --keras,
-also model.keras, a native Keras model that fine-tunes with fit (docs/after-training.md).
+images of any size, and export_info.json describing them. With --onnx, also model.onnx,
+which takes images preprocessed as llp_tf's onnx_model.preprocess_for_onnx does; with
+--keras, also model.keras, a native Keras model that fine-tunes with fit.
 """
 
 import os
@@ -41,14 +41,14 @@ def make_flags() -> flags.FlagValues:
                          "(converted with tf2onnx) for ONNX Runtime, taking preprocessed "
                          "float32 images [B, S, S, 3] (NHWC, S the run's image size) and "
                          "returning probabilities [B, C] and embedding [B, D]; the caller "
-                         "does the preprocessing (docs/onnx.md).", flag_values=values)
+                         "does the preprocessing.", flag_values=values)
     flags.DEFINE_boolean("keras", False, "Also write model.keras into --output_dir: the "
                          "trunk and both heads as a native Keras 3 model, taking preprocessed "
                          "float32 images [B, S, S, 3] as model.onnx does and returning "
                          "features, embedding and logits. keras.saving.load_model opens it "
                          "without safe_mode=False or custom_objects once a line `import "
                          "llp_tf.models.embedding_classifier` has run, and model.fit trains "
-                         "every weight, batch norm included (docs/after-training.md).",
+                         "every weight, batch norm included.",
                          flag_values=values)
     flags.DEFINE_boolean("overwrite", False, "Replace an earlier export in --output_dir (only "
                          "once the new export is complete): a folder holding saved_model.pb, "
@@ -58,26 +58,18 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
-    argv = sys.argv if argv is None else argv
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    values = make_flags()
-    exit_code = command_line.parse_run_tool(values, argv, __doc__, "a training run", stdout, stderr)
-    if exit_code is not None:
-        return exit_code
+def export(values: flags.FlagValues, stdout: TextIO,
+           stderr: TextIO) -> command_line.ExitCode | None:
+    """Exports --run_dir as the flags say; `ExitCode` 1 after a bad input."""
     output_dir = os.path.abspath(values.output_dir or os.path.join(values.run_dir,
                                                                    EXPORT_SUBDIR))
     if os.path.lexists(output_dir) and not values.overwrite:
         stderr.write(f"error: {output_dir} already exists; pass --overwrite to replace it, "
                      "or choose another --output_dir.\n")
-        return 1
+        return command_line.ExitCode(1)
 
     from llp_tf.after_training import run_loader
     from llp_tf.after_training.export import export_summary, onnx_model, saved_model
-    from llp_tf.errors import LLPError  # noqa: PLC0415
     from llp_tf.training import run_directory
 
     def report(line):
@@ -106,15 +98,20 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
                + "".join(f" and {name}" for name in extras) + " ...")
         written = saved_model.save_module(run, module, output_dir, overwrite=values.overwrite,
                                           include_onnx=values.onnx, include_keras=values.keras)
-    except LLPError as error:
-        stderr.write(f"error: {error}\n")
-        return 1
     except OSError as error:
         stderr.write(f"error: cannot write the export: {error}\n")
-        return 1
+        return command_line.ExitCode(1)
     for line in export_summary.written_lines(written, output_dir, values.onnx):
         report(line)
-    return 0
+    return None
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
+    argv = sys.argv if argv is None else argv
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__, export, origins=None,
+                            run_dir_of="a training run")
 
 
 if __name__ == "__main__":

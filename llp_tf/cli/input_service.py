@@ -5,7 +5,8 @@
 
 Starts a dispatcher here (unless --dispatcher_address joins one elsewhere) with --workers
 workers, and prints the --input_service=grpc://... flag for tools/train.py. Runs until
-SIGTERM, SIGINT or SIGHUP, then exits 0. Several machines: docs/multi-worker.md.
+SIGTERM, SIGINT or SIGHUP, then exits 0. Several machines: a dispatcher on one, and on the
+others workers that join it with --dispatcher_address.
 """
 
 import sys
@@ -33,10 +34,9 @@ def make_flags() -> flags.FlagValues:
     flags.DEFINE_list("worker_ports", [], "Ports of the workers started here, one per worker; "
                       "empty: free ports.", flag_values=values)
     flags.DEFINE_string("host", "127.0.0.1", "Name or address by which the trainers and the "
-                        "other machines reach this one; in the addresses announced and printed. TensorFlow's "
-                        "servers listen on every interface whatever it is, without authentication "
-                        "(docs/multi-worker.md).",
-                        flag_values=values)
+                        "other machines reach this one; in the addresses announced and "
+                        "printed. TensorFlow's servers listen on every interface whatever it "
+                        "is, without authentication.", flag_values=values)
     flags.DEFINE_list("worker_addresses", [], "The dispatcher's fixed list of all its workers, "
                       "host:port each, here and elsewhere; empty: the workers started here.",
                       flag_values=values)

@@ -28,13 +28,20 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the launcher's argv, the worker command): ``argv`` split at its first
-    ``--``, so that flags of the worker command (even --help) stay its own."""
-    if "--" not in argv:
-        return list(argv), []
-    position = argv.index("--")
-    return list(argv[:position]), list(argv[position + 1:])
+def launch(values: flags.FlagValues, command: Sequence[str], stdout: TextIO,
+           stderr: TextIO) -> command_line.ExitCode:
+    """Runs the worker ``command`` as the flags say; the workers' exit code, 1 after a bad
+    input."""
+    if values.workers < 1:
+        stderr.write(f"error: --workers must be at least 1, not {values.workers}.\n")
+        return command_line.ExitCode(1)
+    if not command:
+        stderr.write("error: give the worker command after --, e.g. "
+                     f"{tool('launch_local')} --workers=2 -- {tool('train')} --regime=demo\n")
+        return command_line.ExitCode(1)
+    return command_line.ExitCode(local_launcher.launch(
+        list(command), command_line.free_ports(values.workers), values.timeout_seconds, stdout,
+        stderr))
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
@@ -42,21 +49,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     """Runs the tool on ``argv`` (default sys.argv); returns the workers' exit code, 1
     after an error of the launcher."""
     argv = sys.argv if argv is None else argv
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    own_argv, command = split_command(argv)
-    values = make_flags()
-    _, exit_code = command_line.parse(values, own_argv, __doc__, stdout, stderr)
-    if exit_code is not None:
-        return exit_code
-    if values.workers < 1:
-        stderr.write(f"error: --workers must be at least 1, not {values.workers}.\n")
-        return 1
-    if not command:
-        stderr.write("error: give the worker command after --, e.g. "
-                     f"{tool('launch_local')} --workers=2 -- {tool('train')} --regime=demo\n")
-        return 1
-    return local_launcher.launch(command, command_line.free_ports(values.workers),
-                                 values.timeout_seconds, stdout, stderr)
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__, launch, origins=None,
+                            arguments=command_line.AFTER_DASHES)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Caches the trunk's pooled features of the dataset (one centre crop per image; --
 and trains a linear softmax readout with SGD, the rate x0.1 when val_top1 saturates;
 --protocol=online trains it as the paper does, on freshly augmented images. A random trunk
 of the same architecture is probed for contrast. Prints a table and writes the results as
-JSON; accuracies are fractions (docs/after-training.md).
+JSON; accuracies are fractions.
 """
 
 import os

@@ -47,38 +47,40 @@ def make_flags() -> flags.FlagValues:
     return values
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
-    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
-    argv = sys.argv if argv is None else argv
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    values = make_flags()
-    rest, exit_code = command_line.parse(values, argv, __doc__, stdout, stderr, positional=True)
-    if exit_code is not None:
-        return exit_code
+def predict(values: flags.FlagValues, arguments: Sequence[str], stdout: TextIO,
+            stderr: TextIO) -> command_line.ExitCode:
+    """Classifies the images of --images and ``arguments`` as the flags say; `ExitCode` 1
+    after a bad input or a file that could not be classified."""
     if not values.model_dir:
         stderr.write(f"error: give --model_dir, a SavedModel written by {tool('export')}.\n")
-        return 1
-    arguments = list(values.images) + list(rest)
+        return command_line.ExitCode(1)
+    arguments = list(values.images) + list(arguments)
     if not arguments:
         stderr.write("error: give images (files, directories or patterns), as arguments or "
                      "with --images.\n")
-        return 1
+        return command_line.ExitCode(1)
     if not os.path.isdir(values.model_dir):
         stderr.write(f"error: the model directory {values.model_dir} does not exist.\n")
-        return 1
+        return command_line.ExitCode(1)
     try:
         classify, class_names = load_model(values.model_dir)
     except PredictError as error:
         stderr.write(f"error: {error}\n")
-        return 1
+        return command_line.ExitCode(1)
     paths, problems = expand_arguments(arguments)
     for problem in problems:
         stderr.write(f"error: {problem}\n")
     failed = classify_files(paths, classify, class_names, values.batch_size, values.top,
                             ResultWriter(stdout, values.format), stderr)
-    return 1 if problems or failed else 0
+    return command_line.ExitCode(1 if problems or failed else 0)
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Runs the tool on ``argv`` (default sys.argv); returns the exit code."""
+    argv = sys.argv if argv is None else argv
+    return command_line.run(argv, stdout, stderr, make_flags(), __doc__, predict, origins=None,
+                            arguments=command_line.POSITIONAL)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@
   tools/train.py --regime=r18_p10_q100 --data_dir=/data/tfds
   tools/train.py --flagfile=my.flags --epochs=20
 
-`--regime=NAME` reads flags/NAME.flags; every other flag on the command line overrides it.
+`--regime=NAME` starts from the settings of a regime (its names: --regime below); every
+other flag on the command line overrides them.
 Rerunning the same command resumes the run in --run_dir from its latest checkpoint. SIGTERM
 or Ctrl-C stops the run with a checkpoint after its current loop of steps, exit code 143 or
-130; a second Ctrl-C aborts at once. Several workers: docs/multi-worker.md.
+130; a second Ctrl-C aborts at once. Several workers on one machine: tools/launch_local.py.
 """
 
 import os
@@ -20,9 +21,9 @@ quiet_start.import_tensorflow(sys.argv)
 
 from absl import flags  # noqa: E402
 
-from llp_tf.cli import config_flags  # noqa: E402
+from llp_tf.training import config_flags  # noqa: E402
 from llp_tf.cli import command_line  # noqa: E402
-from llp_tf.cli import regimes  # noqa: E402
+from llp_tf.training import regimes  # noqa: E402
 from llp_tf.errors import ConfigError  # noqa: E402
 from llp_tf.training.config import TrainConfig  # noqa: E402 -- no TensorFlow
 
@@ -35,9 +36,10 @@ ABORTED = ("Aborted by Ctrl-C without writing a checkpoint; rerun the same comma
 def make_flags() -> flags.FlagValues:
     """The tool's `flags.FlagValues`: --regime and one flag per training setting."""
     values = command_line.new_flag_values()
-    flags.DEFINE_string("regime", None, "Name of a flagfile in flags/ (e.g. demo, r18_p10_q100); "
-                        "its settings apply first, and every other flag on the command line "
-                        "overrides them, wherever it stands.",
+    flags.DEFINE_string("regime", None, "A regime, the settings of a run by name: "
+                        f"{', '.join(regimes.known_regimes())}. Its settings apply first, and "
+                        "every other flag on the command line overrides them, wherever it "
+                        "stands.",
                         flag_values=values)
     config_flags.define_config_flags(values)
     flags.DEFINE_boolean("overwrite", False, "Start the run in --run_dir afresh: delete what "
@@ -87,10 +89,10 @@ def config_from_flags(values: flags.FlagValues) -> TrainConfig:
 
 
 def flag_origins(values: flags.FlagValues, argv: Sequence[str]) -> dict[str, str]:
-    """`command_line.flag_origins`, the regime's flagfile named flags/NAME.flags."""
+    """`command_line.flag_origins`, the regime's flagfile named --regime=NAME."""
     regime = values.regime
     return command_line.flag_origins(values, argv, regime and {
-        os.path.join(regimes.FLAGS_DIR, f"{regime}.flags"): f"flags/{regime}.flags"})
+        os.path.join(regimes.FLAGS_DIR, f"{regime}.flags"): f"--regime={regime}"})
 
 
 def train(values: flags.FlagValues, stdout: TextIO,

@@ -61,9 +61,8 @@ class DataConfig:
         "step, batched, on the accelerator) or host (tf.data, on the CPU, per example). The "
         "host always decodes the crop window and resizes it to uint8; with device it ships "
         "that and each example's random choices, drawn on the host from the same seeds, so "
-        "both give the same images up to float rounding (docs/augmentation.md, 'Where the "
-        "augmentation runs'). host suits a CPU-only machine, where tf.data's threads overlap "
-        "the step.",
+        "both give the same images up to float rounding. host suits a CPU-only machine, where "
+        "tf.data's threads overlap the step.",
         choices=AUGMENT_ON)
     min_crop_area: float = setting(MIN_CROP_AREA, "Smallest area fraction of the random resized "
                                    f"crop, in (0, 1] (the release: {MIN_CROP_AREA}).")
@@ -78,7 +77,7 @@ class DataConfig:
         "tools/input_service.py prints it), whose workers then build the training batches; "
         "empty: built in this process. Evaluation input stays local. Each step holds the same "
         "examples and pixels either way; the order of steps within an epoch is kept only with "
-        "one service worker (docs/multi-worker.md). Not part of the run's state: it "
+        "one service worker. Not part of the run's state: it "
         "may change on resume.")
 
     def __post_init__(self):

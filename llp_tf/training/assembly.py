@@ -4,14 +4,13 @@ augmentation are stateless functions of (seed, epoch, example): no random state 
 
 import contextlib
 import dataclasses
+import functools
 import io
-import os
 import sys
 import tempfile
-from typing import Any, Mapping, Optional, TextIO
+from typing import Any, Optional, TextIO
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from llp_tf.counted_nouns import counted, numbered_range
@@ -20,24 +19,22 @@ from llp_tf.data.config import HOST
 from llp_tf.data.decoding.decode import data_errors
 from llp_tf.data.pipeline import input_fns
 from llp_tf.data.pipeline import streams as input_streams
-from llp_tf.data.sources.base import VALIDATION
 from llp_tf.data.sources.registry import load_source
-from llp_tf.data.splits import exclusions, image_check, label_subsets, regime
+from llp_tf.data.splits import regime, run_split
 from llp_tf.training.distribution import first_device, make_strategy
 from llp_tf.errors import ConfigError
-from llp_tf.training.evaluation import Evaluator
+from llp_tf.training.evaluation import validation_fn
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model_from_config
 from llp_tf.training import actions
-from llp_tf.training import metrics as metrics_lib
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training import cluster as cluster_lib
-from llp_tf.training import disk_space, run_record, summaries
+from llp_tf.training import disk_space, resumption, run_record, summaries
 from llp_tf.training.preemption import PreemptionWatch
-from llp_tf.training.progress import format_value
+from llp_tf.training.progress import format_table
 from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.run_directory import RunDirectory, start_afresh
 from llp_tf.training.run_lock import RunLock
@@ -46,80 +43,16 @@ from llp_tf.training.lost_worker import report_lost_worker
 _log = actions.log_line
 
 
-@dataclasses.dataclass(frozen=True)
-class RunSplit:
-    """The run's examples: ``labelled_index`` int64 [M] and ``used_index`` int64 [U] (bank row j is
-    example ``used_index[j]``), dataset indices; ``train_labels`` int64 [N], every training
-    example's class; ``excluded_validation`` int64 [E], validation examples never evaluated."""
-
-    labelled_index: np.ndarray
-    used_index: np.ndarray
-    train_labels: np.ndarray
-    excluded_validation: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(0, np.int64))
-
-
-def _resolve_split(data_config, run_dir, source, train_labels, stream, excluded, afresh):
-    """(labelled_index, used_index, made_from): the saved split (made_from None) unless the run
-    starts ``afresh``, else a split file, a subset list or a new draw, without ``excluded``."""
-    path = RunDirectory(run_dir).split_path
-    name = source.info.name
-    if os.path.exists(path) and not afresh:
-        exclusions.check_resume(path, excluded)
-        return (*regime.load_splits(path, train_labels, name), None)
-    warning = regime.absent_classes_warning(train_labels, source.info.num_classes)
-    if warning:
-        _log(stream, warning)
-    d = data_config
-    made_from = {"label_subset": None, "exclude_list": excluded.record()}
-    if d.split_file:
-        labelled_index, used_index = (np.setdiff1d(index, excluded.train) for index in
-                                      regime.load_splits(d.split_file, train_labels, name))
-        _log(stream, f"Split from {d.split_file}.")
-    elif d.label_subset:
-        labelled_index, used_index, list_path = label_subsets.make_subset_splits(
-            source, d.label_subset, d.data_percent, d.split_seed, d.data_dir, excluded.train)
-        made_from["label_subset"] = label_subsets.list_record(d.label_subset, list_path)
-        _log(stream, f"Labelled set: the {counted(len(labelled_index), 'image')} listed in "
-                     f"{list_path}"
-                     f"{' and not excluded' if excluded.train.size else ''} "
-                     "(--label_percent is not used).")
-    else:
-        labelled_index, used_index = regime.make_splits(
-            train_labels, d.label_percent, d.data_percent, seed=d.split_seed,
-            num_classes=source.info.num_classes, excluded=excluded.train)
-    return labelled_index, used_index, made_from
-
-
-def _check_one_batch(num_used, global_batch_size):
-    if input_fns.steps_per_epoch(num_used, global_batch_size) == 0:
-        raise ConfigError(
-            f"The run uses {counted(num_used, 'training example')}, fewer than one global batch "
-            f"(--global_batch_size={global_batch_size}), so an epoch would have no step. "
-            f"Give --global_batch_size={num_used} or less, or use more data "
-            "(--data_percent, or a larger dataset).")
-
-
 def _prepare_run_directory(config, source, stream, chief, afresh):
-    """Resolves the split (the same on every worker) and, on the chief, writes ``split.npz`` and
+    """The run's split (`run_split.prepare`, saved by the chief) and, on the chief, its
     ``config.json`` if new, after every check that can refuse the run."""
-    d = config.data
-    train_labels = source.train_labels()
-    excluded = exclusions.load(d.exclude_list, source)
-    labelled_index, used_index, made_from = _resolve_split(d, config.run_dir, source,
-                                                          train_labels, stream, excluded, afresh)
-    _check_one_batch(len(used_index), config.optimization.global_batch_size)
     split_path = RunDirectory(config.run_dir).split_path
-    if made_from is not None:
-        image_check.require_decodable(source, VALIDATION, excluded.validation)
-    if made_from is not None and chief:
-        regime.save_splits(split_path, labelled_index, used_index, train_labels,
-                           source.info.name, d.label_percent, d.data_percent, d.split_seed,
-                           made_from, {"train": excluded.train,
-                                       "validation": excluded.validation})
+    split = run_split.prepare(config.data, split_path, source,
+                              config.optimization.global_batch_size, afresh, chief,
+                              functools.partial(_log, stream))
     if chief and run_record.started_config(config.run_dir) is None:
         run_record.save_config(config, regime.read_made_from(split_path))
-    return RunSplit(labelled_index, used_index, train_labels, excluded.validation)
+    return split
 
 
 def _training_split(split):
@@ -132,9 +65,8 @@ def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
     """make_iterator(epoch, start_step): the distributed iterator of the method's input streams."""
     input_streams.check_batch_split(spec.streams, strategy.num_replicas_in_sync)
     d = config.data
-    cache_limit = config.data.cache_labelled_limit
     cached = [name for name, stream in spec.streams.items()
-              if stream.repeats and len(stream.index) <= cache_limit]
+              if stream.repeats and len(stream.index) <= d.cache_labelled_limit]
 
     def make_iterator(epoch, start_step):
         input_fn = input_streams.make_streams_input_fn(
@@ -145,38 +77,6 @@ def _input_maker(config, source, strategy, spec, split, steps_per_epoch):
         return iter(strategy.distribute_datasets_from_function(input_fn))
 
     return make_iterator
-
-
-def _evaluate_fn(config, source, strategy, method, split):
-    """() -> the metrics of every model of `Method.evaluated_models`, the extra ones' named after
-    the model (``val_student_top1``); the bank's and ``val_examples`` go with the unnamed one."""
-    bank_labels = split.train_labels[split.used_index]
-    evaluators = {prefix: Evaluator(strategy, model, None if prefix else method.bank,
-                                    bank_labels, source.info.num_classes)
-                  for prefix, model in method.evaluated_models().items()}
-    batch = config.optimization.global_batch_size
-    dataset = strategy.distribute_datasets_from_function(input_fns.make_eval_input_fn(
-        source, batch, config.data.image_size, excluded_index=split.excluded_validation))
-    steps = input_fns.eval_steps(source.info.num_validation - split.excluded_validation.size,
-                                batch)
-    prefix = metrics_lib.VALIDATION_PREFIX
-
-    def of_model(model, name):
-        return metrics_lib.validation_name(name[len(prefix):], model) if model else name
-
-    return lambda: {of_model(model, name): value
-                    for model, evaluator in evaluators.items()
-                    for name, value in evaluator.evaluate(dataset, steps).items()
-                    if not (model and name == metrics_lib.validation_name("examples"))}
-
-
-def format_table(metrics: Mapping[str, Any]) -> str:
-    """A two-column text table of metric name and value (`progress.format_value`)."""
-    width = max(len(name) for name in metrics)
-    lines = [f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
-    for name, value in metrics.items():
-        lines.append(f"{name.ljust(width)}  {format_value(name, value)}")
-    return "\n".join(lines)
 
 
 @dataclasses.dataclass
@@ -221,20 +121,6 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     return _RunState(model, optimizer, step, plateau, method, checkpoints, totals)
 
 
-def _start(state, steps_per_epoch, stream, afresh):
-    """Resumes from the newest readable checkpoint, or initialises a new run; returns whether it
-    resumed."""
-    restored = None if afresh else state.checkpoints.restore_latest()
-    if restored:
-        _log(stream, f"Resumed from {restored} (step {int(state.step.numpy())}).")
-        return True
-    started = state.method.initialise(steps_per_epoch)
-    if started:
-        state.step.assign(started[0])
-        _log(stream, started[1])
-    return False
-
-
 def _learning_rate(config, plateau):
     """epoch -> the rate the optimizer starts the epoch with: the protocol's drops, or the
     method's constant rate (`OptimizerSpec.step_drops`)."""
@@ -260,52 +146,19 @@ def _controller(config, source, strategy, state, split, steps_per_epoch, stream,
                lambda batch: input_streams.finish_batch(batch, spec.streams, augmentation))
     return Controller(
         method=method, runner=StepRunner(method, prepare), step=state.step,
-        totals=state.totals,
-        checkpoints=checkpoints,
-        optimizer=state.optimizer, writer=writers[summaries.TRAIN_RUN], stream=stream,
+        totals=state.totals, checkpoints=checkpoints, optimizer=state.optimizer,
+        writer=writers[summaries.TRAIN_RUN], stream=stream,
         settings=LoopSettings(optimization.epochs, steps_per_epoch,
                               optimization.global_batch_size, run.steps_per_loop,
                               run.checkpoint_every, run.eval_every),
         learning_rate=_learning_rate(config, state.plateau),
         make_iterator=_input_maker(config, source, strategy, spec, split, steps_per_epoch),
-        evaluate=_evaluate_fn(config, source, strategy, method, split),
+        evaluate=validation_fn(strategy, method.evaluated_models(), method.bank, source, split,
+                               optimization.global_batch_size, config.data.image_size),
         train_actions=[actions.NanGuard(config.run_dir, lambda: checkpoints.latest)],
         eval_actions=logs + [actions.PlateauRule(state.plateau, method.tracks_plateau,
                                                  optimization.lr_drop_factor, stream)],
         stop_requested=stop_requested)
-
-
-def _nothing_to_do(config, step, steps_per_epoch):
-    """The message of a rerun that asks for no more epochs than the run has trained."""
-    done, asked = step // steps_per_epoch, config.optimization.epochs
-    metrics = RunDirectory(config.run_dir).metrics_path
-    if done == asked:
-        return (f"The run in {config.run_dir} has trained the {counted(done, 'epoch')} asked "
-                f"(step {step}); nothing to do. Its metrics are in {metrics}; raise --epochs to "
-                "train further.")
-    return (f"The run in {config.run_dir} has trained {counted(done, 'epoch')} (step {step}), "
-            f"more than the {asked} asked (--epochs={asked}); nothing was trained or changed. Its "
-            f"metrics are in {metrics}; give --epochs above {done} to train further.")
-
-
-def _resume_records(config, resumed, step, steps_per_epoch, stream, chief):
-    """On the chief, drops records past the restored step and records changed settings; False
-    when the run has nothing to do."""
-    run_directory = RunDirectory(config.run_dir)
-    if resumed and chief:
-        dropped = run_directory.drop_records_after(step)
-        if dropped:
-            _log(stream, f"Dropped {counted(dropped, 'metrics row')} recorded after step "
-                         f"{step}, whose checkpoint was lost; they are recomputed.")
-    if step // steps_per_epoch >= config.optimization.epochs:
-        _log(stream, _nothing_to_do(config, step, steps_per_epoch))
-        return False
-    changed = run_record.record_changes(config, step) if chief else {}
-    if changed:
-        _log(stream, f"Settings changed since the run last trained: "
-                     f"{run_record.format_changes(changed)}; recorded at step {step} in "
-                     f"{run_directory.file(run_record.HISTORY_FILE)}.")
-    return True
 
 
 def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None,
@@ -333,32 +186,20 @@ def run_training(config: config_lib.TrainConfig, stream: Optional[TextIO] = None
     except OSError as error:
         if not disk_space.is_full(error):
             raise
-        raise _no_space_left(config, strategy) from None
+        raise disk_space.run_without_space(
+            config.run_dir, RunDirectory(config.run_dir).latest_checkpoint(),
+            lambda: _state_bytes(config, strategy)) from None
 
 
-def _no_space_left(config, strategy):
-    """The `NoSpaceLeft` of the run: the size of its newest checkpoint to resume, else the
-    variables of the state it would build (nothing written) to start."""
-    newest = RunDirectory(config.run_dir).latest_checkpoint()
-    if newest:
-        return disk_space.no_space_left(
-            config.run_dir, disk_space.checkpoint_bytes(newest),
-            f"to resume, for its next checkpoint, the size of its newest ({newest})",
-            "free that much there, or move the run directory to a disk with room, and rerun "
-            "the same command")
-    quiet = io.StringIO()
+def _state_bytes(config, strategy):
+    """Bytes of the variables of the state a new run of ``config`` builds (nothing written)."""
     source = load_source(config.data.dataset, config.data.data_dir)
-    train_labels = source.train_labels()
-    labelled, used, _ = _resolve_split(config.data, config.run_dir, source, train_labels, quiet,
-                                       exclusions.load(config.data.exclude_list, source), True)
-    split = RunSplit(labelled, used, train_labels)
+    split = run_split.resolve(config.data, RunDirectory(config.run_dir).split_path, source,
+                              afresh=True, log=lambda line: None)
     with tempfile.TemporaryDirectory(prefix="llp-space-") as scratch:
-        state = _build_state(config, strategy, source.info.num_classes, split, quiet, scratch)
-    needed = int(state.checkpoints.variable_bytes() * (1 + disk_space.CHECKPOINT_OVERHEAD))
-    return disk_space.no_space_left(
-        config.run_dir, needed, "to start: its settings, split and first checkpoint (the "
-        "model, the optimizer and the method's state)", "free that much there, or give a "
-        "--run_dir on a disk with room")
+        state = _build_state(config, strategy, source.info.num_classes, split, io.StringIO(),
+                             scratch)
+    return state.checkpoints.variable_bytes()
 
 
 def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
@@ -377,9 +218,11 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     split = _prepare_run_directory(config, source, stream, chief, afresh)
     state = _build_state(config, strategy, info.num_classes, split, stream, scratch_dir)
     steps_per_epoch = input_fns.steps_per_epoch(len(split.used_index), batch)
-    resumed = _start(state, steps_per_epoch, stream, afresh)
+    log = functools.partial(_log, stream)
+    resumed = resumption.start(state.checkpoints, state.step, state.method, steps_per_epoch,
+                               afresh, log)
     start = int(state.step.numpy())
-    if not _resume_records(config, resumed, start, steps_per_epoch, stream, chief):
+    if not resumption.settle_records(config, resumed, start, steps_per_epoch, chief, log):
         return {}
     if chief and not resumed:
         summaries.write_hparams(RunDirectory(config.run_dir).tensorboard_dir, {

@@ -10,7 +10,7 @@ the method's own ``Settings`` dataclass, in ``methods`` by method name;
 (the field's name unless given, unique over all sections;
 `MethodConfig.name` is ``--method``) and whether it shapes the run's saved
 state. The flags of tools/train.py are generated from these fields
-(`llp_tf.cli.config_flags`), and choices are validated from them, so every
+(`llp_tf.training.config_flags`), and choices are validated from them, so every
 default, choice and help text is written once. Library code takes the
 sections or fields it needs. Reading the method sections imports the
 methods, and with them TensorFlow.
@@ -46,7 +46,7 @@ class OptimizationConfig:
                                      "split it. Fixed for a run: its step counter, the "
                                      "epochs of its checkpoints and its learning-rate "
                                      "schedule count batches of this size, so a resume "
-                                     "cannot change it (docs/training.md).", state=True)
+                                     "cannot change it.", state=True)
     base_learning_rate: float = setting(0.03, "Learning rate at a global batch of "
                                         f"{PAPER_BATCH_SIZE}; scaled linearly with the global "
                                         "batch size.")
@@ -80,13 +80,13 @@ class MethodConfig:
     name: str = setting(
         DEFAULT_METHOD, f"The training method: {DEFAULT_METHOD} (the paper's), or a baseline "
         "trained under the same protocol: "
-        f"{', '.join(name for name in METHODS if name != DEFAULT_METHOD)} (docs/methods.md). "
+        f"{', '.join(name for name in METHODS if name != DEFAULT_METHOD)}. "
         "A flag that belongs to one method says so first in its help.",
         choices=tuple(METHODS), flag="method", state=True)
     baseline_preset: str = setting(
         BASELINE_PRESETS[0], "[--method=mean_teacher, pseudo_label, fixmatch] The published "
         "configuration each baseline follows whole (loss weights, ramps, thresholds, batch "
-        "make-up, optimiser, schedule, weight decay, moving average; docs/methods.md). "
+        "make-up, optimiser, schedule, weight decay, moving average). "
         "fixmatch_cifar (small data, the default): google-research/fixmatch mean_teacher.py, "
         "pseudo_label.py and fixmatch.py with libml/. imagenet (the r18_*/r50_* flagfiles): "
         "Mean Teacher from CuriousAI/mean-teacher pytorch/experiments/imagenet_valid.py and "

@@ -10,6 +10,8 @@ import glob
 import math
 import os
 import shutil
+from collections.abc import Callable
+from typing import Optional
 
 from llp_tf.errors import LLPError
 
@@ -62,3 +64,20 @@ def no_space_left(run_dir: str, needed: int, why: str, fix: str) -> NoSpaceLeft:
     return NoSpaceLeft(
         f"No space left on the device of {run_dir} ({format_bytes(free_bytes(run_dir), False)} "
         f"free): the run needs at least {format_bytes(needed, True)} free there {why}; {fix}.")
+
+
+def run_without_space(run_dir: str, newest: Optional[str],
+                      state_bytes: Callable[[], int]) -> NoSpaceLeft:
+    """The error of the run in ``run_dir``: to resume, room for a checkpoint the size of its
+    ``newest``; to start (no checkpoint), for ``state_bytes()``, the bytes of the variables of
+    the state it would build, and a checkpoint's overhead."""
+    if newest:
+        return no_space_left(
+            run_dir, checkpoint_bytes(newest),
+            f"to resume, for its next checkpoint, the size of its newest ({newest})",
+            "free that much there, or move the run directory to a disk with room, and rerun "
+            "the same command")
+    return no_space_left(
+        run_dir, int(state_bytes() * (1 + CHECKPOINT_OVERHEAD)), "to start: its settings, "
+        "split and first checkpoint (the model, the optimizer and the method's state)",
+        "free that much there, or give a --run_dir on a disk with room")

@@ -1,8 +1,10 @@
 """Evaluation of a run (docs/training.md, "Evaluation"): ``val_top1``, ``val_top5`` and
 ``val_categorisation`` of the category head over ``val_examples`` real validation examples;
 ``val_nn_top1``, the true label of the nearest bank row (as in the paper's ablations); and
-the bank's statistics (`llp_tf.core.bank_statistics`)."""
+the bank's statistics (`llp_tf.core.bank_statistics`). `validation_fn`: a run's evaluation of
+its models over the validation set."""
 
+from collections.abc import Callable, Mapping
 from typing import Optional
 
 import numpy as np
@@ -10,6 +12,9 @@ import tensorflow as tf
 
 from llp_tf.core import bank_statistics
 from llp_tf.core.bank import Bank
+from llp_tf.data.pipeline import input_fns
+from llp_tf.data.sources.base import Source
+from llp_tf.data.splits.run_split import RunSplit
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training import cluster
 from llp_tf.training import metrics as metrics_lib
@@ -104,3 +109,28 @@ class Evaluator:
                 labels, mask)
         return counts
 
+
+
+def validation_fn(strategy: tf.distribute.Strategy, models: Mapping[str, EmbeddingClassifier],
+                  bank: Optional[Bank], source: Source, split: RunSplit, global_batch_size: int,
+                  image_size: int) -> Callable[[], dict[str, float]]:
+    """() -> the metrics of ``models`` (`Method.evaluated_models`) over the validation examples
+    ``split`` does not exclude, the extra ones' named after the model (``val_student_top1``);
+    ``bank``'s and ``val_examples`` go with the unnamed one ("")."""
+    bank_labels = split.train_labels[split.used_index]
+    evaluators = {prefix: Evaluator(strategy, model, None if prefix else bank, bank_labels,
+                                    source.info.num_classes)
+                  for prefix, model in models.items()}
+    dataset = strategy.distribute_datasets_from_function(input_fns.make_eval_input_fn(
+        source, global_batch_size, image_size, excluded_index=split.excluded_validation))
+    steps = input_fns.eval_steps(source.info.num_validation - split.excluded_validation.size,
+                                 global_batch_size)
+    prefix = metrics_lib.VALIDATION_PREFIX
+
+    def of_model(model, name):
+        return metrics_lib.validation_name(name[len(prefix):], model) if model else name
+
+    return lambda: {of_model(model, name): value
+                    for model, evaluator in evaluators.items()
+                    for name, value in evaluator.evaluate(dataset, steps).items()
+                    if not (model and name == metrics_lib.validation_name("examples"))}

@@ -1,5 +1,6 @@
 """Progress of an epoch: a live bar on a terminal; elsewhere (a file, a pipe, ``CI``) a plain
-line at most every ``log_every_seconds`` and at the epoch's end."""
+line at most every ``log_every_seconds`` and at the epoch's end. Metrics as printed: in a line
+(`format_metrics`) or the run's final table (`format_table`)."""
 
 import numbers
 import os
@@ -24,6 +25,15 @@ def format_value(name: str, value: Any) -> str:
 def format_metrics(metrics: Mapping[str, Any]) -> str:
     """``"name value name value ..."`` of ``metrics`` in order (`format_value`)."""
     return " ".join(f"{name} {format_value(name, value)}" for name, value in metrics.items())
+
+
+def format_table(metrics: Mapping[str, Any]) -> str:
+    """A two-column text table of metric name and value (`format_value`)."""
+    width = max(len(name) for name in metrics)
+    lines = [f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
+    for name, value in metrics.items():
+        lines.append(f"{name.ljust(width)}  {format_value(name, value)}")
+    return "\n".join(lines)
 
 
 def is_interactive(stream: TextIO) -> bool:

@@ -86,3 +86,9 @@ def test_a_settings_error_of_a_tool_names_where_each_value_came_from():
                         body)
     assert code == 1 and err.getvalue() == (
         "error: --warmup_epochs=10 (default) cannot exceed --epochs=3 (command line).\n")
+
+
+def test_the_words_after_the_first_separator_are_not_the_tools():
+    assert command_line.split_at_dashes(["l", "--workers=3", "--", "x.py", "--help", "--"]) == \
+        (["l", "--workers=3"], ["x.py", "--help", "--"])
+    assert command_line.split_at_dashes(["l", "--workers=3"]) == (["l", "--workers=3"], [])

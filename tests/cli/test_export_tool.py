@@ -8,6 +8,7 @@ import onnxruntime
 import pytest
 
 from llp_tf.after_training import run_loader
+from llp_tf.after_training.export import export_summary
 from tests.runs import file_contents
 from tests.cli.tool_main import load_tool, run_main
 
@@ -112,8 +113,8 @@ def test_onnx_writes_a_model_onnx_runtime_runs(knn_export):
     assert ("Tracing the signatures and writing the SavedModel and model.onnx and "
             "model.keras ...\n" in stdout)
     assert (f"ONNX model {path} (opset 17): images float32 [B, 16, 16, 3] preprocessed "
-            "(docs/onnx.md) -> probabilities float32 [B, 4], embedding float32 [B, 16]\n"
-            in stdout)
+            f"({export_summary.PREPROCESSING}) -> probabilities float32 [B, 4], embedding "
+            "float32 [B, 16]\n" in stdout)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     outputs = dict(zip(["probabilities", "embedding"], session.run(
         ["probabilities", "embedding"], {"images": np.zeros((2, 16, 16, 3), np.float32)})))
@@ -126,9 +127,10 @@ def test_keras_writes_a_model_keras_and_says_how_to_load_it(knn_export):
     assert code == 0, stderr
     path = os.path.join(output_dir, "model.keras")
     assert _info(output_dir)["keras"]["file"] == "model.keras"
-    assert (f"Keras model {path}: images float32 [B, 16, 16, 3] preprocessed (docs/onnx.md) "
-            "-> features [B, 64], embedding [B, 16], logits [B, 4]; load with: import "
-            "llp_tf; keras.saving.load_model(path)\n" in stdout)
+    assert (f"Keras model {path}: images float32 [B, 16, 16, 3] preprocessed "
+            f"({export_summary.PREPROCESSING}) -> features [B, 64], embedding [B, 16], "
+            "logits [B, 4]; load with: import llp_tf; keras.saving.load_model(path)\n"
+            in stdout)
     outputs = keras.saving.load_model(path)(np.zeros((2, 16, 16, 3), np.float32))
     assert outputs["logits"].shape == (2, 4) and outputs["embedding"].shape == (2, 16)
 

@@ -126,11 +126,6 @@ def test_help_explains_every_flag_and_the_command_after_the_separator():
     assert "llp-launch-local --workers=2 -- llp-train" in out and "TF_CONFIG" in out
 
 
-def test_the_command_after_the_separator_is_the_workers():
-    assert launch_local.split_command(["l", "--workers=3", "--", "x.py", "--help", "--"]) == \
-        (["l", "--workers=3"], ["x.py", "--help", "--"])
-
-
 def test_sigterm_to_the_launcher_stops_the_workers_and_their_children():
     # Each worker starts a child that sleeps: the launcher stops whole process groups.
     worker = ("import os, subprocess, sys, time; "

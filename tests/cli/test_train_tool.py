@@ -123,7 +123,7 @@ def test_a_flag_before_the_regime_overrides_it_as_one_after_it_does(tmp_path):
         result = _run(*args, f"--run_dir={tmp_path}")
         assert result.returncode == 1, (args, result.stderr)
         assert result.stderr == (
-            "error: Invalid training settings: --warmup_epochs=10 (from flags/demo.flags) "
+            "error: Invalid training settings: --warmup_epochs=10 (from --regime=demo) "
             "cannot exceed --epochs=3 (command line): the run would end inside the warm-up "
             "(instance recognition), before LLP; give --epochs=11 or more, or "
             "--warmup_epochs=3 or less (equal: an instance-recognition run only).\n"), args
@@ -174,7 +174,7 @@ def test_a_run_dir_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "demo").write_text("")
     assert _run("--regime=demo").stderr == (
-        "error: --run_dir=runs/demo (from flags/demo.flags) is a file, not a directory: give a "
+        "error: --run_dir=runs/demo (from --regime=demo) is a file, not a directory: give a "
         "--run_dir that is a directory, or where one can be made.\n")
 
 

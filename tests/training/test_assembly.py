@@ -60,15 +60,6 @@ def test_run_writes_its_files_and_final_metrics(tiny_llp_training, tmp_path):
     assert len(_metrics(rerun.run_dir)) == 3
 
 
-def test_the_final_table_prints_integers_as_integers_and_the_learning_rate_in_full():
-    assert assembly.format_table({
-        "epoch": 40, "phase": "llp", "learning_rate": 0.00375, "confidence": 1.0,
-        "val_examples": 1000}).splitlines() == [
-        "metric         value", "-------------  ------", "epoch          40",
-        "phase          llp", "learning_rate  0.00375", "confidence     1.000",
-        "val_examples   1000"]
-
-
 def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tiny_llp_run,
                                                           monkeypatch):
     crashed = _config(tmp_path / "crashed", stripes)

@@ -143,12 +143,12 @@ def test_the_entry_point_names_where_each_value_of_a_problem_came_from(tmp_path)
     with pytest.raises(ConfigError) as raised:
         _config(tmp_path, epochs=3, label_percent=0)
     named = raised.value.with_origins({"epochs": "command line",
-                                       "warmup_epochs": "from flags/demo.flags",
+                                       "warmup_epochs": "from --regime=demo",
                                        "label_percent": "default"})
     assert type(named) is ConfigError
     assert str(named).startswith(
         "Invalid training settings: --label_percent=0.0 (default) must lie in (0, 100]; "
-        "--warmup_epochs=10 (from flags/demo.flags) cannot exceed --epochs=3 (command line): ")
+        "--warmup_epochs=10 (from --regime=demo) cannot exceed --epochs=3 (command line): ")
     # Origins an error names already (a config.json's) stay.
     again = named.with_origins({"epochs": "elsewhere"})
     assert str(again) == str(named)
@@ -156,7 +156,7 @@ def test_the_entry_point_names_where_each_value_of_a_problem_came_from(tmp_path)
 
 # ---- flags generated from the fields -------------------------------------------
 
-from llp_tf.cli import config_flags  # noqa: E402
+from llp_tf.training import config_flags  # noqa: E402
 
 
 def _other_value(name, section, field):

@@ -49,3 +49,16 @@ def test_the_error_names_the_folder_its_free_space_and_the_space_needed(tmp_path
     error = disk_space.no_space_left(str(tmp_path), 1537, "to start", "free that much")
     assert str(error) == (f"No space left on the device of {tmp_path} (1.5 KB free): the run "
                           "needs at least 1.6 KB free there to start; free that much.")
+
+
+def test_a_run_needs_its_newest_checkpoints_size_to_resume_else_its_state_to_start(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(disk_space, "free_bytes", lambda path: 0)
+    (tmp_path / "ckpt-3.index").write_bytes(b"x" * 1024)
+    resume = disk_space.run_without_space(str(tmp_path), str(tmp_path / "ckpt-3"),
+                                          lambda: 1 / 0)
+    assert f"needs at least 1.0 KB free there to resume, for its next checkpoint, the size of " \
+           f"its newest ({tmp_path / 'ckpt-3'})" in str(resume)
+    start = disk_space.run_without_space(str(tmp_path), None, lambda: 10240)
+    assert "needs at least 11.0 KB free there to start: its settings, split and first " \
+           "checkpoint" in str(start) and str(start).endswith("a --run_dir on a disk with room.")

@@ -2,7 +2,8 @@ import io
 
 import numpy as np
 
-from llp_tf.training.progress import EpochProgress, RunClock, format_metrics, format_value
+from llp_tf.training.progress import (EpochProgress, RunClock, format_metrics, format_table,
+                                      format_value)
 
 
 class _Terminal(io.StringIO):
@@ -66,3 +67,12 @@ def test_integers_print_as_integers_and_the_learning_rate_in_full():
     assert format_value("phase", "llp") == "llp"
     assert format_metrics({"epoch": 2, "loss": 2.302585, "learning_rate": 0.0375}) == \
         "epoch 2 loss 2.303 learning_rate 0.0375"
+
+
+def test_the_final_table_prints_integers_as_integers_and_the_learning_rate_in_full():
+    assert format_table({
+        "epoch": 40, "phase": "llp", "learning_rate": 0.00375, "confidence": 1.0,
+        "val_examples": 1000}).splitlines() == [
+        "metric         value", "-------------  ------", "epoch          40",
+        "phase          llp", "learning_rate  0.00375", "confidence     1.000",
+        "val_examples   1000"]

@@ -7,6 +7,8 @@ from llp_tf.after_training.export.saved_model import EXPORT_INFO_FILE
 from llp_tf.tool_names import tool
 
 _BYTES_PER_MB = 1024 * 1024
+#: What the ONNX and Keras models' images are preprocessed with.
+PREPROCESSING = "llp_tf.after_training.export.onnx_model.preprocess_for_onnx"
 
 
 def _directory_megabytes(path):
@@ -34,7 +36,7 @@ def describe_onnx(onnx_info: Mapping[str, Any], output_dir: str) -> str:
                         for output, output_spec in onnx_info["outputs"].items())
     return (f"ONNX model {os.path.join(output_dir, onnx_info['file'])} (opset "
             f"{onnx_info['opset']}): {name} {spec['dtype']} {spec['shape']} preprocessed "
-            f"(docs/onnx.md) -> {outputs}")
+            f"({PREPROCESSING}) -> {outputs}")
 
 
 def describe_keras(keras_info: Mapping[str, Any], output_dir: str) -> str:
@@ -43,7 +45,7 @@ def describe_keras(keras_info: Mapping[str, Any], output_dir: str) -> str:
     outputs = ", ".join(f"{output} {output_spec['shape']}"
                         for output, output_spec in keras_info["outputs"].items())
     return (f"Keras model {os.path.join(output_dir, keras_info['file'])}: {name} "
-            f"{spec['dtype']} {spec['shape']} preprocessed (docs/onnx.md) -> {outputs}; "
+            f"{spec['dtype']} {spec['shape']} preprocessed ({PREPROCESSING}) -> {outputs}; "
             f"load with: {keras_info['load']}")
 
 

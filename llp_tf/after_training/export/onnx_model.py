@@ -27,7 +27,7 @@ def input_doc(image_size: int) -> dict[str, dict[str, str]]:
     """The ONNX model's input, described for export_info.json."""
     return {INPUT: {"dtype": "float32", "shape": f"[B, {image_size}, {image_size}, 3]",
                     "doc": "NHWC RGB images after the evaluation transform (llp_tf's "
-                           "onnx_model.preprocess_for_onnx; docs/onnx.md); B >= 1"}}
+                           "onnx_model.preprocess_for_onnx); B >= 1"}}
 
 
 def _converter():

@@ -24,8 +24,8 @@ def test_the_lines_name_the_folder_its_size_each_signature_and_the_onnx_model(tm
                           "  classify(images uint8 [B, H, W, C]) (also serving_default) ->",
                           "    top5: int32 [None, 5]  best classes"]
     assert lines[5] == (f"ONNX model {tmp_path}/model.onnx (opset 17): images float32 "
-                        "[None, 32, 32, 3] preprocessed (docs/onnx.md) -> probabilities "
-                        "float32 [None, 10]")
+                        "[None, 32, 32, 3] preprocessed (llp_tf.after_training.export."
+                        "onnx_model.preprocess_for_onnx) -> probabilities float32 [None, 10]")
     assert lines[6] == f"Try it: llp-predict --model_dir={tmp_path} IMAGE.png"
     # As a checkout's tools/export.py prints it.
     monkeypatch.setenv(tool_names.CHECKOUT_VARIABLE, "/src/llp-tf")
@@ -42,6 +42,7 @@ def test_an_export_with_model_keras_names_it_its_input_outputs_and_how_to_load_i
                     "logits": {"dtype": "float32", "shape": "[B, 10]"}}}}
     lines = export_summary.written_lines(info, str(tmp_path), include_onnx=False)
     assert lines[5] == (f"Keras model {tmp_path}/model.keras: images float32 [B, 32, 32, 3] "
-                        "preprocessed (docs/onnx.md) -> embedding [B, 128], logits [B, 10]; "
+                        "preprocessed (llp_tf.after_training.export.onnx_model."
+                        "preprocess_for_onnx) -> embedding [B, 128], logits [B, 10]; "
                         "load with: import m; keras.saving.load_model(path)")
     assert len(lines) == 7

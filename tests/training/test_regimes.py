@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from llp_tf.cli import regimes
+from llp_tf.training import regimes
 from llp_tf.errors import ConfigError
 from tests.cli.tool_main import ROOT, load_tool
 

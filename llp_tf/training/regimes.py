@@ -8,7 +8,7 @@ from typing import Any
 
 from absl import flags
 
-from llp_tf.cli import config_flags
+from llp_tf.training import config_flags
 from llp_tf.errors import ConfigError
 from llp_tf.training.config import TrainConfig
 

@@ -1,0 +1,63 @@
+"""How a run (re)starts: from its newest readable checkpoint, else as its method initialises a
+new run (`start`); then, on a rerun, the records past the restored step dropped, nothing done
+when no epoch is left to train, and changed settings recorded (`settle_records`)."""
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from llp_tf.counted_nouns import counted
+from llp_tf.training import run_record
+from llp_tf.training.checkpoints import RunCheckpoints
+from llp_tf.training.config import TrainConfig
+from llp_tf.training.methods.base import Method
+from llp_tf.training.run_directory import RunDirectory
+
+
+def start(checkpoints: RunCheckpoints, step: tf.Variable, method: Method, steps_per_epoch: int,
+          afresh: bool, log: Callable[[str], None]) -> bool:
+    """Restores the newest readable checkpoint (unless ``afresh``), else lets ``method``
+    initialise a new run (setting ``step``); returns whether it resumed."""
+    restored = None if afresh else checkpoints.restore_latest()
+    if restored:
+        log(f"Resumed from {restored} (step {int(step.numpy())}).")
+        return True
+    started = method.initialise(steps_per_epoch)
+    if started:
+        step.assign(started[0])
+        log(started[1])
+    return False
+
+
+def _nothing_to_do(run_dir, epochs, step, steps_per_epoch):
+    """The message of a rerun that asks for no more epochs than the run has trained."""
+    done = step // steps_per_epoch
+    metrics = RunDirectory(run_dir).metrics_path
+    if done == epochs:
+        return (f"The run in {run_dir} has trained the {counted(done, 'epoch')} asked "
+                f"(step {step}); nothing to do. Its metrics are in {metrics}; raise --epochs to "
+                "train further.")
+    return (f"The run in {run_dir} has trained {counted(done, 'epoch')} (step {step}), "
+            f"more than the {epochs} asked (--epochs={epochs}); nothing was trained or changed. "
+            f"Its metrics are in {metrics}; give --epochs above {done} to train further.")
+
+
+def settle_records(config: TrainConfig, resumed: bool, step: int, steps_per_epoch: int,
+                   chief: bool, log: Callable[[str], None]) -> bool:
+    """On the chief, drops the records past the ``step`` a run ``resumed`` from and records the
+    settings ``config`` changes; False (nothing recorded) when no epoch is left to train."""
+    run_directory = RunDirectory(config.run_dir)
+    if resumed and chief:
+        dropped = run_directory.drop_records_after(step)
+        if dropped:
+            log(f"Dropped {counted(dropped, 'metrics row')} recorded after step {step}, whose "
+                "checkpoint was lost; they are recomputed.")
+    epochs = config.optimization.epochs
+    if step // steps_per_epoch >= epochs:
+        log(_nothing_to_do(config.run_dir, epochs, step, steps_per_epoch))
+        return False
+    changed = run_record.record_changes(config, step) if chief else {}
+    if changed:
+        log(f"Settings changed since the run last trained: {run_record.format_changes(changed)}; "
+            f"recorded at step {step} in {run_directory.file(run_record.HISTORY_FILE)}.")
+    return True
