@@ -6,6 +6,8 @@ applies them to its rows."""
 import abc
 from collections.abc import Iterator, Sequence
 
+import tensorflow as tf
+
 from llp_tf.core import hyperparameters, propagation
 from llp_tf.core.bank_slices import SlicedState
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
@@ -33,7 +35,7 @@ class BankRows(abc.ABC):
     def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
         """name -> numpy rows ``[start, stop)`` (within `held_rows`) of the state arrays
         ``names`` of N rows ("embeddings", "labels", "confidence", "is_labelled"), read
-        without a copy of the whole state."""
+        without a copy of the whole state; embeddings float32 whatever their stored dtype."""
 
     def held_blocks(self, names: Sequence[str], block_rows: int = READ_BLOCK_ROWS
                     ) -> Iterator[tuple[int, dict[str, Array]]]:
@@ -49,7 +51,8 @@ class Bank(BankRows):
 
     State, each a whole-bank value (``numpy()``, convertible to a tensor) saved in checkpoints
     under its name, so that either bank restores the other's at any replica count:
-    ``embeddings`` float32 [N, D]; ``labels`` int64 [N], a class or an instance id
+    ``embeddings`` [N, D] of ``embedding_dtype`` (`bank_dtype.BANK_DTYPES`: float32, or
+    bfloat16 / float16 stored at half the bytes, read cast up to float32); ``labels`` int64 [N], a class or an instance id
     (`label_encoding`); ``confidence`` float32 [N]; ``is_labelled`` bool [N];
     ``labelled_index`` int64 [M], sorted; ``density`` float32 [M], rho in its order. Sizes
     ``num_examples``, ``dim``, ``num_classes``, ``num_labelled`` (N, D, C, M), and the row
@@ -63,6 +66,7 @@ class Bank(BankRows):
     num_classes: int
     num_labelled: int
     momentum: float
+    embedding_dtype: tf.DType
 
     @abc.abstractmethod
     def checkpoint_states(self) -> dict[str, SlicedState]:
