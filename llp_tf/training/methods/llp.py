@@ -35,6 +35,7 @@ from llp_tf.config_fields import setting
 from llp_tf.core import hyperparameters, label_encoding, losses
 from llp_tf.core.propagation import DENSITY_NORMALISATIONS
 from llp_tf.core.bank import Bank
+from llp_tf.core.bank_dtype import BANK_DTYPES
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
 from llp_tf.data.splits import regime
@@ -94,6 +95,12 @@ class LLPSettings:
                                "same. Each worker checkpoints only its rows, as slices of one "
                                "bank; the run resumes at any worker or replica count, sharded "
                                "or not. Not with --jit_compile.")
+    bank_dtype: str = setting(
+        "float32", "The dtype the memory bank stores its embeddings in: float32 (the "
+        "default, as the paper), or bfloat16 / float16, which halve the bank's bytes. Only "
+        "storage: each row read is cast up and every computation (row update, propagation, "
+        "densities, aggregation loss) stays float32; a row written is rounded to nearest. A "
+        "checkpoint of another bank dtype restores converted.", choices=tuple(BANK_DTYPES))
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the `TrainConfig` ``config``."""
@@ -189,7 +196,8 @@ class LLPMethod(Method):
         warning = few_labels_warning(m, split.labelled_labels, num_classes)
         if warning:
             sys.stderr.write(warning + "\n")
-        options = {"momentum": m.bank_momentum, "seed": config.run.seed}
+        options = {"momentum": m.bank_momentum, "seed": config.run.seed,
+                   "embedding_dtype": m.bank_dtype}
         if m.shard_bank:
             bank = ShardedMemoryBank(strategy, *arguments, **options)
         else:
