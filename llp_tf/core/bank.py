@@ -52,11 +52,11 @@ class Bank(BankRows):
     State, each a whole-bank value (``numpy()``, convertible to a tensor) saved in checkpoints
     under its name, so that either bank restores the other's at any replica count:
     ``embeddings`` [N, D] of ``embedding_dtype`` (`bank_dtype.BANK_DTYPES`: float32, or
-    bfloat16 / float16 stored at half the bytes, read cast up to float32); ``labels`` int64 [N], a class or an instance id
-    (`label_encoding`); ``confidence`` float32 [N]; ``is_labelled`` bool [N];
-    ``labelled_index`` int64 [M], sorted; ``density`` float32 [M], rho in its order. Sizes
-    ``num_examples``, ``dim``, ``num_classes``, ``num_labelled`` (N, D, C, M), and the row
-    update's ``momentum``.
+    bfloat16 / float16 stored at half the bytes, read cast up to float32); ``labels`` int64
+    [N], a class or an instance id (`label_encoding`); ``confidence`` float32 [N];
+    ``is_labelled`` bool [N]; ``labelled_index`` int64 [M], sorted; ``density`` float32 [M],
+    rho in its order. Sizes ``num_examples``, ``dim``, ``num_classes``, ``num_labelled`` (N,
+    D, C, M), the row update's ``momentum``, and the embeddings' ``embedding_dtype``.
 
     Batch methods take this replica's rows ``[b, ...]`` in replica context, where every
     replica must call them (a bank may exchange shares between replicas), or the batch
