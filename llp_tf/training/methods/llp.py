@@ -97,7 +97,7 @@ class LLPSettings:
                                "or not. Not with --jit_compile.")
     bank_dtype: str = setting(
         "float32", "The dtype the memory bank stores its embeddings in: float32 (the "
-        "default, as the paper), or bfloat16 / float16, which halve the bank's bytes. Only "
+        "default, as in the paper), or bfloat16 / float16, which halve the bank's bytes. Only "
         "storage: each row read is cast up and every computation (row update, propagation, "
         "densities, aggregation loss) stays float32; a row written is rounded to nearest. A "
         "checkpoint of another bank dtype restores converted.", choices=tuple(BANK_DTYPES))
