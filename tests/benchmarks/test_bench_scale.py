@@ -13,7 +13,7 @@ from tests.benchmarks.conftest import BENCHMARKS_DIR
 ROWS, WORKERS = 20_000, 2
 
 
-@pytest.mark.slow  # 12 worker processes, one after another in pairs
+@pytest.mark.bench  # 12 worker processes, one after another in pairs: make bench runs it
 def test_phases_write_each_phases_largest_worker_peak_and_the_share(tmp_path):
     """Each of the six phases has a peak RSS above the share and below 8 GiB (TensorFlow
     and a tiny network are about 1 GiB); the share is a worker's 10,000 rows x 525 bytes."""
