@@ -5,6 +5,7 @@ the horizon's share of the run against the sources' formulas; replicas, precisio
 XLA) and its runs (both models evaluated, resume after SIGKILL, the teacher read
 back and exported)."""
 
+import inspect
 import os
 
 import keras
@@ -60,10 +61,15 @@ def _run(method, data, steps=1, runner=None):
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
-    """``fresh()``: `_method` of the defaults on one replica in its initial state with its
-    runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
+    """``fresh(**settings)``: `_method` of those settings (the defaults' if none) on one
+    replica in its initial state with its runner, built and traced once per module for each
+    set of values (`tests.same_state.FreshMethods`)."""
     methods = FreshMethods(tmp_path_factory.mktemp("initial"))
-    return lambda: methods("defaults", lambda: _method(tf.distribute.get_strategy()))
+    defaults = {name: parameter.default for name, parameter in
+                inspect.signature(_method).parameters.items() if name != "strategy"}
+    return lambda **settings: methods(
+        tuple(sorted(dict(defaults, **settings).items())),
+        lambda: _method(tf.distribute.get_strategy(), **settings))
 
 
 def _values(variable):
@@ -83,18 +89,18 @@ def _twin_logits(images):
     return model(images, training=True)["logits"].numpy().astype(np.float64)
 
 
-@pytest.mark.parametrize("consistency_type", ["mse", "kl"])
-def test_the_loss_terms_are_the_equations_in_float64(consistency_type):
+# KL's cost is checked in make test by the ImageNet family's test below.
+@pytest.mark.parametrize("consistency_type", ["mse", pytest.param("kl", marks=pytest.mark.slow)])
+def test_the_loss_terms_are_the_equations_in_float64(consistency_type, fresh):
     """CE averaged over the labelled batch + w * consistency averaged over the
     unlabelled one (mean_teacher.py), each pass with its own batch moments."""
-    strategy = tf.distribute.get_strategy()
     data = _data()
-    method = _method(strategy, consistency_type=consistency_type)
+    method, runner = fresh(consistency_type=consistency_type)
     batch = first_batch(data, method)
     labelled = _twin_logits(batch["labelled"]["image"])
     student = _twin_logits(batch["unlabelled"]["student"])
     teacher = _twin_logits(batch["unlabelled"]["teacher"])  # the teacher starts as the student
-    metrics = _run(method, data)
+    metrics = _run(method, data, runner=runner)
     labels = batch["labelled"]["label"]
     cross_entropy = -log_softmax(labelled)[np.arange(len(labels)), labels].mean()
     p_student, p_teacher = _softmax(student), _softmax(teacher)
@@ -331,6 +337,10 @@ def _assert_same_step(want_method, got_method, before, want, got, size=SIZE):
             rtol * np.linalg.norm(update) + 2 * np.linalg.norm(ulps)), group
 
 
+# Slow: a method traced over two replicas (a minute and a half on two cores). make test keeps
+# FixMatch's two replicas against one (methods/test_fixmatch.py; the same two-stream runner)
+# and synchronised batch norm over two replicas (tests/models/test_distributed.py).
+@pytest.mark.slow
 def test_two_replicas_take_the_step_of_one(two_replica_strategy):
     """One step from the same weights at the full weight 100, decay 0.5 so that
     the teacher moves half the student's step; every copy equal on both replicas."""
@@ -350,7 +360,9 @@ def test_two_replicas_take_the_step_of_one(two_replica_strategy):
     assert _values(mirrored.teacher_updates) == [1, 1]
 
 
-@pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
+# make test keeps float16 (loss scaling too); bfloat16's teacher is the same float32 code.
+@pytest.mark.parametrize("mixed_precision",
+                         ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_mixed_precision_steps_keep_a_float32_teacher_near_the_float32_one(mixed_precision,
                                                                           fresh):
     """One step: its loss within 5% of float32's (about a dozen roundings at
@@ -389,8 +401,8 @@ def test_an_xla_compiled_step_gives_the_same_step():
     _assert_same_step(plain, compiled, before, want, got)
 
 
-def test_the_method_declares_its_state_evaluation_and_export():
-    method = _method(tf.distribute.get_strategy())
+def test_the_method_declares_its_state_evaluation_and_export(fresh):
+    method, _ = fresh()
     assert set(method.checkpoint_items()) == {"teacher", "teacher_updates"}
     assert method.checkpoint_items()[MeanTeacherMethod.exported_item] is method.teacher
     assert method.evaluated_models() == {"": method.teacher, "student": method.model}
@@ -433,7 +445,7 @@ def test_settings_defaults_and_their_problems():
 
 @pytest.mark.parametrize("method_name, item", [("mean_teacher", "teacher"),
                                                ("supervised", "model")])
-def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_name, item):
+def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_name, item, fresh):
     """run_loader (what export, predict, the probe and the analysis load) restores
     the method's exported item: Mean Teacher's teacher, not its student."""
     from llp_tf.after_training import run_loader
@@ -450,8 +462,8 @@ def test_a_run_is_read_back_with_its_methods_exported_model(tmp_path, method_nam
     labels = np.arange(40) % C
     regime.save_splits(RunDirectory(config.run_dir).split_path, np.arange(8), np.arange(40),
                        labels)
-    method = _method(tf.distribute.get_strategy())
-    _run(method, _data(), steps=2)
+    method, runner = fresh()
+    _run(method, _data(), steps=2, runner=runner)
     models = {"model": method.model, "teacher": method.teacher}
     tf.train.Checkpoint(**models).save(os.path.join(config.run_dir, "checkpoints", "ckpt"))
     run = run_loader.load_run(config.run_dir)
@@ -482,6 +494,11 @@ def mean_teacher_run(tmp_path_factory, stripes):
     return config, run_training(config, stream=io.StringIO())
 
 
+# Slow: a whole run. make test keeps the method's declared evaluation and state
+# (test_the_method_declares_its_state_evaluation_and_export), the teacher's updates
+# (test_the_teacher_averages_...), and the pseudo-label run's second evaluated model and both
+# models kept (methods/test_two_stream_runs.py).
+@pytest.mark.slow
 def test_a_run_reports_teacher_and_student_and_keeps_both(mean_teacher_run):
     from llp_tf.training.run_directory import RunDirectory
     config, final = mean_teacher_run
@@ -531,6 +548,10 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, mean_teac
             assert row[name] == expected[name], name
 
 
+# Slow: a whole run. make test keeps the teacher read back by run_loader, what the export
+# reads (test_a_run_is_read_back_with_its_methods_exported_model), and the export tool on the
+# pseudo-label run's exported item (methods/test_two_stream_runs.py).
+@pytest.mark.slow
 def test_export_classifies_with_the_teacher(mean_teacher_run, tmp_path):
     from llp_tf.after_training import run_loader
     from llp_tf.data.augmentation import eval_transform

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from llp_tf.training import run_training
 from llp_tf.training.run_directory import RunDirectory
-from tests.runs import DriverProcess, assert_same_state, tiny_config
+from tests.runs import DriverProcess, assert_same_state, checkpoint_state, tiny_config
 from tests.cli.tool_main import load_tool, run_main
 from tests.training.run_steps import ONE_STEP_EPOCHS, assert_same_fixmatch_step, \
     recorded_logit_scale, reference_after_a_copy
@@ -58,6 +58,21 @@ def test_killed_twice_ends_as_the_uninterrupted_run(tmp_path, stripes, uninterru
     for row, wanted in zip(rows, reference):
         for name in ("val_top1", "loss", "labelled", "unlabelled", "mask"):
             assert row[name] == wanted[name], name
+
+
+def test_the_run_reports_both_evaluated_models_and_keeps_both(uninterrupted):
+    """The average model's metrics are val_*, the trained weights' val_trained_* (a second
+    evaluated model: its metrics but the example count); the checkpoint keeps both models (the
+    same here: the source's EMA over a run of 10 steps is the weights themselves)."""
+    rows = RunDirectory(uninterrupted.run_dir).read_metrics()
+    assert [row["epoch"] for row in rows] == [1, 2]
+    for name in ("val_top1", "val_top5", "val_categorisation", "val_trained_top1",
+                 "val_trained_top5", "val_trained_categorisation"):
+        assert all(np.isfinite(row[name]) for row in rows), name
+    assert "val_examples" in rows[-1] and "val_trained_examples" not in rows[-1]
+    state = checkpoint_state(uninterrupted.run_dir)
+    for model in ("average", "model"):
+        assert f"{model}/category_head/_kernel/.ATTRIBUTES/VARIABLE_VALUE" in state, model
 
 
 def test_the_export_tool_writes_a_classify_signature_that_works(tmp_path, uninterrupted):
