@@ -4,6 +4,7 @@ step at a time: before each compared step the reference path's whole state
 through a checkpoint, so that each comparison covers one step's rounding only
 (`tests.numerics`)."""
 
+import inspect
 import os
 
 import numpy as np
@@ -95,7 +96,11 @@ class FreshMethods:
 
     def per_setup(self, build):
         """``fresh(strategy, **settings)``: the method ``build(strategy, **settings)`` of
-        that replica count and those settings, as `__call__` gives it."""
+        that replica count and those settings (a setting given its default value is the
+        default's method), as `__call__` gives it."""
+        defaults = {name: parameter.default
+                    for name, parameter in inspect.signature(build).parameters.items()
+                    if parameter.default is not inspect.Parameter.empty}
         return lambda strategy, **settings: self(
-            (strategy.num_replicas_in_sync, tuple(sorted(settings.items()))),
+            (strategy.num_replicas_in_sync, tuple(sorted(dict(defaults, **settings).items()))),
             lambda: build(strategy, **settings))

@@ -66,12 +66,12 @@ def _stem_float64(kernel, images):
                for i in range(3) for j in range(3))
 
 
-def test_alpha_rises_linearly_per_step_to_alpha_f_at_its_share_of_the_run():
+def test_alpha_rises_linearly_per_step_to_alpha_f_at_its_share_of_the_run(fresh):
     """pseudo_label.py: alpha(t) = alpha_f * clip(t / (warmup_pos * S), 0, 1), t the steps
     done before the step (here S = 8, warmup_pos 0.5: 4 steps)."""
-    method = _method(tf.distribute.get_strategy())
+    method, runner = fresh(tf.distribute.get_strategy())
     assert method.rampup_steps == 4.0
-    metrics = _run(method, streams(), done=0, steps=6)
+    metrics = _run(method, streams(), done=0, steps=6, runner=runner)
     np.testing.assert_allclose(metrics["unlabelled_weight"],
                                [3.0 * min(1.0, t / 4.0) for t in range(6)], rtol=1e-7)
 
@@ -144,12 +144,12 @@ def test_first_step_loss_is_lees_equation_in_float64(threshold_at):
 
 
 @pytest.mark.parametrize("passes", BATCH_NORM_PASSES)
-def test_moving_statistics_follow_the_labelled_batch_only(passes):
+def test_moving_statistics_follow_the_labelled_batch_only(passes, fresh):
     """separate (the default): after one step, every batch norm's moving mean
     and variance are m * old + (1 - m) * the moments of its input over the
     labelled batch, as Keras's own update after a training call on the labelled
     images alone; joint: over the labelled and unlabelled batches together."""
-    method = _method(tf.distribute.get_strategy(), batch_norm=passes)
+    method, runner = fresh(tf.distribute.get_strategy(), batch_norm=passes)
     data = streams()
     batch = first_batch(data, method)
     images = {"separate": batch["labelled"]["image"],
@@ -162,7 +162,7 @@ def test_moving_statistics_follow_the_labelled_batch_only(passes):
     momentum, old_mean, old_variance = (first.momentum, first.moving_mean.numpy(),
                                         first.moving_variance.numpy())
 
-    _run(method, data, steps=1)
+    _run(method, data, steps=1, runner=runner)
     # The same float32 ops on the same inputs as the twin's (only where the
     # update is applied differs): equal to float32 rounding of values ~1.
     close = dict(rtol=1e-6, atol=1e-7)
@@ -216,6 +216,10 @@ def test_permuting_the_unlabelled_streams_labels_changes_nothing(fresh):
         np.testing.assert_array_equal(b, a)
 
 
+# Slow: a method traced over two replicas (a minute on two cores). make test keeps FixMatch's
+# two replicas against one (test_fixmatch.py; the same two-stream runner) and synchronised
+# batch norm over two replicas (tests/models/test_distributed.py).
+@pytest.mark.slow
 def test_two_replicas_match_one_replica(two_replica_strategy, fresh):
     """Synchronised batch norm: both passes normalise with the moments of the
     global batch, and the moving statistics follow the labelled one, on both
@@ -231,7 +235,9 @@ def test_two_replicas_match_one_replica(two_replica_strategy, fresh):
     numerics.assert_same_moves(before, weights(single), weights(mirrored), 1)
 
 
-@pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
+# make test keeps float16 (loss scaling too); bfloat16 runs the same float32 losses.
+@pytest.mark.parametrize("mixed_precision",
+                         ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_mixed_precision_trains_with_float32_losses(mixed_precision, fresh):
     skip_unless_computable(mixed_precision)
     strategy = tf.distribute.get_strategy()
