@@ -1,5 +1,6 @@
-"""tools/train.py: run in process, but for the unknown regime, checked as users
-run it (a script)."""
+"""tools/train.py: run in process, but for a corrupt image's run and a resumed demo's, checked
+as users run them (a script; make test-all). A script of a checkout answers --help in make
+test (test_checkout_tools.py)."""
 
 import errno
 import logging as std_logging
@@ -32,7 +33,7 @@ def _run(*args):
 
 
 def test_unknown_regime_lists_the_known_ones():
-    result = _run_script("--regime=r18_p50_q100")
+    result = _run("--regime=r18_p50_q100")
     assert result.returncode == 2
     assert "Unknown regime 'r18_p50_q100'" in result.stderr
     for name in ("demo", "r18_p01_q100", "r18_p10_q30", "r50_p10_q100"):
@@ -242,8 +243,11 @@ def test_a_resume_of_the_demo_prints_no_tensorflow_warning(tmp_path, caplog):
     assert rerun.stderr == ""
 
 
-@pytest.mark.parametrize("damage", [
-    "garbage", pytest.param("truncated jpeg", marks=pytest.mark.slow)])
+# Slow: a training process. make test keeps the input's error naming the file
+# (data/pipeline/test_input_fns.py), an error of the tool as one line (the tests above), and a
+# tool's stderr filtered of TensorFlow's lines for its whole run (test_quiet_start.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["garbage", "truncated jpeg"])
 def test_a_corrupt_image_is_one_error_line_without_tensorflows_echoes(tmp_path, stripes, damage):
     import shutil
 

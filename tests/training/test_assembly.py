@@ -60,6 +60,10 @@ def test_run_writes_its_files_and_final_metrics(tiny_llp_training, tmp_path):
     assert len(_metrics(rerun.run_dir)) == 3
 
 
+# Slow: two runs. make test keeps a run stopped mid-epoch (by SIGTERM, at step 8) whose rerun
+# reaches the uninterrupted state (test_preemption.py), and the loop's resume inside an epoch
+# (test_controller.py).
+@pytest.mark.slow
 def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tiny_llp_run,
                                                           monkeypatch):
     crashed = _config(tmp_path / "crashed", stripes)
@@ -83,6 +87,9 @@ def test_resume_mid_epoch_reaches_the_uninterrupted_state(tmp_path, stripes, tin
     assert_same_state(crashed.run_dir, tiny_llp_run)
 
 
+# Slow: a run. make test keeps the loop's NaN guard, which stops before the step counts and
+# names the last checkpoint (test_controller.py).
+@pytest.mark.slow
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, stripes,
                                                                    monkeypatch):
     config = _config(tmp_path, stripes)
@@ -175,6 +182,10 @@ def test_a_resume_with_another_global_batch_is_refused_and_changes_nothing(insta
     assert file_contents(instance_run.run_dir) == before
 
 
+# Slow: two runs. make test keeps the rule on its own (test_run_directory.py's
+# test_a_start_that_reached_no_checkpoint_starts_afresh_...), a corrupt image named by the
+# input (data/pipeline/test_input_fns.py) and --overwrite's run below.
+@pytest.mark.slow
 def test_a_start_that_wrote_no_checkpoint_is_retried_afresh_with_other_settings(
         tmp_path, stripes):
     folder = tmp_path / "stripes"
@@ -293,6 +304,10 @@ def test_a_run_changes_precision_and_xla_on_resume(tmp_path, stripes):
     assert all(np.isfinite(row["loss"]) for row in _metrics(config.run_dir))
 
 
+# Slow: three runs. make test keeps their parts: the exclude list read and checked on a resume
+# (data/splits/test_exclusions.py), excluded examples never drawn nor evaluated
+# (data/splits/test_exclusions.py, data/pipeline/test_input_fns.py).
+@pytest.mark.slow
 def test_excluded_examples_are_never_drawn_and_a_resume_keeps_them_out(tmp_path):
     from llp_tf.data.sources.registry import load_source
     from llp_tf.data.splits import exclusions, regime

@@ -65,15 +65,15 @@ def _assert_bit_identical(want, got):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
-# Only the supervised run (the input pipeline's guard) runs in make test; the other methods'
-# whole runs are slow. Each method's own steps are guarded in make test from the same initial
-# state (test_methods.py's test_llp_never_reads_the_true_labels_of_unlabelled_examples; the
-# permutation tests of methods/test_fixmatch.py, test_mean_teacher.py, test_pseudo_label.py).
-_SLOW = ("fixmatch", "llp", "mean_teacher", "pseudo_label")
-
-
-@pytest.mark.parametrize("method", [pytest.param(m, marks=[pytest.mark.slow] if m in _SLOW else [])
-                                    for m in sorted(METHODS)])
+# Every method's whole runs are slow. make test keeps the input pipeline's guard as a whole
+# run of a careless method that reads every batch label (below: a stricter test of the input
+# than the supervised method, which reads the labelled stream only), the input's -1 labels
+# (data/pipeline/test_input_fns.py, test_streams.py), and each method's own steps from the
+# same initial state (test_methods.py's test_llp_never_reads_the_true_labels_of_unlabelled_
+# examples; the permutation tests of methods/test_fixmatch.py, test_mean_teacher.py,
+# test_pseudo_label.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(METHODS))
 def test_permuting_unlabelled_ground_truth_changes_no_training_state(tmp_path, datasets, method):
     _assert_bit_identical(_final_state(tmp_path, datasets, "true", method),
                           _final_state(tmp_path, datasets, "permuted", method))

@@ -151,6 +151,47 @@ def test_files_of_a_runs_names_without_its_settings_are_refused_and_kept(tmp_pat
     assert file_contents(folder) == before
 
 
+def _a_started_run(folder, checkpoint):
+    """A run directory as a start leaves it: its settings, split and events, a checkpoint if
+    ``checkpoint``, and a folder of the user's (export)."""
+    (folder / "tensorboard").mkdir(parents=True)
+    (folder / "config.json").write_text(
+        '{"data": {"dataset": "mnist5k"}, "run": {"run_dir": "%s"}}' % folder)
+    (folder / "split.npz").write_bytes(b"split")
+    (folder / "export").mkdir()
+    if checkpoint:
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "ckpt-3.index").write_bytes(b"index")
+        (folder / "checkpoints" / "checkpoint").write_text(
+            'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
+        (folder / "metrics.jsonl").write_text('{"epoch": 1}\n')
+
+
+def test_a_start_that_reached_no_checkpoint_starts_afresh_and_says_what_it_deleted(tmp_path):
+    """A failed start (its record, no checkpoint) is deleted, on the chief only, the user's
+    files kept; a run with a checkpoint resumes (nothing deleted) unless overwritten, which
+    deletes its whole record and names what it left."""
+    run_dir = tmp_path / "run"
+    _a_started_run(run_dir, checkpoint=False)
+    assert start_afresh(str(run_dir), overwrite=False, chief=False) == (True, None)
+    assert sorted(os.listdir(run_dir)) == ["config.json", "export", "split.npz", "tensorboard"]
+    assert start_afresh(str(run_dir), overwrite=False, chief=True) == (True, (
+        f"{run_dir} holds no checkpoint (its start did not reach the first), so the run "
+        "starts afresh; deleted its config.json, split.npz, tensorboard."))
+    assert sorted(os.listdir(run_dir)) == ["export"]
+    assert start_afresh(str(run_dir), overwrite=False, chief=True) == (False, None)
+
+    trained = tmp_path / "trained"
+    _a_started_run(trained, checkpoint=True)
+    before = file_contents(trained)
+    assert start_afresh(str(trained), overwrite=False, chief=True) == (False, None)
+    assert file_contents(trained) == before
+    assert start_afresh(str(trained), overwrite=True, chief=True) == (True, (
+        f"--overwrite: deleted the run's config.json, split.npz, checkpoints, metrics.jsonl, "
+        f"tensorboard in {trained}; it starts afresh. Left as they were: export."))
+    assert sorted(os.listdir(trained)) == ["export"]
+
+
 def test_checkpoints_are_numbered_by_step_and_kept(tmp_path):
     run = RunDirectory(tmp_path / "run")
     value = tf.Variable(1.0)
