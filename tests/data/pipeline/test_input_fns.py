@@ -15,6 +15,14 @@ from tests.data.helpers import all_labelled, write_image_folder
 SIZE = 8
 
 
+def _sources(slow):
+    """`source`'s two kinds for a test, ``slow`` left to make test-all: the pipeline's code
+    after the read is the same for both (make test keeps each test on one kind, and each
+    kind's reads in the tests that take both)."""
+    return [pytest.param(kind, marks=pytest.mark.slow) if kind == slow else kind
+            for kind in ("folder", "tfrecord")]
+
+
 def _collect(dataset):
     """Concatenates every field of a dataset of batches into numpy arrays."""
     batches = list(dataset.as_numpy_iterator())
@@ -29,6 +37,7 @@ def _epoch(source, batch, **kwargs):
         return _collect(input_fns.make_train_input_fn(source, batch, SIZE, **kwargs)(None))
 
 
+@pytest.mark.parametrize("source", _sources(slow="folder"), indirect=True)
 def test_only_labelled_examples_carry_their_label(source):
     n = source.info.num_train
     labelled = np.arange(0, n, 3)
@@ -70,6 +79,7 @@ def test_order_depends_on_seed_and_epoch(tfrecord_source):
     assert not np.array_equal(base, _epoch(tfrecord_source, 4, seed=4)["index"])
 
 
+@pytest.mark.parametrize("source", _sources(slow="tfrecord"), indirect=True)
 def test_two_replicas_see_the_single_replica_global_batches(source, two_replica_strategy):
     single = _epoch(source, 6)
     input_fn = input_fns.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0,
@@ -106,6 +116,7 @@ def test_two_workers_split_each_global_batch(tfrecord_source):
     np.testing.assert_array_equal(rebuilt, single["index"])
 
 
+@pytest.mark.parametrize("source", _sources(slow="folder"), indirect=True)
 def test_resume_mid_epoch(source):
     full = _epoch(source, 4)
     resumed = _epoch(source, 4, start_step=3)
@@ -280,7 +291,10 @@ class _CountingReads:
         return self._source.read_shard(split, shard).map(count)
 
 
-@pytest.mark.parametrize("start_step", [0, 3])
+# make test keeps each kind of source once and each start once.
+@pytest.mark.parametrize("source, start_step", [
+    ("folder", 0), pytest.param("folder", 3, marks=pytest.mark.slow),
+    pytest.param("tfrecord", 0, marks=pytest.mark.slow), ("tfrecord", 3)], indirect=["source"])
 def test_cached_passes_read_the_split_once_and_permute_each_pass(source, start_step):
     used = np.array([1, 5, 8, 20])
     n = source.info.num_train
@@ -316,11 +330,12 @@ def test_min_crop_area_reaches_the_augmentation(folder_source):
     for k, index in enumerate(out["index"]):
         image = tf.constant(raw[int(index)])
         height = image.shape[0]
-        # Resized to 8-bit levels (round half to even, as tf.round), then normalised.
-        bands = [weak.normalize(np.clip(np.round(tf.image.resize(
-            image[top:top + h], [SIZE, SIZE], antialias=True).numpy()), 0, 255) / 255.0)
-            .numpy() for h in range(1, height + 1) for top in range(height - h + 1)]
-        assert min(np.abs(out["image"][k] - band).max() for band in bands) < 1e-5
+        # Resized to 8-bit levels (round half to even, as tf.round), then normalised: the
+        # bands of each height h resized together (each alone, as a batch's images are).
+        bands = np.concatenate([weak.normalize(np.clip(np.round(tf.image.resize(
+            tf.stack([image[top:top + h] for top in range(height - h + 1)]), [SIZE, SIZE],
+            antialias=True).numpy()), 0, 255) / 255.0).numpy() for h in range(1, height + 1)])
+        assert np.abs(out["image"][k] - bands).max(axis=(1, 2, 3)).min() < 1e-5
     with pytest.raises(ConfigError, match="min_crop_area must lie in"):
         input_fns.make_train_input_fn(folder_source, 3, SIZE, seed=0, epoch=0,
                                      min_crop_area=0.0, labelled_index=all_labelled(folder_source))

@@ -41,6 +41,13 @@ def _global_steps(input_fn, strategy=None):
     return steps
 
 
+@pytest.fixture(scope="module")
+def epoch(folder_source):
+    """`_global_steps` of `_input_fn`'s default streams on `folder_source`, read once for the
+    tests that compare with it."""
+    return _global_steps(_input_fn(folder_source))
+
+
 def test_elements_hold_each_stream_with_its_views(folder_source):
     steps = _global_steps(_input_fn(folder_source, _two_streams("strong")))
     assert len(steps) == STEPS
@@ -67,8 +74,9 @@ def test_elements_hold_each_stream_with_its_views(folder_source):
     assert sorted(seen.tolist()) == list(range(len(USED)))
 
 
-def test_the_first_stream_is_the_one_stream_pipeline_and_others_salt_the_seed(folder_source):
-    steps = _global_steps(_input_fn(folder_source))
+def test_the_first_stream_is_the_one_stream_pipeline_and_others_salt_the_seed(folder_source,
+                                                                            epoch):
+    steps = epoch
     alone = input_fns.make_train_input_fn(folder_source, 4, SIZE, SEED, EPOCH, steps=STEPS,
                                          used_index=LABELLED, batches_cross_passes=True,
                                          labelled_index=LABELLED)
@@ -86,11 +94,12 @@ def test_the_first_stream_is_the_one_stream_pipeline_and_others_salt_the_seed(fo
     assert streams.stream_seed(SEED, "other", False) != streams.stream_seed(SEED, "x", False)
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
+# make test keeps two replicas (one replica's resume: test_input_fns.py's test_resume_mid_epoch).
+@pytest.mark.parametrize("replicas", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_resume_yields_the_rest_of_the_epoch_over_any_replicas(folder_source, replicas,
-                                                               two_replica_strategy):
+                                                               two_replica_strategy, epoch):
     strategy = two_replica_strategy if replicas == 2 else None
-    full = _global_steps(_input_fn(folder_source))
+    full = epoch
     cached = ("labelled",)
     for start_step in (1, STEPS):
         resumed = _global_steps(_input_fn(folder_source, start_step=start_step, cached=cached),
