@@ -102,7 +102,8 @@ def _steps(elements, replicas):
     return steps
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
+# make test keeps two replicas (each step's replica batches kept together too).
+@pytest.mark.parametrize("replicas", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_two_workers_keep_every_step_exactly_once(tfrecord_source, two_workers, replicas):
     context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                          num_replicas_in_sync=replicas)
@@ -133,7 +134,9 @@ def test_the_pipeline_refuses_a_bad_address(tfrecord_source, address):
                                      labelled_index=all_labelled(tfrecord_source))
 
 
-@pytest.mark.parametrize("augment_on", ["host", "device"])
+# make test keeps the device side's elements (uint8 crops and their nested choices); the
+# host side's, float32 views of the same streams (test_streams.py), are slow.
+@pytest.mark.parametrize("augment_on", [pytest.param("host", marks=pytest.mark.slow), "device"])
 def test_one_worker_serves_each_stream_of_a_two_stream_input(tfrecord_source, one_worker,
                                                             augment_on):
     labelled = np.array([1, 4, 9], np.int64)
