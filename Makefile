@@ -33,7 +33,7 @@ help:
 	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"
 	@echo "make test     run the test suite but for the tests marked slow (CPU, a few minutes)"
 	@echo "make test-all run every test, the slow ones too (what CI runs)"
-	@echo "make test-numerics  the tests of the numeric kernels' results (CI reruns them with ONEDNN_MAX_CPU_ISA=AVX2)"
+	@echo "make test-numerics  the tests of the numeric kernels' results, slow ones too (CI reruns them with ONEDNN_MAX_CPU_ISA=AVX2)"
 	@echo "make docs     build the docs/ pages into site/ with mkdocs (a warning fails)"
 	@echo "make bench    check the benchmarks' harness, then run them at their quick sizes (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
@@ -87,11 +87,11 @@ test-all: setup
 # The tests whose results depend on the CPU's kernels and summation orders: the bank,
 # propagation and losses, the network and its precisions, the augmentation's arithmetic, the
 # methods' steps against float64 and one replica against two. CI reruns them with oneDNN at
-# AVX2 (.ci/run); the tools, data and run tests do not change with the kernels.
+# AVX2 (.ci/run), the slow ones too; the tools, data and run tests do not change with the kernels.
 NUMERIC_TESTS := tests/core tests/models tests/data/augmentation tests/training/methods/test_llp.py \
 	tests/training/test_methods.py tests/after_training/transduction
 test-numerics: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(NUMERIC_TESTS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not bench" $(NUMERIC_TESTS)
 
 docs: setup
 	$(PY) -m mkdocs build --strict

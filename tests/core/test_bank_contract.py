@@ -115,7 +115,8 @@ def test_initial_state(make):
     assert state["embeddings"].dtype == np.float32 and state["labels"].dtype == np.int64
 
 
-@pytest.mark.parametrize("momentum", [0.5, 0.0, 0.9])
+# make test keeps a replacing write (0) and a moving one (0.5); 0.9 runs the same code.
+@pytest.mark.parametrize("momentum", [0.5, 0.0, pytest.param(0.9, marks=pytest.mark.slow)])
 def test_update_against_float64(make, momentum):
     case = make(momentum=momentum)
     (indices, embeddings, classes, confidence), before = _pseudo_labelled(case)
@@ -237,9 +238,11 @@ def _refreshed(case, t=4, chunk_size=2, temperature=TAU, **normalisation):
     return case
 
 
-@pytest.mark.parametrize("normalisation,temperature", [
-    ("release", TAU), ("paper", TAU), ("paper", 0.5)])
-@pytest.mark.parametrize("t", [4, 50])
+# make test keeps each t, normalisation and temperature once (t < N at tau = 0.5: rho < 1).
+@pytest.mark.parametrize("t,normalisation,temperature", [
+    (4, "release", TAU), pytest.param(50, "release", TAU, marks=pytest.mark.slow),
+    pytest.param(4, "paper", TAU, marks=pytest.mark.slow), (50, "paper", TAU),
+    (4, "paper", 0.5), pytest.param(50, "paper", 0.5, marks=pytest.mark.slow)])
 def test_refresh_density_against_float64(make, t, normalisation, temperature):
     """Chunks of 2 queries (one per replica when sharded); t = 50 > N takes every row. The
     paper's Z sums every row: over two shards, each shard's logsumexp combined. Its log rho
@@ -287,8 +290,10 @@ def test_the_default_refresh_is_the_releases_bit_for_bit(make):
                                   _state(release.bank)["density"])
 
 
-@pytest.mark.parametrize("local_weights", [True, False])
-@pytest.mark.parametrize("k", [3, 10])
+# make test keeps each k and each weighting once.
+@pytest.mark.parametrize("k,local_weights", [
+    (3, True), pytest.param(3, False, marks=pytest.mark.slow),
+    pytest.param(10, True, marks=pytest.mark.slow), (10, False)])
 def test_propagate_against_float64(make, local_weights, k):
     """Eq. 7-8 with the refreshed densities, or eq. 5-6; k = 10 > M: every labelled row."""
     case = _refreshed(make())

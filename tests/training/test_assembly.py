@@ -2,7 +2,6 @@ import glob
 import io
 import json
 import os
-import pathlib
 import shutil
 
 import numpy as np
@@ -134,11 +133,20 @@ def test_loss_falls_and_pseudo_label_accuracy_rises_on_a_separable_set(tmp_path,
     assert accuracy > 0.4  # chance is 0.25
 
 
-def test_supervised_baseline_and_warm_start(tmp_path, stripes, instance_run):
+# Slow: a run. make test keeps a supervised method's whole run (test_label_safety.py's careless
+# one) and a method without a bank evaluated without kNN (methods/test_two_stream_runs.py).
+@pytest.mark.slow
+def test_supervised_baseline(tmp_path, stripes):
     supervised = _config(tmp_path / "sup", stripes, method="supervised", epochs=2)
     final = assembly.run_training(supervised, stream=open(os.devnull, "w"))
     assert final["phase"] == "supervised" and "val_nn_top1" not in final
 
+
+# Slow: two runs. make test keeps the warm start's load (methods/test_llp.py's
+# test_a_warm_start_loads_a_runs_model_and_bank_rows) and the bank's partial restore
+# (tests/core/test_bank_contract.py).
+@pytest.mark.slow
+def test_warm_start(tmp_path, stripes, instance_run):
     llp = _config(tmp_path / "llp", stripes, warmup_epochs=2, epochs=3,
                   warm_start=instance_run.run_dir)
     final = assembly.run_training(llp, stream=open(os.devnull, "w"))
@@ -150,36 +158,43 @@ def test_supervised_baseline_and_warm_start(tmp_path, stripes, instance_run):
     assert bank_key in checkpoint_state(llp.run_dir)
 
 
-def test_changed_settings_in_an_existing_run_dir_are_refused(instance_run):
+def _copied(tiny_llp_training, tmp_path):
+    """A copy of the shared run in ``tmp_path/run``, `tiny_flags`'s run directory."""
+    config, _ = tiny_llp_training
+    return config.replace(run_dir=str(shutil.copytree(config.run_dir, tmp_path / "run")))
+
+
+def test_changed_settings_in_an_existing_run_dir_are_refused(tiny_llp_training, tmp_path):
+    trained = _copied(tiny_llp_training, tmp_path)
     with pytest.raises(ConfigError, match="embedding_dim"):
-        assembly.run_training(instance_run.replace(embedding_dim=8),
+        assembly.run_training(trained.replace(embedding_dim=8),
                                    stream=open(os.devnull, "w"))
 
 
-def test_a_resume_with_another_global_batch_is_refused_and_changes_nothing(instance_run,
-                                                                          stripes):
-    # 2 epochs at a batch of 32; at 16 its step 10 would be epoch 1 and the learning-rate
+def test_a_resume_with_another_global_batch_is_refused_and_changes_nothing(tiny_llp_training,
+                                                                          stripes, tmp_path):
+    # 3 epochs at a batch of 32; at 16 its step 15 would be in epoch 1 and the learning-rate
     # drops and warm-up (in epochs) would move, so the resume is refused, before any write.
-    before = file_contents(instance_run.run_dir)
-    for epochs in (2, 3):
+    trained = _copied(tiny_llp_training, tmp_path)
+    before = file_contents(trained.run_dir)
+    for epochs in (3, 4):
         with pytest.raises(ConfigError) as raised:
-            assembly.run_training(instance_run.replace(global_batch_size=16, epochs=epochs),
+            assembly.run_training(trained.replace(global_batch_size=16, epochs=epochs),
                                   stream=open(os.devnull, "w"))
         assert str(raised.value) == (
-            f"The run directory {instance_run.run_dir} holds a run with other settings: "
+            f"The run directory {trained.run_dir} holds a run with other settings: "
             "--global_batch_size=16 where its config.json has --global_batch_size=32. Its "
             "checkpoints cannot continue with these settings: use a new --run_dir, or rerun "
             "with the saved settings.")
-    assert file_contents(instance_run.run_dir) == before
-    assert [row["epoch"] for row in _metrics(instance_run.run_dir)] == [1, 2]
+    assert file_contents(trained.run_dir) == before
+    assert [row["epoch"] for row in _metrics(trained.run_dir)] == [1, 2, 3]
     # As the tool says it: one line, the new value's origin named.
     code, out, err = run_main(load_tool("train.py"), *tiny_flags(
-        pathlib.Path(instance_run.run_dir).parent, stripes, warmup_epochs=2, epochs=2,
-        global_batch_size=16))
+        tmp_path, stripes, global_batch_size=16))
     assert code == 1 and out == "" and err.count("\n") == 1, err
     assert err.startswith("error: The run directory ") and "--global_batch_size=16 (command " \
         "line) where its config.json has --global_batch_size=32." in err, err
-    assert file_contents(instance_run.run_dir) == before
+    assert file_contents(trained.run_dir) == before
 
 
 # Slow: two runs. make test keeps the rule on its own (test_run_directory.py's
@@ -210,6 +225,9 @@ def test_a_start_that_wrote_no_checkpoint_is_retried_afresh_with_other_settings(
     assert run_record.started_config(config.run_dir).model.embedding_dim == 8
 
 
+# Slow: a run. make test keeps --overwrite's rule, its deletions and its notice
+# (test_run_directory.py's test_a_start_that_reached_no_checkpoint_starts_afresh_...).
+@pytest.mark.slow
 def test_overwrite_starts_a_trained_run_afresh_and_names_what_it_left(tmp_path, instance_run):
     run_dir = shutil.copytree(instance_run.run_dir, tmp_path / "run")
     (run_dir / "export").mkdir()
@@ -234,6 +252,9 @@ def test_two_cpu_replicas_train(tmp_path, stripes, two_replica_strategy):
     assert final["step"] == 10 and np.isfinite(final["loss"])
 
 
+# Slow: a run. make test keeps its parts: what a rerun says and records (test_resumption.py),
+# a damaged newest checkpoint passed over for the previous one (test_checkpoints.py).
+@pytest.mark.slow
 def test_reruns_say_what_they_did_record_changes_and_survive_a_damaged_checkpoint(
         tmp_path, tiny_llp_training):
     # A copy of the shared run: 3 epochs of 5 steps, checkpoints at 3, 5, 6, 9, 10, 12, 15.

@@ -65,11 +65,10 @@ def _assert_bit_identical(want, got):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
-# Every method's whole runs are slow. make test keeps the input pipeline's guard as a whole
-# run of a careless method that reads every batch label (below: a stricter test of the input
-# than the supervised method, which reads the labelled stream only), the input's -1 labels
-# (data/pipeline/test_input_fns.py, test_streams.py), and each method's own steps from the
-# same initial state (test_methods.py's test_llp_never_reads_the_true_labels_of_unlabelled_
+# Every whole run here is slow (two runs a test). make test keeps their parts: the input's -1
+# labels of unlabelled examples, for the split's labelled set (data/pipeline/test_input_fns.py,
+# test_streams.py), and each method's own steps, from the same initial state, on permuted
+# unlabelled labels (test_methods.py's test_llp_never_reads_the_true_labels_of_unlabelled_
 # examples; the permutation tests of methods/test_fixmatch.py, test_mean_teacher.py,
 # test_pseudo_label.py).
 @pytest.mark.slow
@@ -98,6 +97,7 @@ class _EveryLabelRead(SupervisedMethod):
                       "weight_decay": self.weight_decay_share()}, ()
 
 
+@pytest.mark.slow
 def test_a_method_that_reads_every_batch_label_still_sees_only_labelled_ones(
         tmp_path, datasets, monkeypatch):
     assert method_class("supervised") is SupervisedMethod

@@ -92,6 +92,7 @@ def _global_batch(data, step):
 SUMS = numerics.tiny_resnet_sums(B, SIZE)
 
 
+@pytest.mark.slow  # 1.5 min on 2 cores; make test: the units over two replicas (docs/testing.md)
 def test_two_replicas_take_the_steps_of_one_replica_from_the_same_state(two_replica_strategy,
                                                                          fresh, tmp_path):
     """Two warm-up steps, the density refresh and four LLP steps (pseudo labels

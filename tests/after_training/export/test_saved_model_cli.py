@@ -1,6 +1,9 @@
 """The export through TensorFlow's C++ SavedModel loader, as servers load it:
 the real ``saved_model_cli run`` on every signature, against Python's
-``tf.saved_model.load``."""
+``tf.saved_model.load``. The runs of ``saved_model_cli`` (five processes) are slow: make
+test keeps the signatures' outputs, dtypes and refusals through ``tf.saved_model.load``
+(here and in test_saved_model.py) and a fresh process loading the export
+(test_saved_model.py)."""
 
 import json
 import os
@@ -71,6 +74,7 @@ def cli_runs(tiny_llp_export, loaded, images, tmp_path_factory):
     return {name: _finish(process) + (folder / name,) for name, process in processes.items()}
 
 
+@pytest.mark.slow
 def test_every_signature_is_run_by_saved_model_cli(loaded, cli_runs):
     assert set(loaded.signatures) == {"embed", "classify", "knn", "serving_default"}
     for name in loaded.signatures:
@@ -81,6 +85,7 @@ def test_every_signature_is_run_by_saved_model_cli(loaded, cli_runs):
             f"{key}.npy" for key in loaded.signatures[name].structured_outputs), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signature", ["embed", "classify", "knn", "serving_default"])
 def test_saved_model_cli_gives_the_outputs_of_tf_saved_model_load(
         loaded, images, cli_runs, signature):
@@ -113,6 +118,7 @@ def test_outputs_have_the_documented_dtypes_and_class_indices_are_int64(
         assert documented[signature][key]["dtype"] == "int64", (signature, key)
 
 
+@pytest.mark.slow
 def test_an_unbatched_image_is_refused_with_advice(loaded, images, cli_runs):
     code, stderr, _ = cli_runs[UNBATCHED]
     assert code != 0 and BATCH_MESSAGE in stderr

@@ -309,6 +309,9 @@ def test_places205_feeds_the_training_pipeline(tmp_path):
         np.testing.assert_array_equal(batch["label"], source.train_labels()[batch["index"]])
 
 
+# Slow: a run. make test keeps places205 feeding the training pipeline (above) and the train
+# tool's runs on other sources.
+@pytest.mark.slow
 def test_train_tool_trains_on_places205(tmp_path):
     _write_places(str(tmp_path / "places"))
     code, stdout, stderr = run_main(

@@ -255,6 +255,60 @@ def test_tfds_file_names_follow_the_example_index(tfds_dir, tmp_path):
         "warning: 1 of 5 classes have no training example (classes 4)")
 
 
+def test_a_runs_split_and_config_record_its_subset_list(tfds_dir, tmp_path):
+    """What a run's start writes (the assembly's `_prepare_run_directory`), without training:
+    the listed images are the labelled set, the split and config.json record the list (path
+    and SHA-256) and no label_percent; a run directory written before these records (split.npz
+    without them, config.json with the unused label_percent) still passes a resume's checks."""
+    import io
+
+    from llp_tf.training import assembly, run_record
+    from tests.runs import tiny_config
+
+    source = load_source("tfds:llp_test_tiny_imagenet", data_dir=tfds_dir)
+    names = source.file_names("train")
+    list_path = _write_list(tmp_path / "subset.txt", [names[i] for i in (0, 1, 2, 3)])
+    config = tiny_config(tmp_path, "tfds:llp_test_tiny_imagenet", data_dir=tfds_dir,
+                         label_subset=list_path, global_batch_size=4, warmup_epochs=0,
+                         epochs=1)
+    os.makedirs(config.run_dir)
+    log = io.StringIO()
+    split = assembly._prepare_run_directory(config, source, log, chief=True, afresh=True)
+    lines = log.getvalue().splitlines()
+    assert lines[0].startswith("warning: 1 of 5 classes have no training example (classes 4)")
+    assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
+                        "(--label_percent is not used).")
+    np.testing.assert_array_equal(split.labelled_index, [0, 1, 2, 3])
+    split_path = os.path.join(config.run_dir, "split.npz")
+    labelled, used = regime.load_splits(split_path, source.train_labels())
+    np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
+    np.testing.assert_array_equal(used, np.arange(12))
+    listed = {"list": list_path, "path": list_path,
+              "sha256": hashlib.sha256(open(list_path, "rb").read()).hexdigest()}
+    assert regime.read_made_from(split_path) == {"label_subset": listed, "exclude_list": None}
+    assert regime.read_split_header(split_path)["label_percent"] is None
+    with open(os.path.join(config.run_dir, "config.json")) as f:
+        recorded = json.load(f)
+    assert recorded["data_files"]["label_subset"] == listed
+    assert recorded["data"]["label_percent"] is None
+    assert recorded["data"]["label_subset"] == list_path
+
+    regime.save_splits(split_path, labelled, used, source.train_labels(),
+                       "tfds:llp_test_tiny_imagenet", 10.0, 100.0, None)
+    recorded["data"]["label_percent"] = 10.0
+    del recorded["data_files"]
+    with open(os.path.join(config.run_dir, "config.json"), "w") as f:
+        json.dump(recorded, f)
+    resumed = config.replace(epochs=2)
+    run_record.check_resumable(resumed)
+    again = assembly._prepare_run_directory(resumed, source, io.StringIO(), chief=True,
+                                            afresh=False)
+    np.testing.assert_array_equal(again.labelled_index, [0, 1, 2, 3])
+
+
+# Slow: two runs. make test keeps what the run's start records and a resume's checks of an
+# older run directory (above).
+@pytest.mark.slow
 def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     import io
 

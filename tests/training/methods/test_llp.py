@@ -67,3 +67,53 @@ def test_k_above_the_smallest_classs_labels_is_a_warning(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("warning: --k=3 exceeds the 2 labelled images")
     _method(tmp_path, classes, k=2)
     assert capsys.readouterr().err == ""
+
+
+def test_a_warm_start_loads_a_runs_model_and_bank_rows(tiny_llp_training, tmp_path):
+    """`initialise` of a method warm-started from a run directory (the shared LLP run): its
+    newest checkpoint's model weights and bank rows bit for bit, the bank's labels as they
+    were, LLP from epoch --warmup_epochs; a run of another used set and a folder without a
+    checkpoint are refused. (A whole warm-started run: test_assembly.py's test_warm_start.)"""
+    import keras
+
+    from llp_tf.data.sources.registry import load_source
+    from llp_tf.data.splits import regime
+    from llp_tf.errors import ConfigError
+    from llp_tf.models.factory import build_model_from_config
+    from llp_tf.training.run_directory import RunDirectory
+    from tests.runs import checkpoint_state
+
+    trained, _ = tiny_llp_training
+    source = load_source(trained.data.dataset, trained.data.data_dir)
+    labels, classes = source.train_labels(), len(source.info.class_names)
+    labelled, used = regime.load_splits(RunDirectory(trained.run_dir).split_path, labels)
+
+    def warm_started(warm_start, used_index=used):
+        config = trained.replace(run_dir=str(tmp_path / "llp"), warm_start=warm_start,
+                                 warmup_epochs=2)
+        model = build_model_from_config(config.model, classes, config.data.image_size)
+        optimizer = keras.optimizers.SGD(0.1)
+        split = TrainingSplit(labelled, used_index, labels[labelled])
+        return LLPMethod.from_config(config, tf.distribute.get_strategy(), model, optimizer,
+                                     classes, split)
+
+    method = warm_started(trained.run_dir)
+    labels_before = method.bank.labels.numpy()
+    assert method.initialise(5) == (10, f"Warm start from {trained.run_dir}: LLP from epoch 2.")
+    path = RunDirectory(trained.run_dir).latest_checkpoint()
+    saved = build_model_from_config(trained.model, classes, trained.data.image_size)
+    tf.train.Checkpoint(model=saved).restore(path).expect_partial()
+    for got, want in zip(method.model.weights, saved.weights, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=want.path)
+    state = checkpoint_state(trained.run_dir)
+    np.testing.assert_array_equal(method.bank.embeddings.numpy(),
+                                  state["bank/embeddings/.ATTRIBUTES/VARIABLE_VALUE"])
+    np.testing.assert_array_equal(method.bank.labels.numpy(), labels_before)
+    assert not np.array_equal(labels_before, state["bank/labels/.ATTRIBUTES/VARIABLE_VALUE"])
+
+    unlabelled = np.setdiff1d(used, labelled)
+    with pytest.raises(ConfigError, match="used another set of training examples"):
+        warm_started(trained.run_dir, np.setdiff1d(used, unlabelled[:1])).initialise(5)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        warm_started(str(tmp_path / "empty")).initialise(5)

@@ -70,6 +70,7 @@ def test_the_run_reports_both_evaluated_models_and_keeps_both(uninterrupted):
                  "val_trained_top5", "val_trained_categorisation"):
         assert all(np.isfinite(row[name]) for row in rows), name
     assert "val_examples" in rows[-1] and "val_trained_examples" not in rows[-1]
+    assert not any(name.startswith("val_nn") for row in rows for name in row)  # no bank
     state = checkpoint_state(uninterrupted.run_dir)
     for model in ("average", "model"):
         assert f"{model}/category_head/_kernel/.ATTRIBUTES/VARIABLE_VALUE" in state, model
