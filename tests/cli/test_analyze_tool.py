@@ -1,16 +1,13 @@
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from llp_tf.training import config, run_record
 from tests.runs import file_contents
-from tests.cli.tool_main import ROOT, load_tool, run_main, tool_path
+from tests.cli.tool_main import load_tool, run_main
 
-ANALYZE = tool_path("analyze.py")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 OUTPUTS = ("aggregation_histogram.png", "aggregation_trajectory.png", "mds.png",
            "analysis_summary.txt", "analysis.json")
@@ -134,14 +131,15 @@ def test_runs_it_cannot_analyse_are_clear_errors(tmp_path):
 
 
 def test_help_documents_every_flag_from_the_command_line():
-    result = subprocess.run([sys.executable, ANALYZE, "--help"], capture_output=True, text=True,
-                            timeout=60, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert "Analyse the embedding of a trained LLP run" in result.stdout
+    # In this process, as the tool's script calls main (a script answering --help as a
+    # process: test_checkout_tools.py; the scripts' quiet start: test_quiet_start.py).
+    code, stdout, stderr = _main("--help")
+    assert code == 0, stderr
+    assert "Analyse the embedding of a trained LLP run" in stdout
     for flag in ("run_dir", "output_dir", "classes", "class_ids", "points_per_class",
                  "projector_rows", "seed", "[no]trajectory"):
-        assert f"--{flag}" in result.stdout, flag
-    assert "no_trajectory" not in result.stdout
+        assert f"--{flag}" in stdout, flag
+    assert "no_trajectory" not in stdout
 
 
 def _projector_plugin_reads(folder):

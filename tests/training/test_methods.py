@@ -366,6 +366,7 @@ def _device_side_data(seed=0):
             dict(labels, image=crops, augment={"image": stacked}))
 
 
+@pytest.mark.slow  # 2 replicas; make test: test_step_runner.py, data/augmentation/test_views.py
 def test_the_runner_finishes_device_side_batches_in_each_replica(two_replica_strategy, fresh,
                                                                  tmp_path):
     """StepRunner's ``prepare`` (`streams.finish_batch`, --augment_on=device) runs
