@@ -86,7 +86,9 @@ def _forced_params(policy, count_per_op):
     return _params(rows, magnitudes, cutout)
 
 
-@pytest.mark.parametrize("policy", [PAPER, LIGHT])
+# make test keeps "paper": "light" runs the same ops (a subset, in narrower ranges) through
+# the same code; make test-all runs it too.
+@pytest.mark.parametrize("policy", [PAPER, pytest.param(LIGHT, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("height, width", [(32, 32), (24, 30)])
 def test_every_op_in_each_step_is_the_per_example_op(policy, height, width):
     params = _forced_params(policy, count_per_op=5)
@@ -109,7 +111,9 @@ def _drawn_params(count, size, policy):
     return next(iter(dataset))
 
 
-@pytest.mark.parametrize("policy", [PAPER, LIGHT])
+# make test keeps "paper": "light" runs the same ops (a subset, in narrower ranges) through
+# the same code; make test-all runs it too.
+@pytest.mark.parametrize("policy", [PAPER, pytest.param(LIGHT, marks=pytest.mark.slow)])
 def test_drawn_choices_give_the_per_example_images(policy):
     params = _drawn_params(256, 32, policy)
     images = _images(256, 32, 32, seed=2)
