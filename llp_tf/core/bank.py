@@ -5,6 +5,7 @@ applies them to its rows."""
 
 import abc
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Optional
 
 from llp_tf.core import hyperparameters, propagation
 from llp_tf.core.bank_slices import SlicedState
@@ -13,6 +14,18 @@ from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 #: Rows a reader of the held state (`Bank.held_blocks`) takes at a time: 65,536 rows of
 #: D = 128 float32 are 32 MiB.
 READ_BLOCK_ROWS = 65_536
+
+
+class BankWrite(NamedTuple):
+    """What a step writes into the bank (`Bank.update`), this replica's rows of the global
+    batch: ``indices`` int64 [b], distinct over the global batch; ``embeddings`` float32
+    [b, D], the new embeddings (no gradient); ``classes`` int64 [b] and ``confidence`` float32
+    [b], pseudo labels, both or neither (labelled rows keep their class and confidence 1)."""
+
+    indices: IntTensor
+    embeddings: FloatTensor
+    classes: Optional[IntTensor] = None
+    confidence: Optional[FloatTensor] = None
 
 
 class BankRows(abc.ABC):
@@ -75,14 +88,10 @@ class Bank(BankRows):
         """(labels int64 [b], confidence float32 [b]) of the rows ``indices`` int [b]."""
 
     @abc.abstractmethod
-    def update(self, indices: IntTensor, embeddings: FloatTensor,
-               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """Writes the global batch: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``.
-
-        Args:
-          indices: int [b], distinct over the global batch; embeddings: float32 [b, D].
-          classes, confidence: optional int64 / float32 [b] (both or neither), pseudo labels;
-            labelled rows keep their class and confidence 1."""
+    def update(self, write: BankWrite) -> None:
+        """Writes the global batch's `BankWrite`s (this replica's ``write``):
+        ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)`` at each row ``i`` of its
+        ``indices``, and its pseudo labels if given."""
 
     @abc.abstractmethod
     def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_slices, hyperparameters, label_encoding, losses, propagation, \
     variable_rows
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import Bank, BankWrite
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -193,11 +193,10 @@ class MemoryBank(tf.Module, Bank):
                                               self.embeddings, 1)
         return tf.cast(nearest[:, 0], tf.int64)
 
-    def update(self, indices: IntTensor, embeddings: FloatTensor,
-               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """`Bank.update`; also in cross-replica context (``indices`` then the global batch's)."""
+    def update(self, write: BankWrite) -> None:
+        """`Bank.update`; also in cross-replica context (``write`` then the global batch's)."""
         # aggregation=NONE: each replica applies the same scatter of the whole global batch.
-        write_rows(self, global_update(indices, embeddings, classes, confidence), self.momentum)
+        write_rows(self, global_update(write), self.momentum)
 
     def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
                          temperature: float = hyperparameters.TEMPERATURE,
@@ -226,17 +225,16 @@ class MemoryBank(tf.Module, Bank):
             chunk_size, normalisation))
 
 
-def global_update(indices: IntTensor, embeddings: FloatTensor, classes: IntTensor | None,
-                  confidence: FloatTensor | None) -> dict[str, tf.Tensor]:
-    """`MemoryBank.update`'s arguments as a dict ("indices", "embeddings", and "classes" and
-    "confidence" if given), all-gathered over the replicas into the global batch's."""
-    if (classes is None) != (confidence is None):
+def global_update(write: BankWrite) -> dict[str, tf.Tensor]:
+    """A `BankWrite` as a dict ("indices", "embeddings", and "classes" and "confidence" if
+    given), all-gathered over the replicas into the global batch's."""
+    if (write.classes is None) != (write.confidence is None):
         raise ValueError("Give both classes and confidence, or neither.")
-    batch = {"indices": tf.cast(indices, tf.int64),
-             "embeddings": tf.cast(embeddings, tf.float32)}
-    if classes is not None:
-        batch["classes"] = tf.cast(classes, tf.int64)
-        batch["confidence"] = tf.cast(confidence, tf.float32)
+    batch = {"indices": tf.cast(write.indices, tf.int64),
+             "embeddings": tf.cast(write.embeddings, tf.float32)}
+    if write.classes is not None:
+        batch["classes"] = tf.cast(write.classes, tf.int64)
+        batch["confidence"] = tf.cast(write.confidence, tf.float32)
     return gather_global_batch(batch)
 
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_slices, hyperparameters, label_encoding, losses, memory_bank, \
     propagation, variable_rows
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import Bank, BankWrite
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -301,10 +301,9 @@ class ShardedMemoryBank(tf.Module, Bank):
         _, index = merge_candidates(scores, index, 1)
         return _local_part(index[:, 0], tf.shape(embeddings)[0])
 
-    def update(self, indices: IntTensor, embeddings: FloatTensor,
-               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
+    def update(self, write: BankWrite) -> None:
         """`Bank.update`: the global batch all-gathered, each replica writes its rows."""
-        batch = memory_bank.global_update(indices, embeddings, classes, confidence)
+        batch = memory_bank.global_update(write)
         shard = self._shard()
         owned, rows = shard.owned(batch["indices"])
         batch = {name: tf.boolean_mask(value, owned) for name, value in batch.items()}
