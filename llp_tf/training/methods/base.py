@@ -24,7 +24,7 @@ by the global batch or the replica count.
 
 import abc
 import dataclasses
-from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterator, Mapping, Optional, Tuple
 
 import keras
 import numpy as np
@@ -35,12 +35,13 @@ from llp_tf.core.bank import Bank, BankWrite
 from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models import batch_norm, precision
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
-from llp_tf.tensor_types import FloatTensor, Tensor
+from llp_tf.tensor_types import FloatTensor
 from llp_tf.training.step_metrics import (
     LOSS, Mean, Metric, StepMetrics, StepRecords, replica_value)
 
 
-class StepOutput(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class StepOutput:
     """What a replica's forward returns: ``loss`` float32 [], this replica's loss (a mean
     over its rows, plus terms the same on every replica such as weight decay); ``metrics``,
     its phase's `StepMetrics`; ``bank_write``, the `BankWrite` the step makes after the
@@ -63,7 +64,7 @@ class PhaseStep:
     (``metrics``, their names and kinds known before tracing) and an optional ``finish``."""
 
     forward: Forward
-    metrics: type
+    metrics: type[StepMetrics]
     finish: Optional[Finish] = None
 
 
