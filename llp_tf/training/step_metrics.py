@@ -22,6 +22,9 @@ import tensorflow as tf
 
 from llp_tf.tensor_types import FloatTensor
 
+#: The name of every step's loss among its metrics (a `replica_value`).
+LOSS = "loss"
+
 
 class Mean(NamedTuple):
     """A mean over this replica's rows, or a value of this replica: ``total`` float32 [], what
@@ -102,17 +105,14 @@ class StepMetrics:
 
     def by_name(self) -> dict[str, Metric]:
         """The metrics by name, in declaration order; TypeError for one not of its kind."""
-        metrics = {name: getattr(self, name) for name in self.kinds()}
-        for name, kind in self.kinds().items():
+        kinds = self.kinds()
+        metrics = {name: getattr(self, name) for name in kinds}
+        for name, kind in kinds.items():
             if type(metrics[name]) is not kind:
                 raise TypeError(f"{type(self).__name__}.{name} is declared a {kind.__name__} "
                                 f"but was given {type(metrics[name]).__name__}; build it with "
                                 "batch_mean, replica_value or subset_mean as declared.")
         return metrics
-
-
-#: The name of every step's loss among its metrics (a `replica_value`).
-LOSS = "loss"
 
 
 def subset_value(numerator_mean: float, weight_mean: float) -> Optional[float]:
