@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_dtype, bank_slices, hyperparameters, label_encoding, losses, \
     propagation, variable_rows
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import STATE_FIELDS, Bank, BankState
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -115,11 +115,6 @@ def initial_state(num_examples: int, dim: int, num_classes: int,
             "labelled_index": labelled_index, "is_labelled": is_labelled}
 
 
-#: The state checkpoints save in blocks (`Bank.checkpoint_states`); ``labelled_index`` is
-#: saved whole.
-ROW_STATE = ("embeddings", "labels", "confidence", "is_labelled", "density")
-
-
 class Untracked:
     """Holds a value out of sight of `tf.Module`'s dependency tracking."""
 
@@ -166,18 +161,19 @@ class MemoryBank(tf.Module, Bank):
         for name, value in state.items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name,
                                             aggregation=tf.VariableAggregation.NONE))
-        views = {name: bank_slices.SlicedState([getattr(self, name)],
-                                               [(0, int(getattr(self, name).shape[0]))])
-                 for name in ROW_STATE}
-        self._views = Untracked(views)
+        self._views = Untracked(BankState(**{
+            name: bank_slices.SlicedState([getattr(self, name)],
+                                          [(0, int(getattr(self, name).shape[0]))])
+            for name in STATE_FIELDS}))
 
-    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
-        """`Bank.checkpoint_states`: each a view of its variable as one part."""
-        return dict(self._views.value)
+    @property
+    def state(self) -> BankState:
+        """`Bank.state`: each a view of its variable as one part."""
+        return self._views.value
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
-        """The checkpoint's children: the variables but in `ROW_STATE`'s place their
-        `checkpoint_states` views, under the same names."""
+        """The checkpoint's children: the variables but in the `BankState` fields' place
+        their views, under the same names (``labelled_index`` is saved whole)."""
         children = super()._trackable_children(save_type, **kwargs)
         if save_type == "checkpoint":
             children.update(self.checkpoint_states())

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_dtype, bank_slices, hyperparameters, label_encoding, losses, \
     memory_bank, propagation, variable_rows
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import STATE_FIELDS, Bank, BankState
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -193,9 +193,10 @@ class ShardedMemoryBank(tf.Module, Bank):
         """This process's replicas' `_Shard`s, in replica order."""
         return self._shard_holder.value
 
-    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
-        """`Bank.checkpoint_states`: the views of this process's shards."""
-        return {name: getattr(self, name) for name in memory_bank.ROW_STATE}
+    @property
+    def state(self) -> BankState:
+        """`Bank.state`: the views of this process's shards."""
+        return BankState(**{name: getattr(self, name) for name in STATE_FIELDS})
 
     @property
     def held_rows(self) -> tuple[int, int]:

@@ -36,8 +36,7 @@ from llp_tf.core import hyperparameters, label_encoding, losses
 from llp_tf.core.propagation import DENSITY_NORMALISATIONS
 from llp_tf.core.bank import Bank
 from llp_tf.core.bank_dtype import BANK_DTYPES
-from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.core.sharded_bank import ShardedMemoryBank
+from llp_tf.core.bank_factory import build_bank
 from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
@@ -147,8 +146,8 @@ class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring), with its
     `LLPSettings`.
 
-    ``bank`` is any `Bank` (`from_config` builds a `MemoryBank` in ``strategy.scope()``, or
-    with ``shard_bank`` a `ShardedMemoryBank` outside it); ``used_index`` (int64 [U], the
+    ``bank`` is any `Bank` (`from_config` builds it by `bank_factory.build_bank`, sharded
+    with ``shard_bank``); ``used_index`` (int64 [U], the
     run's used examples) checks that a warm-start run used the same examples.
     """
 
@@ -190,19 +189,13 @@ class LLPMethod(Method):
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         m = config.method_settings
-        arguments = (len(split.used_index), config.model.embedding_dim, num_classes,
-                     regime.dense_index(split.used_index, split.labelled_index),
-                     split.labelled_labels)
         warning = few_labels_warning(m, split.labelled_labels, num_classes)
         if warning:
             sys.stderr.write(warning + "\n")
-        options = {"momentum": m.bank_momentum, "seed": config.run.seed,
-                   "embedding_dtype": m.bank_dtype}
-        if m.shard_bank:
-            bank = ShardedMemoryBank(strategy, *arguments, **options)
-        else:
-            with strategy.scope():
-                bank = MemoryBank(*arguments, **options)
+        bank = build_bank(strategy, len(split.used_index), config.model.embedding_dim,
+                          num_classes, regime.dense_index(split.used_index, split.labelled_index),
+                          split.labelled_labels, sharded=m.shard_bank, momentum=m.bank_momentum,
+                          seed=config.run.seed, embedding_dtype=m.bank_dtype)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay, settings=m,
@@ -277,7 +270,7 @@ class LLPMethod(Method):
                     "than this run; its bank rows would belong to other images.")
         partial = tf.train.Checkpoint(
             model=self.model,
-            bank=tf.train.Checkpoint(embeddings=self._bank.checkpoint_states()["embeddings"]))
+            bank=tf.train.Checkpoint(embeddings=self._bank.state.embeddings))
         try:
             partial.restore(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
