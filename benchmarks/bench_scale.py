@@ -27,8 +27,8 @@ replica: a chunk's memory does not depend on how many there are), evaluation (th
 bank's statistics), save (a checkpoint) and restore (that checkpoint into a fresh
 process's bank). Each phase's figure is the largest worker's absolute peak RSS
 (VmHWM, reset as the phase starts) in bytes; --json writes
-{"rows", "workers", "share_bytes", "phases": {phase: bytes}}, share_bytes the
-largest worker's rows x 525 bytes.
+{"rows", "workers", "bank_dtype", "share_bytes", "phases": {phase: bytes}}, share_bytes the
+largest worker's rows x 525 bytes (269 with a half-precision --bank_dtype).
 """
 
 import dataclasses
@@ -48,8 +48,14 @@ import peak_rss  # noqa: E402 -- benchmarks/ is on the path of a script run from
 FULL_SIZES = {"largest": [20_000_000, 28_000_000, 36_000_000],
               "checkpointed": [4_000_000, 12_000_000, 16_000_000, 20_000_000]}
 CLASSES, IMAGE_SIZE, LABELLED_SHARE = 1000, 8, 0.01
-#: A row's state: its 128 float32, label int64, confidence float32, labelled bool.
-BANK_ROW_BYTES = 128 * 4 + 8 + 4 + 1
+#: Bytes of a row's embedding element by --bank_dtype.
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def bank_row_bytes(dtype="float32"):
+    """A row's state: its 128 embeddings of ``dtype``, label int64, confidence float32,
+    labelled bool (525 bytes at float32, 269 at half precision)."""
+    return 128 * ELEMENT_BYTES[dtype] + 8 + 4 + 1
 
 
 def make_flags():
@@ -72,7 +78,7 @@ def make_flags():
     flags.DEFINE_list("checkpointed", ["1000000"], "Bank sizes of the checkpoint measurement, "
                       "in increasing order (--full: 4M, 12M, 16M, 20M).", flag_values=values)
     flags.DEFINE_string("checkpoint_dir", None, "Where the checkpoint measurement writes (a "
-                        "checkpoint of N x 525 bytes); default: a temporary folder.",
+                        "checkpoint of N x 525 bytes at float32); default: a temporary folder.",
                         flag_values=values)
     flags.DEFINE_boolean("checkpoint_probe", False, "Internal: be one worker of the "
                          "checkpoint measurement (TF_CONFIG names the cluster); print its "
@@ -81,6 +87,8 @@ def make_flags():
                          "docstring): the largest worker's peak RSS per phase.",
                          flag_values=values)
     flags.DEFINE_integer("rows", 2_000_000, "N of --phases.", flag_values=values)
+    flags.DEFINE_enum("bank_dtype", "float32", list(ELEMENT_BYTES), "The bank's embedding "
+                      "storage (LLP's --bank_dtype) in every measurement.", flag_values=values)
     flags.DEFINE_integer("density_labelled", 1024, "Labelled rows of --phases' "
                          "density_refresh (a chunk per replica at the default chunk of "
                          "1,024 queries over every replica).", flag_values=values)
@@ -127,8 +135,7 @@ def _llp_method(values, strategy, rng, sharded, labelled=None):
     the bank was built, "bank_seconds": its building time})."""
     import keras
 
-    from llp_tf.core.memory_bank import MemoryBank
-    from llp_tf.core.sharded_bank import ShardedMemoryBank
+    from llp_tf.core.bank_factory import build_bank
     from llp_tf.models.config import EMBEDDING_DIM
     from llp_tf.models.factory import build_model
     from llp_tf.training.methods import LLPMethod
@@ -144,13 +151,11 @@ def _llp_method(values, strategy, rng, sharded, labelled=None):
     split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
     before_bank = peak_rss.status_kib("VmRSS")
     start = time.perf_counter()
-    if sharded:
-        bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split)
-    else:
-        with strategy.scope():
-            bank = MemoryBank(n, EMBEDDING_DIM, CLASSES, *split)
+    bank = build_bank(strategy, n, EMBEDDING_DIM, CLASSES, *split, sharded=sharded,
+                      embedding_dtype=values.bank_dtype)
     bank_seconds = time.perf_counter() - start
-    settings = dataclasses.replace(bench_cli.paper_llp_settings(), shard_bank=sharded)
+    settings = dataclasses.replace(bench_cli.paper_llp_settings(), shard_bank=sharded,
+                                   bank_dtype=values.bank_dtype)
     method = LLPMethod(strategy, model, optimizer, bank, num_classes=CLASSES,
                        global_batch_size=values.batch, weight_decay=1e-4, settings=settings)
     return method, {"before_bank_kib": before_bank, "bank_seconds": bank_seconds}
@@ -255,7 +260,8 @@ def _phases(values, out):
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="bench-scale-phases-", dir=values.checkpoint_dir)
-    figures = {"rows": values.rows, "workers": values.workers, "share_bytes": None,
+    figures = {"rows": values.rows, "workers": values.workers, "bank_dtype": values.bank_dtype,
+               "share_bytes": None,
                "phases": {}}
     print(f"the bank of N={values.rows:,} rows sharded across {values.workers} workers x "
           f"{values.replicas // values.workers} logical CPU replicas: each phase's largest "
@@ -268,7 +274,7 @@ def _phases(values, out):
                 print(f"  {phase}: stopped over {values.memory_limit} GiB", file=out)
                 break
             share = max(stop - start for start, stop in (w["rows"] for w in workers))
-            figures["share_bytes"] = share * BANK_ROW_BYTES
+            figures["share_bytes"] = share * bank_row_bytes(values.bank_dtype)
             figures["phases"][phase] = max(w["peak_bytes"] for w in workers)
             print(f"  {phase:16s} {figures['phases'][phase] / 2**30:6.2f} GiB = "
                   f"{figures['phases'][phase] / figures['share_bytes']:5.2f} x the share "
@@ -304,7 +310,8 @@ def _cluster_figures(values, num_rows, folder, probe_args):
             [sys.executable, __file__, *probe_args, f"--bank={num_rows}",
              f"--replicas={values.replicas}", f"--workers={values.workers}",
              f"--batch={values.batch}", f"--checkpoint_dir={folder}",
-             f"--density_labelled={values.density_labelled}"],
+             f"--density_labelled={values.density_labelled}",
+             f"--bank_dtype={values.bank_dtype}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     try:
         while any(p.poll() is None for p in processes):
@@ -341,7 +348,7 @@ def _checkpoint_rows(values, out):
             figures = _checkpointed(values, num_rows, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        whole_mib = num_rows * BANK_ROW_BYTES / 2**20
+        whole_mib = num_rows * bank_row_bytes(values.bank_dtype) / 2**20
         if figures is None:
             print(f"  N={num_rows:,}: stopped over {values.memory_limit} GiB", file=out)
             break
@@ -349,7 +356,7 @@ def _checkpoint_rows(values, out):
         print(f"  N={num_rows:,}: the whole bank {whole_mib:,.0f} MiB", file=out)
         for worker in figures:
             start, stop = worker["rows"]
-            share = (stop - start) * BANK_ROW_BYTES / 2**20
+            share = (stop - start) * bank_row_bytes(values.bank_dtype) / 2**20
             print(f"    worker {worker['worker']}: rows [{start:,}, {stop:,}), its share "
                   f"{share:,.0f} MiB; peak RSS growth: save {worker['save_mib']:,.0f} MiB "
                   f"({worker['save_mib'] / share:.2f} x its share, "

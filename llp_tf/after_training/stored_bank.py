@@ -2,7 +2,8 @@
 asked for through the checkpoint's fixed row blocks (`llp_tf.core.row_blocks`), keeping at
 most one stored block of each state in memory, so that no reader holds the whole bank unless
 it asks for a whole state. A checkpoint written before blocks stores each state whole (or a
-slice per shard); it is read a state at a time, whole."""
+slice per shard); it is read a state at a time, whole. Embeddings stored at half precision
+(`bank_dtype`) are read in their stored blocks and come back as float32."""
 
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -18,7 +19,8 @@ from llp_tf.tensor_types import Array
 
 #: The checkpoint item of a method's bank.
 BANK_ITEM = "bank"
-#: The bank's states of N rows a reader may ask for, by name, and their dtypes.
+#: The bank's states of N rows a reader may ask for, by name, and the dtypes it returns them
+#: in (whatever their stored dtype).
 ROW_STATES = {"embeddings": tf.float32, "labels": tf.int64, "confidence": tf.float32,
               "is_labelled": tf.bool}
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -39,9 +41,10 @@ def _written_in_blocks(object_graph: bytes) -> bool:
 
 class StoredBank(BankRows, Mapping):
     """The bank of the checkpoint ``checkpoint`` (a prefix), N rows of D: every row is held
-    (`held_rows` is ``[0, N)``) and read on demand. As a mapping, ``bank[name]`` is a whole
-    state of `ROW_STATES` (N rows, read when asked), and ``bank["examples"]`` the training
-    example of each row, ``examples`` int64 [N].
+    (`held_rows` is ``[0, N)``) and read on demand, in the dtypes of `ROW_STATES`;
+    ``stored_dtypes`` are the checkpoint's. As a mapping, ``bank[name]`` is a whole state of
+    `ROW_STATES` (N rows, read when asked), and ``bank["examples"]`` the training example of
+    each row, ``examples`` int64 [N].
 
     Raises:
       ConfigError: the checkpoint has no bank, or one of other than N rows.
@@ -58,6 +61,9 @@ class StoredBank(BankRows, Mapping):
                 f"The checkpoint {checkpoint}'s bank has {self.num_examples} rows where its run "
                 f"uses {len(examples)} examples: it is not this run's checkpoint.")
         self.checkpoint = checkpoint
+        dtypes = reader.get_variable_to_dtype_map()
+        self.stored_dtypes = {name: dtypes.get(_key(name), dtype)
+                              for name, dtype in ROW_STATES.items()}
         self.examples = np.asarray(examples, np.int64)
         self._in_blocks = _written_in_blocks(reader.get_tensor(_OBJECT_GRAPH_KEY))
         self._cached: dict[str, tuple[int, Array]] = {}
@@ -67,8 +73,8 @@ class StoredBank(BankRows, Mapping):
         return 0, self.num_examples
 
     def block_rows(self, name: str) -> int:
-        """Rows of one stored block of the state ``name``."""
-        dtype = ROW_STATES[name]
+        """Rows of one stored block of the state ``name`` (of its stored dtype's bytes)."""
+        dtype = self.stored_dtypes[name]
         return row_blocks.block_rows(dtype.size * (self.dim if name == "embeddings" else 1))
 
     def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
@@ -125,8 +131,9 @@ class StoredBank(BankRows, Mapping):
         return self.block_rows(name) if self._in_blocks else max(self.num_examples, 1)
 
     def _block_of(self, name: str, row: int, rows: int) -> tuple[int, Array]:
-        """(first row, values) of the stored block of ``rows`` rows holding ``row``, read
-        once while readers stay in it (one block of each state cached)."""
+        """(first row, values in `ROW_STATES`' dtype) of the stored block of ``rows`` rows
+        holding ``row``, read once while readers stay in it (one block of each state
+        cached)."""
         start = row // rows * rows
         cached = self._cached.get(name)
         if cached is None or cached[0] != start:
@@ -137,6 +144,7 @@ class StoredBank(BankRows, Mapping):
                 values, = tf.raw_ops.RestoreV2(
                     prefix=self.checkpoint, tensor_names=[_key(name)],
                     shape_and_slices=[slice_spec(shape, start, stop)],
-                    dtypes=[ROW_STATES[name]])
+                    dtypes=[self.stored_dtypes[name]])
+                values = tf.cast(values, ROW_STATES[name])
             cached = self._cached[name] = (start, values.numpy())
         return cached

@@ -4,8 +4,11 @@ ask of a bank, whether each replica holds all of it (`memory_bank.MemoryBank`) o
 applies them to its rows."""
 
 import abc
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Optional
+
+import tensorflow as tf
 
 from llp_tf.core import hyperparameters, propagation
 from llp_tf.core.bank_slices import SlicedState
@@ -46,7 +49,7 @@ class BankRows(abc.ABC):
     def read_rows(self, names: Sequence[str], start: int, stop: int) -> dict[str, Array]:
         """name -> numpy rows ``[start, stop)`` (within `held_rows`) of the state arrays
         ``names`` of N rows ("embeddings", "labels", "confidence", "is_labelled"), read
-        without a copy of the whole state."""
+        without a copy of the whole state; embeddings float32 whatever their stored dtype."""
 
     def held_blocks(self, names: Sequence[str], block_rows: int = READ_BLOCK_ROWS
                     ) -> Iterator[tuple[int, dict[str, Array]]]:
@@ -57,16 +60,45 @@ class BankRows(abc.ABC):
             yield first, self.read_rows(names, first, min(first + block_rows, stop))
 
 
+@dataclasses.dataclass(frozen=True)
+class BankState:
+    """A bank's state arrays, each a `SlicedState` view of this process's rows (every row of a
+    replicated bank), whatever the bank: ``numpy()``, ``read_value()``, ``shape`` and
+    ``dtype`` of the whole array, and the checkpoint's saveable under the field's name.
+
+    Attributes:
+      embeddings: [N, D] of the bank's ``embedding_dtype``.
+      labels: int64 [N], a class or an instance id (`label_encoding`).
+      confidence: float32 [N].
+      is_labelled: bool [N].
+      density: float32 [M], rho of the labelled rows in ``labelled_index`` order.
+    """
+
+    embeddings: SlicedState
+    labels: SlicedState
+    confidence: SlicedState
+    is_labelled: SlicedState
+    density: SlicedState
+
+    def by_name(self) -> dict[str, SlicedState]:
+        """Field name -> state, in field order."""
+        return {name: getattr(self, name) for name in STATE_FIELDS}
+
+
+#: `BankState`'s field names: the state checkpoints save in blocks.
+STATE_FIELDS = tuple(field.name for field in dataclasses.fields(BankState))
+
+
 class Bank(BankRows):
     """State of N examples kept across steps.
 
-    State, each a whole-bank value (``numpy()``, convertible to a tensor) saved in checkpoints
-    under its name, so that either bank restores the other's at any replica count:
-    ``embeddings`` float32 [N, D]; ``labels`` int64 [N], a class or an instance id
-    (`label_encoding`); ``confidence`` float32 [N]; ``is_labelled`` bool [N];
-    ``labelled_index`` int64 [M], sorted; ``density`` float32 [M], rho in its order. Sizes
-    ``num_examples``, ``dim``, ``num_classes``, ``num_labelled`` (N, D, C, M), and the row
-    update's ``momentum``.
+    State: `state`, a `BankState`, saved in checkpoints under its fields' names so that either
+    bank restores the other's at any replica count (the embeddings of ``embedding_dtype``,
+    `bank_dtype.BANK_DTYPES`: float32, or bfloat16 / float16 stored at half the bytes, read
+    cast up to float32), and ``labelled_index`` int64 [M], sorted. Sizes ``num_examples``,
+    ``dim``, ``num_classes``, ``num_labelled`` (N, D, C, M), the row update's ``momentum``.
+    Code outside `llp_tf.core` reads the state through `state`, `read_rows` and
+    `held_blocks` only; a concrete bank's own attributes are its implementation.
 
     Batch methods take this replica's rows ``[b, ...]`` in replica context, where every
     replica must call them (a bank may exchange shares between replicas), or the batch
@@ -76,12 +108,17 @@ class Bank(BankRows):
     num_classes: int
     num_labelled: int
     momentum: float
+    embedding_dtype: tf.DType
 
+    @property
     @abc.abstractmethod
+    def state(self) -> BankState:
+        """The bank's `BankState`."""
+
     def checkpoint_states(self) -> dict[str, SlicedState]:
-        """The row state checkpoints save in blocks, by name (``embeddings``, ``labels``,
-        ``confidence``, ``is_labelled``, ``density``): views of this process's rows, the
-        bank's checkpoint children under those names."""
+        """What checkpoints save in blocks, by name: `state`'s fields, the bank's checkpoint
+        children under those names."""
+        return self.state.by_name()
 
     @abc.abstractmethod
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:

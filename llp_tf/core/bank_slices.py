@@ -12,7 +12,9 @@ save's temporary folder, merged by TensorFlow with the rest into one checkpoint 
 restore runs after the rest's. A checkpoint written before blocks (a key whole, or a slice
 per shard) restores too, each part's rows in one read: the stored slices it overlaps are
 read whole. A checkpoint of another row count fails in TensorFlow's reader
-(`tf.errors.InvalidArgumentError`, naming both shapes)."""
+(`tf.errors.InvalidArgumentError`, naming both shapes); one of another dtype (the embeddings
+stored at another `bank_dtype`) restores converted, each block read in its stored dtype and
+cast to the state's (rounded to nearest when narrowing)."""
 
 import os
 from collections.abc import Mapping
@@ -169,13 +171,14 @@ def restore_blocks(states: Mapping[str, SlicedState], prefix: str,
     """Restores this process's rows of ``states`` (checkpoint key -> state) from the
     checkpoint ``prefix``, one RestoreV2 of one block at a time (``in_blocks``), or of each
     part's rows whole (a checkpoint written before blocks, whose stored slices are read
-    whole anyway)."""
+    whole anyway); a block stored in another dtype is cast to the state's."""
+    stored_dtypes = tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()
     for key, state in states.items():
-        shape = tuple(state.shape)
+        shape, dtype = tuple(state.shape), stored_dtypes.get(key, state.dtype)
         if not shape[0]:
             with tf.device("CPU:0"):
                 stored, = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key],
-                                               shape_and_slices=[""], dtypes=[state.dtype])
+                                               shape_and_slices=[""], dtypes=[dtype])
             if stored.shape[0]:
                 raise ValueError(f"the checkpoint's {key} has {stored.shape[0]} rows where "
                                  "this bank has none")
@@ -184,7 +187,8 @@ def restore_blocks(states: Mapping[str, SlicedState], prefix: str,
             with tf.device("CPU:0"):
                 rows, = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key],
                                              shape_and_slices=[slice_spec(shape, start, stop)],
-                                             dtypes=[state.dtype])
+                                             dtypes=[dtype])
+                rows = tf.cast(rows, state.dtype)
             state.write_rows(start, rows)
             del rows
 

@@ -33,7 +33,8 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     Args:
       embeddings: float32 [B, D], L2-normalised.
       bank: float32 [N, D]; bank_labels: int64 [N], class or instance id of every row; either
-        may be a variable, read a block at a time (`variable_rows`).
+        may be a variable, read a block at a time (`variable_rows`); a bfloat16 or float16
+        bank is cast up to float32 a block at a time (a bank of one block, whole).
       labels: int64 [B], the batch's current labels.
       temperature: float, tau; block_rows: int, bank rows per block."""
     if block_rows <= 0:
@@ -44,7 +45,8 @@ def aggregation_loss(embeddings: FloatTensor, bank: FloatTensor, bank_labels: In
     labels = tf.cast(labels, tf.int64)
     inverse_temperature = 1.0 / float(temperature)
     if bank.shape[0] is not None and bank.shape[0] <= block_rows:
-        return _one_block_loss(embeddings, tf.stop_gradient(tf.convert_to_tensor(bank)),
+        return _one_block_loss(embeddings,
+                               tf.stop_gradient(tf.convert_to_tensor(variable_rows.whole(bank))),
                                tf.convert_to_tensor(bank_labels), labels, inverse_temperature)
 
     loss, gradient = loss_from_sums(*bank_sums(
@@ -122,7 +124,7 @@ def bank_sums(scaled: FloatTensor, bank: FloatTensor, bank_labels: IntTensor, la
     against ``bank`` float32 [N, D] with ``bank_labels`` int64 [N], for ``labels`` int64 [B]:
     whole blocks one at a time (a single block's logits alive), then the rows left over.
     Variables are read a block at a time: a whole read of a variable that has been scattered
-    into copies all of it."""
+    into copies all of it. A bfloat16 or float16 bank's blocks are cast up to float32."""
     num_rows = bank.shape[0] if bank.shape[0] is not None else tf.shape(bank)[0]
     num_blocks, tail_start = num_rows // block_rows, num_rows // block_rows * block_rows
     batch, dim = tf.shape(scaled)[0], tf.shape(scaled)[1]

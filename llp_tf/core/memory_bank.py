@@ -1,8 +1,9 @@
 """The memory bank: per-example state that LLP keeps across steps, as non-trainable
 checkpointed variables over the N used training examples (dense indices ``[0, N)``):
 
-- ``embeddings`` float32 [N, D]: each example's running-average embedding, initialised
-  uniform in ``[-s, s]``, ``s = 1 / sqrt(D / 3)``;
+- ``embeddings`` [N, D] of ``embedding_dtype`` (`bank_dtype`: float32, or bfloat16 / float16
+  at half the bytes, computed on in float32): each example's running-average embedding,
+  initialised uniform in ``[-s, s]``, ``s = 1 / sqrt(D / 3)``;
 - ``labels`` int64 [N]: a class or an instance id (`label_encoding`); labelled examples keep
   their class, the others start with their instance id;
 - ``confidence`` float32 [N]: the propagation confidence, 1 for labelled and not yet
@@ -20,9 +21,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import bank_slices, hyperparameters, label_encoding, losses, propagation, \
-    variable_rows
-from llp_tf.core.bank import Bank, BankWrite
+from llp_tf.core import bank_dtype, bank_slices, hyperparameters, label_encoding, losses, \
+    propagation, variable_rows
+from llp_tf.core.bank import STATE_FIELDS, Bank, BankState, BankWrite
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -72,16 +73,19 @@ def initial_rows(dim: int, seed: int, start: int, stop: int) -> Array:
     return rows
 
 
-def initial_embeddings(dim: int, seed: int, start: int, stop: int) -> tf.Variable:
-    """A float32 [stop - start, D] variable of rows ``[start, stop)`` of the initial
-    embeddings (`initial_rows`), written `DRAW_BLOCK_ROWS` rows at a time into a variable of
-    zeros: building it holds one block beside the variable. Made in the current scope and
-    device (a mirrored variable in a strategy's scope, every copy written)."""
-    variable = tf.Variable(tf.zeros([stop - start, dim]), trainable=False, name="embeddings",
-                           aggregation=tf.VariableAggregation.NONE)
+def initial_embeddings(dim: int, seed: int, start: int, stop: int,
+                       dtype: tf.DType = tf.float32) -> tf.Variable:
+    """A ``dtype`` [stop - start, D] variable of rows ``[start, stop)`` of the initial
+    embeddings (`initial_rows`, rounded to nearest at half precision), written
+    `DRAW_BLOCK_ROWS` rows at a time into a variable of zeros: building it holds one block
+    beside the variable. Made in the current scope and device (a mirrored variable in a
+    strategy's scope, every copy written)."""
+    variable = tf.Variable(tf.zeros([stop - start, dim], dtype), trainable=False,
+                           name="embeddings", aggregation=tf.VariableAggregation.NONE)
     for first in range(start, stop, DRAW_BLOCK_ROWS):
         last = min(first + DRAW_BLOCK_ROWS, stop)
-        variable.scatter_update(tf.IndexedSlices(initial_rows(dim, seed, first, last),
+        rows = tf.convert_to_tensor(initial_rows(dim, seed, first, last))
+        variable.scatter_update(tf.IndexedSlices(bank_dtype.stored(rows, dtype),
                                                  tf.range(first - start, last - start)))
     return variable
 
@@ -111,11 +115,6 @@ def initial_state(num_examples: int, dim: int, num_classes: int,
             "labelled_index": labelled_index, "is_labelled": is_labelled}
 
 
-#: The state checkpoints save in blocks (`Bank.checkpoint_states`); ``labelled_index`` is
-#: saved whole.
-ROW_STATE = ("embeddings", "labels", "confidence", "is_labelled", "density")
-
-
 class Untracked:
     """Holds a value out of sight of `tf.Module`'s dependency tracking."""
 
@@ -139,38 +138,42 @@ class MemoryBank(tf.Module, Bank):
     def __init__(self, num_examples: int, dim: int, num_classes: int,
                  labelled_index: Array | IntTensor, labelled_classes: Array | IntTensor,
                  momentum: float = hyperparameters.BANK_MOMENTUM, seed: int = 0,
+                 embedding_dtype: str | tf.DType = "float32",
                  name: str = "memory_bank") -> None:
         """Creates the variables in the current strategy's scope.
 
         Args:
           num_examples, dim, num_classes: int, N, D, C.
           labelled_index: int [M], distinct indices in [0, N); labelled_classes: int [M] in [0, C).
-          momentum: float m in [0, 1) of the row update; seed: int, of the initial rows."""
+          momentum: float m in [0, 1) of the row update; seed: int, of the initial rows.
+          embedding_dtype: the embeddings' storage dtype, one of `bank_dtype.BANK_DTYPES`."""
         super().__init__(name=name)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
+        self.embedding_dtype = bank_dtype.storage_dtype(embedding_dtype)
         state = initial_state(num_examples, dim, num_classes, labelled_index, labelled_classes)
         self.num_examples = int(num_examples)
         self.dim = int(dim)
         self.num_classes = int(num_classes)
         self.num_labelled = int(state["labelled_index"].size)
         self.momentum = float(momentum)
-        self.embeddings = initial_embeddings(dim, seed, 0, num_examples)
+        self.embeddings = initial_embeddings(dim, seed, 0, num_examples, self.embedding_dtype)
         for name, value in state.items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name,
                                             aggregation=tf.VariableAggregation.NONE))
-        views = {name: bank_slices.SlicedState([getattr(self, name)],
-                                               [(0, int(getattr(self, name).shape[0]))])
-                 for name in ROW_STATE}
-        self._views = Untracked(views)
+        self._views = Untracked(BankState(**{
+            name: bank_slices.SlicedState([getattr(self, name)],
+                                          [(0, int(getattr(self, name).shape[0]))])
+            for name in STATE_FIELDS}))
 
-    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
-        """`Bank.checkpoint_states`: each a view of its variable as one part."""
-        return dict(self._views.value)
+    @property
+    def state(self) -> BankState:
+        """`Bank.state`: each a view of its variable as one part."""
+        return self._views.value
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
-        """The checkpoint's children: the variables but in `ROW_STATE`'s place their
-        `checkpoint_states` views, under the same names."""
+        """The checkpoint's children: the variables but in the `BankState` fields' place
+        their views, under the same names (``labelled_index`` is saved whole)."""
         children = super()._trackable_children(save_type, **kwargs)
         if save_type == "checkpoint":
             children.update(self.checkpoint_states())
@@ -220,9 +223,10 @@ class MemoryBank(tf.Module, Bank):
                         temperature: float = hyperparameters.TEMPERATURE,
                         chunk_size: int = hyperparameters.DENSITY_CHUNK_SIZE,
                         normalisation: str = propagation.DENSITY_NORMALISATIONS[0]) -> None:
+        # The labelled rows' float32 copy [M, D] is the queries.
         self.density.assign(propagation.local_density(
-            tf.gather(self.embeddings, self.labelled_index), self.embeddings, t, temperature,
-            chunk_size, normalisation))
+            bank_dtype.computed(tf.gather(self.embeddings, self.labelled_index)),
+            self.embeddings, t, temperature, chunk_size, normalisation))
 
 
 def global_update(write: BankWrite) -> dict[str, tf.Tensor]:
@@ -241,12 +245,15 @@ def global_update(write: BankWrite) -> dict[str, tf.Tensor]:
 def write_rows(state: Any, batch: dict, momentum: float) -> None:
     """Writes ``batch`` into the variables ``embeddings``, ``labels``, ``confidence`` and
     ``is_labelled`` of ``state`` (a bank, or a shard of one) at its rows ``batch["indices"]``
-    int64 [B]: the update of `MemoryBank.update` (with "classes" and "confidence" if given)."""
+    int64 [B]: the update of `MemoryBank.update` (with "classes" and "confidence" if given),
+    computed in float32 from the old rows cast up, the new ones rounded to the embeddings'
+    dtype."""
     indices = batch["indices"]
-    old_rows = tf.gather(state.embeddings, indices)
+    old_rows = bank_dtype.computed(tf.gather(state.embeddings, indices))
     new_rows = tf.math.l2_normalize(
         momentum * old_rows + (1.0 - momentum) * batch["embeddings"], axis=1)
-    state.embeddings.scatter_update(tf.IndexedSlices(new_rows, indices))
+    state.embeddings.scatter_update(tf.IndexedSlices(
+        bank_dtype.stored(new_rows, state.embeddings.dtype), indices))
     if "classes" in batch:
         labelled = tf.gather(state.is_labelled, indices)
         new_labels = tf.where(labelled, tf.gather(state.labels, indices), batch["classes"])

@@ -101,6 +101,9 @@ def nearest_rows(queries: FloatTensor, rows: FloatTensor, k: int | IntTensor,
 
     Rows are searched ``block_rows`` at a time with a running top-k (memory B x block); in a
     block, a top-k over group maxima picks the k groups that can hold the k largest scores.
+    bfloat16 or float16 rows are cast up to float32 a block at a time; fewer than two blocks
+    of them, all at once (a transient float32 copy of those rows, as a float32 variable's
+    whole read copies it).
 
     Args:
       queries: float32 [B, D]; rows: float32 [M, D], or a variable or
@@ -169,7 +172,8 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
     (`DENSITY_NORMALISATIONS`).
 
     Args:
-      queries: float32 [Q, D]; bank: float32 [N, D], or a variable.
+      queries: float32 [Q, D]; bank: float32 [N, D], or a variable; a bfloat16 or float16
+        bank is cast up to float32 a block at a time.
       t: int, neighbours (more than N: all N); chunk_size: query rows per chunk, searched
         `score_block_rows` bank rows at a time (`DENSITY_SCORE_BYTES` of similarities)."""
     _validate_positive("t", t)
@@ -177,27 +181,30 @@ def log_local_density(queries: FloatTensor, bank: FloatTensor,
     _validate_positive("chunk_size", chunk_size)
     check_normalisation(normalisation)
     queries = tf.convert_to_tensor(queries, tf.float32)
-    # In a graph a variable bank is read a block at a time; eagerly, as a traced input.
-    bank = (variable_rows.as_rows(bank, tf.float32) if not tf.executing_eagerly()
-            else tf.convert_to_tensor(bank, tf.float32))
+    # In a graph a variable bank is read a block at a time; eagerly, as a traced input of its
+    # own dtype.
+    if tf.executing_eagerly():
+        bank = tf.convert_to_tensor(bank)
+    bank = variable_rows.as_rows(bank, tf.float32)
     t = _static_or_dynamic_min(t, bank)
     # A dynamic t comes with a bank of dynamic rows, searched whole.
     block_rows = score_block_rows(chunk_size, t if isinstance(t, int) else 1)
     if not tf.executing_eagerly():
         return _log_local_density(queries, bank, t, float(temperature), int(chunk_size),
                                   normalisation, block_rows)
-    function = _traced_log_local_density(tuple(bank.shape.as_list()), t, float(temperature),
-                                         int(chunk_size), normalisation, block_rows)
+    function = _traced_log_local_density(tuple(bank.shape.as_list()), bank.dtype, t,
+                                         float(temperature), int(chunk_size), normalisation,
+                                         block_rows)
     return function(queries, bank)
 
 
 @functools.lru_cache(maxsize=32)
-def _traced_log_local_density(bank_shape, t, temperature, chunk_size, normalisation,
-                              block_rows):
-    """One graph per bank shape: the blocked search needs a static N."""
+def _traced_log_local_density(bank_shape, bank_dtype, t, temperature, chunk_size,
+                              normalisation, block_rows):
+    """One graph per bank shape and dtype: the blocked search needs a static N."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, bank_shape[1]], tf.float32),
-                                  tf.TensorSpec(bank_shape, tf.float32)])
+                                  tf.TensorSpec(bank_shape, bank_dtype)])
     def function(queries, bank):
         return _log_local_density(queries, bank, t, temperature, chunk_size, normalisation,
                                   block_rows)
@@ -238,7 +245,8 @@ def log_partition(scaled_queries: FloatTensor, rows: FloatTensor,
 
     Args:
       scaled_queries: float32 [Q, D] (queries / tau); rows: float32 [N, D], N >= 1 static, or
-        a variable or `variable_rows.GatheredRows` read by blocks."""
+        a variable or `variable_rows.GatheredRows` read by blocks, bfloat16 or float16 ones
+        cast up to float32 as `nearest_rows` casts them."""
     num_rows = _num_rows(rows)
     if num_rows is None or num_rows < 2 * block_rows:
         return tf.reduce_logsumexp(

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from llp_tf.core import bank_slices, hyperparameters, label_encoding, losses, memory_bank, \
-    propagation, variable_rows
-from llp_tf.core.bank import Bank, BankWrite
+from llp_tf.core import bank_dtype, bank_slices, hyperparameters, label_encoding, losses, \
+    memory_bank, propagation, variable_rows
+from llp_tf.core.bank import STATE_FIELDS, Bank, BankState, BankWrite
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -100,15 +100,17 @@ class _Shard:
 
     def __init__(self, state: dict[str, Array], bounds: tuple[int, int],
                  labelled_bounds: tuple[int, int], device: str | None, dim: int,
-                 seed: int) -> None:
+                 seed: int, embedding_dtype: tf.DType) -> None:
         """``state``: `memory_bank.initial_state` of the rows ``bounds``, emptied as the
         variables are made (each array freed once its variable holds it); the embeddings are
-        drawn into their variable a block at a time (`memory_bank.initial_embeddings`)."""
+        drawn into their variable of ``embedding_dtype`` a block at a time
+        (`memory_bank.initial_embeddings`)."""
         self.start, self.stop = bounds
         self.labelled_start, self.labelled_stop = labelled_bounds
         with tf.device(device):
             self.labelled_rows = tf.constant(state.pop("labelled_index") - self.start)
-            self.embeddings = memory_bank.initial_embeddings(dim, seed, *bounds)
+            self.embeddings = memory_bank.initial_embeddings(dim, seed, *bounds,
+                                                             embedding_dtype)
             for name in ("labels", "confidence", "is_labelled", "density"):
                 setattr(self, name, tf.Variable(state.pop(name), trainable=False, name=name))
 
@@ -140,11 +142,13 @@ class ShardedMemoryBank(tf.Module, Bank):
                  num_classes: int, labelled_index: Array | IntTensor,
                  labelled_classes: Array | IntTensor,
                  momentum: float = hyperparameters.BANK_MOMENTUM, seed: int = 0,
+                 embedding_dtype: str | tf.DType = "float32",
                  name: str = "memory_bank") -> None:
         """Arguments as `MemoryBank`'s, the same initial state; ``strategy`` names the devices."""
         super().__init__(name=name)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1); got {momentum}.")
+        self.embedding_dtype = bank_dtype.storage_dtype(embedding_dtype)
         if tf.distribute.has_strategy():
             raise ValueError("Create a ShardedMemoryBank outside strategy.scope(): its shards "
                              "are variables of one device each.")
@@ -169,7 +173,7 @@ class ShardedMemoryBank(tf.Module, Bank):
         mine = slice(self._first, self._first + len(devices))
         shards = [_Shard(memory_bank.initial_state(num_examples, dim, num_classes,
                                                    labelled_index, labelled_classes, rows=pair),
-                         pair, labelled, device, dim, seed)
+                         pair, labelled, device, dim, seed, self.embedding_dtype)
                   for pair, labelled, device in zip(bounds[mine], labelled_bounds[mine],
                                                     devices)]
         # In a non-trackable holder: checkpoints see only the views of the shards.
@@ -189,9 +193,10 @@ class ShardedMemoryBank(tf.Module, Bank):
         """This process's replicas' `_Shard`s, in replica order."""
         return self._shard_holder.value
 
-    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
-        """`Bank.checkpoint_states`: the views of this process's shards."""
-        return {name: getattr(self, name) for name in memory_bank.ROW_STATE}
+    @property
+    def state(self) -> BankState:
+        """`Bank.state`: the views of this process's shards."""
+        return BankState(**{name: getattr(self, name) for name in STATE_FIELDS})
 
     @property
     def held_rows(self) -> tuple[int, int]:

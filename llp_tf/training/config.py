@@ -129,7 +129,8 @@ class RunConfig:
     mixed_precision: str = setting(
         "float32", "Compute precision of the ResNet trunk: float32, or bfloat16 / float16 with "
         "float32 weights (Keras mixed precision; float16 adds dynamic loss scaling). The "
-        "heads, embedding, memory bank, propagation, densities and losses stay float32. "
+        "heads, embedding, memory bank, propagation, densities and losses stay float32 (the "
+        "bank's storage: --bank_dtype). "
         "Checkpoints hold float32 weights, so a run can change this on resume. Not in the "
         "paper or the release (both float32). bfloat16 suits GPUs from A100 on and TPUs; "
         "float16 older GPUs (V100, T4).", choices=PRECISIONS)

@@ -5,6 +5,7 @@ are recorded to check that each is one stored block, read once while a reader st
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -70,6 +71,30 @@ def test_a_checkpoint_written_before_blocks_is_read_a_state_at_a_time_whole(
     # Each state once, whole: embeddings [N, 8] ("0,13:-"), then the three of [N].
     assert [call["names"] for call in reads] == [[KEY.format(name)] for name in ROW_STATE]
     assert [call["specs"][0].split(" ")[-1] for call in reads] == [f"0,{N}:-"] + [f"0,{N}"] * 3
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+def test_half_precision_embeddings_are_read_in_their_own_blocks_as_float32(
+        make, small_blocks, monkeypatch, tmp_path, shards):
+    """A bfloat16 bank's embeddings: blocks of 5 rows (8 bfloat16 and an int64 index in 120
+    bytes), each read once, in the stored dtype, given back as float32."""
+    bank = make(shards, embedding_dtype="bfloat16")
+    state = _random_state(5)
+    state["embeddings"] = state["embeddings"].astype(ml_dtypes.bfloat16)
+    _fill(bank, state)
+    path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ckpt"))
+    stored = StoredBank(path, EXAMPLES)
+    assert stored.stored_dtypes["embeddings"] == tf.bfloat16
+    assert stored.block_rows("embeddings") == 5
+    reads = _recorded(monkeypatch, "RestoreV2")
+    rows = stored.read_rows(["embeddings"], 0, N)["embeddings"]
+    assert rows.dtype == np.float32
+    np.testing.assert_array_equal(rows, state["embeddings"].astype(np.float32))
+    assert [_rows_of(call["specs"][0]) for call in reads] == [
+        (start, min(start + 5, N)) for start in range(0, N, 5)]
+    picked = np.array([12, 0, 5])
+    np.testing.assert_array_equal(stored.rows_at(["embeddings"], picked)["embeddings"],
+                                  state["embeddings"][picked].astype(np.float32))
 
 
 def test_another_runs_checkpoint_or_one_without_a_bank_is_refused(make, tmp_path):

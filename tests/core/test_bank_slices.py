@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,12 +29,13 @@ LABELLED_CLASSES = np.array([0, 1, 2, 0, 1])
 ROW_STATE = ("embeddings", "labels", "confidence", "is_labelled")
 STATE = ROW_STATE + ("density", "labelled_index")
 KEY = "bank/{}/.ATTRIBUTES/VARIABLE_VALUE"
+ML_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
 @pytest.fixture
 def make(two_replica_strategy, four_replica_strategy):
     """make(shards, seed=0) -> a sharded bank over ``shards`` devices (1 to 4), or the
-    replicated bank for None."""
+    replicated bank for None (of float32 embeddings unless ``embedding_dtype`` says)."""
     base = tf.distribute.MirroredStrategy._collective_key_base
     # Three devices: a strategy of its own, its collective keys apart from the fixtures'.
     tf.distribute.MirroredStrategy._collective_key_base = base + 200_000
@@ -45,11 +47,13 @@ def make(two_replica_strategy, four_replica_strategy):
     strategies = {1: tf.distribute.get_strategy(), 2: two_replica_strategy, 3: three,
                   4: four_replica_strategy}
 
-    def bank(shards, seed=0, num_examples=N, labelled=LABELLED, classes=LABELLED_CLASSES):
+    def bank(shards, seed=0, num_examples=N, labelled=LABELLED, classes=LABELLED_CLASSES,
+             embedding_dtype="float32"):
         split = (num_examples, D, C, labelled, classes)
         if shards is None:
-            return MemoryBank(*split, seed=seed)
-        return ShardedMemoryBank(strategies[shards], *split, seed=seed)
+            return MemoryBank(*split, seed=seed, embedding_dtype=embedding_dtype)
+        return ShardedMemoryBank(strategies[shards], *split, seed=seed,
+                                 embedding_dtype=embedding_dtype)
     return bank
 
 
@@ -295,6 +299,34 @@ def test_a_checkpoint_of_another_bank_size_is_refused(make, tmp_path):
     other = make(2, num_examples=N + 1)
     with pytest.raises(tf.errors.InvalidArgumentError, match="does not match the shape"):
         tf.train.Checkpoint(bank=other).restore(path)
+
+
+@pytest.mark.parametrize("saved,restored", [("bfloat16", "float32"), ("float32", "bfloat16"),
+                                            ("bfloat16", "float16")])
+@pytest.mark.parametrize("source,target", [(2, None), (None, 3)])
+def test_a_checkpoint_of_another_bank_dtype_restores_converted(make, tmp_path, saved, restored,
+                                                                source, target):
+    """The checkpoint stores the embeddings in the saved bank's dtype, in that dtype's blocks;
+    a bank of another dtype restores them cast, rounded to nearest when narrowing; the rest
+    of the state bit for bit."""
+    bank = make(source, embedding_dtype=saved)
+    state = _random_state(5)
+    state["embeddings"] = state["embeddings"].astype(ML_DTYPES[saved])
+    _fill(bank, state)
+    path = tf.train.Checkpoint(bank=bank).save(str(tmp_path / "ckpt"))
+    key = KEY.format("embeddings")
+    assert tf.train.load_checkpoint(path).get_variable_to_dtype_map()[key] == getattr(tf, saved)
+    block_rows = bank.checkpoint_states()["embeddings"].block_rows
+    assert block_rows == row_blocks.block_rows(D * getattr(tf, saved).size)
+    into = make(target, seed=9, embedding_dtype=restored)
+    tf.train.Checkpoint(bank=into).restore(path).assert_consumed()
+    rows = into.read_rows(["embeddings", "labels", "confidence", "is_labelled"], 0, N)
+    want = state["embeddings"].astype(np.float32).astype(ML_DTYPES[restored])
+    np.testing.assert_array_equal(rows["embeddings"], want.astype(np.float32))
+    assert into.embeddings.dtype == getattr(tf, restored)
+    for name in ("labels", "confidence", "is_labelled"):
+        np.testing.assert_array_equal(rows[name], state[name], err_msg=name)
+    np.testing.assert_array_equal(np.asarray(into.density.numpy()), state["density"])
 
 
 def test_a_bank_without_labelled_rows_saves_its_empty_density_whole(make, tmp_path):

@@ -98,6 +98,8 @@ def test_learning_rate_scales_with_global_batch(tmp_path):
     (dict(shard_bank=True, jit_compile=True, image_size=224),
      "--shard_bank exchanges shares between replicas inside the step, which "
      "--jit_compile cannot compile; give one of them"),
+    (dict(bank_dtype="float64"), "--bank_dtype=float64 must be one of float32, bfloat16, "
+     "float16"),
     (dict(k=0), "--k=0 and --t=25 must be positive"),
     (dict(min_crop_area=0.0), "--min_crop_area=0.0 must lie in (0, 1]"),
     (dict(min_crop_area=1.5), "--min_crop_area=1.5 must lie in (0, 1]"),
@@ -255,7 +257,8 @@ def test_choices_are_checked_from_the_fields_metadata(tmp_path):
               if field.metadata["choices"]}
     assert set(fields) == {"augmentation", "augment_on", "architecture", "method", "propagation",
                            "density_normalisation", "cluster", "mixed_precision",
-                           "baseline_preset", "baseline_optimizer", "pseudo_label_batch_norm"}
+                           "baseline_preset", "baseline_optimizer", "pseudo_label_batch_norm",
+                           "bank_dtype"}
     with pytest.raises(ConfigError) as error:
         _config(tmp_path, **{name: "nonsense" for name in fields})
     for name, field in fields.items():

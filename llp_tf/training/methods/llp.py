@@ -35,8 +35,8 @@ from llp_tf.config_fields import setting
 from llp_tf.core import hyperparameters, label_encoding, losses
 from llp_tf.core.propagation import DENSITY_NORMALISATIONS
 from llp_tf.core.bank import Bank, BankWrite
-from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.core.sharded_bank import ShardedMemoryBank
+from llp_tf.core.bank_dtype import BANK_DTYPES
+from llp_tf.core.bank_factory import build_bank
 from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods.base import (InputSpec, Method, PhaseStep, StepOutput, Stream,
@@ -96,6 +96,12 @@ class LLPSettings:
                                "same. Each worker checkpoints only its rows, as slices of one "
                                "bank; the run resumes at any worker or replica count, sharded "
                                "or not. Not with --jit_compile.")
+    bank_dtype: str = setting(
+        "float32", "The dtype the memory bank stores its embeddings in: float32 (the "
+        "default, as in the paper), or bfloat16 / float16, which halve the bank's bytes. Only "
+        "storage: each row read is cast up and every computation (row update, propagation, "
+        "densities, aggregation loss) stays float32; a row written is rounded to nearest. A "
+        "checkpoint of another bank dtype restores converted.", choices=tuple(BANK_DTYPES))
 
     def problems(self, config: Any) -> list[str]:
         """What is wrong with these settings in the `TrainConfig` ``config``."""
@@ -162,8 +168,8 @@ class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring), with its
     `LLPSettings`.
 
-    ``bank`` is any `Bank` (`from_config` builds a `MemoryBank` in ``strategy.scope()``, or
-    with ``shard_bank`` a `ShardedMemoryBank` outside it); ``used_index`` (int64 [U], the
+    ``bank`` is any `Bank` (`from_config` builds it by `bank_factory.build_bank`, sharded
+    with ``shard_bank``); ``used_index`` (int64 [U], the
     run's used examples) checks that a warm-start run used the same examples.
     """
 
@@ -200,18 +206,13 @@ class LLPMethod(Method):
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         m = config.method_settings
-        arguments = (len(split.used_index), config.model.embedding_dim, num_classes,
-                     regime.dense_index(split.used_index, split.labelled_index),
-                     split.labelled_labels)
         warning = few_labels_warning(m, split.labelled_labels, num_classes)
         if warning:
             sys.stderr.write(warning + "\n")
-        options = {"momentum": m.bank_momentum, "seed": config.run.seed}
-        if m.shard_bank:
-            bank = ShardedMemoryBank(strategy, *arguments, **options)
-        else:
-            with strategy.scope():
-                bank = MemoryBank(*arguments, **options)
+        bank = build_bank(strategy, len(split.used_index), config.model.embedding_dim,
+                          num_classes, regime.dense_index(split.used_index, split.labelled_index),
+                          split.labelled_labels, sharded=m.shard_bank, momentum=m.bank_momentum,
+                          seed=config.run.seed, embedding_dtype=m.bank_dtype)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay, settings=m,
@@ -286,7 +287,7 @@ class LLPMethod(Method):
                     "than this run; its bank rows would belong to other images.")
         partial = tf.train.Checkpoint(
             model=self.model,
-            bank=tf.train.Checkpoint(embeddings=self._bank.checkpoint_states()["embeddings"]))
+            bank=tf.train.Checkpoint(embeddings=self._bank.state.embeddings))
         try:
             partial.restore(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
