@@ -91,10 +91,12 @@ def count_step(values, step, architecture, bank):
 
     method = _method(values, step, architecture, bank)
     phase = {"supervised": "supervised"}.get(step, step)
-    compute = method.forward_backward(method.step_parts(phase)[0])
+    compute = method.forward_backward(method.phase_step(phase))
     size, b = values.image_size, values.batch
-    batch = {"image": tf.zeros([b, size, size, 3]), "label": tf.zeros([b], tf.int64),
-             "index": tf.range(b, dtype=tf.int64)}
+    rows = {"image": tf.zeros([b, size, size, 3]), "label": tf.zeros([b], tf.int64),
+            "index": tf.range(b, dtype=tf.int64)}
+    # The supervised step reads the labelled stream, LLP's the used one.
+    batch = {"labelled": rows, "used": rows}
     return step_cost.step_flops(compute, batch), step_cost.step_bytes(compute, batch)
 
 

@@ -135,8 +135,7 @@ def _llp_method(values, strategy, rng, sharded, labelled=None):
     the bank was built, "bank_seconds": its building time})."""
     import keras
 
-    from llp_tf.core.memory_bank import MemoryBank
-    from llp_tf.core.sharded_bank import ShardedMemoryBank
+    from llp_tf.core.bank_factory import build_bank
     from llp_tf.models.config import EMBEDDING_DIM
     from llp_tf.models.factory import build_model
     from llp_tf.training.methods import LLPMethod
@@ -152,13 +151,8 @@ def _llp_method(values, strategy, rng, sharded, labelled=None):
     split = (np.sort(rng.choice(n, labelled, replace=False)), rng.integers(0, CLASSES, labelled))
     before_bank = peak_rss.status_kib("VmRSS")
     start = time.perf_counter()
-    if sharded:
-        bank = ShardedMemoryBank(strategy, n, EMBEDDING_DIM, CLASSES, *split,
-                                 embedding_dtype=values.bank_dtype)
-    else:
-        with strategy.scope():
-            bank = MemoryBank(n, EMBEDDING_DIM, CLASSES, *split,
-                              embedding_dtype=values.bank_dtype)
+    bank = build_bank(strategy, n, EMBEDDING_DIM, CLASSES, *split, sharded=sharded,
+                      embedding_dtype=values.bank_dtype)
     bank_seconds = time.perf_counter() - start
     settings = dataclasses.replace(bench_cli.paper_llp_settings(), shard_bank=sharded,
                                    bank_dtype=values.bank_dtype)

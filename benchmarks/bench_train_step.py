@@ -142,6 +142,8 @@ def _bank_work(bank, embeddings, index):
     """tf.function(steps): the LLP step's bank work alone, ``steps`` times."""
     import tensorflow as tf
 
+    from llp_tf.core.bank import BankWrite
+
     @tf.function
     def bank_work(steps):
         for _ in tf.range(steps):
@@ -152,7 +154,7 @@ def _bank_work(bank, embeddings, index):
             # Feeding the gradient into the update keeps tf.function from pruning it.
             moved = tf.math.l2_normalize(embeddings - 1e-3 * tape.gradient(loss, embeddings), 1)
             classes, confidence = bank.propagate(moved)
-            bank.update(index, moved, classes, confidence)
+            bank.update(BankWrite(index, moved, classes, confidence))
 
     return bank_work
 

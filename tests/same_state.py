@@ -47,9 +47,8 @@ class Path:
         self.runner = runner or StepRunner(method, prepare)
 
     def step(self, phase):
-        """One step of ``phase``: metric name -> float."""
-        return {name: float(value[0])
-                for name, value in self.runner.run(self.iterator, 1, phase).items()}
+        """One step of ``phase``: metric name -> float (`StepRecords.means`)."""
+        return self.runner.run(self.iterator, 1, phase).means()
 
 
 class StateCopier:

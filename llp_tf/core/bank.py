@@ -4,7 +4,9 @@ ask of a bank, whether each replica holds all of it (`memory_bank.MemoryBank`) o
 applies them to its rows."""
 
 import abc
+import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -15,6 +17,18 @@ from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 #: Rows a reader of the held state (`Bank.held_blocks`) takes at a time: 65,536 rows of
 #: D = 128 float32 are 32 MiB.
 READ_BLOCK_ROWS = 65_536
+
+
+class BankWrite(NamedTuple):
+    """What a step writes into the bank (`Bank.update`), this replica's rows of the global
+    batch: ``indices`` int64 [b], distinct over the global batch; ``embeddings`` float32
+    [b, D], the new embeddings (no gradient); ``classes`` int64 [b] and ``confidence`` float32
+    [b], pseudo labels, both or neither (labelled rows keep their class and confidence 1)."""
+
+    indices: IntTensor
+    embeddings: FloatTensor
+    classes: Optional[IntTensor] = None
+    confidence: Optional[FloatTensor] = None
 
 
 class BankRows(abc.ABC):
@@ -46,17 +60,45 @@ class BankRows(abc.ABC):
             yield first, self.read_rows(names, first, min(first + block_rows, stop))
 
 
+@dataclasses.dataclass(frozen=True)
+class BankState:
+    """A bank's state arrays, each a `SlicedState` view of this process's rows (every row of a
+    replicated bank), whatever the bank: ``numpy()``, ``read_value()``, ``shape`` and
+    ``dtype`` of the whole array, and the checkpoint's saveable under the field's name.
+
+    Attributes:
+      embeddings: [N, D] of the bank's ``embedding_dtype``.
+      labels: int64 [N], a class or an instance id (`label_encoding`).
+      confidence: float32 [N].
+      is_labelled: bool [N].
+      density: float32 [M], rho of the labelled rows in ``labelled_index`` order.
+    """
+
+    embeddings: SlicedState
+    labels: SlicedState
+    confidence: SlicedState
+    is_labelled: SlicedState
+    density: SlicedState
+
+    def by_name(self) -> dict[str, SlicedState]:
+        """Field name -> state, in field order."""
+        return {name: getattr(self, name) for name in STATE_FIELDS}
+
+
+#: `BankState`'s field names: the state checkpoints save in blocks.
+STATE_FIELDS = tuple(field.name for field in dataclasses.fields(BankState))
+
+
 class Bank(BankRows):
     """State of N examples kept across steps.
 
-    State, each a whole-bank value (``numpy()``, convertible to a tensor) saved in checkpoints
-    under its name, so that either bank restores the other's at any replica count:
-    ``embeddings`` [N, D] of ``embedding_dtype`` (`bank_dtype.BANK_DTYPES`: float32, or
-    bfloat16 / float16 stored at half the bytes, read cast up to float32); ``labels`` int64
-    [N], a class or an instance id (`label_encoding`); ``confidence`` float32 [N];
-    ``is_labelled`` bool [N]; ``labelled_index`` int64 [M], sorted; ``density`` float32 [M],
-    rho in its order. Sizes ``num_examples``, ``dim``, ``num_classes``, ``num_labelled`` (N,
-    D, C, M), the row update's ``momentum``, and the embeddings' ``embedding_dtype``.
+    State: `state`, a `BankState`, saved in checkpoints under its fields' names so that either
+    bank restores the other's at any replica count (the embeddings of ``embedding_dtype``,
+    `bank_dtype.BANK_DTYPES`: float32, or bfloat16 / float16 stored at half the bytes, read
+    cast up to float32), and ``labelled_index`` int64 [M], sorted. Sizes ``num_examples``,
+    ``dim``, ``num_classes``, ``num_labelled`` (N, D, C, M), the row update's ``momentum``.
+    Code outside `llp_tf.core` reads the state through `state`, `read_rows` and
+    `held_blocks` only; a concrete bank's own attributes are its implementation.
 
     Batch methods take this replica's rows ``[b, ...]`` in replica context, where every
     replica must call them (a bank may exchange shares between replicas), or the batch
@@ -68,25 +110,25 @@ class Bank(BankRows):
     momentum: float
     embedding_dtype: tf.DType
 
+    @property
     @abc.abstractmethod
+    def state(self) -> BankState:
+        """The bank's `BankState`."""
+
     def checkpoint_states(self) -> dict[str, SlicedState]:
-        """The row state checkpoints save in blocks, by name (``embeddings``, ``labels``,
-        ``confidence``, ``is_labelled``, ``density``): views of this process's rows, the
-        bank's checkpoint children under those names."""
+        """What checkpoints save in blocks, by name: `state`'s fields, the bank's checkpoint
+        children under those names."""
+        return self.state.by_name()
 
     @abc.abstractmethod
     def read(self, indices: IntTensor) -> tuple[IntTensor, FloatTensor]:
         """(labels int64 [b], confidence float32 [b]) of the rows ``indices`` int [b]."""
 
     @abc.abstractmethod
-    def update(self, indices: IntTensor, embeddings: FloatTensor,
-               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """Writes the global batch: ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)``.
-
-        Args:
-          indices: int [b], distinct over the global batch; embeddings: float32 [b, D].
-          classes, confidence: optional int64 / float32 [b] (both or neither), pseudo labels;
-            labelled rows keep their class and confidence 1."""
+    def update(self, write: BankWrite) -> None:
+        """Writes the global batch's `BankWrite`s (this replica's ``write``):
+        ``bank_i <- normalise(m * bank_i + (1 - m) * v_i)`` at each row ``i`` of its
+        ``indices``, and its pseudo labels if given."""
 
     @abc.abstractmethod
     def nearest_rows(self, embeddings: FloatTensor) -> IntTensor:

@@ -1,6 +1,7 @@
 """The LLP objective (paper eq. 2-4 and 9), the release's weight decay, and the baselines'
-masked cross-entropy with hard pseudo labels. Per-example losses are float32 [B]; reductions
-divide by the *global* batch size, so replica losses summed under `tf.distribute` give the mean."""
+masked cross-entropy with hard pseudo labels. Per-example losses are float32 [B]; `llp_loss`
+is the mean over the batch it is given (a replica's: the training step takes 1/R of each
+replica's loss, `llp_tf.training.methods.base`)."""
 
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -248,28 +249,24 @@ def pseudo_label_cross_entropy(target_logits: FloatTensor, logits: FloatTensor,
 
 
 def pseudo_label_terms(labelled_logits: FloatTensor, labels: IntTensor,
-                       target_logits: FloatTensor, logits: FloatTensor, threshold: float,
-                       labelled_batch_size: int, unlabelled_batch_size: int
+                       target_logits: FloatTensor, logits: FloatTensor, threshold: float
                        ) -> tuple[FloatTensor, FloatTensor, FloatTensor]:
-    """(labelled cross-entropy sum / B, `pseudo_label_cross_entropy` sum / U, mask sum / U),
-    float32 [] each, of a labelled batch (``labelled_logits`` [b, C], ``labels`` int64 [b]) and
-    an unlabelled one; B and U are the global batch sizes under `tf.distribute`."""
+    """(labelled cross-entropy float32 [b], `pseudo_label_cross_entropy`'s masked
+    cross-entropy and mask float32 [u] each) of a labelled batch (``labelled_logits`` [b, C],
+    ``labels`` int64 [b]) and an unlabelled one (``target_logits``, ``logits`` [u, C])."""
     labelled = categorisation_loss(labelled_logits, labels)
     unlabelled, mask = pseudo_label_cross_entropy(target_logits, logits, threshold)
-    return (tf.reduce_sum(labelled) / labelled_batch_size,
-            tf.reduce_sum(unlabelled) / unlabelled_batch_size,
-            tf.reduce_sum(mask) / unlabelled_batch_size)
+    return labelled, unlabelled, mask
 
 
 def llp_loss(aggregation: FloatTensor, categorisation: FloatTensor | None,
-             confidence: FloatTensor, global_batch_size: int | IntTensor | None = None,
-             weight_by_confidence: bool = True, use_categorisation: bool = True) -> FloatTensor:
-    """The data term of eq. 9, float32 []: sum of c * (L_C + L_A) / ``global_batch_size``.
+             confidence: FloatTensor, *, weight_by_confidence: bool = True,
+             use_categorisation: bool = True) -> FloatTensor:
+    """The data term of eq. 9, float32 []: the mean of c * (L_C + L_A) over the B examples.
 
     Args:
       aggregation, categorisation, confidence: float32 [B] (``categorisation`` may be None
         when ``use_categorisation`` is False).
-      global_batch_size: the divisor, B by default.
       weight_by_confidence: False for the "woc" ablation (c = 1).
       use_categorisation: False to drop L_C (the warm start, or an ablation)."""
     per_example = tf.convert_to_tensor(aggregation, tf.float32)
@@ -277,9 +274,7 @@ def llp_loss(aggregation: FloatTensor, categorisation: FloatTensor | None,
         per_example += tf.convert_to_tensor(categorisation, tf.float32)
     if weight_by_confidence:
         per_example *= tf.convert_to_tensor(confidence, tf.float32)
-    if global_batch_size is None:
-        global_batch_size = tf.shape(per_example)[0]
-    return tf.reduce_sum(per_example) / tf.cast(global_batch_size, tf.float32)
+    return tf.reduce_sum(per_example) / tf.cast(tf.shape(per_example)[0], tf.float32)
 
 
 def l2_penalty(weights: Iterable[FloatTensor], weight_decay: float) -> FloatTensor:

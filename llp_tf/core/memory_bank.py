@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_dtype, bank_slices, hyperparameters, label_encoding, losses, \
     propagation, variable_rows
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import STATE_FIELDS, Bank, BankState, BankWrite
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -115,11 +115,6 @@ def initial_state(num_examples: int, dim: int, num_classes: int,
             "labelled_index": labelled_index, "is_labelled": is_labelled}
 
 
-#: The state checkpoints save in blocks (`Bank.checkpoint_states`); ``labelled_index`` is
-#: saved whole.
-ROW_STATE = ("embeddings", "labels", "confidence", "is_labelled", "density")
-
-
 class Untracked:
     """Holds a value out of sight of `tf.Module`'s dependency tracking."""
 
@@ -166,18 +161,19 @@ class MemoryBank(tf.Module, Bank):
         for name, value in state.items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name,
                                             aggregation=tf.VariableAggregation.NONE))
-        views = {name: bank_slices.SlicedState([getattr(self, name)],
-                                               [(0, int(getattr(self, name).shape[0]))])
-                 for name in ROW_STATE}
-        self._views = Untracked(views)
+        self._views = Untracked(BankState(**{
+            name: bank_slices.SlicedState([getattr(self, name)],
+                                          [(0, int(getattr(self, name).shape[0]))])
+            for name in STATE_FIELDS}))
 
-    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
-        """`Bank.checkpoint_states`: each a view of its variable as one part."""
-        return dict(self._views.value)
+    @property
+    def state(self) -> BankState:
+        """`Bank.state`: each a view of its variable as one part."""
+        return self._views.value
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
-        """The checkpoint's children: the variables but in `ROW_STATE`'s place their
-        `checkpoint_states` views, under the same names."""
+        """The checkpoint's children: the variables but in the `BankState` fields' place
+        their views, under the same names (``labelled_index`` is saved whole)."""
         children = super()._trackable_children(save_type, **kwargs)
         if save_type == "checkpoint":
             children.update(self.checkpoint_states())
@@ -200,11 +196,10 @@ class MemoryBank(tf.Module, Bank):
                                               self.embeddings, 1)
         return tf.cast(nearest[:, 0], tf.int64)
 
-    def update(self, indices: IntTensor, embeddings: FloatTensor,
-               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
-        """`Bank.update`; also in cross-replica context (``indices`` then the global batch's)."""
+    def update(self, write: BankWrite) -> None:
+        """`Bank.update`; also in cross-replica context (``write`` then the global batch's)."""
         # aggregation=NONE: each replica applies the same scatter of the whole global batch.
-        write_rows(self, global_update(indices, embeddings, classes, confidence), self.momentum)
+        write_rows(self, global_update(write), self.momentum)
 
     def aggregation_loss(self, embeddings: FloatTensor, labels: IntTensor,
                          temperature: float = hyperparameters.TEMPERATURE,
@@ -234,17 +229,16 @@ class MemoryBank(tf.Module, Bank):
             self.embeddings, t, temperature, chunk_size, normalisation))
 
 
-def global_update(indices: IntTensor, embeddings: FloatTensor, classes: IntTensor | None,
-                  confidence: FloatTensor | None) -> dict[str, tf.Tensor]:
-    """`MemoryBank.update`'s arguments as a dict ("indices", "embeddings", and "classes" and
-    "confidence" if given), all-gathered over the replicas into the global batch's."""
-    if (classes is None) != (confidence is None):
+def global_update(write: BankWrite) -> dict[str, tf.Tensor]:
+    """A `BankWrite` as a dict ("indices", "embeddings", and "classes" and "confidence" if
+    given), all-gathered over the replicas into the global batch's."""
+    if (write.classes is None) != (write.confidence is None):
         raise ValueError("Give both classes and confidence, or neither.")
-    batch = {"indices": tf.cast(indices, tf.int64),
-             "embeddings": tf.cast(embeddings, tf.float32)}
-    if classes is not None:
-        batch["classes"] = tf.cast(classes, tf.int64)
-        batch["confidence"] = tf.cast(confidence, tf.float32)
+    batch = {"indices": tf.cast(write.indices, tf.int64),
+             "embeddings": tf.cast(write.embeddings, tf.float32)}
+    if write.classes is not None:
+        batch["classes"] = tf.cast(write.classes, tf.int64)
+        batch["confidence"] = tf.cast(write.confidence, tf.float32)
     return gather_global_batch(batch)
 
 

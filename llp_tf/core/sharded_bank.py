@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from llp_tf.core import bank_dtype, bank_slices, hyperparameters, label_encoding, losses, \
     memory_bank, propagation, variable_rows
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import STATE_FIELDS, Bank, BankState, BankWrite
 from llp_tf.tensor_types import Array, FloatTensor, IntTensor
 
 
@@ -193,9 +193,10 @@ class ShardedMemoryBank(tf.Module, Bank):
         """This process's replicas' `_Shard`s, in replica order."""
         return self._shard_holder.value
 
-    def checkpoint_states(self) -> dict[str, bank_slices.SlicedState]:
-        """`Bank.checkpoint_states`: the views of this process's shards."""
-        return {name: getattr(self, name) for name in memory_bank.ROW_STATE}
+    @property
+    def state(self) -> BankState:
+        """`Bank.state`: the views of this process's shards."""
+        return BankState(**{name: getattr(self, name) for name in STATE_FIELDS})
 
     @property
     def held_rows(self) -> tuple[int, int]:
@@ -305,10 +306,9 @@ class ShardedMemoryBank(tf.Module, Bank):
         _, index = merge_candidates(scores, index, 1)
         return _local_part(index[:, 0], tf.shape(embeddings)[0])
 
-    def update(self, indices: IntTensor, embeddings: FloatTensor,
-               classes: IntTensor | None = None, confidence: FloatTensor | None = None) -> None:
+    def update(self, write: BankWrite) -> None:
         """`Bank.update`: the global batch all-gathered, each replica writes its rows."""
-        batch = memory_bank.global_update(indices, embeddings, classes, confidence)
+        batch = memory_bank.global_update(write)
         shard = self._shard()
         owned, rows = shard.owned(batch["indices"])
         batch = {name: tf.boolean_mask(value, owned) for name, value in batch.items()}

@@ -36,7 +36,7 @@ class NanGuard:
         self.latest_checkpoint = latest_checkpoint
 
     def __call__(self, output: LoopOutput) -> None:
-        for name, values in output.metrics.items():
+        for name, values in output.metrics.values.items():
             bad = ~np.isfinite(values)
             if bad.any():
                 at = output.global_step + int(np.argmax(bad)) + 1

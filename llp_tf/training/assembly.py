@@ -111,8 +111,7 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     method = method_class(config.method.name).from_config(config, strategy, model, stepping,
                                                           num_classes, _training_split(split))
     with strategy.scope():
-        totals = EpochTotals(name for phase in method.phases
-                             for name in method.metric_names(phase))
+        totals = EpochTotals(method.metric_kinds(phase) for phase in method.PHASES)
     checkpoints = RunCheckpoints(
         dict(model=model, optimizer=optimizer, step=step, plateau=plateau,
              epoch_totals=totals, **method.checkpoint_items()), RunDirectory(config.run_dir),
@@ -219,8 +218,8 @@ def _train(config, strategy, stream, scratch_dir, multi_worker, overwrite):
     state = _build_state(config, strategy, info.num_classes, split, stream, scratch_dir)
     steps_per_epoch = input_fns.steps_per_epoch(len(split.used_index), batch)
     log = functools.partial(_log, stream)
-    resumed = resumption.start(state.checkpoints, state.step, state.method, steps_per_epoch,
-                               afresh, log)
+    resumed = resumption.start(state.checkpoints, state.step, state.totals, state.method,
+                               steps_per_epoch, afresh, log)
     start = int(state.step.numpy())
     if not resumption.settle_records(config, resumed, start, steps_per_epoch, chief, log):
         return {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any, Mapping, Optional, TextIO
+from typing import Any, Callable, Mapping, Optional, TextIO
 
 import keras
 import tensorflow as tf
@@ -76,8 +76,11 @@ class RunCheckpoints:
             return self.run_directory.latest_checkpoint()
         return self.manager.latest_checkpoint
 
-    def restore_latest(self) -> Optional[str]:
+    def restore_latest(self, stand_ins: Callable[[str], Mapping[str, Any]] = lambda path: {}
+                       ) -> Optional[str]:
         """Restores the newest readable checkpoint; returns its path (None if there is none).
+        ``stand_ins(path)``: items restored from the checkpoint at ``path`` in place of the
+        run's of the same name (for a layout of theirs written by an older version).
 
         The chief first deletes the files of saves that did not finish (not recorded in the
         checkpoint state), naming them in one line. Across workers this precedes the chief's
@@ -99,7 +102,7 @@ class RunCheckpoints:
         damaged = []
         for path in reversed(self.run_directory.checkpoint_paths()):
             try:
-                tf.train.Checkpoint(**self.items).restore(
+                tf.train.Checkpoint(**{**self.items, **stand_ins(path)}).restore(
                     path).assert_existing_objects_matched()
             except _READ_ERRORS as error:
                 damaged.append(path)

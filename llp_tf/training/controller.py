@@ -12,7 +12,6 @@ import sys
 from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from llp_tf.training.checkpoints import RunCheckpoints
@@ -20,16 +19,17 @@ from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.preemption import TrainingStopped
 from llp_tf.training.progress import LEARNING_RATE, EpochProgress, RunClock
+from llp_tf.training.step_metrics import StepRecords
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopOutput:
     """What a loop gives its actions: ``global_step`` before it, ``steps`` run, and ``metrics``,
-    name -> float32 [steps]."""
+    the `StepRecords` of its steps."""
 
     global_step: int
     steps: int
-    metrics: dict[str, np.ndarray]
+    metrics: StepRecords
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +133,7 @@ class Controller:
         epoch_done = epoch + 1
         row = None
         if epoch_done % settings.eval_every == 0 or epoch_done == settings.epochs:
-            train_means = self.method.reported(
-                self.totals.means(self.method.metric_names(phase)))
+            train_means = self.totals.means(list(self.method.metric_kinds(phase)))
             evaluated = self.evaluate()
             row = {"epoch": epoch_done, "step": int(self.step.numpy()), "phase": phase,
                    LEARNING_RATE: learning_rate, **train_means, **evaluated}
@@ -160,8 +159,7 @@ class Controller:
             action(LoopOutput(global_step, steps, metrics))
         self.step.assign_add(steps)
         global_step += steps
-        means = self.method.reported({name: float(np.mean(values))
-                                      for name, values in metrics.items()})
+        means = metrics.means()
         self.totals.add(metrics)
         with self.writer.as_default(step=global_step):
             for name, value in means.items():

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from llp_tf.core import propagation
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import Bank, BankWrite
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
 from tests import reference
@@ -76,6 +76,11 @@ def _run(case, function, *arrays):
         results)
 
 
+def _writer(bank):
+    """(indices, embeddings[, classes, confidence]) -> ``bank.update`` of their `BankWrite`."""
+    return lambda *arrays: bank.update(BankWrite(*arrays))
+
+
 def _state(bank):
     """The bank's state views as numpy arrays, by name."""
     return {name: np.asarray(getattr(bank, name).numpy())
@@ -91,7 +96,7 @@ def _pseudo_labelled(case, seed=0):
     batch = (indices, reference.unit_rows(rng, 8, D), rng.integers(0, C, 8).astype(np.int64),
              rng.uniform(0.1, 0.9, 8).astype(np.float32))
     before = _state(case.bank)
-    _run(case, case.bank.update, *batch)
+    _run(case, _writer(case.bank), *batch)
     return batch, before
 
 
@@ -142,7 +147,7 @@ def test_an_update_without_classes_keeps_labels(make):
     case = make()
     before = _state(case.bank)
     indices = np.array([2, 7, 10, 4], np.int64)
-    _run(case, case.bank.update, indices, reference.unit_rows(np.random.default_rng(1), 4, D))
+    _run(case, _writer(case.bank), indices, reference.unit_rows(np.random.default_rng(1), 4, D))
     after = _state(case.bank)
     assert not np.allclose(after["embeddings"][indices], before["embeddings"][indices])
     np.testing.assert_array_equal(after["labels"], before["labels"])
@@ -152,7 +157,7 @@ def test_an_update_without_classes_keeps_labels(make):
 def test_update_requires_classes_and_confidence_together(make):
     case = make()
     with pytest.raises(ValueError, match="both"):
-        _run(case, lambda i, e, c: case.bank.update(i, e, classes=c), np.arange(2),
+        _run(case, lambda i, e, c: case.bank.update(BankWrite(i, e, classes=c)), np.arange(2),
              np.zeros((2, D), np.float32), np.zeros(2, np.int64))
 
 
@@ -190,7 +195,7 @@ def test_nearest_rows_against_float64_with_ties_to_the_lowest_row(make):
     case = make(momentum=0.0)
     rng = np.random.default_rng(4)
     twin = reference.unit_rows(rng, 1, D)
-    _run(case, case.bank.update, np.array([2, 11]), np.concatenate([twin, twin]))
+    _run(case, _writer(case.bank), np.array([2, 11]), np.concatenate([twin, twin]))
     rows = _state(case.bank)["embeddings"]
     np.testing.assert_array_equal(rows[2], rows[11])
     queries = np.concatenate([twin, twin, rng.normal(size=(6, D))]).astype(np.float32)

@@ -32,6 +32,7 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
 from llp_tf.core import bank_dtype
+from llp_tf.core.bank import BankWrite
 from llp_tf.core.memory_bank import MemoryBank
 from llp_tf.core.sharded_bank import ShardedMemoryBank
 from tests import reference
@@ -124,7 +125,7 @@ def test_the_update_is_the_float64_update_rounded_to_nearest(dtype, kind, two_re
     before = _stored_rows(case.bank)
     indices = np.array([0, 1, 5, 9, 3, 12, 8, 11], np.int64)
     embeddings = reference.unit_rows(np.random.default_rng(0), 8, 8)
-    _run(case, case.bank.update, indices, embeddings)
+    _run(case, lambda i, e: case.bank.update(BankWrite(i, e)), indices, embeddings)
     after = _stored_rows(case.bank)
     moved = 0.5 * before[indices].astype(np.float64) + 0.5 * embeddings
     exact = moved / np.linalg.norm(moved, axis=1, keepdims=True)
@@ -227,7 +228,7 @@ def test_a_sharded_bfloat16_bank_takes_the_replicated_ones_step(two_replica_stra
                 tape.watch(embeddings)
                 loss = bank.aggregation_loss(embeddings, labels, TAU)
             classes, confidence = bank.propagate(embeddings, k=3, temperature=TAU)
-            bank.update(indices, embeddings, classes, confidence)
+            bank.update(BankWrite(indices, embeddings, classes, confidence))
             return loss, tape.gradient(loss, embeddings), classes, confidence
 
         results.append(_run(case, step, indices, embeddings, labels))
@@ -270,7 +271,7 @@ def test_the_default_float32_banks_graphs_hold_no_half_op(dtype):
             loss = bank.aggregation_loss(embeddings, labels, TAU)
         return tape.gradient(loss, embeddings)
 
-    found = [_half_dtypes_in_graph(bank.update, indices, queries),
+    found = [_half_dtypes_in_graph(lambda i, e: bank.update(BankWrite(i, e)), indices, queries),
              _half_dtypes_in_graph(loss_and_gradient, queries, labels),
              _half_dtypes_in_graph(bank.propagate, queries),
              _half_dtypes_in_graph(bank.nearest_rows, queries),

@@ -162,18 +162,13 @@ def test_llp_loss_combines_terms(weight_by_confidence, use_categorisation):
     aggregation = rng.uniform(0, 5, 8).astype(np.float32)
     categorisation = rng.uniform(0, 3, 8).astype(np.float32)
     confidence = rng.uniform(0, 1, 8).astype(np.float32)
-    got = llp_loss(aggregation, categorisation, confidence, global_batch_size=16,
-                          weight_by_confidence=weight_by_confidence,
-                          use_categorisation=use_categorisation).numpy()
+    got = llp_loss(aggregation, categorisation, confidence,
+                   weight_by_confidence=weight_by_confidence,
+                   use_categorisation=use_categorisation).numpy()
     terms = aggregation.astype(np.float64) + (categorisation if use_categorisation else 0)
     if weight_by_confidence:
         terms = terms * confidence
-    np.testing.assert_allclose(got, terms.sum() / 16, rtol=1e-6)
-
-
-def test_llp_loss_defaults_to_the_batch_mean():
-    got = llp_loss([1.0, 3.0], [0.5, 0.0], [1.0, 0.5]).numpy()
-    np.testing.assert_allclose(got, (1.5 + 1.5) / 2, rtol=1e-6)
+    np.testing.assert_allclose(got, terms.mean(), rtol=1e-6)
 
 
 def test_l2_penalty():
@@ -345,3 +340,18 @@ def test_pseudo_label_cross_entropy_masks_at_the_threshold_and_stops_the_target_
     # d CE / d logits = softmax - onehot(argmax): the target side adds nothing.
     probabilities = tf.nn.softmax(logits).numpy()
     np.testing.assert_allclose(gradient, probabilities - np.eye(2)[[0, 0, 1]], rtol=1e-6)
+
+
+def test_pseudo_label_terms_are_per_example():
+    """The labelled cross-entropy [b] and the unlabelled masked one and mask [u], no mean."""
+    labelled_logits = np.array([[2.0, -1.0], [0.0, 1.0], [1.0, 1.0]], np.float32)
+    labels = np.array([0, 0, 1], np.int64)
+    target = np.array([[0.0, 3.0], [0.0, 0.1]], np.float32)  # confidences 0.95, 0.52
+    logits = np.array([[1.0, 0.5], [-1.0, 2.0]], np.float32)
+    labelled, unlabelled, mask = (t.numpy() for t in losses.pseudo_label_terms(
+        labelled_logits, labels, target, logits, threshold=0.9))
+    np.testing.assert_allclose(labelled, reference.cross_entropy(labelled_logits, labels),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(mask, [1.0, 0.0])
+    np.testing.assert_allclose(unlabelled, [reference.cross_entropy(logits[:1], [1])[0], 0.0],
+                               rtol=1e-6)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from llp_tf import MemoryBank
 from llp_tf.core import label_encoding, memory_bank
+from llp_tf.core.bank import BankWrite
 from tests import reference
 
 N, D, C = 40, 8, 5
@@ -97,7 +98,7 @@ def test_two_replica_update_is_identical_everywhere_and_equals_one_device(two_re
     confidence = rng.uniform(0.1, 1.0, 8).astype(np.float32)
 
     single = _bank(seed=5)
-    single.update(indices, embeddings, classes, confidence)
+    single.update(BankWrite(indices, embeddings, classes, confidence))
 
     with strategy.scope():
         mirrored = _bank(seed=5)
@@ -108,7 +109,7 @@ def test_two_replica_update_is_identical_everywhere_and_equals_one_device(two_re
 
     @tf.function
     def step(i, e, c, p):
-        strategy.run(mirrored.update, args=(i, e, c, p))
+        strategy.run(lambda *args: mirrored.update(BankWrite(*args)), args=(i, e, c, p))
 
     step(halves(indices), halves(embeddings), halves(classes), halves(confidence))
 
@@ -127,7 +128,7 @@ def test_cross_replica_update_and_density_reach_every_copy(two_replica_strategy)
     with strategy.scope():
         bank = _bank(seed=6)
     embeddings = reference.unit_rows(np.random.default_rng(4), 3, D)
-    bank.update([4, 5, 6], embeddings, [1, 2, 3], [0.5, 0.6, 0.7])
+    bank.update(BankWrite([4, 5, 6], embeddings, [1, 2, 3], [0.5, 0.6, 0.7]))
     bank.refresh_density(t=3, temperature=0.07)
     for name in ("embeddings", "labels", "confidence", "density"):
         first, second = _replica_copies(getattr(bank, name))

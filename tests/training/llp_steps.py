@@ -86,8 +86,8 @@ def metric_bounds(sizes, want, before, rtol, logits, batch):
     the categorisation loss one of C logits (of size at most ``logits``), the
     loss their confidence-weighted sum plus the weight decay; the weight decay
     a sum of squares over the decayed weights (the same weights); confidences
-    and counts read from the same bank. ``confidence`` (a ratio of two means
-    of such) when reported."""
+    and counts read from the same bank: ``pseudo_labelled`` a mean of such,
+    ``confidence`` (a ratio of two) when reported."""
     scale, score_rtol = score_bounds(sizes, before["embeddings"], rtol)
     aggregation = numerics.softmax_term_bound(score_rtol, scale, sizes.rows)
     categorisation = numerics.softmax_term_bound(rtol, logits, sizes.classes)
@@ -99,9 +99,7 @@ def metric_bounds(sizes, want, before, rtol, logits, batch):
         bounds["categorisation"] = numerics.metric_bound(want["categorisation"], batch,
                                                          categorisation)
         terms += categorisation
-        for name in ("confidence_sum", "pseudo_labelled"):
-            if name in want:
-                bounds[name] = numerics.metric_bound(want[name], batch)
+        bounds["pseudo_labelled"] = numerics.metric_bound(want["pseudo_labelled"], batch)
         if "confidence" in want:
             bounds["confidence"] = 2 * numerics.metric_bound(want["confidence"], batch)
     bounds["loss"] = decay + numerics.metric_bound(want["loss"], batch, terms)

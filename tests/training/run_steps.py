@@ -80,14 +80,16 @@ def _states_and_rows(reference, other_dir):
 
 
 def _epoch_totals_checks(state, bounds, val_examples):
-    """Checks of a step's checkpointed epoch sums (one step: its metrics, those of
-    ``bounds`` that ``state`` holds) and of the plateau's best."""
+    """Checks of a step's checkpointed epoch sums and weights (one step: its metrics,
+    those of ``bounds`` that ``state`` holds) and of the plateau's best."""
     def within(name):
         def check(start, want, got):
             assert abs(float(got) - float(want)) <= bounds[name], name
         return check
-    checks = {f"epoch_totals/sums/{name}": within(name) for name in bounds
-              if f"epoch_totals/sums/{name}/.ATTRIBUTES/VARIABLE_VALUE" in state}
+    # A subset mean's weights (the share of rows in its subset) within its own bound.
+    checks = {f"epoch_totals/{kind}/{name}": within(name) for name in bounds
+              for kind in ("sums", "weights")
+              if f"epoch_totals/{kind}/{name}/.ATTRIBUTES/VARIABLE_VALUE" in state}
 
     def plateau(start, want, got):
         # A top-1 fraction, or -inf before the first tracked evaluation.
@@ -119,9 +121,7 @@ def assert_same_llp_step(reference, other_dir, logits, input_rtol=0.0):
     assert_same_writes(sizes, dict(bank[0], density=bank[1]["density"]), bank[1],
                        dict(bank[2], density=bank[1]["density"]), np.arange(batch), rtol,
                        offset_error=offset_error)
-    # The row shows confidence_sum / pseudo_labelled (the step's means) as "confidence".
-    sums_row = dict(want_row, confidence_sum=want_row["confidence"] * want_row["pseudo_labelled"])
-    bounds = metric_bounds(sizes, sums_row, bank[0], rtol, max(logits), batch)
+    bounds = metric_bounds(sizes, want_row, bank[0], rtol, max(logits), batch)
     shown = {name: bound for name, bound in bounds.items() if name in want_row}
     numerics.assert_same_metrics({n: want_row[n] for n in shown}, {n: got_row[n] for n in shown},
                                  shown)

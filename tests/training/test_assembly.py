@@ -99,7 +99,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, str
         metrics = real_train(self, iterator, num_steps, phase, on_step)
         calls.append(num_steps)
         if sum(calls) > 7:
-            metrics["loss"][-1] = np.nan
+            metrics.values["loss"][-1] = np.nan
         return metrics
 
     monkeypatch.setattr(StepRunner, "run", diverge)

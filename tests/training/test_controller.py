@@ -11,13 +11,10 @@ import tensorflow as tf
 from llp_tf.training.actions import NanGuard, TrainingDiverged
 from llp_tf.training.controller import Controller, LoopOutput, LoopSettings
 from llp_tf.training.epoch_totals import EpochTotals
-from llp_tf.training.methods.base import Method
+from llp_tf.training.step_metrics import Mean, StepRecords
 
 
 class _FakeMethod:
-    RATIOS = {}
-    reported = Method.reported
-
     def __init__(self, warmup_epochs=1):
         self.warmup_epochs = warmup_epochs
         self.prepared = []
@@ -28,8 +25,8 @@ class _FakeMethod:
     def before_epoch(self, epoch, phase):
         self.prepared.append((epoch, phase))
 
-    def metric_names(self, phase):
-        return ("loss",)
+    def metric_kinds(self, phase):
+        return {"loss": Mean}
 
 
 class _FakeRunner:
@@ -44,7 +41,8 @@ class _FakeRunner:
         self.calls.append((first, num_steps, phase))
         for done in range(1, num_steps + 1):
             on_step(done)
-        return {"loss": np.arange(first + 1, first + num_steps + 1, dtype=np.float32)}
+        return StepRecords({"loss": np.arange(first + 1, first + num_steps + 1,
+                                              dtype=np.float32)})
 
 
 class _FakeCheckpoints:
@@ -61,7 +59,7 @@ def _controller(tmp_path, start_step=0, epochs=3, steps_per_epoch=5, totals=None
     evaluations = []
     controller = Controller(
         method=_FakeMethod(), runner=_FakeRunner(step), step=step,
-        totals=totals or EpochTotals(["loss"]), checkpoints=_FakeCheckpoints(),
+        totals=totals or EpochTotals([{"loss": Mean}]), checkpoints=_FakeCheckpoints(),
         optimizer=optimizer,
         settings=LoopSettings(epochs=epochs, steps_per_epoch=steps_per_epoch,
                               global_batch_size=8, steps_per_loop=2, checkpoint_every=3,
@@ -99,8 +97,8 @@ def test_loops_checkpoints_and_evaluations(tmp_path):
 def test_resumes_inside_an_epoch_and_stops_at_the_end(tmp_path):
     # Resumed at step 7 with the running sums of steps 6 and 7 (losses 6 and 7),
     # as the checkpoint of step 7 holds them: the epoch reports all its steps.
-    totals = EpochTotals(["loss"])
-    totals.add({"loss": np.array([6.0, 7.0], np.float32)})
+    totals = EpochTotals([{"loss": Mean}])
+    totals.add(StepRecords({"loss": np.array([6.0, 7.0], np.float32)}))
     controller, evaluations = _controller(tmp_path, start_step=7, totals=totals)
     rows = []
     controller.eval_actions.append(lambda output: rows.append(output.row))
@@ -116,7 +114,7 @@ def test_nan_guard_stops_before_the_step_counts(tmp_path):
     def diverge(output):
         if output.global_step >= 5:
             output = LoopOutput(output.global_step, output.steps,
-                                {"loss": np.full(output.steps, np.nan, np.float32)})
+                                StepRecords({"loss": np.full(output.steps, np.nan, np.float32)}))
         NanGuard("run", lambda: "run/checkpoints/ckpt-5")(output)
 
     controller, _ = _controller(tmp_path, train_actions=[diverge])

@@ -12,7 +12,9 @@ from llp_tf.core import losses
 from llp_tf.data.splits import regime
 from llp_tf.training import assembly
 from llp_tf.training.methods import METHODS, SupervisedMethod, method_class
-from llp_tf.training.methods.base import InputSpec, Stream
+from llp_tf.training.methods.base import InputSpec, StepOutput, Stream
+from llp_tf.training.methods.supervised import SupervisedMetrics
+from llp_tf.training.step_metrics import batch_mean, replica_value
 from tests.runs import PATTERNS, checkpoint_state, tiny_config
 
 SETTINGS = dict(warmup_epochs=1, epochs=2, label_percent=10.0, checkpoint_every=100)
@@ -91,10 +93,10 @@ class _EveryLabelRead(SupervisedMethod):
         outputs = self.model(batch["labelled"]["image"], training=True)
         cross_entropy = losses.categorisation_loss(outputs["logits"],
                                                    tf.where(known, labels, 0))
-        data_loss = tf.reduce_sum(tf.where(known, cross_entropy, 0.0)) / self.global_batch_size
-        loss = data_loss + self.weight_decay_share()
-        return loss, {"loss": loss, "categorisation": data_loss,
-                      "weight_decay": self.weight_decay_share()}, ()
+        categorisation = batch_mean(tf.where(known, cross_entropy, 0.0))
+        decay = self.weight_decay_penalty()
+        return StepOutput(categorisation.value + decay, SupervisedMetrics(
+            categorisation=categorisation, weight_decay=replica_value(decay)))
 
 
 @pytest.mark.slow

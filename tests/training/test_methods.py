@@ -9,6 +9,7 @@ from llp_tf.models import precision
 from llp_tf.models.factory import build_model
 from llp_tf.training.methods import LLPMethod, StepRunner, SupervisedMethod, TrainingSplit
 from llp_tf.training.methods.llp import LLPSettings
+from llp_tf.training.step_metrics import StepRecords
 from tests import numerics
 from tests.models.helpers import skip_unless_computable
 from tests.same_state import FreshMethods, Path, StateCopier, logit_scale, model_weights
@@ -124,8 +125,10 @@ def test_llp_never_reads_the_true_labels_of_unlabelled_examples(fresh):
         runs.append((_run(method, given, runner=runner), method.bank.labels.numpy()))
     (metrics_a, labels_a), (metrics_b, labels_b) = runs
     for a, b in zip(metrics_a, metrics_b):
-        for name in a:
-            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        assert a.weights.keys() == b.weights.keys()
+        for records_a, records_b in ((a.values, b.values), (a.weights, b.weights)):
+            for name in records_a:
+                np.testing.assert_array_equal(records_a[name], records_b[name], err_msg=name)
     np.testing.assert_array_equal(labels_a, labels_b)
 
 
@@ -152,8 +155,11 @@ def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation, fresh):
     # written in the first.
     labelled_share = [np.isin(data["index"][:B], LABELLED).mean(),
                      np.isin(data["index"][B:], LABELLED).mean()]
-    np.testing.assert_allclose(llp["pseudo_labelled"], labelled_share + [1.0, 1.0], atol=1e-6)
-    assert np.all(np.isfinite(llp["loss"]))
+    np.testing.assert_allclose(llp.values["pseudo_labelled"], labelled_share + [1.0, 1.0],
+                               atol=1e-6)
+    # confidence's weight records are the same share.
+    np.testing.assert_array_equal(llp.weights["confidence"], llp.values["pseudo_labelled"])
+    assert np.all(np.isfinite(llp.values["loss"]))
 
 
 def test_confidence_is_the_mean_over_the_rows_that_have_a_class(fresh):
@@ -169,8 +175,9 @@ def test_confidence_is_the_mean_over_the_rows_that_have_a_class(fresh):
         has_class = label_encoding.is_class(trainer.bank.labels.numpy()[rows], C).numpy()
         read.append((trainer.bank.confidence.numpy()[rows].astype(np.float64), has_class))
         steps.append(runner.run(iterator, 1, "llp"))
-    means = {name: float(np.mean([s[name][0] for s in steps])) for name in steps[0]}
-    shown = trainer.reported(means)
+    shown = StepRecords(*({name: np.concatenate([getattr(s, part)[name] for s in steps])
+                           for name in getattr(steps[0], part)}
+                          for part in ("values", "weights"))).means()
     confidence = np.concatenate([c for c, _ in read])
     has_class = np.concatenate([h for _, h in read])
     # The first LLP epoch (steps 1-2) reads instance ids for the unlabelled rows,
@@ -184,8 +191,6 @@ def test_confidence_is_the_mean_over_the_rows_that_have_a_class(fresh):
     assert shown["pseudo_labelled"] == pytest.approx(has_class.mean(), rel=1e-6)
     assert list(shown) == ["loss", "aggregation", "categorisation", "weight_decay",
                            "confidence", "pseudo_labelled"]
-    # Steps whose rows have no class: their confidence is absent, not 0.
-    assert "confidence" not in trainer.reported({"confidence_sum": 0.0, "pseudo_labelled": 0.0})
 
 
 def test_warmup_loss_is_instance_discrimination_over_the_bank(fresh):
@@ -197,7 +202,7 @@ def test_warmup_loss_is_instance_discrimination_over_the_bank(fresh):
     # Restore the state the step starts from (the forward above moved BN statistics).
     trainer, runner = fresh(tf.distribute.get_strategy(), propagation="local",
                             sync_batch_norm=False)
-    metrics = runner.run(_iterator(trainer.strategy, data), 1, "warmup")
+    metrics = runner.run(_iterator(trainer.strategy, data), 1, "warmup").values
     logits = embeddings.astype(np.float64) @ bank_before.T / 0.07
     own = logits[np.arange(B), batch["index"]]
     want = np.mean(np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
@@ -211,7 +216,9 @@ def test_supervised_baseline_has_its_own_phase_and_no_bank():
     assert supervised.bank is None and supervised.checkpoint_items() == {}
     assert supervised.phase(0) == supervised.phase(7) == "supervised"
     metrics = StepRunner(supervised).run(_iterator(strategy, _data()), 3, "supervised")
-    assert set(metrics) == {"loss", "categorisation", "weight_decay"}
+    assert list(metrics.values) == ["loss", "categorisation", "weight_decay"]
+    assert metrics.weights == {}
+    metrics = metrics.values
     assert metrics["categorisation"][0] == pytest.approx(np.log(C), rel=0.5)
     with pytest.raises(ValueError, match="phases"):
         StepRunner(supervised).run(_iterator(strategy, _data()), 1, "llp")
@@ -346,9 +353,9 @@ def test_the_runner_reports_each_step_of_a_loop_on_the_host_while_it_runs(fresh)
     iterator = _iterator(method.strategy, _data())
     done = []
     metrics = runner.run(iterator, 3, "warmup", on_step=done.append)
-    assert done == [1, 2, 3] and metrics["loss"].shape == (3,)
+    assert done == [1, 2, 3] and metrics.values["loss"].shape == (3,)
     # Without a callback the same traced loop runs, reporting to no one.
-    assert runner.run(iterator, 2, "warmup")["loss"].shape == (2,) and done == [1, 2, 3]
+    assert runner.run(iterator, 2, "warmup").values["loss"].shape == (2,) and done == [1, 2, 3]
 
 
 def _device_side_data(seed=0):

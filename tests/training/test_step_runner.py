@@ -1,34 +1,39 @@
-"""`StepRunner` on a method without a model (its step a sum of its batch), over two replicas:
-``prepare`` runs in each replica on that replica's share before the step, the replicas'
-metric shares add up to the global batch's mean, each step reads the next global batch, and
-the host hears of each step. (The methods' own steps over two replicas:
-methods/test_fixmatch.py in make test, the others in make test-all.)"""
+"""`StepRunner` on a method without a model (its step the means of its batch), over two
+replicas: ``prepare`` runs in each replica on that replica's share before the step, each
+metric's shares add up to the global batch's mean (a batch mean, a per-replica value, a subset
+mean with its weight), each step reads the next global batch, and the host hears of each
+step. (The methods' own steps over two replicas: methods/test_fixmatch.py in make test, the
+others in make test-all.)"""
 
 import numpy as np
 import tensorflow as tf
 
 from llp_tf.training.methods import StepRunner
+from llp_tf.training.step_metrics import (
+    Mean, SubsetMean, batch_mean, replica_value, subset_mean)
 
 G = 8  # global batch: 4 examples a replica
+LARGE = 100.0  # the subset: prepared values of at least this
 
 
-class _Summing:
-    """A duck-typed method: its step returns the sum of its batch's "x" over the global batch
-    size and its replica's id, as shares whose sum over the replicas is the metric."""
+class _Means:
+    """A duck-typed method: its step's metrics are the mean of its batch's "x", its replica's
+    id, and the mean of "x" over the rows of at least `LARGE`."""
 
-    name, phases = "summing", ("sum",)
+    name, PHASES = "means", ("means",)
 
     def __init__(self, strategy):
         self.strategy = strategy
 
-    def metric_names(self, phase):
-        return ("mean", "replicas")
+    def metric_kinds(self, phase):
+        return {"mean": Mean, "replica": Mean, "large": SubsetMean}
 
     def replica_step(self, phase):
         def step(batch):
-            context = tf.distribute.get_replica_context()
-            return {"mean": tf.reduce_sum(batch["x"]) / G,
-                    "replicas": tf.cast(context.replica_id_in_sync_group, tf.float32)}
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            return {"mean": batch_mean(batch["x"]),
+                    "replica": replica_value(tf.cast(replica, tf.float32)),
+                    "large": subset_mean(batch["x"], batch["x"] >= LARGE)}
         return step
 
 
@@ -39,24 +44,31 @@ def _prepare(batch):
     return dict(batch, x=batch["x"] * 10.0 + tf.cast(replica, tf.float32))
 
 
+def _iterator(strategy, x):
+    dataset = tf.data.Dataset.from_tensor_slices({"x": x})
+    return iter(strategy.distribute_datasets_from_function(
+        lambda context: dataset.batch(G // 2, drop_remainder=True),
+        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+
+
 def test_prepare_runs_in_each_replica_before_the_step(two_replica_strategy):
     strategy = two_replica_strategy
     x = np.arange(3 * G, dtype=np.float32)
-    dataset = tf.data.Dataset.from_tensor_slices({"x": x})
-    iterator = iter(strategy.distribute_datasets_from_function(
-        lambda context: dataset.batch(G // 2, drop_remainder=True),
-        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
     done = []
-    metrics = StepRunner(_Summing(strategy), _prepare).run(iterator, 3, "sum",
-                                                          on_step=done.append)
+    records = StepRunner(_Means(strategy), _prepare).run(_iterator(strategy, x), 3, "means",
+                                                        on_step=done.append)
     assert done == [1, 2, 3]
     # Replica r reads the r-th consecutive share of each global batch.
-    steps = x.reshape(3, 2, G // 2)
-    want = (10.0 * steps.sum(axis=(1, 2)) + (G // 2) * 1.0) / G
-    np.testing.assert_allclose(metrics["mean"], want, rtol=1e-6)
-    np.testing.assert_array_equal(metrics["replicas"], [1.0, 1.0, 1.0])  # 0 + 1
-    plain = iter(strategy.distribute_datasets_from_function(
-        lambda context: dataset.batch(G // 2, drop_remainder=True),
-        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
-    np.testing.assert_allclose(StepRunner(_Summing(strategy)).run(plain, 3, "sum")["mean"],
-                               steps.sum(axis=(1, 2)) / G, rtol=1e-6)
+    prepared = x.reshape(3, 2, G // 2).astype(np.float64) * 10.0 + np.array([0.0, 1.0])[:, None]
+    np.testing.assert_allclose(records.values["mean"], prepared.mean(axis=(1, 2)), rtol=1e-6)
+    np.testing.assert_array_equal(records.values["replica"], [0.5, 0.5, 0.5])  # (0 + 1) / 2
+    large = prepared >= LARGE
+    # Per step: the subset's sum and rows, each over the global batch.
+    np.testing.assert_allclose(records.values["large"],
+                               (prepared * large).sum(axis=(1, 2)) / G, rtol=1e-6)
+    np.testing.assert_allclose(records.weights["large"], large.sum(axis=(1, 2)) / G, rtol=1e-6)
+    # Over the steps: the mean over every step's rows of the subset (none in the first).
+    assert large[0].sum() == 0
+    np.testing.assert_allclose(records.means()["large"], prepared[large].mean(), rtol=1e-6)
+    plain = StepRunner(_Means(strategy)).run(_iterator(strategy, x), 3, "means")
+    np.testing.assert_allclose(plain.values["mean"], x.reshape(3, G).mean(axis=1), rtol=1e-6)

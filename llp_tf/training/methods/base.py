@@ -3,22 +3,23 @@
 A method (LLP, the supervised baseline) says everything that differs
 between methods; the controller (`llp_tf.training.controller`) and the
 `StepRunner` are the same for all. A method gives its checkpoint state
-(`checkpoint_items`), its phase at an epoch (`phase`) and, per phase, its
-replica step (`replica_step`) and metric names (`metric_names`), what it
-needs before an epoch (`before_epoch`) and from the input (`input_spec`),
-how it starts (`initialise`), which phases feed the plateau rule
-(`tracks_plateau`), which models evaluation reports (`evaluated_models`) and
-which checkpoint item export and analysis read (`exported_item`).
+(`checkpoint_items`), its phases (`PHASES`) and phase at an epoch (`phase`)
+and, per phase, its step (`phase_step`), what it needs before an epoch
+(`before_epoch`) and from the input (`input_spec`), how it starts
+(`initialise`), which phases feed the plateau rule (`tracks_plateau`), which
+models evaluation reports (`evaluated_models`) and which checkpoint item
+export and analysis read (`exported_item`).
 
-A replica step returns, for each metric name, its share of the global-batch
-mean (a sum divided by the global batch size), so the runner sums replicas;
-a metric that is a mean over some rows only is the ratio of two such
-metrics (`Method.RATIOS`, shown by `Method.reported`).
-Methods write a step as a ``forward`` (the loss under the gradient tape,
-its metrics and what the step writes afterwards) and a ``finish`` (the
-writes, e.g. the bank update), put together around the backward pass by
-`Method.replica_step_from`; with ``jit_compile`` only the forward and
-backward pass are XLA-compiled (docs/training.md, "GPU").
+A phase's step is a `PhaseStep`: a ``forward`` that returns a `StepOutput`
+(this replica's loss, a mean over its own rows; its `StepMetrics`, of the
+phase's declared class, each metric made by a reducer of
+`llp_tf.training.step_metrics`; and the `BankWrite`, if any), the class of its
+metrics, and an optional ``finish`` (writes after the step, e.g. a moving
+average). `Method.replica_step` runs the forward under the gradient tape,
+one optimizer step on loss / R (gradients are summed over the R replicas),
+the bank write, then ``finish``; with ``jit_compile`` only the forward and
+backward pass are XLA-compiled (docs/training.md, "GPU"). No method divides
+by the global batch or the replica count.
 """
 
 import abc
@@ -30,17 +31,41 @@ import numpy as np
 import tensorflow as tf
 
 from llp_tf.core import losses
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import Bank, BankWrite
 from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models import batch_norm, precision
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
-from llp_tf.tensor_types import FloatTensor, Tensor
+from llp_tf.tensor_types import FloatTensor
+from llp_tf.training.step_metrics import (
+    LOSS, Mean, Metric, StepMetrics, StepRecords, replica_value)
 
-#: forward(batch) -> (loss float32 [], metric shares {name: float32 []},
-#: update: a nest of tensors, computed without gradient, for `Finish`).
-Forward = Callable[[dict], Tuple[FloatTensor, Dict[str, FloatTensor], Tensor]]
-#: finish(batch, update) -> None: the step's writes after the gradient step.
-Finish = Callable[[dict, Tensor], None]
+
+@dataclasses.dataclass(frozen=True)
+class StepOutput:
+    """What a replica's forward returns: ``loss`` float32 [], this replica's loss (a mean
+    over its rows, plus terms the same on every replica such as weight decay); ``metrics``,
+    its phase's `StepMetrics`; ``bank_write``, the `BankWrite` the step makes after the
+    gradient step (computed without gradient), or None."""
+
+    loss: FloatTensor
+    metrics: StepMetrics
+    bank_write: Optional[BankWrite] = None
+
+
+#: forward(batch) -> `StepOutput`, run under the gradient tape.
+Forward = Callable[[dict], StepOutput]
+#: finish(batch) -> None: the step's other writes, after the gradient step and the bank write.
+Finish = Callable[[dict], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseStep:
+    """A phase's replica step: its ``forward``, the `StepMetrics` subclass its metrics are
+    (``metrics``, their names and kinds known before tracing) and an optional ``finish``."""
+
+    forward: Forward
+    metrics: type[StepMetrics]
+    finish: Optional[Finish] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,14 +134,8 @@ class Method(abc.ABC):
     #: as ``{flag name}``, see `llp_tf.errors`): the config section named after
     #: the method, and its flags.
     Settings: ClassVar[type]
-    #: Metric names by phase: what the replica step returns.
-    METRICS: ClassVar[Dict[str, Tuple[str, ...]]]
-    #: Metrics that are a mean over some rows of the batch, not over all of
-    #: them: reported name -> (numerator, denominator), two step metrics. The
-    #: step returns the numerator's sum over those rows and the denominator's
-    #: count of them, each divided by the global batch like every step metric;
-    #: `reported` shows the ratio of their means in the numerator's place.
-    RATIOS: ClassVar[Dict[str, Tuple[str, str]]] = {}
+    #: The method's phases (`phase` gives an epoch's; `phase_step` each one's step).
+    PHASES: ClassVar[Tuple[str, ...]]
     #: Whether the method keeps a memory bank of the used examples' embeddings
     #: (`bank`, in its checkpoint items): what export's knn signature, the
     #: embedding analysis and the propagation comparison read.
@@ -151,42 +170,18 @@ class Method(abc.ABC):
         the batch, ``--momentum``, no Nesterov, the epoch drops) unless the method says."""
         return OptimizerSpec(config.learning_rate, config.optimization.momentum)
 
-    @property
-    def phases(self) -> Tuple[str, ...]:
-        return tuple(self.METRICS)
-
-    def metric_names(self, phase: str) -> Tuple[str, ...]:
-        """The names of the metrics ``replica_step(phase)`` returns."""
-        return self.METRICS[phase]
-
-    def reported(self, means: Mapping[str, float]) -> Dict[str, float]:
-        """What is shown and recorded of the step metrics' ``means`` over some
-        steps: each `RATIOS` numerator replaced, in its place, by the mean it
-        makes, ``numerator / denominator`` (the mean over the rows it means);
-        left out when the denominator is 0 (no such row: not applicable)."""
-        ratio_of = {numerator: (name, denominator)
-                    for name, (numerator, denominator) in self.RATIOS.items()}
-        shown = {}
-        for name, value in means.items():
-            if name not in ratio_of:
-                shown[name] = value
-                continue
-            ratio, denominator = ratio_of[name]
-            if means.get(denominator, 0.0) > 0:
-                shown[ratio] = value / means[denominator]
-        return shown
+    def metric_kinds(self, phase: str) -> Dict[str, type]:
+        """name -> `Mean` or `SubsetMean` of the metrics ``phase``'s step reports, in order:
+        ``loss``, then its `StepMetrics`'."""
+        return {LOSS: Mean, **self.phase_step(phase).metrics.kinds()}
 
     @abc.abstractmethod
     def phase(self, epoch: int) -> str:
         """The phase of 0-based ``epoch``."""
 
-    def step_parts(self, phase: str) -> Tuple[Forward, Optional[Finish]]:
-        """The ``forward`` and ``finish`` of ``phase``'s step (see `replica_step_from`)."""
-        raise NotImplementedError(f"{type(self).__name__} defines replica_step itself.")
-
-    def replica_step(self, phase: str) -> Callable[[dict], Dict[str, tf.Tensor]]:
-        """The per-replica step of ``phase``: batch dict -> metric shares (float32 [])."""
-        return self.replica_step_from(*self.step_parts(phase))
+    @abc.abstractmethod
+    def phase_step(self, phase: str) -> PhaseStep:
+        """The `PhaseStep` of ``phase``."""
 
     @abc.abstractmethod
     def input_spec(self, split: TrainingSplit) -> InputSpec:
@@ -236,14 +231,9 @@ class Method(abc.ABC):
         not, is linear in learning rate x gradient, so this is a per-step learning rate."""
         return None
 
-    def weight_decay_share(self) -> FloatTensor:
-        """This replica's share of the weight-decay penalty, float32 [].
-
-        Gradients are summed over replicas, so each replica adds 1/R of it.
-        """
-        replicas = self.strategy.num_replicas_in_sync
-        return losses.l2_penalty(self.weight_decay_variables(),
-                                 self.weight_decay) / replicas
+    def weight_decay_penalty(self) -> FloatTensor:
+        """The weight-decay penalty, float32 [], a term of every replica's loss."""
+        return losses.l2_penalty(self.weight_decay_variables(), self.weight_decay)
 
     def joint_logits(self, images: list[FloatTensor]) -> list[FloatTensor]:
         """The model's training-mode logits of several image batches in one
@@ -253,42 +243,51 @@ class Method(abc.ABC):
         logits = self.model(tf.concat(images, axis=0), training=True)["logits"]
         return tf.split(tf.cast(logits, tf.float32), tf.stack(sizes), axis=0)
 
-    def replica_step_from(self, forward: Forward, finish: Optional[Finish] = None
-                          ) -> Callable[[dict], Dict[str, FloatTensor]]:
-        """The replica step that runs ``forward`` under a gradient tape (with
-        the batch norms' moving-statistic updates deferred), one optimizer
-        step on its loss, the deferred updates, then ``finish(batch,
-        update)``; it returns ``forward``'s metrics. See the module docstring.
-        """
+    def replica_step(self, phase: str) -> Callable[[dict], Dict[str, Metric]]:
+        """The per-replica step of ``phase``: the forward under a gradient tape (with the
+        batch norms' moving-statistic updates deferred), one optimizer step, the deferred
+        updates, the bank write, then ``finish(batch)``; batch -> metrics by name (`LOSS`
+        first). See the module docstring."""
+        step = self.phase_step(phase)
         layers = self.batch_norm_layers()
-        compute = self.forward_backward(forward)
+        compute = self.forward_backward(step)
         compiled = tf.function(compute, jit_compile=True) if self.jit_compile else compute
 
-        def step(batch):
-            gradients, metrics, update, moments = compiled(batch)
+        def replica_step(batch):
+            gradients, metrics, bank_write, moments = compiled(batch)
             batch_norm.update_moving_statistics(layers, moments)
             self.apply_gradients(gradients)
-            if finish is not None:
-                finish(batch, update)
+            if bank_write is not None:
+                self.bank.update(bank_write)
+            if step.finish is not None:
+                step.finish(batch)
             return metrics
 
-        return step
+        return replica_step
 
-    def forward_backward(self, forward: Forward) -> Callable[[dict], Tuple[Tensor, ...]]:
-        """The part of a step that ``jit_compile`` compiles: batch -> (gradients
-        in `trainable_variables` order (None where the loss does not reach),
-        metrics, update, batch-norm moments); it writes no variable."""
+    def forward_backward(self, step: PhaseStep) -> Callable[[dict], Tuple[Any, ...]]:
+        """The part of a step that ``jit_compile`` compiles: batch -> (gradients of loss / R in
+        `trainable_variables` order (None where the loss does not reach), metrics by name,
+        `BankWrite` or None, batch-norm moments); it writes no variable."""
         layers = self.batch_norm_layers()
+        replicas = self.strategy.num_replicas_in_sync
 
         def compute(batch):
             with batch_norm.DeferredMovingStatistics(layers) as deferred, \
                     tf.GradientTape() as tape:
-                loss, metrics, update = forward(batch)
+                output = step.forward(batch)
+                # Gradients are summed over the replicas: each takes 1/R of its loss.
+                loss = output.loss / replicas
+            if type(output.metrics) is not step.metrics:
+                raise TypeError(f"The forward of {type(self).__name__} returned "
+                                f"{type(output.metrics).__name__}; its PhaseStep declares "
+                                f"{step.metrics.__name__}.")
             variables = self.model.trainable_variables
             # Seeding the backward pass with the loss scale scales the loss.
             gradients = tape.gradient(loss, variables, output_gradients=tf.cast(
                 precision.loss_scale(self.optimizer), loss.dtype))
-            return gradients, metrics, update, deferred.moments()
+            metrics = {LOSS: replica_value(output.loss), **output.metrics.by_name()}
+            return gradients, metrics, output.bank_write, deferred.moments()
 
         return compute
 
@@ -333,7 +332,7 @@ class StepRunner:
         self._on_step: Optional[Callable[[int], None]] = None
 
     def run(self, iterator: Iterator, num_steps: int, phase: str,
-            on_step: Optional[Callable[[int], None]] = None) -> Dict[str, np.ndarray]:
+            on_step: Optional[Callable[[int], None]] = None) -> StepRecords:
         """Runs ``num_steps`` steps of ``phase`` from a distributed iterator.
 
         Args:
@@ -341,20 +340,21 @@ class StepRunner:
             after each one (for progress), while the loop runs.
 
         Returns:
-          dict of metric name -> float32 numpy [num_steps], each the mean over
-          the step's global batch.
+          `StepRecords` of the phase's metrics (`Method.metric_kinds`), float32
+          [num_steps] each, summed over the replicas (`step_metrics`).
         """
-        if phase not in self.method.phases:
-            raise ValueError(f"{self.method.name} has the phases {self.method.phases}, "
+        if phase not in self.method.PHASES:
+            raise ValueError(f"{self.method.name} has the phases {self.method.PHASES}, "
                              f"not {phase!r}.")
         if phase not in self._loops:
             self._loops[phase] = tf.function(lambda it, n: self._loop(it, n, phase))
         self._on_step = on_step
         try:
-            results = self._loops[phase](iterator, tf.constant(num_steps, tf.int32))
+            values, weights = self._loops[phase](iterator, tf.constant(num_steps, tf.int32))
         finally:
             self._on_step = None
-        return {name: value.numpy() for name, value in results.items()}
+        return StepRecords({name: value.numpy() for name, value in values.items()},
+                           {name: weight.numpy() for name, weight in weights.items()})
 
     def _step_done(self, steps_done: np.ndarray) -> np.ndarray:
         if self._on_step is not None:
@@ -363,25 +363,33 @@ class StepRunner:
 
     def _loop(self, iterator, num_steps, phase):
         strategy = self.method.strategy
+        replicas = strategy.num_replicas_in_sync
         method_step = self.method.replica_step(phase)
-        replica_step = (method_step if self.prepare is None
-                        else lambda batch: method_step(self.prepare(batch)))
-        names = self.method.metric_names(phase)
+        kinds = self.method.metric_kinds(phase)
+
+        def replica_step(batch):
+            metrics = method_step(batch if self.prepare is None else self.prepare(batch))
+            return {name: metric.shares(replicas) for name, metric in metrics.items()}
+
+        # One record of each share: a Mean's value, a SubsetMean's numerator and weight.
+        series = [(name, part) for name, kind in kinds.items()
+                  for part in range(1 if kind is Mean else 2)]
 
         def body(i, *records):
             per_replica = strategy.run(replica_step, args=(next(iterator),))
-            # Replicas return sums divided by the global batch: their sum is the mean.
             records = tuple(
                 record.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                                per_replica[name], axis=None))
-                for record, name in zip(records, names))
+                                                per_replica[name][part], axis=None))
+                for record, (name, part) in zip(records, series))
             # A host call, ordered after the step's updates (on a GPU once they
             # are queued: it reads no device result, so it adds no wait).
             tf.numpy_function(self._step_done, [i + 1], tf.int32, stateful=True)
             return (i + 1,) + records
 
-        records = tuple(tf.TensorArray(tf.float32, size=num_steps) for _ in names)
+        records = tuple(tf.TensorArray(tf.float32, size=num_steps) for _ in series)
         # Steps are strictly sequential: each reads what the last one wrote.
         _, *records = tf.while_loop(lambda i, *_: i < num_steps, body, (0,) + records,
                                     parallel_iterations=1)
-        return {name: record.stack() for name, record in zip(names, records)}
+        stacked = {key: record.stack() for key, record in zip(series, records)}
+        return ({name: stacked[name, 0] for name in kinds},
+                {name: stacked[name, 1] for name, kind in kinds.items() if kind is not Mean})

@@ -34,8 +34,9 @@ from llp_tf.data.augmentation.views import STRONG, WEAK
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import (
-    Finish, Forward, InputSpec, Stream, TrainingSplit, split_batch)
+    InputSpec, PhaseStep, StepOutput, Stream, TrainingSplit, split_batch)
 from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
+from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 
 #: Each family's values, by setting (docs/methods.md names each one's source).
 PRESETS = {"fixmatch_cifar": dict(threshold=0.95, unlabelled_ratio=7, unlabelled_weight=1.0),
@@ -89,6 +90,17 @@ def recipe_of(family: str, labelled_batch_size: int) -> recipes.Recipe:
     return recipes.cifar_code("fixmatch.py")
 
 
+@dataclasses.dataclass(frozen=True)
+class FixMatchMetrics(StepMetrics):
+    """A FixMatch step's: the labelled and the masked strong-view cross-entropy, the share of
+    unlabelled examples kept by tau, the weight decay."""
+
+    labelled: Mean
+    unlabelled: Mean
+    mask: Mean
+    weight_decay: Mean
+
+
 class FixMatchMethod(SourceBaseline):
     """FixMatch training (see the module docstring), with its `FixMatchSettings` under
     ``family``; ``average`` is the evaluated EMA model, ``total_steps`` the run's."""
@@ -96,7 +108,7 @@ class FixMatchMethod(SourceBaseline):
     name = "fixmatch"
     Settings = FixMatchSettings
     exported_item = "average"
-    METRICS = {"fixmatch": ("loss", "labelled", "unlabelled", "mask", "weight_decay")}
+    PHASES = ("fixmatch",)
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, average: EmbeddingClassifier, *,
@@ -138,8 +150,8 @@ class FixMatchMethod(SourceBaseline):
     def phase(self, epoch: int) -> str:
         return "fixmatch"
 
-    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
-        return self._forward, self._finish
+    def phase_step(self, phase: str) -> PhaseStep:
+        return PhaseStep(self._forward, FixMatchMetrics, self._finish)
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         return InputSpec({
@@ -157,14 +169,15 @@ class FixMatchMethod(SourceBaseline):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
         labelled_logits, weak_logits, strong_logits = self.joint_logits(
             [labelled["image"], unlabelled["weak"], unlabelled["strong"]])
-        labelled_term, unlabelled_term, mask_share = losses.pseudo_label_terms(
-            labelled_logits, tf.cast(labelled["label"], tf.int64), weak_logits, strong_logits,
-            self.threshold, self.labelled_batch_size, self.unlabelled_batch_size)
-        decay = self.weight_decay_share()
-        loss = labelled_term + self.unlabelled_weight * unlabelled_term + decay
-        return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
-                      "mask": mask_share, "weight_decay": decay}, ()
+        labelled_term, unlabelled_term, mask = (batch_mean(term) for term in (
+            losses.pseudo_label_terms(labelled_logits, tf.cast(labelled["label"], tf.int64),
+                                      weak_logits, strong_logits, self.threshold)))
+        decay = self.weight_decay_penalty()
+        loss = labelled_term.value + self.unlabelled_weight * unlabelled_term.value + decay
+        return StepOutput(loss, FixMatchMetrics(
+            labelled=labelled_term, unlabelled=unlabelled_term, mask=mask,
+            weight_decay=replica_value(decay)))
 
-    def _finish(self, batch, update):
-        del batch, update  # The average follows the new weights.
+    def _finish(self, batch):
+        del batch  # The average follows the new weights.
         self.average_weights()

@@ -11,10 +11,10 @@ Phases:
   to the batch from its embeddings; write them and the new embeddings into
   the bank (a `Bank`: replicated or sharded, the step is the same).
 
-Metrics of an LLP step (besides the loss terms): ``pseudo_labelled``, the
+Metrics of an LLP step (besides the loss terms, `LLPMetrics`): ``pseudo_labelled``, the
 share of the batch's rows whose bank label is a class (labelled, or
 pseudo-labelled by an earlier step), and ``confidence``, the mean
-confidence of those rows (`Method.RATIOS`: rows still holding their
+confidence of those rows (a `subset_mean`: rows still holding their
 instance id have confidence 1 and no class, and are left out).
 
 State added to the checkpoint: the memory bank (``bank``) and the epoch whose
@@ -34,16 +34,17 @@ import tensorflow as tf
 from llp_tf.config_fields import setting
 from llp_tf.core import hyperparameters, label_encoding, losses
 from llp_tf.core.propagation import DENSITY_NORMALISATIONS
-from llp_tf.core.bank import Bank
+from llp_tf.core.bank import Bank, BankWrite
 from llp_tf.core.bank_dtype import BANK_DTYPES
-from llp_tf.core.memory_bank import MemoryBank
-from llp_tf.core.sharded_bank import ShardedMemoryBank
+from llp_tf.core.bank_factory import build_bank
 from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
-from llp_tf.training.methods.base import (Finish, Forward, InputSpec, Method, Stream,
+from llp_tf.training.methods.base import (InputSpec, Method, PhaseStep, StepOutput, Stream,
                                           TrainingSplit)
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.run_directory import RunDirectory
+from llp_tf.training.step_metrics import (
+    Mean, StepMetrics, SubsetMean, batch_mean, replica_value, subset_mean)
 from llp_tf.tensor_types import Array
 
 
@@ -143,24 +144,39 @@ def few_labels_warning(settings: LLPSettings, labelled_labels: Array,
             f"{fewest} or less, or more labels (--label_percent).")
 
 
+@dataclasses.dataclass(frozen=True)
+class WarmupMetrics(StepMetrics):
+    """A warm-up step's: the aggregation loss over instance ids and the weight decay."""
+
+    aggregation: Mean
+    weight_decay: Mean
+
+
+@dataclasses.dataclass(frozen=True)
+class LLPMetrics(StepMetrics):
+    """An LLP step's: its loss terms, the mean confidence of the rows whose bank label is a
+    class, and the share of those rows (module docstring)."""
+
+    aggregation: Mean
+    categorisation: Mean
+    weight_decay: Mean
+    confidence: SubsetMean
+    pseudo_labelled: Mean
+
+
 class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring), with its
     `LLPSettings`.
 
-    ``bank`` is any `Bank` (`from_config` builds a `MemoryBank` in ``strategy.scope()``, or
-    with ``shard_bank`` a `ShardedMemoryBank` outside it); ``used_index`` (int64 [U], the
+    ``bank`` is any `Bank` (`from_config` builds it by `bank_factory.build_bank`, sharded
+    with ``shard_bank``); ``used_index`` (int64 [U], the
     run's used examples) checks that a warm-start run used the same examples.
     """
 
     name = "llp"
     Settings = LLPSettings
     keeps_bank = True
-    METRICS = {
-        "warmup": ("loss", "aggregation", "weight_decay"),
-        "llp": ("loss", "aggregation", "categorisation", "weight_decay", "confidence_sum",
-                "pseudo_labelled"),
-    }
-    RATIOS = {"confidence": ("confidence_sum", "pseudo_labelled")}
+    PHASES = ("warmup", "llp")
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, bank: Bank, *,
@@ -190,19 +206,13 @@ class LLPMethod(Method):
     @classmethod
     def from_config(cls, config, strategy, model, optimizer, num_classes, split):
         m = config.method_settings
-        arguments = (len(split.used_index), config.model.embedding_dim, num_classes,
-                     regime.dense_index(split.used_index, split.labelled_index),
-                     split.labelled_labels)
         warning = few_labels_warning(m, split.labelled_labels, num_classes)
         if warning:
             sys.stderr.write(warning + "\n")
-        options = {"momentum": m.bank_momentum, "seed": config.run.seed,
-                   "embedding_dtype": m.bank_dtype}
-        if m.shard_bank:
-            bank = ShardedMemoryBank(strategy, *arguments, **options)
-        else:
-            with strategy.scope():
-                bank = MemoryBank(*arguments, **options)
+        bank = build_bank(strategy, len(split.used_index), config.model.embedding_dim,
+                          num_classes, regime.dense_index(split.used_index, split.labelled_index),
+                          split.labelled_labels, sharded=m.shard_bank, momentum=m.bank_momentum,
+                          seed=config.run.seed, embedding_dtype=m.bank_dtype)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
                    global_batch_size=config.optimization.global_batch_size,
                    weight_decay=config.optimization.weight_decay, settings=m,
@@ -217,10 +227,10 @@ class LLPMethod(Method):
     def phase(self, epoch: int) -> str:
         return "warmup" if epoch < self.warmup_epochs else "llp"
 
-    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
+    def phase_step(self, phase: str) -> PhaseStep:
         if phase == "warmup":
-            return self._warmup_forward, self._warmup_finish
-        return self._llp_forward, self._llp_finish
+            return PhaseStep(self._warmup_forward, WarmupMetrics)
+        return PhaseStep(self._llp_forward, LLPMetrics)
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         # "index" is the bank row: the position in the used set.
@@ -277,7 +287,7 @@ class LLPMethod(Method):
                     "than this run; its bank rows would belong to other images.")
         partial = tf.train.Checkpoint(
             model=self.model,
-            bank=tf.train.Checkpoint(embeddings=self._bank.checkpoint_states()["embeddings"]))
+            bank=tf.train.Checkpoint(embeddings=self._bank.state.embeddings))
         try:
             partial.restore(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
@@ -287,16 +297,12 @@ class LLPMethod(Method):
         index = tf.cast(batch["used"]["index"], tf.int64)
         labels = label_encoding.instance_labels(index, self.num_classes)
         outputs = self.model(batch["used"]["image"], training=True)
-        aggregation = self._bank.aggregation_loss(outputs["embedding"], labels, self.temperature,
-                                                  instance_labels=True)
-        data_loss = tf.reduce_sum(aggregation) / self.global_batch_size
-        decay = self.weight_decay_share()
-        loss = data_loss + decay
-        metrics = {"loss": loss, "aggregation": data_loss, "weight_decay": decay}
-        return loss, metrics, tf.stop_gradient(outputs["embedding"])
-
-    def _warmup_finish(self, batch, embedding):
-        self._bank.update(tf.cast(batch["used"]["index"], tf.int64), embedding)
+        aggregation = batch_mean(self._bank.aggregation_loss(
+            outputs["embedding"], labels, self.temperature, instance_labels=True))
+        decay = self.weight_decay_penalty()
+        return StepOutput(aggregation.value + decay,
+                          WarmupMetrics(aggregation=aggregation, weight_decay=replica_value(decay)),
+                          BankWrite(index, tf.stop_gradient(outputs["embedding"])))
 
     def _llp_forward(self, batch):
         index = tf.cast(batch["used"]["index"], tf.int64)
@@ -305,29 +311,20 @@ class LLPMethod(Method):
         outputs = self.model(batch["used"]["image"], training=True)
         aggregation = self._bank.aggregation_loss(outputs["embedding"], labels, self.temperature)
         categorisation = losses.categorisation_loss(outputs["logits"], labels)
-        data_loss = losses.llp_loss(aggregation, categorisation, confidence,
-                                    self.global_batch_size, self.weight_by_confidence,
-                                    self.use_categorisation)
-        decay = self.weight_decay_share()
-        loss = data_loss + decay
+        decay = self.weight_decay_penalty()
+        loss = losses.llp_loss(aggregation, categorisation, confidence,
+                               weight_by_confidence=self.weight_by_confidence,
+                               use_categorisation=self.use_categorisation) + decay
 
         # The bank is written after the step: propagation reads it as it was.
         embedding = tf.stop_gradient(outputs["embedding"])
         classes, new_confidence = self._propagate(embedding, outputs["logits"])
-        share = 1.0 / self.global_batch_size
         has_class = tf.cast(label_encoding.is_class(labels, self.num_classes), tf.float32)
-        metrics = {
-            "loss": loss,
-            "aggregation": tf.reduce_sum(aggregation) * share,
-            "categorisation": tf.reduce_sum(categorisation) * share,
-            "weight_decay": decay,
-            "confidence_sum": tf.reduce_sum(confidence * has_class) * share,
-            "pseudo_labelled": tf.reduce_sum(has_class) * share,
-        }
-        return loss, metrics, (embedding, classes, new_confidence)
-
-    def _llp_finish(self, batch, update):
-        self._bank.update(tf.cast(batch["used"]["index"], tf.int64), *update)
+        metrics = LLPMetrics(
+            aggregation=batch_mean(aggregation), categorisation=batch_mean(categorisation),
+            weight_decay=replica_value(decay), confidence=subset_mean(confidence, has_class),
+            pseudo_labelled=batch_mean(has_class))
+        return StepOutput(loss, metrics, BankWrite(index, embedding, classes, new_confidence))
 
     def _propagate(self, embedding, logits):
         """Pseudo classes int64 [B] and confidences float32 [B] for a batch."""

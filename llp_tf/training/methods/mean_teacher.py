@@ -44,8 +44,9 @@ from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.recipes import linear_rampup, sigmoid_rampup
 from llp_tf.training.methods.base import (
-    Finish, Forward, InputSpec, TrainingSplit, split_batch)
+    InputSpec, PhaseStep, StepOutput, TrainingSplit, split_batch)
 from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
+from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 from llp_tf.tensor_types import FloatTensor
 
 #: How the student's softmax is compared with the teacher's.
@@ -145,6 +146,17 @@ def recipe_of(family: str, global_batch_size: int) -> recipes.Recipe:
     return recipes.cifar_code("mean_teacher.py")
 
 
+@dataclasses.dataclass(frozen=True)
+class MeanTeacherMetrics(StepMetrics):
+    """A Mean Teacher step's: the labelled cross-entropy and the consistency (each a mean over
+    its family's rows, module docstring), w(t), the weight decay."""
+
+    categorisation: Mean
+    consistency: Mean
+    consistency_weight: Mean
+    weight_decay: Mean
+
+
 class MeanTeacherMethod(SourceBaseline):
     """Mean Teacher (see the module docstring), with its `MeanTeacherSettings` under
     ``family`` (a ``--baseline_preset`` value).
@@ -157,8 +169,7 @@ class MeanTeacherMethod(SourceBaseline):
     name = "mean_teacher"
     Settings = MeanTeacherSettings
     exported_item = "teacher"
-    METRICS = {"mean_teacher": ("loss", "categorisation", "consistency", "consistency_weight",
-                                "weight_decay")}
+    PHASES = ("mean_teacher",)
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, teacher: EmbeddingClassifier, *,
@@ -205,10 +216,9 @@ class MeanTeacherMethod(SourceBaseline):
     def phase(self, epoch: int) -> str:
         return "mean_teacher"
 
-    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
-        if self.family == "imagenet":
-            return self._forward_all_images, self._finish
-        return self._forward, self._finish
+    def phase_step(self, phase: str) -> PhaseStep:
+        forward = self._forward_all_images if self.family == "imagenet" else self._forward
+        return PhaseStep(forward, MeanTeacherMetrics, self._finish)
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         labelled_views = UNLABELLED_VIEWS if self.family == "imagenet" else views.ONE_VIEW
@@ -237,40 +247,39 @@ class MeanTeacherMethod(SourceBaseline):
         return tf.cast(model(images, training=True,
                              update_moving_statistics=update)["logits"], tf.float32)
 
-    def _metrics(self, categorisation, consistency):
+    def _output(self, categorisation, consistency):
+        """The `StepOutput` of the step's two terms (`Mean`s)."""
         weight = self.consistency_weight * self.rampup(self.teacher_updates, self.rampup_steps)
-        decay = self.weight_decay_share()
-        loss = categorisation + weight * consistency + decay
-        return loss, {"loss": loss, "categorisation": categorisation,
-                      "consistency": consistency,
-                      "consistency_weight": weight / self.strategy.num_replicas_in_sync,
-                      "weight_decay": decay}, ()
+        decay = self.weight_decay_penalty()
+        loss = categorisation.value + weight * consistency.value + decay
+        return StepOutput(loss, MeanTeacherMetrics(
+            categorisation=categorisation, consistency=consistency,
+            consistency_weight=replica_value(weight), weight_decay=replica_value(decay)))
 
     def _forward(self, batch):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
         labelled_logits = self._logits(self.model, labelled["image"])
         student_logits = self._logits(self.model, unlabelled["student"], update=False)
         teacher_logits = self._logits(self.teacher, unlabelled["teacher"], update=False)
-        categorisation = tf.reduce_sum(losses.categorisation_loss(
-            labelled_logits, tf.cast(labelled["label"], tf.int64))) / self.labelled_batch_size
-        consistency = tf.reduce_sum(consistency_cost(
-            student_logits, teacher_logits, self.consistency_type)) / self.unlabelled_batch_size
-        return self._metrics(categorisation, consistency)
+        return self._output(
+            batch_mean(losses.categorisation_loss(labelled_logits,
+                                                  tf.cast(labelled["label"], tf.int64))),
+            batch_mean(consistency_cost(student_logits, teacher_logits, self.consistency_type)))
 
     def _forward_all_images(self, batch):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
-        images = self.labelled_batch_size + self.unlabelled_batch_size
         student_logits = self._logits(self.model, tf.concat(
             [labelled["student"], unlabelled["student"]], axis=0))
         teacher_logits = self._logits(self.teacher, tf.concat(
             [labelled["teacher"], unlabelled["teacher"]], axis=0))
         rows = tf.shape(labelled["student"])[0]
-        categorisation = tf.reduce_sum(losses.categorisation_loss(
-            student_logits[:rows], tf.cast(labelled["label"], tf.int64))) / images
-        consistency = tf.reduce_sum(consistency_cost(
-            student_logits, teacher_logits, self.consistency_type)) / images
-        return self._metrics(categorisation, consistency)
+        # Both terms are means over every image, labelled or not.
+        images = tf.shape(student_logits)[0]
+        return self._output(
+            batch_mean(losses.categorisation_loss(student_logits[:rows],
+                                                  tf.cast(labelled["label"], tf.int64)), images),
+            batch_mean(consistency_cost(student_logits, teacher_logits, self.consistency_type)))
 
-    def _finish(self, batch, update):
-        del batch, update  # The teacher follows the student's new weights.
+    def _finish(self, batch):
+        del batch  # The teacher follows the student's new weights.
         self.average_weights()

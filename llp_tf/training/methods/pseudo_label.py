@@ -40,9 +40,10 @@ from llp_tf.core import losses
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import (
-    Finish, Forward, InputSpec, Stream, TrainingSplit, split_batch)
+    InputSpec, PhaseStep, StepOutput, Stream, TrainingSplit, split_batch)
 from llp_tf.training.methods.recipes import linear_rampup
 from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
+from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 
 #: How a step's labelled and unlabelled batches pass batch norm (module docstring).
 BATCH_NORM_PASSES = ("separate", "joint")
@@ -93,6 +94,18 @@ class PseudoLabelSettings:
         return [message for ok, message in checks if not ok]
 
 
+@dataclasses.dataclass(frozen=True)
+class PseudoLabelMetrics(StepMetrics):
+    """A pseudo-label step's: the labelled and the masked unlabelled cross-entropy, alpha(t),
+    the share of unlabelled examples kept by the threshold, the weight decay."""
+
+    labelled: Mean
+    unlabelled: Mean
+    unlabelled_weight: Mean
+    mask: Mean
+    weight_decay: Mean
+
+
 class PseudoLabelMethod(SourceBaseline):
     """Pseudo-label training (see the module docstring), with its `PseudoLabelSettings`;
     ``average`` is the evaluated EMA model (`SourceBaseline`), ``total_steps`` the run's."""
@@ -100,8 +113,7 @@ class PseudoLabelMethod(SourceBaseline):
     name = "pseudo_label"
     Settings = PseudoLabelSettings
     exported_item = "average"
-    METRICS = {"pseudo_label": ("loss", "labelled", "unlabelled", "unlabelled_weight",
-                                "mask", "weight_decay")}
+    PHASES = ("pseudo_label",)
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, average: EmbeddingClassifier, *,
@@ -142,8 +154,8 @@ class PseudoLabelMethod(SourceBaseline):
     def phase(self, epoch: int) -> str:
         return "pseudo_label"
 
-    def step_parts(self, phase: str) -> tuple[Forward, Finish]:
-        return self._forward, self._finish
+    def phase_step(self, phase: str) -> PhaseStep:
+        return PhaseStep(self._forward, PseudoLabelMetrics, self._finish)
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         return InputSpec({
@@ -160,20 +172,19 @@ class PseudoLabelMethod(SourceBaseline):
         labelled, unlabelled = batch["labelled"], batch["unlabelled"]
         labelled_logits, unlabelled_logits = self._logits(labelled["image"],
                                                           unlabelled["image"])
-        labelled_term, unlabelled_term, mask_share = losses.pseudo_label_terms(
-            labelled_logits, tf.cast(labelled["label"], tf.int64), unlabelled_logits,
-            unlabelled_logits, self.threshold, self.labelled_batch_size,
-            self.unlabelled_batch_size)
+        labelled_term, unlabelled_term, mask = (batch_mean(term) for term in (
+            losses.pseudo_label_terms(labelled_logits, tf.cast(labelled["label"], tf.int64),
+                                      unlabelled_logits, unlabelled_logits, self.threshold)))
         weight = self.final_weight * linear_rampup(self.updates, self.rampup_steps)
-        decay = self.weight_decay_share()
-        loss = labelled_term + weight * unlabelled_term + decay
-        replicas = self.strategy.num_replicas_in_sync
-        return loss, {"loss": loss, "labelled": labelled_term, "unlabelled": unlabelled_term,
-                      "unlabelled_weight": weight / replicas, "mask": mask_share,
-                      "weight_decay": decay}, ()
+        decay = self.weight_decay_penalty()
+        loss = labelled_term.value + weight * unlabelled_term.value + decay
+        return StepOutput(loss, PseudoLabelMetrics(
+            labelled=labelled_term, unlabelled=unlabelled_term,
+            unlabelled_weight=replica_value(weight), mask=mask,
+            weight_decay=replica_value(decay)))
 
-    def _finish(self, batch, update):
-        del batch, update  # The average follows the new weights.
+    def _finish(self, batch):
+        del batch  # The average follows the new weights.
         self.average_weights()
 
     def _logits(self, labelled_images, unlabelled_images):

@@ -16,7 +16,9 @@ import tensorflow as tf
 
 from llp_tf.core import losses
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
-from llp_tf.training.methods.base import Forward, InputSpec, Method, Stream, TrainingSplit
+from llp_tf.training.methods.base import (
+    InputSpec, Method, PhaseStep, StepOutput, Stream, TrainingSplit)
+from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,12 +30,20 @@ class SupervisedSettings:
         return []
 
 
+@dataclasses.dataclass(frozen=True)
+class SupervisedMetrics(StepMetrics):
+    """A supervised step's: the labelled batch's cross-entropy and the weight decay."""
+
+    categorisation: Mean
+    weight_decay: Mean
+
+
 class SupervisedMethod(Method):
     """Cross-entropy on labelled examples (see the module docstring)."""
 
     name = "supervised"
     Settings = SupervisedSettings
-    METRICS = {"supervised": ("loss", "categorisation", "weight_decay")}
+    PHASES = ("supervised",)
 
     def __init__(self, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
                  optimizer: keras.optimizers.Optimizer, *, num_classes: int,
@@ -54,8 +64,8 @@ class SupervisedMethod(Method):
     def phase(self, epoch: int) -> str:
         return "supervised"
 
-    def step_parts(self, phase: str) -> tuple[Forward, None]:
-        return self._supervised_forward, None
+    def phase_step(self, phase: str) -> PhaseStep:
+        return PhaseStep(self._supervised_forward, SupervisedMetrics)
 
     def input_spec(self, split: TrainingSplit) -> InputSpec:
         return InputSpec({"labelled": Stream(split.labelled_index, self.global_batch_size,
@@ -65,8 +75,7 @@ class SupervisedMethod(Method):
         labelled = batch["labelled"]
         labels = tf.cast(labelled["label"], tf.int64)
         outputs = self.model(labelled["image"], training=True)
-        cross_entropy = losses.categorisation_loss(outputs["logits"], labels)
-        data_loss = tf.reduce_sum(cross_entropy) / self.global_batch_size
-        decay = self.weight_decay_share()
-        loss = data_loss + decay
-        return loss, {"loss": loss, "categorisation": data_loss, "weight_decay": decay}, ()
+        categorisation = batch_mean(losses.categorisation_loss(outputs["logits"], labels))
+        decay = self.weight_decay_penalty()
+        return StepOutput(categorisation.value + decay, SupervisedMetrics(
+            categorisation=categorisation, weight_decay=replica_value(decay)))

@@ -31,7 +31,7 @@ def _method(strategy, threshold=0.95, weight_decay=1e-4, mixed_precision="float3
 
 
 def _run(method, data, steps=3, runner=None):
-    return (runner or StepRunner(method)).run(iterator(method, data), steps, "fixmatch")
+    return (runner or StepRunner(method)).run(iterator(method, data), steps, "fixmatch").values
 
 
 @pytest.fixture(scope="module")

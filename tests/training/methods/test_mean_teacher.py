@@ -56,7 +56,7 @@ def _data(same_views=False):
 
 
 def _run(method, data, steps=1, runner=None):
-    return (runner or StepRunner(method)).run(iterator(method, data), steps, "mean_teacher")
+    return (runner or StepRunner(method)).run(iterator(method, data), steps, "mean_teacher").values
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def _method(strategy, threshold=0.0, weight_decay=1e-4, mixed_precision="float32
 def _run(method, data, done=2, steps=3, runner=None):
     """``steps`` steps after ``done`` steps of the run (the ramp's and schedule's t)."""
     method.updates.assign(done)
-    return (runner or StepRunner(method)).run(iterator(method, data), steps, "pseudo_label")
+    return (runner or StepRunner(method)).run(iterator(method, data), steps, "pseudo_label").values
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,7 @@ def test_the_cifar_codes_weight_decay_is_over_the_kernels_only():
     assert len(decayed) == len(kernels) < len(method.model.weight_decay_variables())
     want = 5e-4 * sum((v.numpy().astype(np.float64) ** 2).sum() / 2 for v in kernels)
     # A float32 sum of ~1e4 squares: its rounding is within n eps of the sum.
-    np.testing.assert_allclose(float(method.weight_decay_share()), want, rtol=1e4 * 2 ** -24)
+    np.testing.assert_allclose(float(method.weight_decay_penalty()), want, rtol=1e4 * 2 ** -24)
     protocol = _with_spec(PseudoLabelMethod, source=False)
     assert protocol.weight_decay == 1e-4 and protocol.learning_rate_factor() is None
     assert ([v.path for v in protocol.weight_decay_variables()]
