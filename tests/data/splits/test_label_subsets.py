@@ -255,14 +255,9 @@ def test_tfds_file_names_follow_the_example_index(tfds_dir, tmp_path):
         "warning: 1 of 5 classes have no training example (classes 4)")
 
 
-def test_a_runs_split_and_config_record_its_subset_list(tfds_dir, tmp_path):
-    """What a run's start writes (the assembly's `_prepare_run_directory`), without training:
-    the listed images are the labelled set, the split and config.json record the list (path
-    and SHA-256) and no label_percent; a run directory written before these records (split.npz
-    without them, config.json with the unused label_percent) still passes a resume's checks."""
-    import io
-
-    from llp_tf.training import assembly, run_record
+def _subset_run(tfds_dir, tmp_path):
+    """(source, list path, config) of a run whose labels are the first 4 training images,
+    listed."""
     from tests.runs import tiny_config
 
     source = load_source("tfds:llp_test_tiny_imagenet", data_dir=tfds_dir)
@@ -271,14 +266,16 @@ def test_a_runs_split_and_config_record_its_subset_list(tfds_dir, tmp_path):
     config = tiny_config(tmp_path, "tfds:llp_test_tiny_imagenet", data_dir=tfds_dir,
                          label_subset=list_path, global_batch_size=4, warmup_epochs=0,
                          epochs=1)
-    os.makedirs(config.run_dir)
-    log = io.StringIO()
-    split = assembly._prepare_run_directory(config, source, log, chief=True, afresh=True)
-    lines = log.getvalue().splitlines()
+    return source, list_path, config
+
+
+def _check_records_then_write_them_as_before(config, source, list_path, lines):
+    """Checks a started run's first lines, split and config.json (the list's path and
+    SHA-256, no label_percent), then rewrites them as a version before these records did
+    (split.npz without them, config.json with the unused label_percent)."""
     assert lines[0].startswith("warning: 1 of 5 classes have no training example (classes 4)")
     assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
                         "(--label_percent is not used).")
-    np.testing.assert_array_equal(split.labelled_index, [0, 1, 2, 3])
     split_path = os.path.join(config.run_dir, "split.npz")
     labelled, used = regime.load_splits(split_path, source.train_labels())
     np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
@@ -292,13 +289,30 @@ def test_a_runs_split_and_config_record_its_subset_list(tfds_dir, tmp_path):
     assert recorded["data_files"]["label_subset"] == listed
     assert recorded["data"]["label_percent"] is None
     assert recorded["data"]["label_subset"] == list_path
-
     regime.save_splits(split_path, labelled, used, source.train_labels(),
                        "tfds:llp_test_tiny_imagenet", 10.0, 100.0, None)
     recorded["data"]["label_percent"] = 10.0
     del recorded["data_files"]
     with open(os.path.join(config.run_dir, "config.json"), "w") as f:
         json.dump(recorded, f)
+
+
+def test_a_runs_split_and_config_record_its_subset_list(tfds_dir, tmp_path):
+    """What a run's start writes (the assembly's `_prepare_run_directory`), without training:
+    the listed images are the labelled set, the split and config.json record the list (path
+    and SHA-256) and no label_percent; a run directory written before these records (split.npz
+    without them, config.json with the unused label_percent) still passes a resume's checks."""
+    import io
+
+    from llp_tf.training import assembly, run_record
+
+    source, list_path, config = _subset_run(tfds_dir, tmp_path)
+    os.makedirs(config.run_dir)
+    log = io.StringIO()
+    split = assembly._prepare_run_directory(config, source, log, chief=True, afresh=True)
+    np.testing.assert_array_equal(split.labelled_index, [0, 1, 2, 3])
+    _check_records_then_write_them_as_before(config, source, list_path,
+                                             log.getvalue().splitlines())
     resumed = config.replace(epochs=2)
     run_record.check_resumable(resumed)
     again = assembly._prepare_run_directory(resumed, source, io.StringIO(), chief=True,
@@ -313,43 +327,13 @@ def test_a_run_takes_its_labels_from_a_subset_list(tfds_dir, tmp_path):
     import io
 
     from llp_tf.training import run_training
-    from tests.runs import tiny_config
 
-    source = load_source("tfds:llp_test_tiny_imagenet", data_dir=tfds_dir)
-    names = source.file_names("train")
-    list_path = _write_list(tmp_path / "subset.txt", [names[i] for i in (0, 1, 2, 3)])
-    config = tiny_config(tmp_path, "tfds:llp_test_tiny_imagenet", data_dir=tfds_dir,
-                         label_subset=list_path, global_batch_size=4, warmup_epochs=0,
-                         epochs=1)
+    source, list_path, config = _subset_run(tfds_dir, tmp_path)
     log = io.StringIO()
     final = run_training(config, log)
-    lines = log.getvalue().splitlines()
-    assert lines[0].startswith("warning: 1 of 5 classes have no training example (classes 4)")
-    assert lines[1] == (f"Labelled set: the 4 images listed in {list_path} "
-                        "(--label_percent is not used).")
-    split_path = os.path.join(config.run_dir, "split.npz")
-    labelled, used = regime.load_splits(split_path, source.train_labels())
-    np.testing.assert_array_equal(labelled, [0, 1, 2, 3])
-    np.testing.assert_array_equal(used, np.arange(12))
     assert final["epoch"] == 1 and final["phase"] == "llp"
-    # The split and the config record the list (path and SHA-256), not a label_percent.
-    listed = {"list": list_path, "path": list_path,
-              "sha256": hashlib.sha256(open(list_path, "rb").read()).hexdigest()}
-    assert regime.read_made_from(split_path) == {"label_subset": listed, "exclude_list": None}
-    assert regime.read_split_header(split_path)["label_percent"] is None
-    with open(os.path.join(config.run_dir, "config.json")) as f:
-        recorded = json.load(f)
-    assert recorded["data_files"]["label_subset"] == listed
-    assert recorded["data"]["label_percent"] is None
-    assert recorded["data"]["label_subset"] == list_path
-
-    # A run directory written before these records (split.npz without them,
-    # config.json with the unused label_percent) still resumes.
-    regime.save_splits(split_path, labelled, used, source.train_labels(),
-                       "tfds:llp_test_tiny_imagenet", 10.0, 100.0, None)
-    recorded["data"]["label_percent"] = 10.0
-    del recorded["data_files"]
-    with open(os.path.join(config.run_dir, "config.json"), "w") as f:
-        json.dump(recorded, f)
+    # A run directory written before the records still resumes.
+    _check_records_then_write_them_as_before(config, source, list_path,
+                                             log.getvalue().splitlines())
     final = run_training(config.replace(epochs=2), io.StringIO())
     assert final["epoch"] == 2
