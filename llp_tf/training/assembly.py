@@ -25,7 +25,6 @@ from llp_tf.training.distribution import first_device, make_strategy
 from llp_tf.errors import ConfigError
 from llp_tf.training.evaluation import validation_fn
 from llp_tf.models import precision
-from llp_tf.models.factory import build_model_from_config
 from llp_tf.training import actions
 from llp_tf.training import config as config_lib
 from llp_tf.training.controller import Controller, LoopSettings
@@ -94,11 +93,11 @@ class _RunState:
 
 def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
     keras.utils.set_random_seed(config.run.seed)
-    optimization = config.optimization
-    spec = method_class(config.method.name).optimizer_spec(config)
+    optimization, context = config.optimization, config.method_context()
+    method_type = method_class(config.method.name)
+    spec = method_type.optimizer_spec(context)
     with strategy.scope():
-        model = build_model_from_config(config.model, num_classes, config.data.image_size,
-                                        precision=config.run.mixed_precision)
+        model = context.build_model(num_classes)
         optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate,
                                          momentum=spec.momentum, nesterov=spec.nesterov)
         # Keras 3 restores nothing into slots that do not exist yet.
@@ -108,8 +107,8 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
                                             model.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         plateau = schedule.PlateauTracker(optimization.plateau_patience)
-    method = method_class(config.method.name).from_config(config, strategy, model, stepping,
-                                                          num_classes, _training_split(split))
+    method = method_type.from_context(context, strategy, model, stepping, num_classes,
+                                      _training_split(split))
     with strategy.scope():
         totals = EpochTotals(method.metric_kinds(phase) for phase in method.PHASES)
     checkpoints = RunCheckpoints(
@@ -123,8 +122,8 @@ def _build_state(config, strategy, num_classes, split, stream, scratch_dir):
 def _learning_rate(config, plateau):
     """epoch -> the rate the optimizer starts the epoch with: the protocol's drops, or the
     method's constant rate (`OptimizerSpec.step_drops`)."""
-    spec, optimization = method_class(config.method.name).optimizer_spec(config), \
-        config.optimization
+    spec = method_class(config.method.name).optimizer_spec(config.method_context())
+    optimization = config.optimization
     if not spec.step_drops:
         return lambda epoch: spec.learning_rate
     return lambda epoch: schedule.learning_rate_at(

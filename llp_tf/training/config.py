@@ -20,6 +20,7 @@ in ``config.json``, and its changes on resume beside it (`run_record`).
 """
 
 import dataclasses
+import functools
 import json
 import typing
 from typing import Any, Mapping, Optional, Tuple
@@ -30,6 +31,7 @@ from llp_tf.errors import ConfigError
 from llp_tf.models.config import (PRECISIONS, ModelConfig, final_feature_map_side,
                                   model_problems)
 from llp_tf.training.methods import DEFAULT_METHOD, METHODS, method_class
+from llp_tf.training.methods.context import MethodContext
 
 #: The paper's global batch; the base learning rate is given at it.
 PAPER_BATCH_SIZE = 128
@@ -222,8 +224,17 @@ def _problems(c: "TrainConfig") -> list[str]:
          f"gradients below), not {side}x{side} with {{image_size}}: use larger images or "
          "--nojit_compile"),
     ]
-    return (data_problems(data) + model_problems(model) + c.method_settings.problems(c)
+    return (data_problems(data) + model_problems(model)
+            + c.method_settings.problems(c.method_context())
             + [message for ok, message in checks if not ok])
+
+
+def _model_of(config: "TrainConfig", num_classes: int) -> Any:
+    """A new model of ``config``'s architecture and precision, its weights created."""
+    from llp_tf.models.factory import build_model_from_config
+
+    return build_model_from_config(config.model, num_classes, config.data.image_size,
+                                   precision=config.run.mixed_precision)
 
 
 def _as_field_value(section, field, value):
@@ -282,6 +293,18 @@ class TrainConfig:
     def method_settings(self) -> Any:
         """The chosen method's settings (its ``Settings`` dataclass)."""
         return self.methods[self.method.name]
+
+    def method_context(self) -> MethodContext:
+        """What the chosen method reads of this config: its settings and a few run values;
+        its ``build_model`` makes models of this config's architecture and precision."""
+        o = self.optimization
+        return MethodContext(
+            settings=self.method_settings, global_batch_size=o.global_batch_size,
+            weight_decay=o.weight_decay, jit_compile=self.run.jit_compile, epochs=o.epochs,
+            seed=self.run.seed, learning_rate=self.learning_rate, momentum=o.momentum,
+            baseline_preset=self.method.baseline_preset,
+            baseline_optimizer=self.method.baseline_optimizer,
+            build_model=functools.partial(_model_of, self))
 
     @classmethod
     def from_settings(cls, **settings: Any) -> "TrainConfig":

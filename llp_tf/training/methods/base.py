@@ -36,6 +36,7 @@ from llp_tf.data.pipeline.streams import Stream
 from llp_tf.models import batch_norm, precision
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.tensor_types import FloatTensor
+from llp_tf.training.methods.context import MethodContext
 from llp_tf.training.step_metrics import (
     LOSS, Mean, Metric, StepMetrics, StepRecords, replica_value)
 
@@ -130,7 +131,7 @@ class Method(abc.ABC):
     name: ClassVar[str]
     #: The frozen dataclass of the method's settings (fields made by
     #: `llp_tf.config_fields.setting`, flag names unique over the config, and a
-    #: ``problems(config) -> list[str]`` method, whose messages name settings
+    #: ``problems(context) -> list[str]`` method (a `MethodContext`), whose messages name settings
     #: as ``{flag name}``, see `llp_tf.errors`): the config section named after
     #: the method, and its flags.
     Settings: ClassVar[type]
@@ -158,17 +159,17 @@ class Method(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, config: Any, strategy: tf.distribute.Strategy, model: EmbeddingClassifier,
-                    optimizer: keras.optimizers.Optimizer, num_classes: int,
-                    split: TrainingSplit) -> "Method":
-        """The method of the `TrainConfig` ``config`` (its settings are
-        ``config.method_settings``), for the run's `TrainingSplit`."""
+    def from_context(cls, context: MethodContext, strategy: tf.distribute.Strategy,
+                     model: EmbeddingClassifier, optimizer: keras.optimizers.Optimizer,
+                     num_classes: int, split: TrainingSplit) -> "Method":
+        """The method of a run (its `MethodContext`, its settings ``context.settings``),
+        for the run's `TrainingSplit`."""
 
     @classmethod
-    def optimizer_spec(cls, config: Any) -> OptimizerSpec:
-        """The SGD of a `TrainConfig`'s run: the protocol's (``--base_learning_rate`` scaled to
-        the batch, ``--momentum``, no Nesterov, the epoch drops) unless the method says."""
-        return OptimizerSpec(config.learning_rate, config.optimization.momentum)
+    def optimizer_spec(cls, context: MethodContext) -> OptimizerSpec:
+        """The SGD of a run: the protocol's (``--base_learning_rate`` scaled to the batch,
+        ``--momentum``, no Nesterov, the epoch drops) unless the method says."""
+        return OptimizerSpec(context.learning_rate, context.momentum)
 
     def metric_kinds(self, phase: str) -> Dict[str, type]:
         """name -> `Mean` or `SubsetMean` of the metrics ``phase``'s step reports, in order:

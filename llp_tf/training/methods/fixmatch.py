@@ -35,6 +35,7 @@ from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import (
     InputSpec, PhaseStep, StepOutput, Stream, TrainingSplit, split_batch)
+from llp_tf.training.methods.context import MethodContext
 from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
 from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 
@@ -68,14 +69,14 @@ class FixMatchSettings:
         return {name: (preset if getattr(self, name) is None else getattr(self, name))
                 for name, preset in PRESETS[family].items()}
 
-    def problems(self, config: Any) -> list[str]:
-        """What is wrong with these settings in the whole `TrainConfig`."""
-        values = self.resolved(config.method.baseline_preset)
+    def problems(self, context: MethodContext) -> list[str]:
+        """What is wrong with these settings in their run's `MethodContext`."""
+        values = self.resolved(context.baseline_preset)
         checks = [
             (0 <= values["threshold"] <= 1, "{fixmatch_threshold} must lie in [0, 1]"),
             (values["unlabelled_ratio"] >= 1, "{fixmatch_mu} must be at least 1"),
             (values["unlabelled_weight"] >= 0, "{fixmatch_lambda_u} cannot be negative"),
-            (config.optimization.global_batch_size >= 1 + values["unlabelled_ratio"],
+            (context.global_batch_size >= 1 + values["unlabelled_ratio"],
              f"{{global_batch_size}} must be at least 1 + mu = "
              f"{1 + values['unlabelled_ratio']} ({{fixmatch_mu}}; one labelled example a "
              "step)"),
@@ -127,25 +128,22 @@ class FixMatchMethod(SourceBaseline):
         self.labelled_batch_size, self.unlabelled_batch_size = labelled, unlabelled
 
     @classmethod
-    def recipe(cls, config):
-        family = config.method.baseline_preset
-        ratio = config.method_settings.resolved(family)["unlabelled_ratio"] \
-            if config.method.name == cls.name else PRESETS[family]["unlabelled_ratio"]
-        labelled, _ = split_batch(config.optimization.global_batch_size, int(ratio))
+    def recipe(cls, context):
+        family = context.baseline_preset
+        labelled, _ = split_batch(context.global_batch_size,
+                                  int(context.settings.resolved(family)["unlabelled_ratio"]))
         return recipe_of(family, labelled)
 
     @classmethod
-    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
-        return cls(strategy, model, optimizer, build_twin(config, strategy, num_classes),
-                   num_classes=num_classes,
-                   global_batch_size=config.optimization.global_batch_size,
-                   weight_decay=config.optimization.weight_decay,
-                   settings=config.method_settings,
-                   total_steps=run_steps(config, len(split.used_index)),
-                   family=config.method.baseline_preset,
-                   source_optimizer=config.method.baseline_optimizer == "source",
-                   jit_compile=config.run.jit_compile)
+    def from_context(cls, context, strategy, model, optimizer, num_classes, split):
+        """The method of a run; ``split`` is its `TrainingSplit`."""
+        return cls(strategy, model, optimizer, build_twin(context, strategy, num_classes),
+                   num_classes=num_classes, global_batch_size=context.global_batch_size,
+                   weight_decay=context.weight_decay, settings=context.settings,
+                   total_steps=run_steps(context, len(split.used_index)),
+                   family=context.baseline_preset,
+                   source_optimizer=context.baseline_optimizer == "source",
+                   jit_compile=context.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "fixmatch"

@@ -25,7 +25,7 @@ the densities are refreshed (eq. 7) if they belong to another epoch.
 import dataclasses
 import os
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 import keras
 import numpy as np
@@ -41,6 +41,7 @@ from llp_tf.data.splits import regime
 from llp_tf.errors import ConfigError
 from llp_tf.training.methods.base import (InputSpec, Method, PhaseStep, StepOutput, Stream,
                                           TrainingSplit)
+from llp_tf.training.methods.context import MethodContext
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.run_directory import RunDirectory
 from llp_tf.training.step_metrics import (
@@ -103,9 +104,9 @@ class LLPSettings:
         "densities, aggregation loss) stays float32; a row written is rounded to nearest. A "
         "checkpoint of another bank dtype restores converted.", choices=tuple(BANK_DTYPES))
 
-    def problems(self, config: Any) -> list[str]:
-        """What is wrong with these settings in the `TrainConfig` ``config``."""
-        warmup, epochs = self.warmup_epochs, config.optimization.epochs
+    def problems(self, context: MethodContext) -> list[str]:
+        """What is wrong with these settings in their run's `MethodContext`."""
+        warmup, epochs = self.warmup_epochs, context.epochs
         checks = [
             (0 <= warmup, "{warmup_epochs} cannot be negative"),
             (warmup <= epochs,
@@ -115,7 +116,7 @@ class LLPSettings:
             (self.k > 0 and self.t > 0, "{k} and {t} must be positive"),
             (self.temperature > 0, "{temperature} must be positive"),
             (0 <= self.bank_momentum < 1, "{bank_momentum} must lie in [0, 1)"),
-            (not (self.shard_bank and config.run.jit_compile),
+            (not (self.shard_bank and context.jit_compile),
              "{shard_bank} exchanges shares between replicas inside the step, which "
              "{jit_compile} cannot compile; give one of them"),
         ]
@@ -168,7 +169,7 @@ class LLPMethod(Method):
     """LLP with its instance-recognition warm start (see the module docstring), with its
     `LLPSettings`.
 
-    ``bank`` is any `Bank` (`from_config` builds it by `bank_factory.build_bank`, sharded
+    ``bank`` is any `Bank` (`from_context` builds it by `bank_factory.build_bank`, sharded
     with ``shard_bank``); ``used_index`` (int64 [U], the
     run's used examples) checks that a warm-start run used the same examples.
     """
@@ -204,19 +205,19 @@ class LLPMethod(Method):
         self._density_function = None
 
     @classmethod
-    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        m = config.method_settings
+    def from_context(cls, context, strategy, model, optimizer, num_classes, split):
+        m = context.settings
         warning = few_labels_warning(m, split.labelled_labels, num_classes)
         if warning:
             sys.stderr.write(warning + "\n")
-        bank = build_bank(strategy, len(split.used_index), config.model.embedding_dim,
+        bank = build_bank(strategy, len(split.used_index), model.embedding_dim,
                           num_classes, regime.dense_index(split.used_index, split.labelled_index),
                           split.labelled_labels, sharded=m.shard_bank, momentum=m.bank_momentum,
-                          seed=config.run.seed, embedding_dtype=m.bank_dtype)
+                          seed=context.seed, embedding_dtype=m.bank_dtype)
         return cls(strategy, model, optimizer, bank, num_classes=num_classes,
-                   global_batch_size=config.optimization.global_batch_size,
-                   weight_decay=config.optimization.weight_decay, settings=m,
-                   used_index=split.used_index, jit_compile=config.run.jit_compile)
+                   global_batch_size=context.global_batch_size,
+                   weight_decay=context.weight_decay, settings=m,
+                   used_index=split.used_index, jit_compile=context.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
 

@@ -45,6 +45,7 @@ from llp_tf.training.methods import recipes
 from llp_tf.training.methods.recipes import linear_rampup, sigmoid_rampup
 from llp_tf.training.methods.base import (
     InputSpec, PhaseStep, StepOutput, TrainingSplit, split_batch)
+from llp_tf.training.methods.context import MethodContext
 from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
 from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 from llp_tf.tensor_types import FloatTensor
@@ -106,9 +107,9 @@ class MeanTeacherSettings:
         return {name: (preset if getattr(self, name) is None else getattr(self, name))
                 for name, preset in PRESETS[family].items()}
 
-    def problems(self, config: Any) -> list[str]:
-        """What is wrong with these settings in the whole `TrainConfig` ``config``."""
-        values = self.resolved(config.method.baseline_preset)
+    def problems(self, context: MethodContext) -> list[str]:
+        """What is wrong with these settings in their run's `MethodContext`."""
+        values = self.resolved(context.baseline_preset)
         checks = [
             (self.ema_horizon is None or 0 < self.ema_horizon <= 1,
              "{mean_teacher_ema_horizon} must lie in (0, 1]"),
@@ -118,7 +119,7 @@ class MeanTeacherSettings:
             (0 <= values["consistency_rampup"] <= 1,
              "{mean_teacher_consistency_rampup} must lie in [0, 1]"),
             (values["unlabelled_ratio"] >= 1, "{mean_teacher_unlabelled_ratio} must be at least 1"),
-            (config.optimization.global_batch_size >= 1 + values["unlabelled_ratio"],
+            (context.global_batch_size >= 1 + values["unlabelled_ratio"],
              "{global_batch_size} must be at least 1 + {mean_teacher_unlabelled_ratio} (one "
              "labelled image a step)"),
         ]
@@ -194,22 +195,21 @@ class MeanTeacherMethod(SourceBaseline):
             self.global_batch_size, int(values["unlabelled_ratio"]))
 
     @classmethod
-    def recipe(cls, config):
-        return recipe_of(config.method.baseline_preset, config.optimization.global_batch_size)
+    def recipe(cls, context):
+        return recipe_of(context.baseline_preset, context.global_batch_size)
 
     @classmethod
-    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit` (its used
-        examples make the run's steps)."""
-        teacher = build_twin(config, strategy, num_classes)
+    def from_context(cls, context, strategy, model, optimizer, num_classes, split):
+        """The method of a run; ``split`` is its `TrainingSplit` (its used examples make the
+        run's steps)."""
+        teacher = build_twin(context, strategy, num_classes)
         return cls(strategy, model, optimizer, teacher, num_classes=num_classes,
-                   global_batch_size=config.optimization.global_batch_size,
-                   weight_decay=config.optimization.weight_decay,
-                   settings=config.method_settings,
-                   total_steps=run_steps(config, len(split.used_index)),
-                   family=config.method.baseline_preset,
-                   source_optimizer=config.method.baseline_optimizer == "source",
-                   jit_compile=config.run.jit_compile)
+                   global_batch_size=context.global_batch_size,
+                   weight_decay=context.weight_decay, settings=context.settings,
+                   total_steps=run_steps(context, len(split.used_index)),
+                   family=context.baseline_preset,
+                   source_optimizer=context.baseline_optimizer == "source",
+                   jit_compile=context.jit_compile)
 
     # ---- the Method interface ------------------------------------------------
 

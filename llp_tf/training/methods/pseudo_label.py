@@ -30,7 +30,6 @@ and ``updates`` (t); the trained weights are evaluated as ``val_trained_top1``, 
 """
 
 import dataclasses
-from typing import Any
 
 import keras
 import tensorflow as tf
@@ -41,6 +40,7 @@ from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import (
     InputSpec, PhaseStep, StepOutput, Stream, TrainingSplit, split_batch)
+from llp_tf.training.methods.context import MethodContext
 from llp_tf.training.methods.recipes import linear_rampup
 from llp_tf.training.methods.source_baseline import SourceBaseline, build_twin, run_steps
 from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
@@ -80,14 +80,14 @@ class PseudoLabelSettings:
         "batches, whose moments and moving statistics are those of the joint batch.",
         choices=BATCH_NORM_PASSES, flag="pseudo_label_batch_norm")
 
-    def problems(self, config: Any) -> list[str]:
-        """What is wrong with these settings in the whole `TrainConfig`."""
+    def problems(self, context: MethodContext) -> list[str]:
+        """What is wrong with these settings in their run's `MethodContext`."""
         checks = [
             (self.final_weight >= 0, "{pseudo_label_final_weight} cannot be negative"),
             (0 <= self.ramp_end <= 1, "{pseudo_label_ramp_end} must lie in [0, 1]"),
             (0 <= self.threshold <= 1, "{pseudo_label_threshold} must lie in [0, 1]"),
             (self.unlabelled_ratio >= 1, "{pseudo_label_unlabelled_ratio} must be at least 1"),
-            (config.optimization.global_batch_size >= 1 + self.unlabelled_ratio,
+            (context.global_batch_size >= 1 + self.unlabelled_ratio,
              "{global_batch_size} must be at least 1 + {pseudo_label_unlabelled_ratio} (one "
              "labelled example a step)"),
         ]
@@ -135,21 +135,19 @@ class PseudoLabelMethod(SourceBaseline):
             self.global_batch_size, int(settings.unlabelled_ratio))
 
     @classmethod
-    def recipe(cls, config):
-        del config  # pseudo_label.py in both families.
+    def recipe(cls, context):
+        del context  # pseudo_label.py in both families.
         return recipes.cifar_code("pseudo_label.py")
 
     @classmethod
-    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
-        """The method of a `TrainConfig`; ``split`` is the run's `TrainingSplit`."""
-        return cls(strategy, model, optimizer, build_twin(config, strategy, num_classes),
-                   num_classes=num_classes,
-                   global_batch_size=config.optimization.global_batch_size,
-                   weight_decay=config.optimization.weight_decay,
-                   settings=config.method_settings,
-                   total_steps=run_steps(config, len(split.used_index)),
-                   source_optimizer=config.method.baseline_optimizer == "source",
-                   jit_compile=config.run.jit_compile)
+    def from_context(cls, context, strategy, model, optimizer, num_classes, split):
+        """The method of a run; ``split`` is its `TrainingSplit`."""
+        return cls(strategy, model, optimizer, build_twin(context, strategy, num_classes),
+                   num_classes=num_classes, global_batch_size=context.global_batch_size,
+                   weight_decay=context.weight_decay, settings=context.settings,
+                   total_steps=run_steps(context, len(split.used_index)),
+                   source_optimizer=context.baseline_optimizer == "source",
+                   jit_compile=context.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "pseudo_label"

@@ -10,34 +10,32 @@ protocol's; the loss and the average stay the source's.
 """
 
 import abc
-from typing import Any, Optional
+from typing import Optional
 
 import keras
 import tensorflow as tf
 
 from llp_tf.data.pipeline.input_fns import steps_per_epoch
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
-from llp_tf.models.factory import build_model_from_config
 from llp_tf.tensor_types import FloatTensor
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.base import Method, OptimizerSpec
+from llp_tf.training.methods.context import MethodContext
 
 #: Momentum of every source's SGD.
 SOURCE_MOMENTUM = 0.9
 
 
-def run_steps(config: Any, num_used: int) -> int:
-    """S, the steps of a `TrainConfig`'s run over ``num_used`` examples."""
-    optimization = config.optimization
-    return optimization.epochs * steps_per_epoch(num_used, optimization.global_batch_size)
+def run_steps(context: MethodContext, num_used: int) -> int:
+    """S, the steps of a run over ``num_used`` examples."""
+    return context.epochs * steps_per_epoch(num_used, context.global_batch_size)
 
 
-def build_twin(config: Any, strategy: tf.distribute.Strategy,
+def build_twin(context: MethodContext, strategy: tf.distribute.Strategy,
                num_classes: int) -> EmbeddingClassifier:
-    """A model of the config's architecture and precision, in ``strategy.scope()``."""
+    """A model of the run's architecture and precision, in ``strategy.scope()``."""
     with strategy.scope():
-        return build_model_from_config(config.model, num_classes, config.data.image_size,
-                                       precision=config.run.mixed_precision)
+        return context.build_model(num_classes)
 
 
 class SourceBaseline(Method):
@@ -74,15 +72,15 @@ class SourceBaseline(Method):
 
     @classmethod
     @abc.abstractmethod
-    def recipe(cls, config: Any) -> recipes.Recipe:
-        """The `recipes.Recipe` of a `TrainConfig` (its ``--baseline_preset``); each source
-        baseline names its own."""
+    def recipe(cls, context: MethodContext) -> recipes.Recipe:
+        """The `recipes.Recipe` of a run (its ``--baseline_preset``); each source baseline
+        names its own."""
 
     @classmethod
-    def optimizer_spec(cls, config: Any) -> OptimizerSpec:
-        if config.method.baseline_optimizer == "protocol":
-            return super().optimizer_spec(config)
-        recipe = cls.recipe(config)
+    def optimizer_spec(cls, context: MethodContext) -> OptimizerSpec:
+        if context.baseline_optimizer == "protocol":
+            return super().optimizer_spec(context)
+        recipe = cls.recipe(context)
         return OptimizerSpec(recipe.learning_rate, SOURCE_MOMENTUM, nesterov=recipe.nesterov,
                              step_drops=False)
 

@@ -9,7 +9,6 @@ memory (the training input decides: `llp_tf.training.assembly`).
 """
 
 import dataclasses
-from typing import Any
 
 import keras
 import tensorflow as tf
@@ -18,6 +17,7 @@ from llp_tf.core import losses
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.training.methods.base import (
     InputSpec, Method, PhaseStep, StepOutput, Stream, TrainingSplit)
+from llp_tf.training.methods.context import MethodContext
 from llp_tf.training.step_metrics import Mean, StepMetrics, batch_mean, replica_value
 
 
@@ -26,7 +26,7 @@ class SupervisedSettings:
     """The supervised baseline has no settings of its own (config section
     "supervised"): it trains with the run's optimization settings."""
 
-    def problems(self, config: Any) -> list[str]:
+    def problems(self, context: MethodContext) -> list[str]:
         return []
 
 
@@ -54,12 +54,11 @@ class SupervisedMethod(Method):
                          jit_compile=jit_compile)
 
     @classmethod
-    def from_config(cls, config, strategy, model, optimizer, num_classes, split):
+    def from_context(cls, context, strategy, model, optimizer, num_classes, split):
         del split  # The input reads the labelled set (input_spec).
         return cls(strategy, model, optimizer, num_classes=num_classes,
-                   global_batch_size=config.optimization.global_batch_size,
-                   weight_decay=config.optimization.weight_decay,
-                   jit_compile=config.run.jit_compile)
+                   global_batch_size=context.global_batch_size,
+                   weight_decay=context.weight_decay, jit_compile=context.jit_compile)
 
     def phase(self, epoch: int) -> str:
         return "supervised"

@@ -57,23 +57,14 @@ def test_batch_sizes_phase_and_settings():
     flags = {field.metadata["flag"] for field in dataclasses.fields(settings)}
     assert flags == {"fixmatch_threshold", "fixmatch_mu", "fixmatch_lambda_u"}
 
-    class Optimization:
-        global_batch_size = 7
-
-    class Method:
-        baseline_preset = "fixmatch_cifar"
-
-    class Config:
-        optimization = Optimization
-        method = Method
-
-    assert settings.problems(Config) == [
+    context = TrainConfig.from_settings(method="fixmatch", run_dir="r").method_context()
+    small = dataclasses.replace(context, global_batch_size=7)
+    assert settings.problems(small) == [
         "{global_batch_size} must be at least 1 + mu = 8 ({fixmatch_mu}; one labelled "
         "example a step)"]
-    Optimization.global_batch_size = 8
-    assert settings.problems(Config) == []
+    assert settings.problems(dataclasses.replace(context, global_batch_size=8)) == []
     bad = FixMatchSettings(threshold=1.5, unlabelled_ratio=0, unlabelled_weight=-1.0)
-    assert len(bad.problems(Config)) == 3
+    assert len(bad.problems(context)) == 3
 
 
 def test_first_step_loss_is_the_papers_equation_in_float64():
@@ -218,11 +209,12 @@ def test_from_config_and_the_streams_it_reads(tmp_path, family, batches, lambda_
     strategy = tf.distribute.get_strategy()
     model, optimizer = tiny_model(strategy)
     split = TrainingSplit(np.array([1, 5]), np.arange(12), np.array([0, 1]))
-    method = method_class("fixmatch").from_config(config, strategy, model, optimizer, C, split)
+    method = method_class("fixmatch").from_context(config.method_context(), strategy, model,
+                                                   optimizer, C, split)
     assert isinstance(method, FixMatchMethod)
     assert (method.threshold, method.unlabelled_weight) == (0.8, lambda_u)
     assert (method.labelled_batch_size, method.unlabelled_batch_size) == batches
-    spec = FixMatchMethod.optimizer_spec(config)
+    spec = FixMatchMethod.optimizer_spec(config.method_context())
     want_rate = 0.03 if family == "fixmatch_cifar" else 0.1 * batches[0] / 256
     assert (spec.learning_rate, spec.momentum, spec.nesterov, spec.step_drops) == (
         pytest.approx(want_rate, rel=1e-12), 0.9, True, False)

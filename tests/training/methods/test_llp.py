@@ -1,4 +1,4 @@
-"""llp_tf/training/methods/llp.py: the settings that shape propagation, as `from_config` builds
+"""llp_tf/training/methods/llp.py: the settings that shape propagation, as `from_context` builds
 the method (its steps: tests/training/test_methods.py)."""
 
 import dataclasses
@@ -24,7 +24,7 @@ def _method(tmp_path, labelled_classes, **settings):
     model, optimizer = tiny_model(strategy)
     labelled = np.arange(len(labelled_classes)) * 3
     split = TrainingSplit(labelled, np.arange(USED), np.asarray(labelled_classes, np.int64))
-    return LLPMethod.from_config(config, strategy, model, optimizer, C, split)
+    return LLPMethod.from_context(config.method_context(), strategy, model, optimizer, C, split)
 
 
 @pytest.mark.parametrize("normalisation", ["release", "paper"])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from llp_tf.training.config import TrainConfig
 from llp_tf.training.methods import StepRunner, TrainingSplit, method_class
 from llp_tf.training.methods import recipes
 from llp_tf.training.methods.mean_teacher import (
@@ -266,8 +267,8 @@ def test_from_config_reads_two_streams_and_the_runs_steps(tmp_path):
     strategy = tf.distribute.get_strategy()
     model, optimizer = tiny_model(strategy)
     split = TrainingSplit(np.array([1, 5]), np.arange(50), np.array([0, 1]))
-    method = method_class("mean_teacher").from_config(config, strategy, model, optimizer, C,
-                                                      split)
+    method = method_class("mean_teacher").from_context(config.method_context(), strategy, model,
+                                                       optimizer, C, split)
     assert isinstance(method, MeanTeacherMethod)
     # 5 epochs of 50 // 12 = 4 steps: 20 steps, a ramp of 6, a horizon of 0.02 steps.
     assert method.rampup_steps == pytest.approx(6.0)
@@ -423,20 +424,12 @@ def test_settings_defaults_and_their_problems():
     assert MeanTeacherSettings(consistency_type="mse").resolved("imagenet")[
         "consistency_type"] == "mse"
 
-    class Optimization:
-        global_batch_size = 128
-
-    class Method:
-        baseline_preset = "fixmatch_cifar"
-
-    class Config:
-        optimization = Optimization
-        method = Method
-
-    assert settings.problems(Config) == []
+    context = TrainConfig.from_settings(method="mean_teacher", baseline_preset="fixmatch_cifar",
+                                        global_batch_size=128, run_dir="r").method_context()
+    assert settings.problems(context) == []
     bad = MeanTeacherSettings(ema_horizon=0.0, consistency_weight=-1.0, consistency_type="l1",
                               consistency_rampup=1.5, unlabelled_ratio=0)
-    problems = bad.problems(Config)
+    problems = bad.problems(context)
     assert len(problems) == 5
     for flag in ("ema_horizon", "consistency", "consistency_type", "consistency_rampup",
                  "unlabelled_ratio"):

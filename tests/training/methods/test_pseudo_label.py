@@ -84,19 +84,13 @@ def test_settings_and_their_problems():
     assert {field.metadata["flag"] for field in dataclasses.fields(settings)} == {
         f"pseudo_label_{field.name}" for field in dataclasses.fields(settings)}
 
-    class Optimization:
-        global_batch_size = 1
-
-    class Config:
-        optimization = Optimization
-
-    assert settings.problems(Config) == [
+    context = TrainConfig.from_settings(method="pseudo_label", run_dir="r").method_context()
+    assert settings.problems(dataclasses.replace(context, global_batch_size=1)) == [
         "{global_batch_size} must be at least 1 + {pseudo_label_unlabelled_ratio} (one "
         "labelled example a step)"]
-    Optimization.global_batch_size = 2
-    assert settings.problems(Config) == []
+    assert settings.problems(dataclasses.replace(context, global_batch_size=2)) == []
     bad = PseudoLabelSettings(final_weight=-1, ramp_end=1.2, threshold=2, unlabelled_ratio=0)
-    assert len(bad.problems(Config)) == 4
+    assert len(bad.problems(context)) == 4
 
 
 def _lees_terms(labelled, labels, unlabelled, threshold):
@@ -271,8 +265,8 @@ def test_from_config_maps_the_ramp_share_onto_the_runs_steps(tmp_path):
     strategy = tf.distribute.get_strategy()
     model, optimizer = tiny_model(strategy)
     split = TrainingSplit(np.array([1, 5]), np.arange(60), np.array([0, 1]))
-    method = method_class("pseudo_label").from_config(config, strategy, model, optimizer, C,
-                                                      split)
+    method = method_class("pseudo_label").from_context(config.method_context(), strategy, model,
+                                                       optimizer, C, split)
     assert isinstance(method, PseudoLabelMethod)
     # 40 epochs of 60 // 30 = 2 steps: the ramp ends after 0.4 x 80 = 32 steps.
     assert (method.rampup_steps, method.final_weight) == (32.0, 2.0)

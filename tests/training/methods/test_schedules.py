@@ -51,7 +51,8 @@ def test_at_the_demos_length_each_ramp_ends_and_each_horizon_is_a_small_share(tm
     model, optimizer = tiny_model(strategy)
     split = TrainingSplit(np.arange(DEMO_LABELLED), np.arange(DEMO_USED),
                           np.arange(DEMO_LABELLED) % C)
-    method = method_class(name).from_config(config, strategy, model, optimizer, C, split)
+    method = method_class(name).from_context(config.method_context(), strategy, model, optimizer, C,
+                                              split)
     if name in ("mean_teacher", "pseudo_label", "fixmatch"):
         # 1.18 steps of the demo's 1,240: a = 1 - 1 / 1.18, the teacher all but the student.
         horizon = CIFAR_CODE_SHARE * total_steps

@@ -109,7 +109,7 @@ def test_llp_and_supervised_keep_the_protocols_sgd_and_drops(tmp_path, name):
     config = TrainConfig.from_settings(run_dir=str(tmp_path), method=name,
                                        base_learning_rate=0.05, momentum=0.8,
                                        lr_drop_epochs=(3, 5), global_batch_size=64)
-    spec = method_class(name).optimizer_spec(config)
+    spec = method_class(name).optimizer_spec(config.method_context())
     assert spec == OptimizerSpec(0.025, 0.8, nesterov=False, step_drops=True)
     rate = assembly._learning_rate(config, schedule.PlateauTracker(0))
     assert [rate(epoch) for epoch in (0, 3, 5)] == [
@@ -122,6 +122,7 @@ def test_a_source_optimiser_keeps_its_rate_and_protocol_takes_the_drops(tmp_path
     rate = assembly._learning_rate(config, schedule.PlateauTracker(0))
     assert rate(0) == rate(9) == 0.03
     protocol = config.replace(baseline_optimizer="protocol")
-    assert method_class("mean_teacher").optimizer_spec(protocol) == OptimizerSpec(0.03, 0.9)
+    assert method_class("mean_teacher").optimizer_spec(
+        protocol.method_context()) == OptimizerSpec(0.03, 0.9)
     rate = assembly._learning_rate(protocol, schedule.PlateauTracker(0))
     assert rate(0) == 0.03 and rate(3) == pytest.approx(0.003, rel=1e-15)
