@@ -94,8 +94,8 @@ def test_a_warm_start_loads_a_runs_model_and_bank_rows(tiny_llp_training, tmp_pa
         model = build_model_from_config(config.model, classes, config.data.image_size)
         optimizer = keras.optimizers.SGD(0.1)
         split = TrainingSplit(labelled, used_index, labels[labelled])
-        return LLPMethod.from_config(config, tf.distribute.get_strategy(), model, optimizer,
-                                     classes, split)
+        return LLPMethod.from_context(config.method_context(), tf.distribute.get_strategy(),
+                                      model, optimizer, classes, split)
 
     method = warm_started(trained.run_dir)
     labels_before = method.bank.labels.numpy()
