@@ -8,9 +8,14 @@ Tolerances come from float32 similarities over tau = 0.07: a dot product of unit
 D = 8 is off by up to about D * 6e-8, so a logit (at most 1 / tau ~ 14) by about 1e-6 to 1e-5;
 log-sum-exps and the loss inherit that (2e-5), the gradient takes a further 1 / tau (2e-4),
 vote weights a softmax of such scores (1e-4), and an updated row is one normalisation of
-numbers at most 1 (1e-6)."""
+numbers at most 1 (1e-6).
+
+A bank of each kind and options is built once per module, its batch methods traced once
+(`Case.traced`), and restored to its initial state for each test (tracing is most of these
+tests' time)."""
 
 import dataclasses
+import os
 from typing import Any, Optional
 
 import numpy as np
@@ -33,9 +38,24 @@ KINDS = ("replicated", "mirrored", "sharded")
 
 @dataclasses.dataclass
 class Case:
-    """A bank and the strategy its batch methods run under (None: no strategy)."""
+    """A bank and the strategy its batch methods run under (None: no strategy), with its
+    traced functions by key (`traced`)."""
     bank: Any
     strategy: Optional[tf.distribute.Strategy]
+    functions: dict = dataclasses.field(default_factory=dict)
+
+    def traced(self, key, function):
+        """``function`` as a `tf.function` (under ``strategy.run`` when there is a strategy),
+        the one made for ``key`` on its first call (None: a new one)."""
+        if key is None or key not in self.functions:
+            if self.strategy is None:
+                traced = tf.function(function)
+            else:
+                traced = tf.function(lambda *args: self.strategy.run(function, args=args))
+            if key is None:
+                return traced
+            self.functions[key] = traced
+        return self.functions[key]
 
 
 def _make(kind, strategy, momentum=0.5, seed=3):
@@ -53,32 +73,52 @@ def kind(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(kind, options) -> (`Case`, its initial state's checkpoint), for the whole module."""
+    return {"folder": tmp_path_factory.mktemp("initial_banks")}
+
+
 @pytest.fixture
-def make(kind, two_replica_strategy):
-    """make(**options) -> a fresh `Case` of this test's kind of bank."""
-    return lambda **options: _make(kind, two_replica_strategy, **options)
+def make(kind, two_replica_strategy, built):
+    """make(**options) -> a `Case` of this test's kind of bank in its initial state: built
+    once per module for each kind and options, its traced functions kept."""
+    def fresh(**options):
+        key = (kind, tuple(sorted(options.items())))
+        if key not in built:
+            case = _make(kind, two_replica_strategy, **options)
+            path = tf.train.Checkpoint(bank=case.bank).write(
+                os.path.join(str(built["folder"]), f"initial-{len(built)}"))
+            built[key] = case, path
+        case, path = built[key]
+        tf.train.Checkpoint(bank=case.bank).read(path).assert_existing_objects_matched()
+        return case
+    return fresh
 
 
-def _run(case, function, *arrays):
+def _run(case, function, *arrays, key=None):
     """``function``'s results (numpy) on the batch ``arrays`` (axis 0 the batch): called once
-    outside a strategy, or by each replica on its consecutive part, the parts concatenated."""
+    outside a strategy, or by each replica on its consecutive part, the parts concatenated;
+    traced once for ``key`` (`Case.traced`)."""
+    traced = case.traced(key, function)
     if case.strategy is None:
-        results = tf.function(function)(*(tf.constant(a) for a in arrays))
+        results = traced(*(tf.constant(a) for a in arrays))
         return None if results is None else tf.nest.map_structure(lambda t: t.numpy(), results)
     strategy = case.strategy
     replicas = strategy.num_replicas_in_sync
     parts = [np.array_split(a, replicas) for a in arrays]
     per_replica = [strategy.experimental_distribute_values_from_function(
         lambda context, p=p: tf.constant(p[context.replica_id_in_sync_group])) for p in parts]
-    results = tf.function(lambda *args: strategy.run(function, args=args))(*per_replica)
+    results = traced(*per_replica)
     return None if results is None else tf.nest.map_structure(
         lambda t: np.concatenate([r.numpy() for r in strategy.experimental_local_results(t)]),
         results)
 
 
-def _writer(bank):
-    """(indices, embeddings[, classes, confidence]) -> ``bank.update`` of their `BankWrite`."""
-    return lambda *arrays: bank.update(BankWrite(*arrays))
+def _write(case, *arrays):
+    """``case.bank.update`` of the `BankWrite` of (indices, embeddings[, classes,
+    confidence])."""
+    _run(case, lambda *args: case.bank.update(BankWrite(*args)), *arrays, key="update")
 
 
 def _state(bank):
@@ -96,7 +136,7 @@ def _pseudo_labelled(case, seed=0):
     batch = (indices, reference.unit_rows(rng, 8, D), rng.integers(0, C, 8).astype(np.int64),
              rng.uniform(0.1, 0.9, 8).astype(np.float32))
     before = _state(case.bank)
-    _run(case, _writer(case.bank), *batch)
+    _write(case, *batch)
     return batch, before
 
 
@@ -147,7 +187,7 @@ def test_an_update_without_classes_keeps_labels(make):
     case = make()
     before = _state(case.bank)
     indices = np.array([2, 7, 10, 4], np.int64)
-    _run(case, _writer(case.bank), indices, reference.unit_rows(np.random.default_rng(1), 4, D))
+    _write(case, indices, reference.unit_rows(np.random.default_rng(1), 4, D))
     after = _state(case.bank)
     assert not np.allclose(after["embeddings"][indices], before["embeddings"][indices])
     np.testing.assert_array_equal(after["labels"], before["labels"])
@@ -166,7 +206,7 @@ def test_read_gives_the_rows_labels_and_confidences(make):
     _pseudo_labelled(case)
     state = _state(case.bank)
     indices = np.array([12, 0, 9, 5, 6, 3], np.int64)
-    labels, confidence = _run(case, case.bank.read, indices)
+    labels, confidence = _run(case, case.bank.read, indices, key="read")
     assert labels.dtype == np.int64 and confidence.dtype == np.float32
     np.testing.assert_array_equal(labels, state["labels"][indices])
     np.testing.assert_array_equal(confidence, state["confidence"][indices])
@@ -195,11 +235,11 @@ def test_nearest_rows_against_float64_with_ties_to_the_lowest_row(make):
     case = make(momentum=0.0)
     rng = np.random.default_rng(4)
     twin = reference.unit_rows(rng, 1, D)
-    _run(case, _writer(case.bank), np.array([2, 11]), np.concatenate([twin, twin]))
+    _write(case, np.array([2, 11]), np.concatenate([twin, twin]))
     rows = _state(case.bank)["embeddings"]
     np.testing.assert_array_equal(rows[2], rows[11])
     queries = np.concatenate([twin, twin, rng.normal(size=(6, D))]).astype(np.float32)
-    got = _run(case, case.bank.nearest_rows, queries)
+    got = _run(case, case.bank.nearest_rows, queries, key="nearest_rows")
     want = np.argmax(queries.astype(np.float64) @ rows.astype(np.float64).T, axis=1)
     assert want[0] == want[1] == 2 and got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
@@ -225,7 +265,7 @@ def test_aggregation_loss_and_gradient_against_float64(make, instance_labels):
     # The batch's own rows' labels, as a step reads them.
     labels = row_labels[indices]
     loss, gradient = _run(case, _loss_and_gradient(case.bank, instance_labels), embeddings,
-                          labels)
+                          labels, key=("aggregation_loss", instance_labels))
     assert loss.dtype == np.float32 and loss.shape == (8,)
     np.testing.assert_allclose(
         loss, reference.aggregation_loss(embeddings, state["embeddings"], row_labels, labels,
@@ -237,9 +277,14 @@ def test_aggregation_loss_and_gradient_against_float64(make, instance_labels):
 
 
 def _refreshed(case, t=4, chunk_size=2, temperature=TAU, **normalisation):
-    """``case`` after `Bank.refresh_density` in cross-replica context, as LLP calls it."""
-    tf.function(lambda: case.bank.refresh_density(t=t, temperature=temperature,
-                                                  chunk_size=chunk_size, **normalisation))()
+    """``case`` after `Bank.refresh_density` in cross-replica context, as LLP calls it (traced
+    once per case, settings and score budget)."""
+    key = ("refresh_density", t, chunk_size, temperature, tuple(normalisation.items()),
+           propagation.DENSITY_SCORE_BYTES)
+    if key not in case.functions:
+        case.functions[key] = tf.function(lambda: case.bank.refresh_density(
+            t=t, temperature=temperature, chunk_size=chunk_size, **normalisation))
+    case.functions[key]()
     return case
 
 
@@ -286,13 +331,13 @@ def test_a_refresh_whose_scores_fit_32_bytes_searches_4_rows_at_a_time(make, nor
 
 def test_the_default_refresh_is_the_releases_bit_for_bit(make):
     """No normalisation given: the raw sum every earlier run computed (eq. 7 as released)."""
-    default, release = make(), make()
-    for case in (default, release):
-        _pseudo_labelled(case)
-    _refreshed(default)
+    default = make()
+    _pseudo_labelled(default)
+    density = _state(_refreshed(default).bank)["density"]
+    release = make()  # the same bank, back in its initial state
+    _pseudo_labelled(release)
     _refreshed(release, normalisation="release")
-    np.testing.assert_array_equal(_state(default.bank)["density"],
-                                  _state(release.bank)["density"])
+    np.testing.assert_array_equal(density, _state(release.bank)["density"])
 
 
 # make test keeps each k and each weighting once.
@@ -309,7 +354,8 @@ def test_propagate_against_float64(make, local_weights, k):
     embeddings = reference.unit_rows(np.random.default_rng(6), 10, D)
     classes, confidence = _run(
         case, lambda e: case.bank.propagate(e, k=k, temperature=TAU,
-                                            local_weights=local_weights), embeddings)
+                                            local_weights=local_weights), embeddings,
+        key=("propagate", k, local_weights))
     want_classes, want_confidence, _ = reference.propagate(
         embeddings, state["embeddings"][labelled], state["labels"][labelled], C, k, TAU,
         state["density"] if local_weights else None)
@@ -337,7 +383,7 @@ def test_a_checkpoint_restores_into_every_kind_of_bank(make, target, two_replica
                                                        tmp_path):
     """The state is saved under the same names: a bank restores another kind's, and the warm
     start's partial checkpoint (the embeddings alone) reads it too."""
-    written = _refreshed(make(seed=4))
+    written = _refreshed(make())
     _pseudo_labelled(written)
     path = tf.train.Checkpoint(bank=written.bank).save(str(tmp_path / "ckpt"))
     want = _state(written.bank)
