@@ -130,8 +130,16 @@ def _stderr_of_help(*args):
     return result.stderr
 
 
-def test_a_tool_starts_quietly_unless_verbosity_asks():
+# Slow: a second process importing TensorFlow. make test keeps a process started quietly
+# through `quiet_start` with nothing of TensorFlow's on its stderr (the filtered-stderr test
+# above), every tool calling it before any import of TensorFlow (the last test), and a tool
+# printing the notices when its verbosity asks (the next test).
+@pytest.mark.slow
+def test_a_tool_starts_quietly():
     assert _stderr_of_help() == ""
+
+
+def test_a_tool_prints_the_notices_when_its_verbosity_asks():
     verbose = _stderr_of_help("--verbosity=0")
     # The lines are really printed, and hidden only by the quiet start.
     assert "oneDNN custom operations" in verbose or "cuda" in verbose.lower(), verbose
