@@ -1,8 +1,12 @@
 """EmbeddingClassifier under a 2-replica MirroredStrategy (two logical CPUs): one
 forward pass from the same weights against one device's, to `tests.numerics`' bound
-for two orders of the network's sums."""
+for two orders of the network's sums.
+
+The distributed model, its one-device copy and its traced passes are made once per module
+(`built`) and put back to the model's initial weights for each test."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests import numerics
@@ -26,12 +30,17 @@ def split_over_replicas(strategy, images):
         replica_slice)
 
 
-def run_on_replicas(strategy, model, images, training):
-    """Model outputs on the global batch, replica slices concatenated."""
-    @tf.function
-    def step(distributed):
-        return strategy.run(lambda x: model(x, training=training),
-                            args=(distributed,))
+def run_on_replicas(strategy, model, images, training, steps=None):
+    """Model outputs on the global batch, replica slices concatenated (its traced pass kept
+    in ``steps`` by ``training``, if given)."""
+    step = (steps or {}).get(training)
+    if step is None:
+        @tf.function
+        def step(distributed):
+            return strategy.run(lambda x: model(x, training=training),
+                                args=(distributed,))
+        if steps is not None:
+            steps[training] = step
 
     outputs = step(split_over_replicas(strategy, images))
     return {name: np.concatenate(
@@ -66,27 +75,51 @@ def assert_outputs_close(expected, actual):
         assert_close(expected[name], actual[name], name)
 
 
-def test_variables_are_mirrored(two_replica_strategy):
-    model = build_in_scope(two_replica_strategy, random_images(GLOBAL_BATCH))
+class Built:
+    """The default model built in the strategy's scope, its initial weights, a one-device
+    model and the model's traced passes (`run_on_replicas`'s ``steps``)."""
+
+    def __init__(self, strategy):
+        self.strategy, images = strategy, random_images(GLOBAL_BATCH)
+        self.model = build_in_scope(strategy, images)
+        self.initial = self.model.get_weights()
+        self.single = single_device_copy(self.model, images)
+        self.steps = {}
+
+    def fresh(self):
+        """(model, its one-device copy), both at the model's initial weights."""
+        with self.strategy.scope():
+            self.model.set_weights(self.initial)
+        self.single.set_weights(self.initial)
+        return self.model, self.single
+
+    def run(self, images, training):
+        return run_on_replicas(self.strategy, self.model, images, training, self.steps)
+
+
+@pytest.fixture(scope="module")
+def built(two_replica_strategy):
+    return Built(two_replica_strategy)
+
+
+def test_variables_are_mirrored(two_replica_strategy, built):
+    model, _ = built.fresh()
     for variable in model.weights:
         assert len(two_replica_strategy.experimental_local_results(
             variable.value)) == 2
 
 
-def test_inference_matches_single_device(two_replica_strategy):
+def test_inference_matches_single_device(built):
     images = random_images(GLOBAL_BATCH)
-    model = build_in_scope(two_replica_strategy, images)
-    single = single_device_copy(model, images)
-    assert_outputs_close(single(images, training=False),
-                         run_on_replicas(two_replica_strategy, model, images,
-                                         training=False))
+    _, single = built.fresh()
+    assert_outputs_close(single(images, training=False), built.run(images, training=False))
 
 
-def test_checkpoint_round_trip_in_strategy(two_replica_strategy, tmp_path):
+def test_checkpoint_round_trip_in_strategy(two_replica_strategy, built, tmp_path):
     strategy = two_replica_strategy
     images = random_images(GLOBAL_BATCH)
-    model = build_in_scope(strategy, images)
-    run_on_replicas(strategy, model, images, training=True)
+    model, _ = built.fresh()
+    built.run(images, training=True)
     with strategy.scope():
         path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
 
@@ -98,23 +131,22 @@ def test_checkpoint_round_trip_in_strategy(two_replica_strategy, tmp_path):
         for copy in strategy.experimental_local_results(loaded.value):
             np.testing.assert_array_equal(saved.numpy(), copy.numpy())
 
-    # The same checkpoint restores a single-device model, which then agrees
-    # with the distributed one.
-    single = tiny_model()
-    single(images[:2])
+    # The same checkpoint restores a single-device model (at the initial weights, unlike the
+    # checkpoint's), which then agrees with the distributed one (the restored's weights, on
+    # every replica, being the saved model's).
+    _, single = built.fresh()
     tf.train.Checkpoint(model=single).read(path).assert_consumed()
-    assert_outputs_close(single(images, training=False),
-                         run_on_replicas(strategy, restored, images,
-                                         training=False))
+    with strategy.scope():
+        model.set_weights(restored.get_weights())
+    assert_outputs_close(single(images, training=False), built.run(images, training=False))
 
 
 def test_moving_statistics_stay_identical_across_replicas(
-        two_replica_strategy):
+        two_replica_strategy, built):
     strategy = two_replica_strategy
     images = random_images(GLOBAL_BATCH)
-    model = build_in_scope(strategy, images)
-    single = single_device_copy(model, images)
-    run_on_replicas(strategy, model, images, training=True)
+    model, single = built.fresh()
+    built.run(images, training=True)
     single(images, training=True)
 
     for norm in model.trunk.batch_norm_layers():
@@ -130,11 +162,12 @@ def test_moving_statistics_stay_identical_across_replicas(
                  first_norm.moving_mean.numpy(), "moving mean")
 
 
-def test_sync_batch_norm_trains_like_one_device(two_replica_strategy):
+def test_sync_batch_norm_trains_like_one_device(two_replica_strategy, built):
     strategy = two_replica_strategy
     images = random_images(GLOBAL_BATCH)
     model = build_in_scope(strategy, images, sync_batch_norm=True)
-    single = single_device_copy(model, images)
+    _, single = built.fresh()
+    single.set_weights(model.get_weights())
     distributed = run_on_replicas(strategy, model, images, training=True)
     assert_outputs_close(single(images, training=True), distributed)
     for sync_norm, norm in zip(model.trunk.batch_norm_layers(),
