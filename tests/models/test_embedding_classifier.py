@@ -1,4 +1,8 @@
-"""EmbeddingClassifier: outputs, batch norm, weight decay, tf.function, checkpoints."""
+"""EmbeddingClassifier: outputs, batch norm, weight decay, tf.function, checkpoints.
+
+Tests that only read a model share one built per module (`model`), those that restore a
+checkpoint one trained model and its checkpoint (`trained`); the ones that watch the moving
+statistics from their start build their own."""
 
 import numpy as np
 import pytest
@@ -7,7 +11,7 @@ import tensorflow as tf
 from llp_tf.errors import ConfigError
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
 from llp_tf.models.resnet_v2 import ResNetV2
-from tests.models.helpers import (TINY_EMBEDDING_DIM, TINY_NUM_CLASSES,
+from tests.models.helpers import (TINY_EMBEDDING_DIM, TINY_NUM_CLASSES, random_images,
                                   tiny_model)
 
 
@@ -16,8 +20,25 @@ def moving_statistics(model):
             for norm in model.trunk.batch_norm_layers()]
 
 
-def test_outputs_keys_shapes_dtypes(images):
-    model = tiny_model()
+@pytest.fixture(scope="module")
+def model():
+    """A built tiny model (tests may run it in training mode: its moving statistics change)."""
+    built = tiny_model()
+    built(random_images(8))
+    return built
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(model, path of its checkpoint): a tiny model after one training-mode pass (non-trivial
+    moving statistics), not changed after."""
+    built = tiny_model()
+    built(random_images(8), training=True)
+    return built, tf.train.Checkpoint(model=built).write(
+        str(tmp_path_factory.mktemp("trained") / "model"))
+
+
+def test_outputs_keys_shapes_dtypes(model, images):
     outputs = model(images)
     assert set(outputs) == {"features", "embedding", "logits"}
     assert outputs["features"].shape == (8, model.feature_dim)
@@ -29,15 +50,13 @@ def test_outputs_keys_shapes_dtypes(images):
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_embeddings_have_unit_norm(images, training):
-    model = tiny_model()
+def test_embeddings_have_unit_norm(model, images, training):
     embedding = model(images * 5.0, training=training)["embedding"]
     np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0,
                                atol=1e-5)
 
 
-def test_heads_read_the_pooled_features(images):
-    model = tiny_model()
+def test_heads_read_the_pooled_features(model, images):
     outputs = model(images)
     np.testing.assert_allclose(
         outputs["logits"], model.category_head(outputs["features"]),
@@ -49,8 +68,7 @@ def test_heads_read_the_pooled_features(images):
         rtol=1e-5, atol=1e-5)
 
 
-def test_inference_is_the_default_and_leaves_moving_statistics(images):
-    model = tiny_model()
+def test_inference_is_the_default_and_leaves_moving_statistics(model, images):
     first = model(images)
     before = moving_statistics(model)
     second = model(images, training=False)
@@ -91,8 +109,7 @@ def test_training_without_updates_uses_batch_statistics_and_keeps_moving_ones(im
     assert all(not np.all(mean == 0) for mean in moving_statistics(updating))
 
 
-def test_tf_function_matches_eager(images):
-    model = tiny_model()
+def test_tf_function_matches_eager(model, images):
     eager = model(images)
     compiled = tf.function(lambda x: model(x, training=False))(
         tf.constant(images))
@@ -101,9 +118,7 @@ def test_tf_function_matches_eager(images):
                                    rtol=1e-5, atol=1e-5)
 
 
-def test_weight_decay_excludes_batch_norm_and_covers_every_kernel(images):
-    model = tiny_model()
-    model(images)
+def test_weight_decay_excludes_batch_norm_and_covers_every_kernel(model, images):
     decayed = {id(v) for v in model.weight_decay_variables()}
     batch_norm = {id(v) for v in model.batch_norm_variables()}
     paths = {id(v): v.path for v in model.trainable_variables}
@@ -139,10 +154,8 @@ def test_bottleneck_model_outputs(images):
     assert outputs["features"].shape == (8, 4 * 16)
 
 
-def test_checkpoint_round_trip_restores_every_weight(images, tmp_path):
-    model = tiny_model()
-    model(images, training=True)  # non-trivial moving statistics
-    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+def test_checkpoint_round_trip_restores_every_weight(images, trained):
+    model, path = trained
 
     restored = tiny_model()
     restored(images[:1])
@@ -159,10 +172,8 @@ def test_checkpoint_round_trip_restores_every_weight(images, tmp_path):
         np.testing.assert_array_equal(expected[name], actual[name])
 
 
-def test_checkpoint_holds_every_variable(images, tmp_path):
-    model = tiny_model()
-    model(images)
-    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+def test_checkpoint_holds_every_variable(trained):
+    model, path = trained
     shapes = sorted(tuple(shape) for name, shape in
                     tf.train.list_variables(path)
                     if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
@@ -178,10 +189,8 @@ def test_invalid_head_sizes(setting, value):
         EmbeddingClassifier(trunk, **arguments)
 
 
-def test_create_weights_then_restore(images, tmp_path):
-    model = tiny_model()
-    model(images, training=True)
-    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+def test_create_weights_then_restore(trained):
+    model, path = trained
 
     restored = tiny_model().create_weights()
     assert restored.built
