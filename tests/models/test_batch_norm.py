@@ -8,9 +8,25 @@ from llp_tf.models import batch_norm
 from tests.models.helpers import tiny_model
 
 
-def test_deferred_updates_equal_inline_ones_and_the_moving_average_of_the_moments(images):
-    inline, deferred = tiny_model().create_weights(16), tiny_model().create_weights(16)
-    deferred.set_weights(inline.get_weights())
+@pytest.fixture(scope="module")
+def built():
+    """Two built tiny models and the first's initial weights, made once per module."""
+    first, second = tiny_model().create_weights(16), tiny_model().create_weights(16)
+    return first, second, first.get_weights()
+
+
+@pytest.fixture
+def models(built):
+    """Two tiny models at the same initial weights (moving statistics 0 and 1)."""
+    first, second, initial = built
+    for model in (first, second):
+        model.set_weights(initial)
+    return first, second
+
+
+def test_deferred_updates_equal_inline_ones_and_the_moving_average_of_the_moments(images,
+                                                                                  models):
+    inline, deferred = models
     layers = deferred.batch_norm_layers()
     want = inline(images, training=True)
     with batch_norm.DeferredMovingStatistics(layers) as recorder:
@@ -31,8 +47,8 @@ def test_deferred_updates_equal_inline_ones_and_the_moving_average_of_the_moment
                                0.997 + 0.003 * stem.var(axis=(0, 1, 2)), rtol=1e-5)
 
 
-def test_deferred_moments_come_out_of_a_compiled_function(images):
-    model = tiny_model().create_weights(16)
+def test_deferred_moments_come_out_of_a_compiled_function(images, models):
+    model, _ = models
     layers = model.batch_norm_layers()
 
     @tf.function(jit_compile=True)
@@ -47,8 +63,8 @@ def test_deferred_moments_come_out_of_a_compiled_function(images):
     np.testing.assert_allclose(moments[0][0], stem.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6)
 
 
-def test_inference_and_missing_layers_inside_the_deferral(images):
-    model = tiny_model().create_weights(16)
+def test_inference_and_missing_layers_inside_the_deferral(images, models):
+    model, _ = models
     with batch_norm.DeferredMovingStatistics(model.batch_norm_layers()) as recorder:
         model(images, training=False)  # inference records nothing
         with pytest.raises(RuntimeError, match="did not run in training mode"):
@@ -58,12 +74,11 @@ def test_inference_and_missing_layers_inside_the_deferral(images):
     assert not np.all(model.batch_norm_layers()[0].moving_mean.numpy() == 0)
 
 
-def test_kept_calls_normalise_with_the_batch_and_record_nothing(images):
+def test_kept_calls_normalise_with_the_batch_and_record_nothing(images, models):
     """Inside `moving_statistics_kept`, a training call gives Keras's
     training-mode output but no update, inline or deferred: a deferral around
     a kept pass and a plain one records the plain pass's moments only."""
-    keras_model, kept = tiny_model().create_weights(16), tiny_model().create_weights(16)
-    kept.set_weights(keras_model.get_weights())
+    keras_model, kept = models
     layers = kept.batch_norm_layers()
     other_images = images[::-1] * 2.0 + 1.0
     want = keras_model(other_images, training=True)
