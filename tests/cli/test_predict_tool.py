@@ -33,10 +33,9 @@ def _run(*args):
 
 
 @pytest.fixture(scope="module")
-def model_dir(run, class_names, tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("predict") / "model")
-    saved_model.export_run(run, class_names, path)
-    return path
+def model_dir(tiny_llp_export):
+    """The shared export of the tiny run (`tiny_llp_export`); do not write into it."""
+    return tiny_llp_export[0]
 
 
 @pytest.fixture(scope="module")
