@@ -12,21 +12,21 @@ import pytest
 from llp_tf import tool_names
 from tests.cli.tool_main import ROOT
 
-MARKER = "Train (the second checkout's code)"
+MARKER = "Runs (the second checkout's code)"
 
 
 @pytest.fixture(scope="module")
 def second_checkout(tmp_path_factory):
-    """A copy of this checkout's llp_tf/, tools/ and flags/ whose train tool's help starts
-    with `MARKER`."""
+    """A copy of this checkout's llp_tf/, tools/ and flags/ whose launcher's help starts
+    with `MARKER` (a tool whose help imports no TensorFlow)."""
     other = tmp_path_factory.mktemp("second") / "checkout"
     ignored = shutil.ignore_patterns("__pycache__")
     for part in ("llp_tf", "tools", "flags"):
         shutil.copytree(os.path.join(ROOT, part), other / part, symlinks=True, ignore=ignored)
-    train = other / "llp_tf" / "cli" / "train.py"
-    text = train.read_text()
-    assert text.startswith('"""Train with')
-    train.write_text(text.replace('"""Train with', f'"""{MARKER} with', 1))
+    launcher = other / "llp_tf" / "cli" / "launch_local.py"
+    text = launcher.read_text()
+    assert text.startswith('"""Runs a multi-worker')
+    launcher.write_text(text.replace('"""Runs', f'"""{MARKER}', 1))
     return other
 
 
@@ -43,12 +43,13 @@ def test_a_checkouts_script_runs_its_own_code_not_the_installed_one(second_check
     # The interpreter's own llp_tf is another one (this checkout's, installed editable).
     installed = _run("-c", "import llp_tf; print(llp_tf.__file__)", cwd=elsewhere)
     assert str(second_checkout) not in installed.stdout + installed.stderr
-    result = _run(str(second_checkout / "tools" / "train.py"), "--help", cwd=elsewhere)
+    result = _run(str(second_checkout / "tools" / "launch_local.py"), "--help", cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(MARKER)
     # Its help names the tools as the checkout's scripts.
-    assert "\n  tools/train.py --regime=demo\n" in result.stdout
-    assert "llp-train" not in result.stdout
+    assert "\n  tools/launch_local.py --workers=2 -- tools/train.py --regime=demo" in \
+        result.stdout
+    assert "llp-train" not in result.stdout and "llp-launch-local" not in result.stdout
 
 
 def test_the_python_processes_a_checkouts_tool_starts_run_its_llp_tf(second_checkout):
