@@ -29,9 +29,20 @@ def _cache(run, source, directory, split=TRAIN, **kwargs):
                                          **kwargs)
 
 
+@pytest.fixture(scope="module")
+def built(run, source, tmp_path_factory):
+    """(folder, {split: cache}): the train and validation caches of the run's model, built
+    once per module in ``folder``'s "train" and "validation"; tests only read them."""
+    folder = tmp_path_factory.mktemp("caches")
+    return folder, {split: _cache(run, source, folder / split, split=split,
+                                  trunk="trained test trunk")
+                    for split in (TRAIN, VALIDATION)}
+
+
 def test_cache_holds_the_models_features_of_each_images_centre_crop(run, source, stripes,
-                                                                    tmp_path):
-    cache = _cache(run, source, tmp_path / "train", trunk="trained test trunk")
+                                                                    built):
+    tmp_path, caches = built
+    cache = caches[TRAIN]
     images, labels = read_folder_split(stripes, "train")
     expected = centre_crop_features(run.model, images, run.config.data.image_size)
     stored = np.load(tmp_path / "train" / feature_cache.FEATURES_FILE)  # a plain .npy file
@@ -55,7 +66,8 @@ def test_cache_holds_the_models_features_of_each_images_centre_crop(run, source,
     assert not cache.reused and not os.path.exists(str(tmp_path / "train") + ".partial")
 
 
-def test_a_subsample_reads_only_its_images_and_matches_the_full_cache(run, source, tmp_path):
+def test_a_subsample_reads_only_its_images_and_matches_the_full_cache(run, source, tmp_path,
+                                                                      built):
     index = features.subsample_index(160, 50, seed=3)
     assert len(index) == 50 and np.all(np.diff(index) > 0)
     np.testing.assert_array_equal(index, features.subsample_index(160, 50, seed=3))
@@ -66,7 +78,7 @@ def test_a_subsample_reads_only_its_images_and_matches_the_full_cache(run, sourc
         features.subsample_index(160, 0, 0)
     stream = io.StringIO()
     part = _cache(run, source, tmp_path / "part", index=index, stream=stream)
-    full = _cache(run, source, tmp_path / "full")
+    full = built[1][TRAIN]
     assert "2/2" in stream.getvalue()  # 50 images: two batches of 48, not four
     np.testing.assert_array_equal(part.index, index)
     np.testing.assert_array_equal(part.labels, full.labels[index])
@@ -133,12 +145,11 @@ def test_a_rebuild_replaces_no_folder_but_a_caches_and_keeps_it(run, source, tmp
 
 
 @pytest.mark.parametrize("standardize", [False, True])
-def test_readout_from_the_cache_equals_the_readout_from_arrays(run, source, tmp_path,
-                                                              standardize):
-    train = _cache(run, source, tmp_path / "t").feature_set()
-    validation = _cache(run, source, tmp_path / "v", split=VALIDATION).feature_set()
-    arrays = [features.FeatureSet(np.load(tmp_path / name / "features.npy"), s.labels,
-                                  s.index) for name, s in (("t", train), ("v", validation))]
+def test_readout_from_the_cache_equals_the_readout_from_arrays(built, standardize):
+    folder, caches = built
+    train, validation = (caches[split].feature_set() for split in (TRAIN, VALIDATION))
+    arrays = [features.FeatureSet(np.load(folder / name / "features.npy"), s.labels, s.index)
+              for name, s in ((TRAIN, train), (VALIDATION, validation))]
     settings = ProbeSettings(epochs=3, batch_size=32, learning_rate=0.05,
                              standardize=standardize)
     from_cache, cached = train_readout(train, validation, 4, settings, io.StringIO())
