@@ -127,11 +127,13 @@ def test_a_shard_without_rows_gives_no_candidates():
     assert np.all(np.isneginf(scores.numpy())) and np.all(index.numpy() == -1)
 
 
-@pytest.mark.parametrize("replicas", [2, 4])
-def test_nearest_rows_of_the_shards_merged_are_the_banks(replicas, two_replica_strategy,
-                                                         four_replica_strategy):
+# make test keeps two replicas (also test_bank_contract's tie across the shards); four, like
+# the sharded bank's other four-replica tests, is slow.
+@pytest.mark.parametrize("replicas", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_nearest_rows_of_the_shards_merged_are_the_banks(replicas, request):
     """Against float64 argmax; a row repeated in a later shard loses the tie, as unsharded."""
-    strategy = two_replica_strategy if replicas == 2 else four_replica_strategy
+    strategy = request.getfixturevalue(
+        "two_replica_strategy" if replicas == 2 else "four_replica_strategy")
     rng = np.random.default_rng(5)
     rows = rng.normal(size=(13, 4)).astype(np.float32)
     rows[11] = rows[2]  # in the last shard at 2 and at 4 replicas; row 2 in the first
