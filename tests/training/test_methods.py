@@ -80,6 +80,23 @@ def fresh(tmp_path_factory):
 ONE_REPLICA = dict(propagation="local", sync_batch_norm=False)
 
 
+@pytest.fixture(scope="module")
+def shared_supervised(fresh):
+    """``shared_supervised()``: (the supervised baseline, its runner) on the model and optimizer of
+    the one-replica tests' method (`ONE_REPLICA`), restored to their initial state; the
+    baseline built and traced once per module."""
+    made = []
+
+    def restored():
+        method, _ = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
+        if not made:
+            baseline = _supervised(method)
+            made.append((baseline, StepRunner(baseline)))
+        return made[0]
+
+    return restored
+
+
 def _run(method, data, llp_steps=4, runner=None):
     iterator = _iterator(method.strategy, data)
     runner = runner or StepRunner(method)
@@ -217,18 +234,18 @@ def test_warmup_loss_is_instance_discrimination_over_the_bank(fresh):
     np.testing.assert_allclose(metrics["aggregation"][0], want, rtol=1e-4)
 
 
-def test_supervised_baseline_has_its_own_phase_and_no_bank(fresh):
+def test_supervised_baseline_has_its_own_phase_and_no_bank(shared_supervised):
     strategy = tf.distribute.get_strategy()
-    supervised = _supervised(fresh(strategy, **ONE_REPLICA)[0])  # its model, initial
+    supervised, runner = shared_supervised()
     assert supervised.bank is None and supervised.checkpoint_items() == {}
     assert supervised.phase(0) == supervised.phase(7) == "supervised"
-    metrics = StepRunner(supervised).run(_iterator(strategy, _data()), 3, "supervised")
+    metrics = runner.run(_iterator(strategy, _data()), 3, "supervised")
     assert list(metrics.values) == ["loss", "categorisation", "weight_decay"]
     assert metrics.weights == {}
     metrics = metrics.values
     assert metrics["categorisation"][0] == pytest.approx(np.log(C), rel=0.5)
     with pytest.raises(ValueError, match="phases"):
-        StepRunner(supervised).run(_iterator(strategy, _data()), 1, "llp")
+        runner.run(_iterator(strategy, _data()), 1, "llp")
 
 
 def test_llp_method_phases_state_and_input():
@@ -326,16 +343,16 @@ def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strat
         _supervised_step(paths, copier, _global_batch(data, step), sums, replicas)
 
 
-def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow(fresh):
+def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow(shared_supervised):
     skip_unless_computable("float16")
     strategy = tf.distribute.get_strategy()
     scaled = _supervised(_setup(strategy, sync_batch_norm=False, mixed_precision="float16"))
-    plain = _supervised(fresh(strategy, **ONE_REPLICA)[0])  # the same initial weights
+    plain, plain_runner = shared_supervised()  # the same initial weights
     assert isinstance(scaled.optimizer, keras.optimizers.LossScaleOptimizer)
     data = _data()
     before = [v.numpy() for v in plain.model.trainable_variables]
-    # One runner each: the overflowing step below reuses the scaled one's traced loop.
-    plain_runner, scaled_runner = StepRunner(plain), StepRunner(scaled)
+    # The overflowing step below reuses the scaled runner's traced loop.
+    scaled_runner = StepRunner(scaled)
     for runner in (plain_runner, scaled_runner):
         runner.run(_iterator(strategy, data), 1, "supervised")
     # At the initial scale 2^15 the float16 gradients stay finite: the step is
