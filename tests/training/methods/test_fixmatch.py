@@ -170,7 +170,8 @@ def test_two_replicas_take_the_step_of_one_from_the_same_state(two_replica_strat
     assert max(masks) > 0  # the unlabelled term counted
 
 
-# make test keeps float16 (loss scaling too); bfloat16 runs the same float32 losses.
+# make test keeps float16 (loss scaling too), also for pseudo-label's and Mean Teacher's steps
+# (theirs are slow); bfloat16 runs the same float32 losses.
 @pytest.mark.parametrize("mixed_precision",
                          ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_mixed_precision_trains_with_float32_losses(mixed_precision, fresh):
@@ -183,6 +184,8 @@ def test_mixed_precision_trains_with_float32_losses(mixed_precision, fresh):
     plain_method, plain_runner = fresh(strategy, threshold=0.3)
     plain = _run(plain_method, data, runner=plain_runner)
     assert_mixed_precision_trains(metrics, plain, before, method)
+    # The average (Mean Teacher's teacher is this average) stays float32.
+    assert all(v.dtype == "float32" for v in method.average.weights)
 
 
 @pytest.mark.slow
