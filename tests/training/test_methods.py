@@ -47,11 +47,13 @@ def _setup(strategy, propagation="local", sync_batch_norm=True, weight_decay=1e-
                      jit_compile=jit_compile)
 
 
-def _supervised(method):
-    """The supervised baseline on the same model and optimizer as ``method``."""
+def _supervised(method, weight_decay=None):
+    """The supervised baseline on the same model and optimizer as ``method`` (and its weight
+    decay, unless given)."""
     return SupervisedMethod(method.strategy, method.model, method.optimizer, num_classes=C,
-                            global_batch_size=B, weight_decay=method.weight_decay,
-                            jit_compile=method.jit_compile)
+                            global_batch_size=B,
+                            weight_decay=method.weight_decay if weight_decay is None
+                            else weight_decay, jit_compile=method.jit_compile)
 
 
 def _iterator(strategy, data):
@@ -72,6 +74,27 @@ def fresh(tmp_path_factory):
     """``fresh(strategy, **settings)``: `_setup`'s method in its initial state with its
     runner, built and traced once per module (`tests.same_state.FreshMethods`)."""
     return FreshMethods(tmp_path_factory.mktemp("initial")).per_setup(_setup)
+
+
+#: The settings of the one-replica tests' shared method (`fresh`): one traced method for all.
+ONE_REPLICA = dict(propagation="local", sync_batch_norm=False)
+
+
+@pytest.fixture(scope="module")
+def shared_supervised(fresh):
+    """``shared_supervised()``: (the supervised baseline, its runner) on the model and optimizer of
+    the one-replica tests' method (`ONE_REPLICA`), restored to their initial state; the
+    baseline built and traced once per module."""
+    made = []
+
+    def restored():
+        method, _ = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
+        if not made:
+            baseline = _supervised(method)
+            made.append((baseline, StepRunner(baseline)))
+        return made[0]
+
+    return restored
 
 
 def _run(method, data, llp_steps=4, runner=None):
@@ -121,7 +144,7 @@ def test_llp_never_reads_the_true_labels_of_unlabelled_examples(fresh):
     scrambled["label"] = np.where(unlabelled, (data["label"] + 1) % C, data["label"])
     runs = []
     for given in (data, scrambled):
-        method, runner = fresh(tf.distribute.get_strategy())
+        method, runner = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
         runs.append((_run(method, given, runner=runner), method.bank.labels.numpy()))
     (metrics_a, labels_a), (metrics_b, labels_b) = runs
     for a, b in zip(metrics_a, metrics_b):
@@ -132,7 +155,10 @@ def test_llp_never_reads_the_true_labels_of_unlabelled_examples(fresh):
     np.testing.assert_array_equal(labels_a, labels_b)
 
 
-@pytest.mark.parametrize("propagation", ["local", "knn", "classifier"])
+# knn is slow: local's step with the density weights left out, which make test keeps in
+# tests/core (propagate against float64 with and without local weights).
+@pytest.mark.parametrize("propagation", ["local", pytest.param("knn", marks=pytest.mark.slow),
+                                         "classifier"])
 def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation, fresh):
     trainer, runner = fresh(tf.distribute.get_strategy(), propagation=propagation,
                             sync_batch_norm=False)
@@ -163,8 +189,7 @@ def test_llp_steps_write_pseudo_labels_and_keep_true_ones(propagation, fresh):
 
 
 def test_confidence_is_the_mean_over_the_rows_that_have_a_class(fresh):
-    trainer, runner = fresh(tf.distribute.get_strategy(), propagation="local",
-                            sync_batch_norm=False)
+    trainer, runner = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
     data = _data()
     iterator = _iterator(trainer.strategy, data)
     runner.run(iterator, 2, "warmup")
@@ -194,14 +219,13 @@ def test_confidence_is_the_mean_over_the_rows_that_have_a_class(fresh):
 
 
 def test_warmup_loss_is_instance_discrimination_over_the_bank(fresh):
-    trainer, _ = fresh(tf.distribute.get_strategy(), propagation="local", sync_batch_norm=False)
+    trainer, _ = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
     data = _data()
     bank_before = trainer.bank.embeddings.numpy().astype(np.float64)
     batch = {k: v[:B] for k, v in data.items()}
     embeddings = trainer.model(batch["image"], training=True)["embedding"].numpy()
     # Restore the state the step starts from (the forward above moved BN statistics).
-    trainer, runner = fresh(tf.distribute.get_strategy(), propagation="local",
-                            sync_batch_norm=False)
+    trainer, runner = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
     metrics = runner.run(_iterator(trainer.strategy, data), 1, "warmup").values
     logits = embeddings.astype(np.float64) @ bank_before.T / 0.07
     own = logits[np.arange(B), batch["index"]]
@@ -210,18 +234,18 @@ def test_warmup_loss_is_instance_discrimination_over_the_bank(fresh):
     np.testing.assert_allclose(metrics["aggregation"][0], want, rtol=1e-4)
 
 
-def test_supervised_baseline_has_its_own_phase_and_no_bank():
+def test_supervised_baseline_has_its_own_phase_and_no_bank(shared_supervised):
     strategy = tf.distribute.get_strategy()
-    supervised = _supervised(_setup(strategy, sync_batch_norm=False))
+    supervised, runner = shared_supervised()
     assert supervised.bank is None and supervised.checkpoint_items() == {}
     assert supervised.phase(0) == supervised.phase(7) == "supervised"
-    metrics = StepRunner(supervised).run(_iterator(strategy, _data()), 3, "supervised")
+    metrics = runner.run(_iterator(strategy, _data()), 3, "supervised")
     assert list(metrics.values) == ["loss", "categorisation", "weight_decay"]
     assert metrics.weights == {}
     metrics = metrics.values
     assert metrics["categorisation"][0] == pytest.approx(np.log(C), rel=0.5)
     with pytest.raises(ValueError, match="phases"):
-        StepRunner(supervised).run(_iterator(strategy, _data()), 1, "llp")
+        runner.run(_iterator(strategy, _data()), 1, "llp")
 
 
 def test_llp_method_phases_state_and_input():
@@ -245,11 +269,12 @@ def test_llp_method_phases_state_and_input():
     assert len(calls) == 2 and int(llp.density_epoch.numpy()) == 2
 
 
-def test_one_sgd_step_moves_a_weight_by_lr_times_data_gradient_plus_lambda_w():
+def test_one_sgd_step_moves_a_weight_by_lr_times_data_gradient_plus_lambda_w(fresh):
     """The release's weight decay: the penalty lambda * sum(l2_loss(w)) has gradient lambda * w."""
     weight_decay, learning_rate = 0.05, 0.05  # a lambda large enough to see beside the data term
     strategy = tf.distribute.get_strategy()
-    trainer = _supervised(_setup(strategy, sync_batch_norm=False, weight_decay=weight_decay))
+    # The shared method's model and optimizer (momentum without history), initial.
+    trainer = _supervised(fresh(strategy, **ONE_REPLICA)[0], weight_decay=weight_decay)
     model = trainer.model
     data = _data()
     batch = {k: v[:B] for k, v in data.items()}
@@ -318,16 +343,18 @@ def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strat
         _supervised_step(paths, copier, _global_batch(data, step), sums, replicas)
 
 
-def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow():
+def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow(shared_supervised):
     skip_unless_computable("float16")
     strategy = tf.distribute.get_strategy()
     scaled = _supervised(_setup(strategy, sync_batch_norm=False, mixed_precision="float16"))
-    plain = _supervised(_setup(strategy, sync_batch_norm=False))
+    plain, plain_runner = shared_supervised()  # the same initial weights
     assert isinstance(scaled.optimizer, keras.optimizers.LossScaleOptimizer)
     data = _data()
     before = [v.numpy() for v in plain.model.trainable_variables]
-    for method in (plain, scaled):
-        StepRunner(method).run(_iterator(strategy, data), 1, "supervised")
+    # The overflowing step below reuses the scaled runner's traced loop.
+    scaled_runner = StepRunner(scaled)
+    for runner in (plain_runner, scaled_runner):
+        runner.run(_iterator(strategy, data), 1, "supervised")
     # At the initial scale 2^15 the float16 gradients stay finite: the step is
     # taken, unscaled (not 2^15 times too long), along the float32 one; float16
     # activations (3 digits) through batch norms over 16 images turn it by a few degrees.
@@ -342,14 +369,14 @@ def test_float16_scales_the_loss_and_skips_a_step_whose_gradients_overflow():
     # skipped (no weight moves) and the scale halves.
     scaled.optimizer.dynamic_scale.assign(2.0 ** 100)
     held = [v.numpy() for v in scaled.model.trainable_variables]
-    StepRunner(scaled).run(_iterator(strategy, data), 1, "supervised")
+    scaled_runner.run(_iterator(strategy, data), 1, "supervised")
     for variable, value in zip(scaled.model.trainable_variables, held):
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.path)
     assert float(scaled.optimizer.dynamic_scale.numpy()) == 2.0 ** 99
 
 
 def test_the_runner_reports_each_step_of_a_loop_on_the_host_while_it_runs(fresh):
-    method, runner = fresh(tf.distribute.get_strategy())
+    method, runner = fresh(tf.distribute.get_strategy(), **ONE_REPLICA)
     iterator = _iterator(method.strategy, _data())
     done = []
     metrics = runner.run(iterator, 3, "warmup", on_step=done.append)

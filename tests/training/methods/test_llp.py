@@ -16,23 +16,32 @@ from tests.training.methods.two_streams import C, tiny_model
 USED, EMBEDDING = 60, 16
 
 
-def _method(tmp_path, labelled_classes, **settings):
+@pytest.fixture(scope="module")
+def model_and_optimizer():
+    """A `tiny_model` and its optimizer, built once for the module (the methods built on them
+    read them; the density refresh reads the bank only)."""
+    return tiny_model(tf.distribute.get_strategy())
+
+
+def _method(model_and_optimizer, tmp_path, labelled_classes, **settings):
     config = tiny_config(tmp_path, "digits", method="llp", epochs=2, warmup_epochs=1,
                          embedding_dim=EMBEDDING, width=0.125, architecture="resnet10",
                          small_inputs=True, image_size=8, **settings)
     strategy = tf.distribute.get_strategy()
-    model, optimizer = tiny_model(strategy)
+    model, optimizer = model_and_optimizer
     labelled = np.arange(len(labelled_classes)) * 3
     split = TrainingSplit(labelled, np.arange(USED), np.asarray(labelled_classes, np.int64))
     return LLPMethod.from_context(config.method_context(), strategy, model, optimizer, C, split)
 
 
 @pytest.mark.parametrize("normalisation", ["release", "paper"])
-def test_the_density_normalisation_setting_reaches_the_refresh(tmp_path, normalisation):
+def test_the_density_normalisation_setting_reaches_the_refresh(tmp_path, normalisation,
+                                                              model_and_optimizer):
     """T = 5 of 60 rows at tau = 0.07 (the bank's random initial rows): the paper's rho is
     the release's over Z, a sum over all 60 rows (log rho within 4e-5 of float64, as in
     tests/core/test_bank_contract.py)."""
-    method = _method(tmp_path, np.arange(12) % C, t=5, density_normalisation=normalisation)
+    method = _method(model_and_optimizer, tmp_path, np.arange(12) % C, t=5,
+                     density_normalisation=normalisation)
     method.refresh_density()
     bank = method.bank
     rows = bank.embeddings.numpy()
@@ -48,7 +57,7 @@ def test_the_default_normalisation_is_the_releases():
     assert LLPSettings().density_normalisation == "release"
 
 
-def test_k_above_the_smallest_classs_labels_is_a_warning(tmp_path, capsys):
+def test_k_above_the_smallest_classs_labels_is_a_warning(tmp_path, capsys, model_and_optimizer):
     # Class 2 has 2 labelled images, the others 4: K = 3 leaves 1 vote to other classes.
     classes = [0] * 4 + [1] * 4 + [2] * 2
     settings = dataclasses.replace(LLPSettings(), k=3)
@@ -63,9 +72,9 @@ def test_k_above_the_smallest_classs_labels_is_a_warning(tmp_path, capsys):
     assert few_labels_warning(dataclasses.replace(settings, propagation="classifier"),
                               np.array(classes), C) is None
     # The method says so when it is built, on stderr, and builds.
-    _method(tmp_path, classes, k=3)
+    _method(model_and_optimizer, tmp_path, classes, k=3)
     assert capsys.readouterr().err.startswith("warning: --k=3 exceeds the 2 labelled images")
-    _method(tmp_path, classes, k=2)
+    _method(model_and_optimizer, tmp_path, classes, k=2)
     assert capsys.readouterr().err == ""
 
 

@@ -30,7 +30,7 @@ G = 16  # B = 8 labelled and U = 8 unlabelled images a step
 VIEW_NAMES = tuple(UNLABELLED_VIEWS)
 
 
-def _method(strategy, ema_decay=0.5, consistency_weight=10.0, consistency_type="mse",
+def _method(strategy, ema_decay=0.7, consistency_weight=10.0, consistency_type="mse",
             rampup=0.0, total_steps=100, mixed_precision="float32", weight_decay=1e-4,
             jit_compile=False, family="fixmatch_cifar"):
     """A method over `tiny_model` (its student and, built the same way, its
@@ -83,11 +83,22 @@ def _softmax(logits):
     return np.exp(log_softmax(logits))
 
 
-def _twin_logits(images):
-    """float64 logits of a training-mode call of a fresh `tiny_model` (the
-    method's weights before its first step) on ``images`` alone."""
-    model, _ = tiny_model(tf.distribute.get_strategy())
-    return model(images, training=True)["logits"].numpy().astype(np.float64)
+def _twin(fresh):
+    """The student of ``fresh``'s default method, restored to its initial state: the
+    weights of every `_method`'s student and teacher before its first step. Plain Keras
+    training-mode calls of it normalise with their batch's moments and update its moving
+    statistics inline; ``fresh`` restores it again when a test takes the method."""
+    return fresh()[0].model
+
+
+def _twin_logits(twin, images):
+    """float64 logits of a training-mode call of ``twin`` on ``images`` alone."""
+    return twin(images, training=True)["logits"].numpy().astype(np.float64)
+
+
+def _moving_means(model):
+    """The moving mean of each of ``model``'s batch norms, as numpy."""
+    return [layer.moving_mean.numpy() for layer in model.batch_norm_layers()]
 
 
 # KL's cost is checked in make test by the ImageNet family's test below.
@@ -96,11 +107,16 @@ def test_the_loss_terms_are_the_equations_in_float64(consistency_type, fresh):
     """CE averaged over the labelled batch + w * consistency averaged over the
     unlabelled one (mean_teacher.py), each pass with its own batch moments."""
     data = _data()
-    method, runner = fresh(consistency_type=consistency_type)
-    batch = first_batch(data, method)
-    labelled = _twin_logits(batch["labelled"]["image"])
-    student = _twin_logits(batch["unlabelled"]["student"])
-    teacher = _twin_logits(batch["unlabelled"]["teacher"])  # the teacher starts as the student
+    twin = _twin(fresh)
+    batch = first_batch(data, fresh()[0])
+    labelled = _twin_logits(twin, batch["labelled"]["image"])
+    student = _twin_logits(twin, batch["unlabelled"]["student"])
+    # The teacher starts as the student.
+    teacher = _twin_logits(twin, batch["unlabelled"]["teacher"])
+    # The joint batch's moments would give another consistency (checked below).
+    joint = np.split(_twin_logits(twin, np.concatenate([batch["unlabelled"]["student"],
+                                                        batch["unlabelled"]["teacher"]])), 2)
+    method, runner = fresh(consistency_type=consistency_type)  # restored after the twin's calls
     metrics = _run(method, data, runner=runner)
     labels = batch["labelled"]["label"]
     cross_entropy = -log_softmax(labelled)[np.arange(len(labels)), labels].mean()
@@ -116,9 +132,6 @@ def test_the_loss_terms_are_the_equations_in_float64(consistency_type, fresh):
     np.testing.assert_allclose(metrics["consistency_weight"][0], 10.0, rtol=1e-7)
     np.testing.assert_allclose(metrics["loss"][0] - metrics["weight_decay"][0],
                                cross_entropy + 10.0 * consistency, rtol=1e-5)
-    # The joint batch's moments would give another consistency.
-    joint = np.split(_twin_logits(np.concatenate([batch["unlabelled"]["student"],
-                                                  batch["unlabelled"]["teacher"]])), 2)
     if consistency_type == "mse":
         joint_consistency = ((_softmax(joint[0]) - _softmax(joint[1])) ** 2).mean()
         assert not np.isclose(metrics["consistency"][0], joint_consistency, rtol=1e-3)
@@ -133,20 +146,20 @@ def test_no_gradient_reaches_the_teacher_and_the_consistency_is_zero_for_equal_o
     np.testing.assert_allclose(cost.numpy(), 0.0, atol=1e-12)
 
 
-def test_the_teacher_averages_the_trainable_weights_and_takes_the_students_statistics():
+def test_the_teacher_averages_the_trainable_weights_and_takes_the_students_statistics(fresh):
     """After each step, every trainable teacher weight is a * its old value + (1 - a) * the
     student's new one, bit for bit (mean_teacher.py averages model_vars(), the trainable
     variables); its batch-norm statistics are the student's (the EMA getter finds no average
     of them); the student's follow its labelled pass alone, as a Keras training call."""
-    strategy = tf.distribute.get_strategy()
-    method = _method(strategy, ema_decay=0.7)
+    data = _data()
+    twin = _twin(fresh)
+    twin(first_batch(data, fresh()[0])["labelled"]["image"], training=True)
+    twin_means = _moving_means(twin)
+    method, runner = fresh()  # restored; decay 0.7: a swap of old and new weights would show
     assert len(method.teacher.weights) > len(method.teacher.trainable_variables)
     for teacher, student in zip(method.teacher.weights, method.model.weights):
         np.testing.assert_array_equal(teacher.numpy(), student.numpy())
-    data = _data()
-    twin, _ = tiny_model(strategy)
-    twin(first_batch(data, method)["labelled"]["image"], training=True)
-    runner, batches = StepRunner(method), iterator(method, data)
+    batches = iterator(method, data)
     alpha = np.float32(method.ema_decay)
     assert alpha == pytest.approx(0.7, rel=1e-6)
     for t in (1, 2, 3):
@@ -162,9 +175,9 @@ def test_the_teacher_averages_the_trainable_weights_and_takes_the_students_stati
                                     method.model.non_trainable_weights):
             np.testing.assert_array_equal(teacher.numpy(), student.numpy(), err_msg=teacher.path)
         if t == 1:
-            for layer, want in zip(method.model.batch_norm_layers(), twin.batch_norm_layers()):
+            for layer, want in zip(method.model.batch_norm_layers(), twin_means, strict=True):
                 # The same float32 ops on the same inputs (only where the update runs differs).
-                np.testing.assert_allclose(layer.moving_mean.numpy(), want.moving_mean.numpy(),
+                np.testing.assert_allclose(layer.moving_mean.numpy(), want,
                                            rtol=1e-6, atol=1e-7, err_msg=layer.name)
     moving = method.teacher.batch_norm_layers()[0].moving_mean
     assert not np.allclose(moving.numpy(), 0.0)
@@ -184,32 +197,38 @@ def _imagenet_data():
     return data
 
 
-def test_imagenet_loss_is_over_all_images_and_the_teacher_keeps_its_own_statistics():
+def test_imagenet_loss_is_over_all_images_and_the_teacher_keeps_its_own_statistics(fresh):
     """CuriousAI's main.py: CE summed over the labelled images and KL summed over every image,
     both / (B + U), from one student pass over all student views and one teacher pass over all
     teacher views (each with its batch's moments); the teacher's batch-norm statistics follow
-    its own pass, its parameters the warm-started EMA: a_1 = min(1 - 1/2, a)."""
+    its own pass, its parameters the warm-started EMA: a_1 = min(1 - 1/2, a). The weight
+    w(t) = w_max * ramp(t, r S), t the steps done before the step: the sigmoid ramp of
+    CuriousAI's release here (r = 0.4 of S = 10 steps: 4 steps), the linear one of
+    mean_teacher.py through the same step (test_the_weight_ramps_linearly_...)."""
     strategy = tf.distribute.get_strategy()
-    method = _method(strategy, consistency_type="kl", ema_decay=0.9, family="imagenet")
+    method = _method(strategy, consistency_type="kl", ema_decay=0.9, family="imagenet",
+                     rampup=0.4, total_steps=10)
+    assert method.rampup_steps == 4.0
     data = _imagenet_data()
     batch = first_batch(data, method)
-    student = _twin_logits(np.concatenate([batch["labelled"]["student"],
-                                           batch["unlabelled"]["student"]]))
     teacher_images = np.concatenate([batch["labelled"]["teacher"],
                                      batch["unlabelled"]["teacher"]])
-    teacher = _twin_logits(teacher_images)
-    twin, _ = tiny_model(strategy)
-    twin(teacher_images, training=True)
+    twin = _twin(fresh)  # its first call: the teacher's pass, from the initial statistics
+    teacher = _twin_logits(twin, teacher_images)
+    twin_means = _moving_means(twin)
+    student = _twin_logits(twin, np.concatenate([batch["labelled"]["student"],
+                                                 batch["unlabelled"]["student"]]))
     before = [v.numpy() for v in method.teacher.trainable_weights]
-    metrics = _run(method, data)
+    runner = StepRunner(method)
+    metrics = _run(method, data, runner=runner)
     labels = batch["labelled"]["label"]
     images = len(student)
     cross_entropy = -log_softmax(student[:len(labels)])[np.arange(len(labels)), labels].sum()
     kl = (_softmax(teacher) * (log_softmax(teacher) - log_softmax(student))).sum()
     np.testing.assert_allclose(metrics["categorisation"][0], cross_entropy / images, rtol=1e-5)
     np.testing.assert_allclose(metrics["consistency"][0], kl / images, rtol=1e-4)
-    for layer, want in zip(method.teacher.batch_norm_layers(), twin.batch_norm_layers()):
-        np.testing.assert_allclose(layer.moving_mean.numpy(), want.moving_mean.numpy(),
+    for layer, want in zip(method.teacher.batch_norm_layers(), twin_means, strict=True):
+        np.testing.assert_allclose(layer.moving_mean.numpy(), want,
                                    rtol=1e-6, atol=1e-7, err_msg=layer.name)
     alpha = np.float32(min(1 - 1 / 2, method.ema_decay))
     for teacher_weight, old, weight in zip(method.teacher.trainable_weights, before,
@@ -220,20 +239,30 @@ def test_imagenet_loss_is_over_all_images_and_the_teacher_keeps_its_own_statisti
     streams_read = method.input_spec(TrainingSplit(np.arange(8), np.arange(64),
                                                    np.arange(8) % C)).streams
     assert dict(streams_read["labelled"].views) == UNLABELLED_VIEWS
+    # Five steps more: t = 0 to 5 in all (float32 ramp: 1e-6, as sigmoid_rampup's own test).
+    weights = np.concatenate([metrics["consistency_weight"],
+                              _run(method, data, steps=5, runner=runner)["consistency_weight"]])
+    np.testing.assert_allclose(
+        weights, [10.0 * np.exp(-5.0 * (1.0 - min(1.0, t / 4.0)) ** 2) for t in range(6)],
+        rtol=1e-6)
 
 
-def test_the_weight_ramps_linearly_over_its_share_of_the_run():
+def test_the_weight_ramps_linearly_over_its_share_of_the_run(fresh):
     """w(t) = w_max * min(1, t / (r S)) (mean_teacher.py: clip(step / (warmup_pos *
     train_kimg)), with t the steps done before the step."""
     np.testing.assert_allclose([float(linear_rampup(t, 4.0)) for t in range(7)],
                                [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0], rtol=1e-7)
     assert float(linear_rampup(0, 0.0)) == 1.0
-    strategy = tf.distribute.get_strategy()
-    method = _method(strategy, rampup=0.4, total_steps=10)  # a ramp of 4 steps
-    assert method.rampup_steps == 4.0
-    metrics = _run(method, _data(), steps=6)
-    np.testing.assert_allclose(metrics["consistency_weight"],
-                               [10.0 * min(1.0, t / 4.0) for t in range(6)], rtol=1e-7)
+    # The method of mean_teacher.py's family (on the shared method's models: none built)
+    # ramps linearly over r S steps; its steps read w(t) as CuriousAI's family's (the per-step
+    # check: test_imagenet_loss_is_over_all_images_...).
+    shared, _ = fresh()
+    method = MeanTeacherMethod(
+        tf.distribute.get_strategy(), shared.model, shared.optimizer, shared.teacher,
+        num_classes=C, global_batch_size=G, weight_decay=1e-4, total_steps=10,
+        settings=MeanTeacherSettings(consistency_weight=10.0, consistency_type="mse",
+                                     consistency_rampup=0.4))
+    assert method.rampup is linear_rampup and method.rampup_steps == 4.0  # a ramp of 4 steps
 
 
 def test_the_sigmoid_ramp_is_the_mt_releases_formula():
@@ -258,14 +287,15 @@ def test_the_teachers_horizon_is_its_sources_share_of_the_run():
     assert recipes.ema_decay(cifar, 500) == 0.0  # under one step: the teacher is the student
 
 
-def test_from_config_reads_two_streams_and_the_runs_steps(tmp_path):
+def test_from_config_reads_two_streams_and_the_runs_steps(tmp_path, fresh):
     from tests.runs import tiny_config
     config = tiny_config(tmp_path, "digits", method="mean_teacher", embedding_dim=16,
                          width=0.125, architecture="resnet10", small_inputs=True, image_size=8,
                          global_batch_size=12, epochs=5, mean_teacher_consistency_rampup=0.3,
                          mean_teacher_unlabelled_ratio=2)
     strategy = tf.distribute.get_strategy()
-    model, optimizer = tiny_model(strategy)
+    trained, _ = fresh()  # its model and optimizer (the new method only reads them)
+    model, optimizer = trained.model, trained.optimizer
     split = TrainingSplit(np.array([1, 5]), np.arange(50), np.array([0, 1]))
     method = method_class("mean_teacher").from_context(config.method_context(), strategy, model,
                                                        optimizer, C, split)
@@ -361,9 +391,11 @@ def test_two_replicas_take_the_step_of_one(two_replica_strategy):
     assert _values(mirrored.teacher_updates) == [1, 1]
 
 
-# make test keeps float16 (loss scaling too); bfloat16's teacher is the same float32 code.
-@pytest.mark.parametrize("mixed_precision",
-                         ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])
+# Slow: a mixed-precision method traced (20-60 s on two cores). make test keeps FixMatch's
+# float16 step (methods/test_fixmatch.py: the same `SourceBaseline` step and loss scaling, its
+# average model, which Mean Teacher's teacher is, kept in float32).
+@pytest.mark.slow
+@pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
 def test_mixed_precision_steps_keep_a_float32_teacher_near_the_float32_one(mixed_precision,
                                                                           fresh):
     """One step: its loss within 5% of float32's (about a dozen roundings at

@@ -38,8 +38,15 @@ def test_no_setting_is_a_count_of_steps():
             assert not field.name.endswith("steps"), (name, field.name)
 
 
+@pytest.fixture(scope="module")
+def model_and_optimizer():
+    """A `tiny_model` and its optimizer, built once for the module (the methods only read them)."""
+    return tiny_model(tf.distribute.get_strategy())
+
+
 @pytest.mark.parametrize("name", list(METHODS))
-def test_at_the_demos_length_each_ramp_ends_and_each_horizon_is_a_small_share(tmp_path, name):
+def test_at_the_demos_length_each_ramp_ends_and_each_horizon_is_a_small_share(
+        tmp_path, name, model_and_optimizer):
     flags = _demo_flags()
     epochs, batch = int(flags["epochs"]), int(flags["global_batch_size"])
     total_steps = epochs * (DEMO_USED // batch)
@@ -48,7 +55,7 @@ def test_at_the_demos_length_each_ramp_ends_and_each_horizon_is_a_small_share(tm
                          warmup_epochs=int(flags["warmup_epochs"]), embedding_dim=16,
                          width=0.125, architecture="resnet10", small_inputs=True, image_size=8)
     strategy = tf.distribute.get_strategy()
-    model, optimizer = tiny_model(strategy)
+    model, optimizer = model_and_optimizer
     split = TrainingSplit(np.arange(DEMO_LABELLED), np.arange(DEMO_USED),
                           np.arange(DEMO_LABELLED) % C)
     method = method_class(name).from_context(config.method_context(), strategy, model, optimizer, C,

@@ -19,11 +19,27 @@ from tests.training.methods.two_streams import C, tiny_model
 STEPS = 1000
 
 
-def _with_spec(method_type, family="fixmatch_cifar", source=True, **kwargs):
-    """A method over `tiny_model` whose SGD is built from the method's `OptimizerSpec`."""
+@pytest.fixture(scope="module")
+def initial_models(tmp_path_factory):
+    """``initial_models()``: a model and an average, two `tiny_model`s built once per module,
+    restored to their initial weights on every call (through a checkpoint)."""
     strategy = tf.distribute.get_strategy()
     model, _ = tiny_model(strategy)
     average, _ = tiny_model(strategy)
+    checkpoint = tf.train.Checkpoint(model=model, average=average)
+    path = checkpoint.write(str(tmp_path_factory.mktemp("initial") / "models"))
+
+    def restored():
+        checkpoint.read(path).assert_existing_objects_matched()
+        return model, average
+
+    return restored
+
+
+def _with_spec(initial_models, method_type, family="fixmatch_cifar", source=True, **kwargs):
+    """A method over `initial_models` whose SGD is built from the method's `OptimizerSpec`."""
+    strategy = tf.distribute.get_strategy()
+    model, average = initial_models()
     labelled = 16 // 6 if family == "imagenet" else 16 // 8
     recipe = (recipes.fixmatch_imagenet(labelled) if family == "imagenet"
               else recipes.cifar_code("fixmatch.py"))
@@ -38,12 +54,12 @@ def _with_spec(method_type, family="fixmatch_cifar", source=True, **kwargs):
 
 
 @pytest.mark.parametrize("family", ["fixmatch_cifar", "imagenet"])
-def test_a_step_is_nesterov_sgd_at_the_schedules_rate(family):
+def test_a_step_is_nesterov_sgd_at_the_schedules_rate(family, initial_models):
     """Keras SGD(nesterov): m <- 0.9 m - lr_t g; w <- w + 0.9 m - lr_t g, with lr_t the base
     rate times the factor at t / S, for given gradients at t = 0, 300, 700 (float64 numpy).
     Each float32 step rounds a handful of products and sums of values no larger than the
     weights: within 16 ulps of the largest weight after three steps."""
-    method = _with_spec(FixMatchMethod, family=family)
+    method = _with_spec(initial_models, FixMatchMethod, family=family)
     variables = method.model.trainable_variables
     rng = np.random.default_rng(0)
     weights = [v.numpy().astype(np.float64) for v in variables]
@@ -65,10 +81,10 @@ def test_a_step_is_nesterov_sgd_at_the_schedules_rate(family):
                                    err_msg=variable.path)
 
 
-def test_the_cifar_codes_weight_decay_is_over_the_kernels_only():
+def test_the_cifar_codes_weight_decay_is_over_the_kernels_only(initial_models):
     """libml: wd * sum(tf.nn.l2_loss(v) for v in model_vars('classify') if 'kernel' in v.name),
     wd 5e-4: no bias, no batch-norm weight (float64 sum of squares / 2)."""
-    method = _with_spec(PseudoLabelMethod)
+    method = _with_spec(initial_models, PseudoLabelMethod)
     decayed = method.weight_decay_variables()
     names = [v.path for v in decayed]
     assert names and all(name.endswith("/kernel") for name in names)
@@ -77,17 +93,17 @@ def test_the_cifar_codes_weight_decay_is_over_the_kernels_only():
     want = 5e-4 * sum((v.numpy().astype(np.float64) ** 2).sum() / 2 for v in kernels)
     # A float32 sum of ~1e4 squares: its rounding is within n eps of the sum.
     np.testing.assert_allclose(float(method.weight_decay_penalty()), want, rtol=1e4 * 2 ** -24)
-    protocol = _with_spec(PseudoLabelMethod, source=False)
+    protocol = _with_spec(initial_models, PseudoLabelMethod, source=False)
     assert protocol.weight_decay == 1e-4 and protocol.learning_rate_factor() is None
     assert ([v.path for v in protocol.weight_decay_variables()]
             == [v.path for v in protocol.model.weight_decay_variables()])
 
 
 @pytest.mark.parametrize("family", ["fixmatch_cifar", "imagenet"])
-def test_the_average_takes_the_recipes_weights(family):
+def test_the_average_takes_the_recipes_weights(family, initial_models):
     """fixmatch_cifar (libml model_vars): trainable weights averaged, batch-norm statistics the
     model's; imagenet (imagenet/utils/ema.py over model.variables): every weight averaged."""
-    method = _with_spec(FixMatchMethod, family=family)
+    method = _with_spec(initial_models, FixMatchMethod, family=family)
     method.ema_decay = 0.75  # a horizon of 4 steps (the rule: test_recipes.py)
     rng = np.random.default_rng(1)
     old = {v.path: v.numpy() for v in method.average.weights}
