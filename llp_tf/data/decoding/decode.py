@@ -49,6 +49,8 @@ def _first_that_works(records: tf.data.Dataset, attempt: Callable, otherwise: Ca
                       ) -> tf.data.Dataset:
     """Each record mapped by ``attempt``, or where it fails by ``otherwise(record, attempt's
     element spec)``, in order; in groups where the results have static shapes."""
+    # Traced once here, not again in each dataset below that maps it.
+    attempt = tf.function(attempt)
     spec = records.map(attempt).element_spec
     if all(leaf.shape.is_fully_defined() for leaf in tf.nest.flatten(spec)):
         return _groups_that_work(records, attempt, otherwise, GROUP_SIZE)

@@ -128,6 +128,21 @@ def _labelled_mask(labelled_index, num_examples):
     return mask
 
 
+#: (image size, augmentation, views' items, augment_on) -> `_views_function`'s tf.function.
+_VIEWS_FUNCTIONS: dict[tuple, Callable] = {}
+
+
+def _views_function(image_size, augmentation, views, augment_on):
+    """``make_views(resized, seeds)``: `views.make_views` of those settings (``views`` a tuple
+    of (key, policy)), one tf.function per settings for the process, so that the views' graph
+    (RandAugment's is thousands of ops) is traced once, not again in every epoch's pipeline."""
+    key = (int(image_size), augmentation, views, augment_on)
+    if key not in _VIEWS_FUNCTIONS:
+        _VIEWS_FUNCTIONS[key] = tf.function(lambda resized, seeds: views_lib.make_views(
+            resized, list(seeds), image_size, augmentation, dict(views), augment_on))
+    return _VIEWS_FUNCTIONS[key]
+
+
 def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_area,
                        fused_crop, labelled_index, views, augment_on):
     """Dataset of records -> Dataset of training elements, one per record, in order: the union
@@ -143,11 +158,12 @@ def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_
         loaded = views_lib.load_views(source, record, seeds(record), area_range, fused_crop)
         return views_lib.resize_views(*loaded, image_size)
 
+    make_views = _views_function(image_size, augmentation, tuple(views.items()), augment_on)
+
     def train_element(record, resized):
         label = tf.where(tf.gather(labelled, record["index"]), record["label"],
                          tf.constant(UNLABELLED, record["label"].dtype))
-        images = views_lib.make_views(resized, seeds(record), image_size, augmentation, views,
-                                      augment_on)
+        images = make_views(resized, seeds(record))
         return {**images, "label": label, "index": record["dense_index"]}
 
     return lambda records: source.decode(records, TRAIN, load_views).map(

@@ -3,6 +3,8 @@ of each example: every op of both policies in each step at several
 magnitudes, drawn choices, Cutout squares reaching outside the image, each
 example's own choices, and no loop over the examples."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -32,17 +34,35 @@ def _params(ops, magnitudes, cutout):
             "cutout": tf.constant(cutout, tf.int32)}
 
 
+@functools.cache
+def _per_example_fn(policy):
+    """`rand_augment.apply_strong_params` of ``policy`` as one tf.function, so that the tests'
+    maps of one image size share its trace."""
+    return tf.function(lambda image, example: rand_augment.apply_strong_params(image, example,
+                                                                               policy))
+
+
 def _per_example(images, params, policy):
     """`rand_augment.apply_strong_params` of each example, in a tf.data map (the host path)."""
-    dataset = tf.data.Dataset.from_tensor_slices((images, params)).map(
-        lambda image, example: rand_augment.apply_strong_params(image, example, policy))
+    dataset = tf.data.Dataset.from_tensor_slices((images, params)).map(_per_example_fn(policy))
     return np.stack([image.numpy() for image in dataset])
+
+
+@functools.cache
+def _strong_graph(height, width, policy):
+    """`rand_augment_device.strong_batch` traced as a replica step's graph of [any, height,
+    width, 3] images: once per image size and policy for the tests that share them."""
+    return tf.function(rand_augment_device.strong_batch).get_concrete_function(
+        tf.TensorSpec([None, height, width, 3], tf.float32),
+        {"ops": tf.TensorSpec([None, rand_augment.NUM_OPS], tf.int32),
+         "magnitudes": tf.TensorSpec([None, rand_augment.NUM_OPS], tf.float32),
+         "cutout": tf.TensorSpec([None, 3], tf.int32)}, policy)
 
 
 def _batched(images, params, policy):
     """`rand_augment_device.strong_batch` in a tf.function, as the replica step runs it."""
-    return tf.function(rand_augment_device.strong_batch)(tf.constant(images), params,
-                                                        policy).numpy()
+    return _strong_graph(*images.shape[1:3], policy)(tf.constant(images), params,
+                                                     policy).numpy()
 
 
 def _names(params, policy):

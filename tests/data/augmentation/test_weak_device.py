@@ -1,6 +1,7 @@
 """Device-side pixel work: each image of a batch equals the host path's
 (`weak.apply_pixel_params`) with its own choices, in every jitter order."""
 
+import functools
 import itertools
 
 import numpy as np
@@ -47,17 +48,28 @@ def _every_choice(count):
     return params
 
 
+@functools.cache
+def _host_fn(policy):
+    """One example's host path as one tf.function per policy, its trace shared by the tests."""
+    return tf.function(
+        lambda image, choice: weak.apply_pixel_params(weak.to_unit(image), choice, policy))
+
+
 def _host(images, params, policy=PAPER):
     """The host path: apply_pixel_params of one example at a time, in tf.data."""
-    examples = tf.data.Dataset.from_tensor_slices((images, params)).map(
-        lambda image, choice: weak.apply_pixel_params(weak.to_unit(image), choice, policy))
+    examples = tf.data.Dataset.from_tensor_slices((images, params)).map(_host_fn(policy))
     return next(iter(examples.batch(len(images)))).numpy()
 
 
+@functools.cache
+def _device_fn(policy, jit_compile):
+    """augment_batch as one tf.function per policy and compiler (a trace per batch shape)."""
+    return tf.function(lambda x, p: weak_device.augment_batch(x, p, policy),
+                       jit_compile=jit_compile)
+
+
 def _device(images, params, policy=PAPER, jit_compile=False):
-    batch = tf.function(lambda x, p: weak_device.augment_batch(x, p, policy),
-                        jit_compile=jit_compile)
-    return batch(images, params).numpy()
+    return _device_fn(policy, jit_compile)(images, params).numpy()
 
 
 def test_each_image_is_the_host_paths():

@@ -33,17 +33,29 @@ def jpegs():
     return [tf.io.encode_jpeg(_photo(rng, *shape), quality=95).numpy() for shape in shapes]
 
 
+# `weak.crop_window` as a graph: the same windows, at a fraction of its many eager ops' time
+# (traced once per area range; the tests call it thousands of times).
+_crop_window = tf.function(weak.crop_window)
+
+
 def _window_fn(seed, area_range=weak.CROP_AREA_RANGE):
-    return lambda shape: weak.crop_window(shape, tf.constant([seed, 7]), area_range)
+    return lambda shape: _crop_window(tf.cast(shape, tf.int32), tf.constant([seed, 7]),
+                                      area_range)
+
+
+@pytest.fixture(scope="module")
+def decoded(jpegs):
+    """The full decode of each of `jpegs`, made once."""
+    return [decode.decode_image(encoded) for encoded in jpegs]
 
 
 def _full_then_crop(encoded, window_fn):
     return crop_decode.crop_image(decode.decode_image(encoded), window_fn)
 
 
-def test_window_is_crop_window_of_the_decoded_shape(jpegs):
-    for encoded in jpegs:
-        decoded_shape = tf.shape(decode.decode_image(encoded))
+def test_window_is_crop_window_of_the_decoded_shape(jpegs, decoded):
+    for encoded, image in zip(jpegs, decoded):
+        decoded_shape = tf.shape(image)
         for seed in range(SEEDS):
             seen = []
 
@@ -58,43 +70,59 @@ def test_window_is_crop_window_of_the_decoded_shape(jpegs):
             assert crop.shape == (want[2], want[3], 3)
 
 
-def _differences(jpegs, load):
-    """(max, mean) |load - full decode then crop| in uint8 levels over SEEDS windows
-    of each JPEG, at the release's areas and at small ones (0.05-0.2)."""
-    largest, total, count = 0, 0.0, 0
-    for encoded in jpegs:
+@pytest.fixture(scope="module")
+def full_crops(jpegs, decoded):
+    """[(JPEG bytes, crop seed, area range, that window of the full decode as int32)]: SEEDS
+    windows of each of `jpegs`, at the release's areas and at small ones (0.05-0.2), cropped
+    once for the tests that compare with them."""
+    crops = []
+    for encoded, image in zip(jpegs, decoded):
         for seed in range(SEEDS):
-            window_fn = _window_fn(seed, (0.05, 0.2) if seed % 2 else weak.CROP_AREA_RANGE)
-            got = load(encoded, window_fn).numpy().astype(np.int32)
-            want = _full_then_crop(encoded, window_fn).numpy().astype(np.int32)
-            assert got.shape == want.shape and got.shape[-1] == 3
-            difference = np.abs(got - want)
-            largest = max(largest, int(difference.max()))
-            total, count = total + float(difference.sum()), count + difference.size
+            area_range = (0.05, 0.2) if seed % 2 else weak.CROP_AREA_RANGE
+            window = crop_decode.crop_image(image, _window_fn(seed, area_range))
+            crops.append((encoded, tf.constant([seed, 7]), area_range,
+                          window.numpy().astype(np.int32)))
+    return crops
+
+
+def _differences(full_crops, load):
+    """(max, mean) |load - full decode then crop| in uint8 levels over `full_crops`' windows;
+    ``load(encoded, window_fn)`` runs as a graph, as in the pipeline (traced once per area
+    range, not once per window)."""
+    graph = tf.function(lambda encoded, seed, area_range: load(
+        encoded, lambda shape: weak.crop_window(shape, seed, area_range)))
+    largest, total, count = 0, 0.0, 0
+    for encoded, seed, area_range, want in full_crops:
+        got = graph(encoded, seed, area_range).numpy().astype(np.int32)
+        assert got.shape == want.shape and got.shape[-1] == 3
+        difference = np.abs(got - want)
+        largest = max(largest, int(difference.max()))
+        total, count = total + float(difference.sum()), count + difference.size
     return largest, total / count
 
 
-def test_fused_pixels_equal_the_full_decode(jpegs):
+def test_fused_pixels_equal_the_full_decode(full_crops):
     # Tolerance 0: with the 4-pixel margin the window's pixels are the full
     # decode's exactly (measured: max 0, mean 0 levels).
-    largest, mean = _differences(jpegs, crop_decode.decode_window)
+    largest, mean = _differences(full_crops, crop_decode.decode_window)
     assert (largest, mean) == (0, 0.0)
 
 
-def test_without_the_margin_only_the_window_border_differs(jpegs):
+def test_without_the_margin_only_the_window_border_differs(full_crops):
     # Why the margin: a tight partial decode upsamples chroma at its border
     # without neighbours (measured here: max 38 levels, mean 0.009).
     largest, mean = _differences(
-        jpegs, lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=0))
+        full_crops, lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=0))
     assert largest > 0
     assert mean < 0.05
 
 
-def test_one_pixel_of_margin_is_enough_for_420_chroma(jpegs):
+def test_one_pixel_of_margin_is_enough_for_420_chroma(full_crops):
     # Why JPEG_MARGIN = 4 is safe: with 4:2:0 chroma (2-pixel samples) one
     # pixel already gives identical pixels; 4 covers 4-pixel samples (4:1:1).
     assert crop_decode.JPEG_MARGIN >= 4
-    largest, _ = _differences(jpegs, lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=1))
+    largest, _ = _differences(full_crops,
+                              lambda e, w: crop_decode.decode_jpeg_window(e, w, margin=1))
     assert largest == 0
 
 

@@ -37,6 +37,21 @@ def _epoch(source, batch, **kwargs):
         return _collect(input_fns.make_train_input_fn(source, batch, SIZE, **kwargs)(None))
 
 
+@pytest.fixture(scope="module")
+def shared_epoch():
+    """``shared_epoch(source, batch)``: `_epoch(source, batch)` with its defaults, read once
+    per module for the tests that check it (do not change its arrays)."""
+    epochs = {}
+
+    def shared(source, batch):
+        key = (source.info.name, batch)
+        if key not in epochs:
+            epochs[key] = _epoch(source, batch)
+        return epochs[key]
+
+    return shared
+
+
 @pytest.mark.parametrize("source", _sources(slow="folder"), indirect=True)
 def test_only_labelled_examples_carry_their_label(source):
     n = source.info.num_train
@@ -51,9 +66,9 @@ def test_only_labelled_examples_carry_their_label(source):
     assert input_fns.UNLABELLED == -1
 
 
-def test_one_epoch_of_distinct_examples(source):
+def test_one_epoch_of_distinct_examples(source, shared_epoch):
     n = source.info.num_train
-    out = _epoch(source, 6)
+    out = shared_epoch(source, 6)
     steps = n // 6
     assert input_fns.steps_per_epoch(n, 6) == steps
     assert out["image"].shape == (steps * 6, SIZE, SIZE, 3) and out["image"].dtype == np.float32
@@ -66,6 +81,9 @@ def test_one_epoch_of_distinct_examples(source):
     assert np.all(out["image"] >= low - 1e-5) and np.all(out["image"] <= high + 1e-5)
 
 
+# make test keeps the TFRecords' four shards read in parallel; the folder's reads are
+# test_one_epoch_of_distinct_examples's.
+@pytest.mark.parametrize("source", _sources(slow="folder"), indirect=True)
 def test_same_seed_and_epoch_same_batches(source):
     first = _epoch(source, 6, shuffle_block=5)
     again = _epoch(source, 6, shuffle_block=5)
@@ -73,15 +91,16 @@ def test_same_seed_and_epoch_same_batches(source):
     np.testing.assert_array_equal(first["image"], again["image"])
 
 
-def test_order_depends_on_seed_and_epoch(tfrecord_source):
-    base = _epoch(tfrecord_source, 4)["index"]
+def test_order_depends_on_seed_and_epoch(tfrecord_source, shared_epoch):
+    base = shared_epoch(tfrecord_source, 4)["index"]
     assert not np.array_equal(base, _epoch(tfrecord_source, 4, epoch=1)["index"])
     assert not np.array_equal(base, _epoch(tfrecord_source, 4, seed=4)["index"])
 
 
 @pytest.mark.parametrize("source", _sources(slow="tfrecord"), indirect=True)
-def test_two_replicas_see_the_single_replica_global_batches(source, two_replica_strategy):
-    single = _epoch(source, 6)
+def test_two_replicas_see_the_single_replica_global_batches(source, two_replica_strategy,
+                                                           shared_epoch):
+    single = shared_epoch(source, 6)
     input_fn = input_fns.make_train_input_fn(source, 6, SIZE, seed=3, epoch=0,
                                             labelled_index=all_labelled(source))
     distributed = two_replica_strategy.distribute_datasets_from_function(input_fn)
@@ -117,8 +136,8 @@ def test_two_workers_split_each_global_batch(tfrecord_source):
 
 
 @pytest.mark.parametrize("source", _sources(slow="folder"), indirect=True)
-def test_resume_mid_epoch(source):
-    full = _epoch(source, 4)
+def test_resume_mid_epoch(source, shared_epoch):
+    full = shared_epoch(source, 4)
     resumed = _epoch(source, 4, start_step=3)
     np.testing.assert_array_equal(resumed["index"], full["index"][12:])
     np.testing.assert_array_equal(resumed["image"], full["image"][12:])
@@ -228,14 +247,14 @@ def test_embedded_regime_subset(mnist5k):
     np.testing.assert_array_equal(np.bincount(out["label"]), [40] * 10)
 
 
-def test_steps_beyond_one_pass_start_new_passes(folder_source, two_replica_strategy):
+def test_steps_beyond_one_pass_start_new_passes(folder_source, shared_epoch):
     # 27 examples, G = 6: 4 batches per pass; 10 steps = 2 whole passes + 2 batches.
     out = _epoch(folder_source, 6, steps=10)
     index = out["index"].reshape(10, 6)
     assert all(len(set(batch.tolist())) == 6 for batch in index)
     passes = [index[:4].ravel(), index[4:8].ravel(), index[8:].ravel()]
     assert all(len(set(p.tolist())) == p.size for p in passes)
-    np.testing.assert_array_equal(passes[0], _epoch(folder_source, 6)["index"])
+    np.testing.assert_array_equal(passes[0], shared_epoch(folder_source, 6)["index"])
     assert not np.array_equal(passes[0], passes[1])
     np.testing.assert_array_equal(out["label"], folder_source.train_labels()[out["index"]])
     # An example's augmentation differs between passes.
