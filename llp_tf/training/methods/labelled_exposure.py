@@ -1,5 +1,6 @@
-"""Labelled exposure: passes over each labelled image with its label, over a run. Imports no
-TensorFlow: it reads a finished run's settings (its config.json) and counts.
+"""Labelled exposure: passes over each labelled image with its label, over a run. It reads a
+finished run's settings (its config.json) and counts; it imports TensorFlow only to read a
+setting that config.json leaves to its ``baseline_preset`` (None there).
 
 exposure = (labelled images a step whose label enters the loss) x (steps that read labels)
 / M, over a run of S steps on N used images, M of them labelled, global batch G:
@@ -15,6 +16,8 @@ exposure = (labelled images a step whose label enters the loss) x (steps that re
 
 from collections.abc import Mapping
 from typing import Any
+
+from llp_tf.training.methods import method_class
 
 
 def labelled_per_step(method: str, settings: Mapping[str, Any], global_batch_size: int,
@@ -45,6 +48,10 @@ def exposure(config: Mapping[str, Any], steps: int, num_labelled: int, num_used:
     images."""
     method = config["method"]["name"]
     settings = config["methods"][method]
+    if settings.get("unlabelled_ratio", 0) is None:  # the preset's value
+        resolved = method_class(method).Settings(**settings).resolved(
+            config["method"]["baseline_preset"])
+        settings = {**settings, "unlabelled_ratio": resolved["unlabelled_ratio"]}
     batch = int(config["optimization"]["global_batch_size"])
     per_step = labelled_per_step(method, settings, batch, num_labelled, num_used)
     reading = labelled_steps(method, settings, steps, num_used // batch)

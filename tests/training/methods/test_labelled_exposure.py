@@ -31,6 +31,21 @@ def test_passes_over_each_labelled_image(method, settings, passes):
     assert got == pytest.approx(passes, rel=1e-12)
 
 
+@pytest.mark.parametrize("method,preset,passes", [
+    # mean_teacher.py's 64 labelled and 64 unlabelled of 128 (fixmatch_cifar, ratio 1).
+    ("mean_teacher", "fixmatch_cifar", 1984 * 64 / 130),
+    # fixmatch.py's uratio 7: 128 // 8 = 16; ImageNet's uratio 5: 128 // 6 = 21.
+    ("fixmatch", "fixmatch_cifar", 1984 * 16 / 130),
+    ("fixmatch", "imagenet", 1984 * 21 / 130),
+])
+def test_a_ratio_left_to_the_preset_is_the_presets(method, preset, passes):
+    """config.json records None for a setting the run's ``baseline_preset`` gives."""
+    config = _config(method, unlabelled_ratio=None)
+    config["method"]["baseline_preset"] = preset
+    got = exposure.exposure(config, STEPS, LABELLED, USED)
+    assert got == pytest.approx(passes, rel=1e-12)
+
+
 def test_a_run_stopped_in_its_warm_start_has_seen_no_label():
     assert exposure.exposure(_config("llp", warmup_epochs=10), 200, LABELLED, USED) == 0
 
