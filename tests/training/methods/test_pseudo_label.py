@@ -255,7 +255,7 @@ def test_two_replicas_match_one_replica(two_replica_strategy, fresh):
 
 # Slow: a mixed-precision method traced (20-40 s on two cores). make test keeps FixMatch's
 # float16 step (methods/test_fixmatch.py: the same `SourceBaseline` step, loss scaling and
-# `pseudo_label_terms`, checked by the same `assert_mixed_precision_trains`) and Mean Teacher's.
+# `pseudo_label_terms`, checked by the same `assert_mixed_precision_trains`).
 @pytest.mark.slow
 @pytest.mark.parametrize("mixed_precision", ["float16", "bfloat16"])
 def test_mixed_precision_trains_with_float32_losses(mixed_precision, fresh):
