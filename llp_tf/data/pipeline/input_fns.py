@@ -5,6 +5,7 @@ Each yields per-replica batches of b = G / replicas, for
 are the global batch. Iterate inside `llp_tf.data.decoding.decode.data_errors()` for a
 `DataError` naming an image that cannot be decoded."""
 
+import functools
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -128,19 +129,13 @@ def _labelled_mask(labelled_index, num_examples):
     return mask
 
 
-#: (image size, augmentation, views' items, augment_on) -> `_views_function`'s tf.function.
-_VIEWS_FUNCTIONS: dict[tuple, Callable] = {}
-
-
+@functools.cache
 def _views_function(image_size, augmentation, views, augment_on):
     """``make_views(resized, seeds)``: `views.make_views` of those settings (``views`` a tuple
     of (key, policy)), one tf.function per settings for the process, so that the views' graph
     (RandAugment's is thousands of ops) is traced once, not again in every epoch's pipeline."""
-    key = (int(image_size), augmentation, views, augment_on)
-    if key not in _VIEWS_FUNCTIONS:
-        _VIEWS_FUNCTIONS[key] = tf.function(lambda resized, seeds: views_lib.make_views(
-            resized, list(seeds), image_size, augmentation, dict(views), augment_on))
-    return _VIEWS_FUNCTIONS[key]
+    return tf.function(lambda resized, seeds: views_lib.make_views(
+        resized, list(seeds), image_size, augmentation, dict(views), augment_on))
 
 
 def _train_examples_fn(source, augment_seed, image_size, augmentation, min_crop_area,

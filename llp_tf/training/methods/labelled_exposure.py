@@ -48,7 +48,7 @@ def exposure(config: Mapping[str, Any], steps: int, num_labelled: int, num_used:
     images."""
     method = config["method"]["name"]
     settings = config["methods"][method]
-    if settings.get("unlabelled_ratio", 0) is None:  # the preset's value
+    if "unlabelled_ratio" in settings and settings["unlabelled_ratio"] is None:  # preset's
         resolved = method_class(method).Settings(**settings).resolved(
             config["method"]["baseline_preset"])
         settings = {**settings, "unlabelled_ratio": resolved["unlabelled_ratio"]}
