@@ -87,11 +87,14 @@ test-all: setup
 # The tests whose results depend on the CPU's kernels and summation orders: the bank,
 # propagation and losses, the network and its precisions, the augmentation's arithmetic, the
 # methods' steps against float64 and one replica against two. CI reruns them with oneDNN at
-# AVX2 (.ci/run), the slow ones too; the tools, data and run tests do not change with the kernels.
+# AVX2 (.ci/run): those of make test, and of the slow ones only those marked kernels (the
+# others are a second case of a path make test runs); the tools, data and run tests do not
+# change with the kernels.
 NUMERIC_TESTS := tests/core tests/models tests/data/augmentation tests/training/methods/test_llp.py \
 	tests/training/test_methods.py tests/after_training/transduction
 test-numerics: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not bench" $(NUMERIC_TESTS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not bench and (not slow or kernels)" \
+		$(NUMERIC_TESTS)
 
 docs: setup
 	$(PY) -m mkdocs build --strict

@@ -117,6 +117,7 @@ SUMS = numerics.tiny_resnet_sums(B, SIZE)
 
 
 @pytest.mark.slow  # 1.5 min on 2 cores; make test: the units over two replicas (docs/testing.md)
+@pytest.mark.kernels
 def test_two_replicas_take_the_steps_of_one_replica_from_the_same_state(two_replica_strategy,
                                                                          fresh, tmp_path):
     """Two warm-up steps, the density refresh and four LLP steps (pseudo labels
@@ -318,8 +319,10 @@ def _supervised_step(paths, copier, batch, sums, replicas=1):
                                     model_weights(got_method.model), numerics.step_rtol(sums))
 
 
-@pytest.mark.slow  # XLA compiles: 20-25 s on 2 cores at one replica, a minute at two
-@pytest.mark.parametrize("replicas", [1, 2])
+# XLA compiles: 20-25 s on 2 cores at one replica, a minute at two (4 minutes with oneDNN at
+# AVX2, where CI reruns one replica only).
+@pytest.mark.slow
+@pytest.mark.parametrize("replicas", [pytest.param(1, marks=pytest.mark.kernels), 2])
 def test_an_xla_compiled_step_gives_the_same_results(replicas, two_replica_strategy, tmp_path):
     """Two warm-up steps, the density refresh, an LLP step and two supervised
     steps, compiled with XLA or not, each from the plain path's state, per term
