@@ -10,6 +10,8 @@ REGIME ?= demo
 ARGS ?=
 # `make test` runs the test files in this many worker processes (pytest-xdist).
 TEST_WORKERS ?= 2
+# Whole files to each worker, the longest first (tests/file_order.py).
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The tools after training read a run directory (`make analyze RUN=runs/demo`).
 RUN ?= runs/$(REGIME)
 # `make probe DATA=tfds:places365_small`, `make check-data DATA=folder:/data/x`;
@@ -78,11 +80,11 @@ check-data: setup
 
 # A test file's tests run in one worker, so module fixtures are built once.
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest $(XDIST) tests
 
 # pytest.ini leaves out the tests marked slow or bench; this selects all but bench.
 test-all: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not bench" tests
+	$(PY) -m pytest $(XDIST) -m "not bench" tests
 
 # The tests whose results depend on the CPU's kernels and summation orders: the bank,
 # propagation and losses, the network and its precisions, the augmentation's arithmetic, the
@@ -93,7 +95,7 @@ test-all: setup
 NUMERIC_TESTS := tests/core tests/models tests/data/augmentation tests/training/methods/test_llp.py \
 	tests/training/test_methods.py tests/after_training/transduction
 test-numerics: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not bench and (not slow or kernels)" \
+	$(PY) -m pytest $(XDIST) -m "not bench and (not slow or kernels)" \
 		$(NUMERIC_TESTS)
 
 docs: setup

@@ -17,6 +17,7 @@ os.environ.pop("LLP_TF_CHECKOUT", None)
 import pytest  # noqa: E402
 
 from llp_tf.cli import quiet_start  # noqa: E402
+from tests.file_order import longest_first  # noqa: E402
 from tests.session_cache import shared, shared_folder  # noqa: E402
 
 # TensorFlow's start-up notices hidden as in the tools (pytest-xdist's workers
@@ -30,6 +31,11 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 LOGICAL_CPUS = [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+@pytest.hookimpl(trylast=True)  # after the markers' selection: the order of what runs
+def pytest_collection_modifyitems(items):
+    longest_first(items)
 
 
 @pytest.fixture(scope="session")
