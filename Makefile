@@ -33,7 +33,7 @@ help:
 	@echo "make compare-methods  train every method on REGIME (demo) for seeds 0,1,2; table of top-1"
 	@echo "make analyze  aggregation scores and MDS plots of RUN's bank in RUN/analysis"
 	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"
-	@echo "make test     run the test suite but for the tests marked slow (CPU; 572 s on 2 idle cores, docs/testing.md)"
+	@echo "make test     run the test suite but for the tests marked slow (CPU; 208 s on 2 idle cores on 2026-11-30, docs/testing.md)"
 	@echo "make test-all run every test, the slow ones too (what CI runs)"
 	@echo "make test-numerics  the tests of the numeric kernels' results, slow ones too (CI reruns them with ONEDNN_MAX_CPU_ISA=AVX2)"
 	@echo "make docs     build the docs/ pages into site/ with mkdocs (a warning fails)"
