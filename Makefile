@@ -35,7 +35,7 @@ help:
 	@echo "make check-data  decode every image of DATA, name the bad ones (ARGS=\"--write_exclude_list=bad.txt\")"
 	@echo "make test     run the test suite but for the tests marked slow (CPU; 208 s on 2 idle cores on 2026-11-30, docs/testing.md)"
 	@echo "make test-all run every test, the slow ones too (what CI runs)"
-	@echo "make test-numerics  the tests of the numeric kernels' results, slow ones too (CI reruns them with ONEDNN_MAX_CPU_ISA=AVX2)"
+	@echo "make test-numerics  the tests of the numeric kernels' results, of the slow ones those marked kernels (CI reruns them with ONEDNN_MAX_CPU_ISA=AVX2)"
 	@echo "make docs     build the docs/ pages into site/ with mkdocs (a warning fails)"
 	@echo "make bench    check the benchmarks' harness, then run them at their quick sizes (installs requirements-bench.txt)"
 	@echo "make setup    create $(VENV) and install requirements.txt (CUDA=1 for GPU)"
