@@ -37,18 +37,21 @@ SECONDS = {
 }
 
 
+def _file(item):
+    return item.nodeid.split("::")[0]
+
+
 def longest_first(items):
     """Reorders ``items`` (pytest's selected items) in place: whole files, longest first
     by `SECONDS` (a file's slow part counts when one of its slow tests is selected); files
     not listed keep their order after those listed."""
-    slow = {item.nodeid.split("::")[0] for item in items
-            if item.get_closest_marker("slow") is not None}
-
-    def seconds(path):
-        fast, slow_part = SECONDS.get(path, (0.0, 0.0))
-        return fast + (slow_part if path in slow else 0.0)
-
+    slow = {_file(item) for item in items if item.get_closest_marker("slow") is not None}
     first = {}
     for item in items:
-        first.setdefault(item.nodeid.split("::")[0], len(first))
-    items.sort(key=lambda item: (-seconds(path := item.nodeid.split("::")[0]), first[path]))
+        first.setdefault(_file(item), len(first))
+
+    def key(item):
+        fast, slow_part = SECONDS.get(_file(item), (0.0, 0.0))
+        return -(fast + (slow_part if _file(item) in slow else 0.0)), first[_file(item)]
+
+    items.sort(key=key)
