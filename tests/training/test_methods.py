@@ -12,6 +12,7 @@ from llp_tf.training.methods.llp import LLPSettings
 from llp_tf.training.step_metrics import StepRecords
 from tests import numerics
 from tests.models.helpers import skip_unless_computable
+from tests.replica_batches import replica_iterator
 from tests.same_state import FreshMethods, Path, StateCopier, logit_scale, model_weights
 from tests.training.llp_steps import LLPComparison
 
@@ -57,16 +58,11 @@ def _supervised(method, weight_decay=None):
 
 
 def _iterator(strategy, data):
-    dataset = tf.data.Dataset.from_tensor_slices(data)
-    replicas = strategy.num_replicas_in_sync
-    # Consecutive per-replica batches make up one global batch, as in the pipeline;
-    # the same batch in the stream of each method (LLP's "used", supervised's "labelled").
-    # Batches stay on the host: deleting the per-device prefetcher (a
-    # MultiDeviceIterator) of an idle iterator can block for tens of seconds.
-    return iter(strategy.distribute_datasets_from_function(
-        lambda ctx: dataset.repeat().batch(B // replicas, drop_remainder=True).map(
-            lambda batch: {"used": batch, "labelled": batch}),
-        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+    """``data``'s stream of per-replica batches (B / R rows; LLP's "used", supervised's
+    "labelled": the same batch in the stream of each method), dealt out as the pipeline does."""
+    return replica_iterator(strategy, tf.data.Dataset.from_tensor_slices(data).repeat().batch(
+        B // strategy.num_replicas_in_sync, drop_remainder=True).map(
+            lambda batch: {"used": batch, "labelled": batch}))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import tensorflow as tf
 from llp_tf.training.methods.base import StepRunner
 from llp_tf.training.step_metrics import (
     LOSS, Mean, StepMetrics, StepRecords, SubsetMean, batch_mean, replica_value, subset_mean)
+from tests.replica_batches import replica_iterator
 
 ROWS = 4  # a replica's rows, unless said
 
@@ -41,9 +42,8 @@ def _records(strategy, values, masks):
     dataset = tf.data.Dataset.from_tensor_slices(
         {"value": values.astype(np.float32).reshape(-1),
          "mask": masks.astype(np.float32).reshape(-1)}).batch(values.shape[2])
-    iterator = iter(strategy.distribute_datasets_from_function(
-        lambda context: dataset, tf.distribute.InputOptions(experimental_fetch_to_device=False)))
-    return StepRunner(_Method(strategy)).run(iterator, len(values), "phase")
+    return StepRunner(_Method(strategy)).run(replica_iterator(strategy, dataset), len(values),
+                                             "phase")
 
 
 def test_two_replicas_with_unequal_subsets_give_the_means_over_all_rows(two_replica_strategy):

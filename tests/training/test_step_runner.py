@@ -11,6 +11,7 @@ import tensorflow as tf
 from llp_tf.training.methods import StepRunner
 from llp_tf.training.step_metrics import (
     Mean, SubsetMean, batch_mean, replica_value, subset_mean)
+from tests.replica_batches import replica_iterator
 
 G = 8  # global batch: 4 examples a replica
 LARGE = 100.0  # the subset: prepared values of at least this
@@ -45,10 +46,8 @@ def _prepare(batch):
 
 
 def _iterator(strategy, x):
-    dataset = tf.data.Dataset.from_tensor_slices({"x": x})
-    return iter(strategy.distribute_datasets_from_function(
-        lambda context: dataset.batch(G // 2, drop_remainder=True),
-        tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+    return replica_iterator(strategy, tf.data.Dataset.from_tensor_slices({"x": x}).batch(
+        G // 2, drop_remainder=True))
 
 
 def test_prepare_runs_in_each_replica_before_the_step(two_replica_strategy):

@@ -8,6 +8,7 @@ import tensorflow as tf
 from llp_tf.models import precision
 from llp_tf.models.factory import build_model
 from tests import numerics
+from tests.replica_batches import replica_iterator
 
 C, SIZE = 4, 8
 LABELLED_EXAMPLES, USED_EXAMPLES = 8, 64
@@ -79,16 +80,11 @@ def iterator(method, data):
     sizes = {"labelled": method.labelled_batch_size,
              "unlabelled": method.unlabelled_batch_size}
 
-    def dataset(context):
-        del context
-        # Consecutive per-replica batches make up one global batch, as in the pipeline.
-        return tf.data.Dataset.zip({
-            stream: tf.data.Dataset.from_tensor_slices(data[stream]).repeat().batch(
-                sizes[stream] // replicas, drop_remainder=True)
-            for stream in data})
-
-    return iter(strategy.distribute_datasets_from_function(
-        dataset, tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+    # Consecutive per-replica batches make up one global batch, as in the pipeline.
+    return replica_iterator(strategy, tf.data.Dataset.zip({
+        stream: tf.data.Dataset.from_tensor_slices(data[stream]).repeat().batch(
+            sizes[stream] // replicas, drop_remainder=True)
+        for stream in data}))
 
 
 def weights(method):
