@@ -1,11 +1,12 @@
 """The outer training loop, the same for every method and every worker.
 
 `Controller.run` trains epoch by epoch: the method prepares (`Method.before_epoch`), the
-epoch's learning rate is set, the method's steps run in loops of ``steps_per_loop``; it
-checkpoints every ``checkpoint_every`` steps and at epoch ends, evaluates every
-``eval_every`` epochs, runs its actions after each loop and evaluation, and after each loop
-stops with a checkpoint (`TrainingStopped`) when a signal asks. What only the chief writes is
-decided by the checkpoints, writer and actions it is given (`assembly`)."""
+epoch's learning rate is set, the method's steps run in loops of ``steps_per_loop``, and the
+spent iterator is deleted on another thread (`iterator_release`); it checkpoints every
+``checkpoint_every`` steps and at epoch ends, evaluates every ``eval_every`` epochs, runs its
+actions after each loop and evaluation, and after each loop stops with a checkpoint
+(`TrainingStopped`) when a signal asks. What only the chief writes is decided by the
+checkpoints, writer and actions it is given (`assembly`)."""
 
 import dataclasses
 import sys
@@ -15,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from llp_tf.training.checkpoints import RunCheckpoints
+from llp_tf.training import iterator_release
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.preemption import TrainingStopped
@@ -130,6 +132,9 @@ class Controller:
             self.totals.reset()
         while start < settings.steps_per_epoch:
             start += self._train_loop(iterator, phase, start, learning_rate, progress)
+        spent = [iterator]
+        del iterator
+        iterator_release.release(spent)
         epoch_done = epoch + 1
         row = None
         if epoch_done % settings.eval_every == 0 or epoch_done == settings.epochs:

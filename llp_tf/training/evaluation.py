@@ -16,7 +16,7 @@ from llp_tf.data.pipeline import input_fns
 from llp_tf.data.sources.base import Source
 from llp_tf.data.splits.run_split import RunSplit
 from llp_tf.models.embedding_classifier import EmbeddingClassifier
-from llp_tf.training import cluster
+from llp_tf.training import cluster, iterator_release
 from llp_tf.training import metrics as metrics_lib
 from llp_tf.tensor_types import Array
 
@@ -46,7 +46,9 @@ class Evaluator:
         """All metrics, name -> Python float (``val_examples``: int), the validation ones from one
         pass over ``distributed_dataset`` (elements "image", "label", "mask") of ``num_steps``
         global batches."""
-        counts = self._eval_loop(iter(distributed_dataset), tf.constant(num_steps))
+        spent = [iter(distributed_dataset)]
+        counts = self._eval_loop(spent[0], tf.constant(num_steps))
+        iterator_release.release(spent)
         counts = {name: float(value.numpy()) for name, value in counts.items()}
         examples = int(round(counts.pop("examples")))
         metrics = {metrics_lib.validation_name(name): value / max(examples, 1)

@@ -3,6 +3,7 @@ learning rates and the order of its actions, resumed or not."""
 
 import dataclasses
 import io
+import threading
 
 import numpy as np
 import pytest
@@ -145,3 +146,22 @@ def test_the_bar_moves_inside_a_loop_as_long_as_the_epoch_and_shows_the_runs_eta
     assert "loss" not in draws[0] and "loss 2.5" in draws[3]  # mean of steps 1-4
     assert "run ETA" in draws[2] and "run ETA" in draws[4]
     assert "run ETA" not in draws[7]  # the run's end
+
+
+def test_each_epochs_iterator_is_deleted_on_another_thread(tmp_path):
+    deleted = []
+
+    class _Iterator:
+        def __init__(self, epoch):
+            self.epoch = epoch
+
+        def __del__(self):
+            deleted.append((self.epoch, threading.current_thread().name))
+
+    controller, _ = _controller(tmp_path)
+    controller.make_iterator = lambda epoch, start: _Iterator(epoch)
+    controller.run()
+    for thread in threading.enumerate():
+        if thread.name == "release_iterators":
+            thread.join(timeout=10)
+    assert sorted(deleted) == [(epoch, "release_iterators") for epoch in range(3)]
