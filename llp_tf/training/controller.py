@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 import keras
 import tensorflow as tf
 
-from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training import iterator_release
+from llp_tf.training.checkpoints import RunCheckpoints
 from llp_tf.training.epoch_totals import EpochTotals
 from llp_tf.training.methods.base import Method, StepRunner
 from llp_tf.training.preemption import TrainingStopped

@@ -1,5 +1,6 @@
 """The controller's loop on a fake method: loop sizes, checkpoints, evaluations,
-learning rates and the order of its actions, resumed or not."""
+learning rates and the order of its actions, resumed or not; each epoch's spent iterator
+deleted on another thread."""
 
 import dataclasses
 import io
