@@ -15,12 +15,21 @@ import tensorflow as tf
 def replica_iterator(strategy: tf.distribute.Strategy,
                      batches: tf.data.Dataset) -> tf.distribute.DistributedIterator:
     """An iterator of ``strategy``'s per-replica values, replica r's the batches of ``batches``
-    (per-replica batches, any structure) at r, r + R, r + 2R, ... for R replicas."""
+    (per-replica batches, any structure) at r, r + R, r + 2R, ... for R replicas. The
+    strategy's default input stays as it was (tests/test_replica_batches.py)."""
     replicas = strategy.num_replicas_in_sync
     options = tf.data.Options()
     options.autotune.enabled = False
-    return iter(strategy.distribute_datasets_from_function(
-        lambda context: batches.shard(replicas, context.input_pipeline_id).with_options(options),
-        tf.distribute.InputOptions(
-            experimental_fetch_to_device=False,
-            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)))
+    # MirroredStrategy keeps the input workers of a per-replica input as its own, so that its
+    # later default inputs would give each replica a whole copy: put its own back.
+    default_workers = getattr(strategy.extended, "_input_workers_devices", None)
+    try:
+        return iter(strategy.distribute_datasets_from_function(
+            lambda context: batches.shard(replicas, context.input_pipeline_id).with_options(
+                options),
+            tf.distribute.InputOptions(
+                experimental_fetch_to_device=False,
+                experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)))
+    finally:
+        if default_workers is not None:
+            strategy.extended._input_workers_devices = default_workers
