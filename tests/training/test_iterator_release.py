@@ -1,6 +1,7 @@
 """`iterator_release.release`: the caller's last reference is dropped on the thread it
 starts, not on the caller's; a distributed iterator a `tf.function` has read holds no other
-reference, so that thread deletes it; the controller and the evaluator release theirs."""
+reference, so that thread deletes it; the evaluator releases its iterator (the controller's:
+test_controller.py)."""
 
 import threading
 import weakref
